@@ -1,0 +1,1 @@
+"""llmtape's command line."""

@@ -1,0 +1,87 @@
+"""Running the app on uvicorn: the ready line, bounded graceful shutdown, the end-of-run summary."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+
+from proxy.app import create_app
+from proxy.settings import Settings
+
+log = logging.getLogger("llmtape")
+
+
+class ReadyServer(uvicorn.Server):
+    """Calls `on_ready(url)` once every socket listens, with the port really bound."""
+
+    def __init__(self, config: uvicorn.Config, on_ready: Callable[[str], None]) -> None:
+        super().__init__(config)
+        self.on_ready = on_ready
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and not self.should_exit:
+            host, port = self.servers[0].sockets[0].getsockname()[:2]
+            self.on_ready(f"http://{f'[{host}]' if ':' in host else host}:{port}")
+
+
+def uvicorn_config(app: Starlette, settings: Settings) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="debug" if settings.log_level == "debug" else "warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=settings.shutdown_timeout,
+        server_header=False,
+    )
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("llmtape")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
+
+
+def serve(settings: Settings) -> int:
+    """Run until SIGINT/SIGTERM; the exit status (non-zero for --fail-on-unused)."""
+    configure_logging(settings.log_level)
+    app = create_app(settings)
+    server = ReadyServer(
+        uvicorn_config(app, settings),
+        lambda url: print(f"llmtape {settings.mode.value} ready on {url}", flush=True),
+    )
+    server.run()
+    if not server.started:
+        return 1
+    final: dict[str, Any] = getattr(app.state, "final_stats", {})
+    return report(final, settings)
+
+
+def report(final: dict[str, Any], settings: Settings) -> int:
+    unused = sum(run["unused_count"] for run in final.get("runs", []))
+    log.info(
+        "stopped: %d replayed, %d recorded, %d misses, %d errors, %d upstream calls",
+        final.get("replayed", 0), final.get("recorded", 0), final.get("misses", 0),
+        final.get("errors", 0), final.get("upstream_calls", 0),
+    )
+    for run in final.get("runs", []):
+        if run["recorded_count"]:
+            log.info("cassette %r: %d new recording(s)", run["cassette"], run["recorded_count"])
+        if run["unused_count"]:
+            log.warning("cassette %r: %d recording(s) never used in this run: %s",
+                        run["cassette"], run["unused_count"], ", ".join(run["unused"][:10]))
+    if settings.fail_on_unused and unused:
+        log.error("--fail-on-unused: %d recording(s) went unused", unused)
+        return 3
+    return 0

@@ -1,0 +1,1 @@
+"""llmtape's server: routing, forwarding, recording, matching, replay and the cassette store."""

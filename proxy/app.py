@@ -1,0 +1,79 @@
+"""create_app(settings): the routes, and a lifespan that owns the aiohttp session. Wiring only."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import aiohttp
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from proxy.control import ROUTES, stats_body
+from proxy.errors import BadCassetteName
+from proxy.handler import Proxy
+from proxy.providers import provider_table
+from proxy.responses import QuietCuts
+from proxy.rules import build_rules
+from proxy.settings import Settings
+from proxy.state import Runs, ServerState
+from proxy.store.fs import FileStore
+from proxy.upstream import AiohttpUpstream
+
+METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+log = logging.getLogger("llmtape")
+
+
+def create_app(settings: Settings) -> Starlette:
+    providers = provider_table(settings.upstream)
+    store = FileStore(settings.cassettes)
+    proxy = Proxy(
+        settings=settings,
+        providers=providers,
+        rules={name: build_rules(p.rules, name, settings.ignore) for name, p in providers.items()},
+        store=store,
+        state=ServerState(cassette=settings.cassette, mode=settings.mode),
+        runs=Runs(store),
+    )
+    _quiet_cuts()
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        connector = aiohttp.TCPConnector(limit=100, enable_cleanup_closed=True)
+        async with aiohttp.ClientSession(connector=connector, auto_decompress=True) as session:
+            proxy.upstream = AiohttpUpstream(
+                session, settings.connect_timeout, settings.read_timeout
+            )
+            yield
+            proxy.upstream = None
+            app.state.final_stats = stats_body(proxy)
+
+    app = Starlette(
+        routes=[*ROUTES, Route("/{path:path}", proxy, methods=METHODS)],
+        lifespan=lifespan,
+        exception_handlers={BadCassetteName: _bad_name, HTTPException: _http_error},
+    )
+    app.state.proxy = proxy
+    return app
+
+
+async def _bad_name(request: Request, exc: Exception) -> JSONResponse:
+    message = exc.message if isinstance(exc, BadCassetteName) else str(exc)
+    return JSONResponse({"error": {"type": "bad_cassette_name", "message": message}}, 400)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    detail = exc.detail if isinstance(exc, HTTPException) else str(exc)
+    return JSONResponse({"error": {"type": "http_error", "message": detail}}, status)
+
+
+def _quiet_cuts() -> None:
+    for name in ("uvicorn.error", "uvicorn"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, QuietCuts) for f in logger.filters):
+            logger.addFilter(QuietCuts())

@@ -1,0 +1,126 @@
+"""Bodies as stored: JSON kept as JSON, text as text, anything else base64 - and back, byte for byte."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Kind = Literal["empty", "json", "text", "base64"]
+
+
+@dataclass(frozen=True)
+class Payload:
+    """A body in its readable form. `style` says how to turn JSON back into the exact bytes."""
+
+    kind: Kind
+    value: Any = None
+    style: str | None = None
+
+    def to_dict(self) -> dict[str, Any] | None:
+        if self.kind == "empty":
+            return None
+        out: dict[str, Any] = {self.kind: self.value}
+        if self.style:
+            out["style"] = self.style
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Payload:
+        if not data:
+            return EMPTY
+        for kind in ("json", "text", "base64"):
+            if kind in data:
+                return cls(kind, data[kind], data.get("style"))  # type: ignore[arg-type]
+        raise ValueError(f"a body needs one of json, text or base64, got keys {sorted(data)}")
+
+
+EMPTY = Payload("empty")
+
+# How providers print JSON, as (name, indent, separators); tried in order when recording.
+_LAYOUTS: tuple[tuple[str, int | None, tuple[str, str]], ...] = (
+    ("compact", None, (",", ":")),
+    ("indent2", 2, (",", ": ")),
+    ("spaced", None, (", ", ": ")),
+)
+
+
+def render_json(value: Any, style: str) -> bytes:
+    """The bytes `style` describes, e.g. `indent2+ascii+newline`."""
+    name, *flags = style.split("+")
+    layout = next((lay for lay in _LAYOUTS if lay[0] == name), None)
+    if layout is None:
+        raise ValueError(f"unknown JSON style {style!r}")
+    text = json.dumps(value, indent=layout[1], separators=layout[2], ensure_ascii="ascii" in flags)
+    return (text + ("\n" if "newline" in flags else "")).encode()
+
+
+def _json_style(value: Any, raw: bytes) -> str | None:
+    for name, _, _ in _LAYOUTS:
+        for flags in ("", "+ascii", "+newline", "+ascii+newline"):
+            if render_json(value, name + flags) == raw:
+                return name + flags
+    return None
+
+
+def looks_json(content_type: str) -> bool:
+    lowered = content_type.lower()
+    return "json" in lowered and "ndjson" not in lowered and "jsonl" not in lowered
+
+
+def _text(raw: bytes, content_type: str) -> str | None:
+    lowered = content_type.lower()
+    textual = not lowered or lowered.startswith("text/") or any(
+        word in lowered for word in ("json", "xml", "javascript", "x-www-form-urlencoded")
+    )
+    if not textual:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def request_payload(raw: bytes, content_type: str) -> Payload:
+    """A request body for the key: JSON whenever it parses (canonical form is applied later)."""
+    if not raw:
+        return EMPTY
+    if looks_json(content_type) or raw[:1] in (b"{", b"["):
+        try:
+            return Payload("json", json.loads(raw))
+        except ValueError:
+            pass
+    text = _text(raw, content_type)
+    if text is not None:
+        return Payload("text", text)
+    return Payload("base64", base64.b64encode(raw).decode("ascii"))
+
+
+def response_payload(raw: bytes, content_type: str) -> Payload:
+    """A response body that replays to exactly `raw`: JSON only where a known layout
+    reproduces every byte (key order is kept as sent), else text, else base64."""
+    if not raw:
+        return EMPTY
+    if looks_json(content_type):
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = None
+        style = _json_style(value, raw) if value is not None else None
+        if style is not None:
+            return Payload("json", value, style)
+    text = _text(raw, content_type)
+    if text is not None:
+        return Payload("text", text)
+    return Payload("base64", base64.b64encode(raw).decode("ascii"))
+
+
+def payload_bytes(payload: Payload) -> bytes:
+    if payload.kind == "empty":
+        return b""
+    if payload.kind == "text":
+        return str(payload.value).encode("utf-8")
+    if payload.kind == "base64":
+        return base64.b64decode(payload.value)
+    return render_json(payload.value, payload.style or "compact")

@@ -1,0 +1,92 @@
+"""The control API under /__llmtape/: health, stats, misses, and switching cassette and mode."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from proxy.handler import Proxy
+from proxy.settings import Mode
+from proxy.store.names import check_cassette_name
+
+
+class CassetteSwitch(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cassette: str | None = None
+    mode: Mode | None = None
+
+
+def _proxy(request: Request) -> Proxy:
+    proxy: Proxy = request.app.state.proxy
+    return proxy
+
+
+def _bad_request(message: str) -> JSONResponse:
+    return JSONResponse({"error": {"type": "bad_request", "message": message}}, status_code=400)
+
+
+def stats_body(proxy: Proxy) -> dict[str, Any]:
+    stats = proxy.state.stats
+    replaying = proxy.state.mode in {Mode.REPLAY, Mode.AUTO}
+    return {
+        "upstream_calls": stats.upstream_calls,
+        "replayed": stats.replayed,
+        "recorded": stats.recorded,
+        "misses": stats.misses,
+        "errors": stats.errors,
+        "cassette": proxy.state.cassette,
+        "mode": proxy.state.mode.value,
+        "runs": [run.summary(replaying) for run in proxy.runs.all()],
+    }
+
+
+async def health(request: Request) -> JSONResponse:
+    state = _proxy(request).state
+    return JSONResponse({"status": "ok", "cassette": state.cassette, "mode": state.mode.value})
+
+
+async def stats(request: Request) -> JSONResponse:
+    return JSONResponse(stats_body(_proxy(request)))
+
+
+async def misses(request: Request) -> JSONResponse:
+    return JSONResponse({"misses": list(_proxy(request).misses)})
+
+
+async def get_cassette(request: Request) -> JSONResponse:
+    state = _proxy(request).state
+    return JSONResponse({"cassette": state.cassette, "mode": state.mode.value})
+
+
+async def put_cassette(request: Request) -> JSONResponse:
+    proxy = _proxy(request)
+    try:
+        change = CassetteSwitch.model_validate(json.loads(await request.body() or b"{}"))
+    except (ValueError, ValidationError) as exc:
+        return _bad_request(
+            f"PUT /__llmtape/cassette takes {{\"cassette\": NAME, \"mode\": MODE}} with MODE one "
+            f"of {', '.join(m.value for m in Mode)}: {exc}"
+        )
+    if change.cassette is not None:
+        proxy.state.cassette = check_cassette_name(change.cassette)
+    if change.mode is not None:
+        proxy.state.mode = change.mode
+    # Each PUT starts a new run: replay positions and used/unused accounting start afresh.
+    proxy.runs.restart(proxy.state.cassette)
+    proxy.runs.restart(f"{proxy.state.cassette}.derived")
+    return await get_cassette(request)
+
+
+ROUTES = [
+    Route("/__llmtape/health", health, methods=["GET"]),
+    Route("/__llmtape/stats", stats, methods=["GET"]),
+    Route("/__llmtape/misses", misses, methods=["GET"]),
+    Route("/__llmtape/cassette", get_cassette, methods=["GET"]),
+    Route("/__llmtape/cassette", put_cassette, methods=["PUT"]),
+]

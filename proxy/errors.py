@@ -1,0 +1,76 @@
+"""The one llmtape error tree, and how each error looks on the wire.
+
+    LlmtapeError
+     +-- ConfigError          a bad option or value, found at start
+     +-- BadCassetteName      a cassette name that is not a safe relative name (400)
+     +-- UnknownUpstream      a route prefix that names no upstream (404)
+     +-- CassetteMiss         replay found no recording for a request (422)
+     +-- CassetteCorrupt      an exchange file that cannot be read back (500)
+     +-- UpstreamError        the upstream did not answer properly
+          +-- UpstreamUnreachable   connection refused, reset, DNS (502)
+          +-- UpstreamTimeout       no answer in time (504)
+
+Lower-level errors (aiohttp, OSError, pydantic) are translated at the boundary
+with ``raise X(...) from exc``.
+"""
+
+from __future__ import annotations
+
+
+class LlmtapeError(Exception):
+    """Root of every error llmtape raises on purpose."""
+
+    status: int = 500
+    error_type: str = "llmtape_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ConfigError(LlmtapeError):
+    status = 400
+    error_type = "config_error"
+
+
+class BadCassetteName(LlmtapeError):
+    status = 400
+    error_type = "bad_cassette_name"
+
+
+class UnknownUpstream(LlmtapeError):
+    status = 404
+    error_type = "unknown_upstream"
+
+
+class CassetteMiss(LlmtapeError):
+    # 422: a client error the OpenAI and Anthropic SDKs never retry (they retry 408, 409, 429, 5xx).
+    status = 422
+    error_type = "cassette_miss"
+
+
+class CassetteCorrupt(LlmtapeError):
+    status = 500
+    error_type = "cassette_corrupt"
+
+
+class UpstreamError(LlmtapeError):
+    status = 502
+    error_type = "upstream_error"
+
+
+class UpstreamUnreachable(UpstreamError):
+    status = 502
+    error_type = "upstream_unreachable"
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    error_type = "upstream_timeout"
+
+
+class UpstreamCut(UpstreamError):
+    """The upstream stopped mid-answer, after the client already had the status line."""
+
+    status = 502
+    error_type = "upstream_cut"

@@ -1,0 +1,240 @@
+"""One proxied request, start to end: route, key, look up, plan, then serve, refuse or forward."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from proxy.errors import ConfigError, LlmtapeError, UpstreamError
+from proxy.misses import Miss
+from proxy.models import Exchange, Outcome
+from proxy.normalize import RequestParts, canonical, request_key, request_parts
+from proxy.pipeline import Action, Recorder, frame_bytes, plan, replay_body
+from proxy.providers.base import Provider, generic_error
+from proxy.responses import LiveResponse, ReplayResponse, raw_headers
+from proxy.routing import resolve
+from proxy.rules import MatchRules
+from proxy.settings import Mode, Settings
+from proxy.state import Run, Runs, ServerState
+from proxy.store.base import CassetteStore
+from proxy.store.names import check_cassette_name
+from proxy.timing import TIMING_HEADER, parse_timing
+from proxy.upstream import HOP_BY_HOP, Outbound, Upstream, forward_headers
+
+CASSETTE_HEADER = "x-llmtape-cassette"
+LIVE_HEADER = "x-llmtape-live"
+MAX_CANDIDATES = 5000
+MAX_MISSES = 50
+
+log = logging.getLogger("llmtape")
+
+
+@dataclass
+class Context:
+    """What one request resolved to."""
+
+    provider: Provider
+    path: str
+    cassette: str
+    mode: Mode
+    live: bool
+    rules: MatchRules
+    parts: RequestParts
+    key: str
+    started: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Proxy:
+    settings: Settings
+    providers: Mapping[str, Provider]
+    rules: Mapping[str, MatchRules]
+    store: CassetteStore
+    state: ServerState
+    runs: Runs
+    upstream: Upstream | None = None
+    misses: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_MISSES))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        response = await self.handle(request)
+        await response(scope, receive, send)
+
+    async def handle(self, request: Request) -> ASGIApp:
+        provider: Provider | None = None
+        try:
+            raw_path = request.scope.get("raw_path") or request.url.path.encode()
+            provider, path = resolve(raw_path.decode("latin-1"), request.headers, self.providers)
+            ctx = await self._context(request, provider, path)
+            return await self._dispatch(request, ctx)
+        except LlmtapeError as exc:
+            if isinstance(exc, UpstreamError):
+                self.state.stats.errors += 1
+            log.warning("%s", exc.message)
+            return error_response(provider, exc)
+
+    async def _context(self, request: Request, provider: Provider, path: str) -> Context:
+        cassette = check_cassette_name(request.headers.get(CASSETTE_HEADER) or self.state.cassette)
+        live_names = {n.strip() for n in request.headers.get(LIVE_HEADER, "").split(",")}
+        rules = self.rules.get(provider.name, provider.rules)
+        body = await request.body()
+        parts = request_parts(
+            request.method, provider.name, path, request.url.query, request.headers, body, rules
+        )
+        return Context(
+            provider=provider,
+            path=path,
+            cassette=cassette,
+            mode=self.state.mode,
+            live=provider.name in self.settings.live or provider.name in live_names,
+            rules=rules,
+            parts=parts,
+            key=request_key(parts, rules),
+        )
+
+    async def _dispatch(self, request: Request, ctx: Context) -> ASGIApp:
+        run = await self.runs.get(ctx.cassette)
+        ask, seq = run.ask(ctx.key)
+        ordinal = run.pick(ctx.key, ask, self.settings.repeat)
+        action = plan(ctx.mode, ordinal is not None, ctx.live)
+        if action is Action.SERVE and ordinal is not None:
+            return await self._serve(request, ctx, run, ordinal)
+        if action is Action.REFUSE:
+            return await self._refuse(ctx, run, ask)
+        if action is Action.FORWARD:
+            return await self._forward(request, ctx, None)
+        target = ctx.cassette
+        if ctx.mode is Mode.REPLAY and ctx.live:
+            # Partial replay: live answers go beside the cassette, never into it.
+            target = f"{ctx.cassette}.derived"
+            run = await self.runs.get(target)
+            ask, seq = run.ask(ctx.key)
+        return await self._forward(request, ctx, (run, ask, seq))
+
+    async def _serve(self, request: Request, ctx: Context, run: Run, ordinal: int) -> ASGIApp:
+        timing = request.headers.get(TIMING_HEADER, self.settings.replay_timing)
+        try:
+            factor = parse_timing(timing)
+        except ValueError as exc:
+            raise ConfigError(f"{TIMING_HEADER}: {exc}") from exc
+        exchange = await asyncio.to_thread(self.store.read, ctx.cassette, ctx.key, ordinal)
+        run.served.add((ctx.key, ordinal))
+        self.state.stats.replayed += 1
+        self._log(ctx, "replayed", exchange.response.status)
+        return replay_response(exchange, factor, ctx.key)
+
+    async def _refuse(self, ctx: Context, run: Run, ask: int) -> ASGIApp:
+        self.state.stats.misses += 1
+        candidates = await asyncio.to_thread(self._candidates, run)
+        miss = Miss(
+            cassette=ctx.cassette,
+            mode=ctx.mode.value,
+            key=ctx.key,
+            ask=ask,
+            recorded=len(run.ordinals.get(ctx.key, ())),
+            request=canonical(ctx.parts, ctx.rules),
+            candidates=candidates,
+        )
+        details = miss.explain()
+        self.misses.appendleft(details)
+        log.warning("%s", details["message"])
+        body = ctx.provider.error_body("cassette_miss", details["message"])
+        body["error"]["details"] = {k: v for k, v in details.items() if k != "message"}
+        return JSONResponse(body, status_code=422)
+
+    def _candidates(self, run: Run) -> list[tuple[str, int, RequestParts]]:
+        """Recorded requests of a cassette in canonical form, read from disk on a miss only."""
+        found = []
+        for key, ordinals in list(run.ordinals.items())[:MAX_CANDIDATES]:
+            try:
+                exchange = self.store.read(run.cassette, key, ordinals[0])
+            except LlmtapeError:
+                continue
+            parts = RequestParts.from_dict(exchange.request.model_dump())
+            rules = self.rules.get(parts.upstream, MatchRules())
+            found.append((key, ordinals[0], canonical(parts, rules)))
+        return found
+
+    async def _forward(
+        self, request: Request, ctx: Context, record: tuple[Run, int, int] | None
+    ) -> ASGIApp:
+        if self.upstream is None:
+            raise UpstreamError("llmtape is not started: no upstream client yet")
+        query = request.url.query
+        outbound = Outbound(
+            upstream=ctx.provider.name,
+            method=request.method,
+            url=ctx.provider.base_url + ctx.path + (f"?{query}" if query else ""),
+            headers=forward_headers(
+                [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
+            ),
+            body=await request.body(),
+        )
+        self.state.stats.upstream_calls += 1
+        response = await self.upstream.open(outbound)
+        recorder = None
+        if record is not None:
+            run, ask, seq = record
+            recorder = Recorder(
+                provider=ctx.provider, request=ctx.parts, key=ctx.key, ordinal=ask, seq=seq,
+                rules=ctx.rules.fingerprint(), status=response.status,
+                headers=list(response.headers), chunked=response.chunked,
+            )
+
+        async def on_end(cut: bool) -> None:
+            if cut:
+                self.state.stats.errors += 1
+            outcome = "cut" if cut else "live"
+            if recorder is not None and record is not None:
+                outcome = await self._commit(record[0], recorder.finish(cut))
+            self._log(ctx, outcome, response.status)
+
+        headers = [(k, v) for k, v in response.headers if k not in HOP_BY_HOP]
+        headers.append(("x-llmtape-key", ctx.key))
+        return LiveResponse(response, raw_headers(headers), recorder, on_end)
+
+    async def _commit(self, run: Run, exchange: Exchange) -> str:
+        if exchange.outcome is not Outcome.COMPLETE and not self.settings.record_failures:
+            return f"not recorded ({exchange.outcome.value})"
+        await asyncio.to_thread(self.store.write, run.cassette, exchange)
+        run.add(exchange.key, exchange.ordinal)
+        self.state.stats.recorded += 1
+        return "recorded" if exchange.outcome is Outcome.COMPLETE else f"recorded {exchange.outcome}"
+
+    def _log(self, ctx: Context, outcome: str, status: int) -> None:
+        ms = (time.monotonic() - ctx.started) * 1000
+        log.info(
+            "%s %s %s %s key=%s -> %s %d (%.0f ms)", ctx.mode.value, ctx.provider.name,
+            ctx.parts.method, ctx.path.split("?")[0], ctx.key[:12], outcome, status, ms,
+        )
+
+
+def replay_response(exchange: Exchange, factor: float | None, key: str) -> ReplayResponse:
+    response = exchange.response
+    headers = [*response.headers.items(), ("x-llmtape-key", key)]
+    if response.frames is None:
+        body = replay_body(exchange)
+        headers.append(("content-length", str(len(body))))
+        return ReplayResponse(response.status, raw_headers(headers), [(0.0, body)] if body else [])
+    frames = []
+    previous = 0
+    for frame in response.frames:
+        delay = 0.0 if factor is None else max(0, frame.ms - previous) * factor / 1000
+        frames.append((delay, frame_bytes(frame)))
+        previous = frame.ms
+    cut = exchange.outcome is Outcome.UPSTREAM_CUT
+    return ReplayResponse(response.status, raw_headers(headers), frames, cut=cut)
+
+
+def error_response(provider: Provider | None, exc: LlmtapeError) -> JSONResponse:
+    shape = provider.error_body if provider is not None else generic_error
+    return JSONResponse(shape(exc.error_type, exc.message), status_code=exc.status)

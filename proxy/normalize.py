@@ -1,0 +1,101 @@
+"""Pure: an HTTP request -> its stored parts -> its canonical form under the match rules -> key."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+from urllib.parse import parse_qsl
+
+from proxy.bodies import Payload, request_payload
+from proxy.redact import is_secret_header, redact_query
+from proxy.rules import MatchRules, parse_path, without_path
+
+
+@dataclass(frozen=True)
+class RequestParts:
+    """What identifies a request: stored in each exchange, so keys can be recomputed."""
+
+    method: str
+    upstream: str
+    path: str
+    query: tuple[tuple[str, str], ...]
+    headers: tuple[tuple[str, str], ...]
+    body: Payload
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "upstream": self.upstream,
+            "path": self.path,
+            "query": [list(pair) for pair in self.query],
+            "headers": dict(self.headers),
+            "body": self.body.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RequestParts:
+        return cls(
+            method=data["method"],
+            upstream=data["upstream"],
+            path=data["path"],
+            query=tuple((str(k), str(v)) for k, v in data.get("query") or ()),
+            headers=tuple(sorted((data.get("headers") or {}).items())),
+            body=Payload.from_dict(data.get("body")),
+        )
+
+
+def request_parts(
+    method: str,
+    upstream: str,
+    path: str,
+    raw_query: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    rules: MatchRules,
+) -> RequestParts:
+    """Only what may be stored: no credentials, no telemetry, only the headers the rules key on."""
+    wanted = rules.headers()
+    kept = sorted(
+        (name.lower(), value.strip())
+        for name, value in headers.items()
+        if name.lower() in wanted and not is_secret_header(name)
+    )
+    query = redact_query(parse_qsl(raw_query, keep_blank_values=True))
+    return RequestParts(
+        method=method.upper(),
+        upstream=upstream,
+        path=path,
+        query=tuple(sorted(query)),
+        headers=tuple(kept),
+        body=request_payload(body, headers.get("content-type", "")),
+    )
+
+
+def canonical(parts: RequestParts, rules: MatchRules) -> RequestParts:
+    """The parts with the ignored fields taken out: what the key is made of."""
+    body = parts.body
+    if body.kind == "json" and rules.ignore_body:
+        value = body.value
+        for path in rules.ignore_body:
+            value = without_path(value, parse_path(path))
+        body = Payload("json", value)
+    wanted = rules.headers()
+    return replace(
+        parts,
+        query=tuple(pair for pair in parts.query if pair[0].lower() not in rules.ignore_query),
+        headers=tuple(pair for pair in parts.headers if pair[0] in wanted),
+        body=body,
+    )
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def request_key(parts: RequestParts, rules: MatchRules) -> str:
+    """SHA-256 of the canonical request: the content address of its exchange file."""
+    text = canonical_json(canonical(parts, rules).to_dict())
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

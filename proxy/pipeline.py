@@ -1,0 +1,160 @@
+"""The mode table as a pure function, and the Recorder that turns a live answer into an Exchange."""
+
+from __future__ import annotations
+
+import base64
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from proxy.bodies import Payload, payload_bytes, response_payload
+from proxy.framing import Dialect, FrameSplitter, dialect_for, frame_payload
+from proxy.models import Exchange, Frame, Outcome, StoredRequest, StoredResponse
+from proxy.normalize import RequestParts
+from proxy.providers.base import Provider
+from proxy.redact import is_secret_header
+from proxy.settings import Mode
+from proxy.upstream import HOP_BY_HOP
+
+
+class Action(Enum):
+    SERVE = "serve"  # answer from the cassette
+    FORWARD_RECORD = "record"  # go live and write the exchange
+    FORWARD = "forward"  # go live, write nothing
+    REFUSE = "refuse"  # cassette miss: no upstream call
+
+
+def plan(mode: Mode, hit: bool, live: bool) -> Action:
+    """CONTRACT.md's mode table. `live` is partial replay: that upstream runs live in replay."""
+    if mode is Mode.RECORD:
+        return Action.FORWARD_RECORD
+    if mode is Mode.PASSTHROUGH:
+        return Action.FORWARD
+    if mode is Mode.REPLAY and live:
+        return Action.FORWARD_RECORD
+    if hit:
+        return Action.SERVE
+    return Action.FORWARD_RECORD if mode is Mode.AUTO else Action.REFUSE
+
+
+# Headers that differ on every call: kept out of the file so a re-record shows no diff.
+VOLATILE_HEADERS = frozenset(
+    {
+        "date", "server", "x-request-id", "request-id", "openai-processing-ms", "cf-ray",
+        "cf-cache-status", "alt-svc", "via", "x-envoy-upstream-service-time", "server-timing",
+        "x-cloud-trace-context", "retry-after", "report-to", "nel", "age", "expires", "etag",
+        "last-modified", "anthropic-organization-id", "x-amzn-requestid", "x-amzn-trace-id",
+    }
+)
+VOLATILE_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-", "x-llmtape-")
+
+
+def stored_headers(headers: list[tuple[str, str]]) -> dict[str, str]:
+    return {
+        k: v
+        for k, v in headers
+        if k not in HOP_BY_HOP
+        and k not in VOLATILE_HEADERS
+        and not k.startswith(VOLATILE_PREFIXES)
+        and not is_secret_header(k)
+    }
+
+
+def is_failure_status(status: int) -> bool:
+    return status == 429 or status >= 500
+
+
+def _is_error_event(payload: Any) -> bool:
+    return isinstance(payload, dict) and (payload.get("type") == "error" or "error" in payload)
+
+
+@dataclass
+class Recorder:
+    """Captures a live answer, chunk by chunk with its arrival time, into one Exchange."""
+
+    provider: Provider
+    request: RequestParts
+    key: str
+    ordinal: int
+    seq: int
+    rules: str
+    status: int
+    headers: list[tuple[str, str]]
+    chunked: bool
+    started: float = field(default_factory=time.monotonic)
+    _chunks: list[bytes] = field(default_factory=list)
+    _frames: list[Frame] = field(default_factory=list)
+    _splitter: FrameSplitter | None = None
+
+    def __post_init__(self) -> None:
+        dialect = dialect_for(self.content_type, self.chunked)
+        self._splitter = FrameSplitter(dialect) if dialect else None
+
+    @property
+    def content_type(self) -> str:
+        return next((v for k, v in self.headers if k == "content-type"), "")
+
+    def add(self, chunk: bytes) -> None:
+        if self._splitter is None:
+            self._chunks.append(chunk)
+            return
+        ms = int((time.monotonic() - self.started) * 1000)
+        self._frames += [_frame(ms, raw) for raw in self._splitter.feed(chunk)]
+
+    def finish(self, cut: bool) -> Exchange:
+        """The exchange as captured; `cut` marks an upstream that stopped mid-answer."""
+        dialect: Dialect | None = self._splitter.dialect if self._splitter else None
+        body = None
+        frames = None
+        if self._splitter is not None:
+            ms = int((time.monotonic() - self.started) * 1000)
+            self._frames += [_frame(ms, raw) for raw in self._splitter.flush()]
+            frames = self._frames
+            payloads = [frame_payload(self._splitter.dialect, f.text or "") for f in frames]
+        else:
+            payload = response_payload(b"".join(self._chunks), self.content_type)
+            body = payload.to_dict()
+            payloads = [payload.value] if payload.kind == "json" else []
+        return Exchange(
+            key=self.key,
+            ordinal=self.ordinal,
+            seq=self.seq,
+            rules=self.rules,
+            outcome=self._outcome(cut, payloads),
+            usage=self.provider.usage(payloads),
+            request=StoredRequest.model_validate(self.request.to_dict()),
+            response=StoredResponse(
+                status=self.status,
+                headers=stored_headers(self.headers),
+                body=body,
+                dialect=dialect,
+                frames=frames,
+            ),
+        )
+
+    def _outcome(self, cut: bool, payloads: list[Any]) -> Outcome:
+        if cut:
+            return Outcome.UPSTREAM_CUT
+        if is_failure_status(self.status):
+            return Outcome.FAILURE_STATUS
+        if self._splitter is not None and any(_is_error_event(p) for p in payloads):
+            return Outcome.STREAM_ERROR
+        return Outcome.COMPLETE
+
+
+def _frame(ms: int, raw: bytes) -> Frame:
+    try:
+        return Frame(ms=ms, text=raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return Frame(ms=ms, base64=base64.b64encode(raw).decode("ascii"))
+
+
+def frame_bytes(frame: Frame) -> bytes:
+    if frame.text is not None:
+        return frame.text.encode("utf-8")
+    return base64.b64decode(frame.base64 or "")
+
+
+def replay_body(exchange: Exchange) -> bytes:
+    return payload_bytes(Payload.from_dict(exchange.response.body))

@@ -1,0 +1,38 @@
+"""Anthropic: messages; `{"type": "error", "error": {...}}` errors; usage split over events."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from proxy.providers.base import Provider, Usage, pick_int, usage_of
+from proxy.rules import MatchRules
+
+
+def error_body(error_type: str, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": error_type, "message": message}}
+
+
+def usage(payloads: Iterable[Any]) -> Usage | None:
+    # message_start carries input tokens, message_delta the running output count.
+    input_tokens = output_tokens = None
+    for payload in payloads:
+        if not isinstance(payload, dict):
+            continue
+        message = payload.get("message") if payload.get("type") == "message_start" else payload
+        block = message.get("usage") if isinstance(message, dict) else None
+        input_tokens = pick_int(block, "input_tokens") or input_tokens
+        output_tokens = pick_int(block, "output_tokens") or output_tokens
+    return usage_of(input_tokens, output_tokens)
+
+
+PROVIDER = Provider(
+    name="anthropic",
+    base_url="https://api.anthropic.com",
+    rules=MatchRules(
+        ignore_body=("metadata",),
+        key_headers=frozenset({"anthropic-version", "anthropic-beta"}),
+    ),
+    error_body=error_body,
+    usage=usage,
+)

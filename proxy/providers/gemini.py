@@ -1,0 +1,31 @@
+"""Gemini: generateContent and streamGenerateContent; the API key rides in `?key=`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from proxy.providers.base import Provider, Usage, pick_int, usage_of
+
+
+def error_body(error_type: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": 400, "message": message, "status": error_type, "type": error_type}}
+
+
+def usage(payloads: Iterable[Any]) -> Usage | None:
+    found: Usage | None = None
+    for payload in payloads:
+        block = payload.get("usageMetadata") if isinstance(payload, dict) else None
+        if isinstance(block, dict):
+            found = usage_of(
+                pick_int(block, "promptTokenCount"), pick_int(block, "candidatesTokenCount")
+            )
+    return found
+
+
+PROVIDER = Provider(
+    name="gemini",
+    base_url="https://generativelanguage.googleapis.com",
+    error_body=error_body,
+    usage=usage,
+)

@@ -1,0 +1,41 @@
+"""OpenAI: chat completions, Responses, embeddings; `{"error": {...}}` errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from proxy.providers.base import Provider, Usage, pick_int, usage_of
+from proxy.rules import MatchRules
+
+
+def error_body(error_type: str, message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": error_type, "param": None, "code": error_type}}
+
+
+def usage(payloads: Iterable[Any]) -> Usage | None:
+    found: Usage | None = None
+    for payload in payloads:
+        if not isinstance(payload, dict):
+            continue
+        # Responses API streams carry usage inside response.completed's `response`.
+        holder = payload.get("response") if isinstance(payload.get("response"), dict) else payload
+        block = holder.get("usage") if isinstance(holder, dict) else None
+        if isinstance(block, dict):
+            found = usage_of(
+                pick_int(block, "prompt_tokens", "input_tokens"),
+                pick_int(block, "completion_tokens", "output_tokens"),
+            )
+    return found
+
+
+PROVIDER = Provider(
+    name="openai",
+    base_url="https://api.openai.com",
+    rules=MatchRules(
+        ignore_body=("user", "safety_identifier", "prompt_cache_key", "metadata"),
+        key_headers=frozenset({"openai-beta"}),
+    ),
+    error_body=error_body,
+    usage=usage,
+)

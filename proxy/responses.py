@@ -1,0 +1,119 @@
+"""Pure-ASGI streaming responses: the live tee (upstream -> client, and the recorder) and the
+replay of a recorded exchange. Both stop at once when the client goes away."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any
+
+from starlette.types import Receive, Scope, Send
+
+from proxy.errors import UpstreamCut
+from proxy.pipeline import Recorder
+from proxy.upstream import UpstreamResponse
+
+RawHeaders = list[tuple[bytes, bytes]]
+
+
+def raw_headers(headers: Sequence[tuple[str, str]]) -> RawHeaders:
+    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def run_until_disconnect(work: Coroutine[Any, Any, None], receive: Receive) -> None:
+    """Run `work`; if the client disconnects first, cancel it (its `finally` closes upstream)."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_until_disconnect(receive))
+    try:
+        done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        task.cancel()
+        watch.cancel()
+        raise
+    watch.cancel()
+    if task in done:
+        task.result()
+        return
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+
+
+class LiveResponse:
+    """Sends each upstream chunk on as it arrives, feeds the recorder, then calls `on_end(cut)`
+    before the final empty chunk, so an exchange is on disk when the client sees the end."""
+
+    def __init__(
+        self,
+        response: UpstreamResponse,
+        headers: RawHeaders,
+        recorder: Recorder | None,
+        on_end: Callable[[bool], Awaitable[None]],
+    ) -> None:
+        self._response = response
+        self._headers = headers
+        self._recorder = recorder
+        self._on_end = on_end
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await run_until_disconnect(self._pump(send), receive)
+
+    async def _pump(self, send: Send) -> None:
+        status = self._response.status
+        await send({"type": "http.response.start", "status": status, "headers": self._headers})
+        try:
+            async for chunk in self._response.chunks():
+                if self._recorder is not None:
+                    self._recorder.add(chunk)
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except UpstreamCut:
+            await self._on_end(True)
+            raise
+        finally:
+            self._response.close()
+        await self._on_end(False)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class ReplayResponse:
+    """A recorded answer: the body whole, or the frames one by one after their delays."""
+
+    def __init__(
+        self,
+        status: int,
+        headers: RawHeaders,
+        frames: Sequence[tuple[float, bytes]],
+        cut: bool = False,
+    ) -> None:
+        self._status = status
+        self._headers = headers
+        self._frames = frames
+        self._cut = cut
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await run_until_disconnect(self._play(send), receive)
+
+    async def _play(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self._status, "headers": self._headers})
+        for delay, data in self._frames:
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+        if self._cut:
+            raise UpstreamCut("replaying a recorded upstream cut: the connection is dropped here")
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class QuietCuts(logging.Filter):
+    """Drops the server's traceback for a stream we cut on purpose (live or replayed)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], UpstreamCut))

@@ -1,0 +1,25 @@
+"""Pure routing: a request path -> (provider, upstream path)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from proxy.errors import UnknownUpstream
+from proxy.providers.base import Provider
+
+
+def resolve(path: str, headers: Mapping[str, str], providers: Mapping[str, Provider]) -> tuple[
+    Provider, str
+]:
+    """`/openai/v1/chat/completions` -> (openai, `/v1/chat/completions`). A bare `/v1/...` goes
+    to anthropic when the request carries `anthropic-version`, else to openai."""
+    first, _, rest = path.lstrip("/").partition("/")
+    if first in providers:
+        return providers[first], "/" + rest
+    if first == "v1":
+        return providers["anthropic" if "anthropic-version" in headers else "openai"], path
+    raise UnknownUpstream(
+        f"no upstream named {first!r} in path {path!r}; known upstreams: "
+        f"{', '.join(sorted(providers))} (route as /<upstream>/<path>, or add one with "
+        f"--upstream NAME=URL)"
+    )

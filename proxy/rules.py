@@ -1,0 +1,118 @@
+"""Match rules: which parts of a request decide whether two requests are the same.
+
+A rule is `UPSTREAM:WHAT:NAME` where WHAT is `body` (a JSON path such as `metadata.user_id`
+or `messages[*].name`), `query` or `header` (ignored), or `key-header` (a header that should
+be part of the key). UPSTREAM may be `*`. Array order is never ignored."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from proxy.errors import ConfigError
+
+RULE_KINDS = ("body", "query", "header", "key-header")
+_TOKEN = re.compile(r"([^.\[\]]+)|\[(\d+|\*)\]")
+
+
+@dataclass(frozen=True)
+class MatchRules:
+    ignore_body: tuple[str, ...] = ()
+    ignore_query: frozenset[str] = frozenset()
+    ignore_headers: frozenset[str] = frozenset()
+    key_headers: frozenset[str] = frozenset()
+
+    def fingerprint(self) -> str:
+        """A short stable id of these rules, stored in each exchange for `rekey`."""
+        data = {
+            "ignore_body": sorted(self.ignore_body),
+            "ignore_query": sorted(self.ignore_query),
+            "key_headers": sorted(self.key_headers - self.ignore_headers),
+        }
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def headers(self) -> frozenset[str]:
+        return self.key_headers - self.ignore_headers
+
+
+@dataclass(frozen=True)
+class Rule:
+    upstream: str
+    kind: str
+    name: str = field(default="")
+
+
+def parse_rule(spec: str) -> Rule:
+    upstream, _, rest = spec.partition(":")
+    kind, _, name = rest.partition(":")
+    if not upstream or kind not in RULE_KINDS or not name:
+        raise ConfigError(
+            f"--ignore {spec!r}: expected UPSTREAM:WHAT:NAME with WHAT one of "
+            f"{', '.join(RULE_KINDS)}, e.g. openai:body:user or *:query:ts"
+        )
+    if kind == "body":
+        parse_path(name)
+    return Rule(upstream, kind, name if kind == "body" else name.lower())
+
+
+def build_rules(base: MatchRules, upstream: str, specs: Iterable[str]) -> MatchRules:
+    """The provider's default rules plus every rule that names this upstream or `*`."""
+    body, query = list(base.ignore_body), set(base.ignore_query)
+    headers, key_headers = set(base.ignore_headers), set(base.key_headers)
+    for rule in map(parse_rule, specs):
+        if rule.upstream not in {upstream, "*"}:
+            continue
+        {"body": body.append, "query": query.add, "header": headers.add,
+         "key-header": key_headers.add}[rule.kind](rule.name)
+    return MatchRules(tuple(dict.fromkeys(body)), frozenset(query), frozenset(headers),
+                      frozenset(key_headers))
+
+
+@lru_cache(maxsize=1024)
+def parse_path(path: str) -> tuple[str | int, ...]:
+    """`messages[*].name` -> ("messages", "*", "name"); `[n]` becomes the int n."""
+    tokens: list[str | int] = []
+    for segment in path.split("."):
+        if not segment:
+            raise ConfigError(f"JSON path {path!r} has an empty segment")
+        matched = "".join(m.group(0) for m in _TOKEN.finditer(segment))
+        if matched != segment:
+            raise ConfigError(f"JSON path {path!r} is not of the form a.b[0].c or a[*].b")
+        for match in _TOKEN.finditer(segment):
+            name, index = match.groups()
+            tokens.append(name if name is not None else ("*" if index == "*" else int(index)))
+    return tuple(tokens)
+
+
+def without_path(value: Any, tokens: tuple[str | int, ...]) -> Any:
+    """A copy of `value` with the path removed; untouched branches are shared, not copied."""
+    if not tokens:
+        return value
+    head, rest = tokens[0], tokens[1:]
+    if isinstance(value, dict) and isinstance(head, str):
+        keys = value.keys() if head == "*" else [head] if head in value else []
+        if not keys:
+            return value
+        copy = dict(value)
+        for key in list(keys):
+            if rest:
+                copy[key] = without_path(value[key], rest)
+            else:
+                del copy[key]
+        return copy
+    if isinstance(value, list) and (head == "*" or isinstance(head, int)):
+        indexes = range(len(value)) if head == "*" else [head] if 0 <= int(head) < len(value) else []
+        if not rest:
+            # Removing array items would shift the rest: never ignore array order or length.
+            return value
+        copy_list = list(value)
+        for index in indexes:
+            copy_list[int(index)] = without_path(value[int(index)], rest)
+        return copy_list
+    return value

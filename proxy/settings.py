@@ -1,0 +1,210 @@
+"""Settings: the one source of truth for every option, and load_settings() (CLI > env > file)."""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from proxy.errors import BadCassetteName, ConfigError
+from proxy.store.names import check_cassette_name
+from proxy.timing import parse_timing
+
+ENV_PREFIX = "LLMTAPE_"
+DEFAULT_CONFIG_FILE = "llmtape.toml"
+UPSTREAM_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+RESERVED_NAMES = frozenset({"v1", "__llmtape"})
+
+
+class Mode(StrEnum):
+    RECORD = "record"
+    REPLAY = "replay"
+    AUTO = "auto"
+    PASSTHROUGH = "passthrough"
+
+
+class RepeatPolicy(StrEnum):
+    """What replay does when a run asks for a request more often than it was recorded."""
+
+    ERROR = "error"
+    REPEAT_LAST = "repeat-last"
+    CYCLE = "cycle"
+
+
+class Settings(BaseModel):
+    """Every option of `llmtape serve`. Each field is a CLI option, an LLMTAPE_* variable
+    and a key of llmtape.toml (tests/test_settings.py holds the three in step)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mode: Mode = Field(Mode.REPLAY, description="record, replay, auto or passthrough.")
+    host: str = Field("127.0.0.1", description="Address to bind.")
+    port: int = Field(8787, ge=0, le=65535, description="Port to bind (0 picks a free one).")
+    cassettes: Path = Field(Path("cassettes"), description="The cassette library folder.")
+    cassette: str = Field("default", description="Cassette used when a request names none.")
+    upstream: dict[str, str] = Field(
+        default_factory=dict, description="NAME=URL: add an upstream or override a built-in."
+    )
+    live: tuple[str, ...] = Field(
+        (), description="Upstreams that run live in replay mode (partial replay)."
+    )
+    record_failures: bool = Field(
+        False, description="Also record 429/5xx answers and streams cut short."
+    )
+    replay_timing: str = Field(
+        "none", description="none, recorded, or a factor (0.5 = twice as fast) for stream frames."
+    )
+    repeat: RepeatPolicy = Field(
+        RepeatPolicy.ERROR, description="error, repeat-last or cycle, once recordings run out."
+    )
+    strict_order: bool = Field(False, description="Replay requests must come in recorded order.")
+    fail_on_unused: bool = Field(
+        False, description="Exit non-zero at shutdown if recordings went unused in replay."
+    )
+    ignore: tuple[str, ...] = Field(
+        (), description="UPSTREAM:WHAT:NAME match rule, e.g. openai:body:user (see README)."
+    )
+    connect_timeout: float = Field(10.0, gt=0, description="Seconds to connect upstream.")
+    read_timeout: float = Field(
+        300.0, gt=0, description="Seconds the upstream may stay silent mid-answer."
+    )
+    shutdown_timeout: float = Field(
+        5.0, ge=0, description="Seconds open connections get to finish at shutdown."
+    )
+    log_level: str = Field("info", description="debug, info, warning or error.")
+
+    @field_validator("cassette")
+    @classmethod
+    def _cassette_name(cls, value: str) -> str:
+        try:
+            return check_cassette_name(value)
+        except BadCassetteName as exc:
+            raise ValueError(exc.message) from exc
+
+    @field_validator("upstream")
+    @classmethod
+    def _upstreams(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, url in value.items():
+            if not UPSTREAM_NAME.match(name) or name in RESERVED_NAMES:
+                raise ValueError(f"upstream name {name!r} must be lowercase letters, digits, - or _")
+            if not re.match(r"^https?://[^/\s]+", url):
+                raise ValueError(f"upstream {name}={url!r} needs an http:// or https:// URL")
+        return {name: url.rstrip("/") for name, url in value.items()}
+
+    @field_validator("replay_timing")
+    @classmethod
+    def _timing(cls, value: str) -> str:
+        parse_timing(value)
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        if value.lower() not in {"debug", "info", "warning", "error"}:
+            raise ValueError("must be one of debug, info, warning, error")
+        return value.lower()
+
+
+LIST_FIELDS = frozenset({"live", "ignore"})
+DICT_FIELDS = frozenset({"upstream"})
+
+
+def option_name(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def env_name(field: str) -> str:
+    return ENV_PREFIX + field.upper()
+
+
+def load_settings(
+    cli: Mapping[str, Any], environ: Mapping[str, str] | None = None, config: Path | None = None
+) -> Settings:
+    """Merge the three sources, command line first, and validate once.
+
+    `cli` holds only the options given on the command line (None means not given)."""
+    environ = os.environ if environ is None else environ
+    layers: list[tuple[str, dict[str, Any]]] = [
+        ("llmtape.toml", _from_file(config, environ)),
+        ("environment", _from_env(environ)),
+        ("command line", {k: v for k, v in cli.items() if v is not None and v != ()}),
+    ]
+    merged: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for source, values in layers:
+        for key, value in values.items():
+            merged[key] = value
+            origin[key] = source
+    try:
+        return Settings(**merged)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, origin)) from exc
+
+
+def _from_file(config: Path | None, environ: Mapping[str, str]) -> dict[str, Any]:
+    path = config or (Path(environ[env_name("config")]) if env_name("config") in environ else None)
+    if path is None:
+        path = Path(DEFAULT_CONFIG_FILE)
+        if not path.is_file():
+            return {}
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file {path} does not exist") from exc
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc}") from exc
+    values = {key.replace("-", "_"): value for key, value in data.items()}
+    unknown = sorted(set(values) - set(Settings.model_fields))
+    if unknown:
+        raise ConfigError(
+            f"config file {path}: unknown key(s) {', '.join(unknown)}; "
+            f"known keys: {', '.join(sorted(Settings.model_fields))}"
+        )
+    if isinstance(values.get("upstream"), list):
+        values["upstream"] = parse_pairs(values["upstream"], "upstream")
+    return values
+
+
+def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for field in Settings.model_fields:
+        raw = environ.get(env_name(field))
+        if raw is None or raw == "":
+            continue
+        if field in LIST_FIELDS:
+            values[field] = tuple(part.strip() for part in raw.split(",") if part.strip())
+        elif field in DICT_FIELDS:
+            values[field] = parse_pairs(raw.split(","), field)
+        else:
+            values[field] = raw
+    return values
+
+
+def parse_pairs(items: Any, field: str) -> dict[str, str]:
+    """NAME=URL items (from the CLI, a comma-separated variable or a TOML list) -> dict."""
+    pairs: dict[str, str] = {}
+    for item in items:
+        name, sep, value = str(item).strip().partition("=")
+        if not sep or not name or not value:
+            raise ConfigError(f"{option_name(field)}: {item!r} is not NAME=URL")
+        pairs[name.strip()] = value.strip()
+    return pairs
+
+
+def _explain(exc: ValidationError, origin: Mapping[str, str]) -> str:
+    lines = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else "?"
+        source = origin.get(field, "default")
+        where = {"environment": env_name(field), "llmtape.toml": f"{field} in llmtape.toml"}.get(
+            source, option_name(field)
+        )
+        given = error.get("input")
+        lines.append(f"{option_name(field)} (from {where}): {given!r}: {error['msg']}")
+    return "invalid settings:\n  " + "\n  ".join(lines)

@@ -1,0 +1,114 @@
+"""Server state owned by one app: the current cassette and mode, per-cassette runs, counters."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.matching import pick_ordinal
+from proxy.settings import Mode, RepeatPolicy
+from proxy.store.base import CassetteStore, exchange_file
+
+MAX_LISTED = 50
+
+
+@dataclass
+class Stats:
+    upstream_calls: int = 0
+    replayed: int = 0
+    recorded: int = 0
+    misses: int = 0
+    errors: int = 0
+
+
+@dataclass
+class Run:
+    """One run of one cassette: what is on disk, and what this run asked, served and recorded.
+    A PUT on the control API starts a new run."""
+
+    cassette: str
+    ordinals: dict[str, list[int]]
+    asked: Counter[str] = field(default_factory=Counter)
+    served: set[tuple[str, int]] = field(default_factory=set)
+    recorded: list[tuple[str, int]] = field(default_factory=list)
+    requests: int = 0
+
+    def ask(self, key: str) -> tuple[int, int]:
+        """Count one more request for `key`: (its 1-based ask number, its seq in the run)."""
+        self.asked[key] += 1
+        self.requests += 1
+        return self.asked[key], self.requests - 1
+
+    def pick(self, key: str, ask: int, policy: RepeatPolicy) -> int | None:
+        return pick_ordinal(self.ordinals.get(key, ()), ask, policy)
+
+    def add(self, key: str, ordinal: int) -> None:
+        ordinals = self.ordinals.setdefault(key, [])
+        if ordinal not in ordinals:
+            ordinals.append(ordinal)
+            ordinals.sort()
+        self.recorded.append((key, ordinal))
+
+    def unused(self) -> list[str]:
+        recorded = set(self.recorded)
+        return [
+            exchange_file(key, ordinal)
+            for key, ordinals in sorted(self.ordinals.items())
+            for ordinal in ordinals
+            if (key, ordinal) not in self.served and (key, ordinal) not in recorded
+        ]
+
+    def summary(self, replaying: bool) -> dict[str, Any]:
+        unused = self.unused() if replaying else []
+        return {
+            "cassette": self.cassette,
+            "requests": self.requests,
+            "served": len(self.served),
+            "recorded": [exchange_file(k, o) for k, o in self.recorded[:MAX_LISTED]],
+            "recorded_count": len(self.recorded),
+            "unused": unused[:MAX_LISTED],
+            "unused_count": len(unused),
+        }
+
+
+class Runs:
+    """The runs of every cassette touched since start, loaded lazily off the event loop."""
+
+    def __init__(self, store: CassetteStore) -> None:
+        self._store = store
+        self._runs: dict[str, Run] = {}
+        self._loading: dict[str, asyncio.Task[Run]] = {}
+
+    async def get(self, cassette: str) -> Run:
+        run = self._runs.get(cassette)
+        if run is not None:
+            return run
+        task = self._loading.get(cassette)
+        if task is None:
+            task = asyncio.create_task(self._load(cassette))
+            self._loading[cassette] = task
+        try:
+            return await asyncio.shield(task)
+        finally:
+            self._loading.pop(cassette, None)
+
+    async def _load(self, cassette: str) -> Run:
+        ordinals = await asyncio.to_thread(self._store.entries, cassette)
+        run = self._runs.setdefault(cassette, Run(cassette, ordinals))
+        return run
+
+    def restart(self, cassette: str) -> None:
+        """Forget a cassette's run: the next request reloads it from disk and starts afresh."""
+        self._runs.pop(cassette, None)
+
+    def all(self) -> list[Run]:
+        return list(self._runs.values())
+
+
+@dataclass
+class ServerState:
+    cassette: str
+    mode: Mode
+    stats: Stats = field(default_factory=Stats)

@@ -1,0 +1,1 @@
+"""Cassette storage: the CassetteStore protocol and its filesystem implementation."""

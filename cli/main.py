@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from proxy.errors import ConfigError
-from proxy.settings import Mode, RepeatPolicy, load_settings, parse_pairs
+from proxy.settings import (
+    Mode,
+    RepeatPolicy,
+    Settings,
+    env_name,
+    load_settings,
+    option_name,
+    parse_pairs,
+)
 
 app = typer.Typer(
     name="llmtape",
@@ -24,6 +32,21 @@ def main() -> None:
     """Record and replay LLM and HTTP API traffic through content-addressed cassettes."""
 
 
+def option(field: str, off_flag: str | None = None) -> Any:
+    """A serve option described once, in Settings: its help, its default, its variable."""
+    info = Settings.model_fields[field]
+    default = info.get_default(call_default_factory=True)
+    shown = ", ".join(f"{k}={v}" for k, v in default.items()) if isinstance(default, dict) else (
+        ", ".join(default) if isinstance(default, tuple) else str(default)
+    )
+    flags = [option_name(field) + (f"/{off_flag}" if off_flag else "")]
+    return typer.Option(
+        *flags,
+        help=f"{info.description} Env: {env_name(field)}.",
+        show_default=shown or False,
+    )
+
+
 def fail(message: str, code: int = 2) -> typer.Exit:
     typer.secho(f"llmtape: {message}", err=True, fg=typer.colors.RED)
     return typer.Exit(code)
@@ -31,25 +54,28 @@ def fail(message: str, code: int = 2) -> typer.Exit:
 
 @app.command()
 def serve(
-    mode: Annotated[Mode | None, typer.Option(help="record, replay, auto or passthrough.", show_default="replay")] = None,
-    host: Annotated[str | None, typer.Option(help="Address to bind.", show_default="127.0.0.1")] = None,
-    port: Annotated[int | None, typer.Option(help="Port to bind; 0 picks a free one.", show_default="8787")] = None,
-    cassettes: Annotated[Path | None, typer.Option(help="Cassette library folder.", show_default="./cassettes")] = None,
-    cassette: Annotated[str | None, typer.Option(help="Cassette for requests that name none.", show_default="default")] = None,
-    upstream: Annotated[list[str] | None, typer.Option(help="NAME=URL: add an upstream or override a built-in (repeatable).")] = None,
-    live: Annotated[list[str] | None, typer.Option(help="Upstream that runs live in replay mode; answers go to CASSETTE.derived (repeatable).")] = None,
-    record_failures: Annotated[bool | None, typer.Option("--record-failures/--no-record-failures", help="Also record 429/5xx answers and failed streams.")] = None,
-    replay_timing: Annotated[str | None, typer.Option(help="none, recorded, or a factor on recorded gaps (0.5 = twice as fast).", show_default="none")] = None,
-    repeat: Annotated[RepeatPolicy | None, typer.Option(help="When a run asks more often than recorded: error, repeat-last or cycle.", show_default="error")] = None,
-    strict_order: Annotated[bool | None, typer.Option("--strict-order/--any-order", help="Replay requests must come in the recorded order.")] = None,
-    fail_on_unused: Annotated[bool | None, typer.Option("--fail-on-unused/--allow-unused", help="Exit 3 at shutdown if recordings went unused.")] = None,
-    ignore: Annotated[list[str] | None, typer.Option(help="Match rule UPSTREAM:WHAT:NAME, e.g. openai:body:user (repeatable).")] = None,
-    connect_timeout: Annotated[float | None, typer.Option(help="Seconds to connect upstream.", show_default="10")] = None,
-    read_timeout: Annotated[float | None, typer.Option(help="Seconds the upstream may stay silent mid-answer.", show_default="300")] = None,
-    shutdown_timeout: Annotated[float | None, typer.Option(help="Seconds open connections get at shutdown.", show_default="5")] = None,
-    log_level: Annotated[str | None, typer.Option(help="debug, info, warning or error.", show_default="info")] = None,
-    config: Annotated[Path | None, typer.Option(help="Config file.", show_default="./llmtape.toml if present")] = None,
-) -> None:
+    mode: Annotated[Mode | None, option("mode")] = None,
+    host: Annotated[str | None, option("host")] = None,
+    port: Annotated[int | None, option("port")] = None,
+    cassettes: Annotated[Path | None, option("cassettes")] = None,
+    cassette: Annotated[str | None, option("cassette")] = None,
+    upstream: Annotated[list[str] | None, option("upstream")] = None,
+    live: Annotated[list[str] | None, option("live")] = None,
+    record_failures: Annotated[
+        bool | None, option("record_failures", "--no-record-failures")
+    ] = None,
+    replay_timing: Annotated[str | None, option("replay_timing")] = None,
+    repeat: Annotated[RepeatPolicy | None, option("repeat")] = None,
+    strict_order: Annotated[bool | None, option("strict_order", "--any-order")] = None,
+    fail_on_unused: Annotated[bool | None, option("fail_on_unused", "--allow-unused")] = None,
+    ignore: Annotated[list[str] | None, option("ignore")] = None,
+    connect_timeout: Annotated[float | None, option("connect_timeout")] = None,
+    read_timeout: Annotated[float | None, option("read_timeout")] = None,
+    shutdown_timeout: Annotated[float | None, option("shutdown_timeout")] = None,
+    log_level: Annotated[str | None, option("log_level")] = None,
+    config: Annotated[Path | None, typer.Option(
+        help="Config file.", show_default="./llmtape.toml if present"
+    )] = None) -> None:
     """Start the proxy. Point OPENAI_BASE_URL at http://HOST:PORT/openai/v1 and
     ANTHROPIC_BASE_URL at http://HOST:PORT/anthropic. Every option also reads LLMTAPE_<OPTION>
     and llmtape.toml; the command line wins over the environment, which wins over the file."""

@@ -1,4 +1,4 @@
-"""Bodies as stored: JSON kept as JSON, text as text, anything else base64 - and back, byte for byte."""
+"""Bodies as stored: JSON as JSON, text as text, anything else base64; and back, byte for byte."""
 
 from __future__ import annotations
 
@@ -30,9 +30,10 @@ class Payload:
     def from_dict(cls, data: dict[str, Any] | None) -> Payload:
         if not data:
             return EMPTY
+        kind: Kind
         for kind in ("json", "text", "base64"):
             if kind in data:
-                return cls(kind, data[kind], data.get("style"))  # type: ignore[arg-type]
+                return cls(kind, data[kind], data.get("style"))
         raise ValueError(f"a body needs one of json, text or base64, got keys {sorted(data)}")
 
 

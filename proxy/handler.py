@@ -183,7 +183,7 @@ class Proxy:
         response = await self.upstream.open(outbound)
         recorder = None
         if record is not None:
-            run, ask, seq = record
+            _, ask, seq = record
             recorder = Recorder(
                 provider=ctx.provider, request=ctx.parts, key=ctx.key, ordinal=ask, seq=seq,
                 rules=ctx.rules.fingerprint(), status=response.status,
@@ -208,7 +208,8 @@ class Proxy:
         await asyncio.to_thread(self.store.write, run.cassette, exchange)
         run.add(exchange.key, exchange.ordinal)
         self.state.stats.recorded += 1
-        return "recorded" if exchange.outcome is Outcome.COMPLETE else f"recorded {exchange.outcome}"
+        failed = exchange.outcome is not Outcome.COMPLETE
+        return f"recorded {exchange.outcome.value}" if failed else "recorded"
 
     def _log(self, ctx: Context, outcome: str, status: int) -> None:
         ms = (time.monotonic() - ctx.started) * 1000

@@ -4,6 +4,7 @@ replay of a recorded exchange. Both stop at once when the client goes away."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
@@ -41,10 +42,8 @@ async def run_until_disconnect(work: Coroutine[Any, Any, None], receive: Receive
         task.result()
         return
     task.cancel()
-    try:
+    with contextlib.suppress(asyncio.CancelledError):
         await task
-    except asyncio.CancelledError:
-        pass
 
 
 class LiveResponse:
@@ -102,7 +101,8 @@ class ReplayResponse:
         await run_until_disconnect(self._play(send), receive)
 
     async def _play(self, send: Send) -> None:
-        await send({"type": "http.response.start", "status": self._status, "headers": self._headers})
+        start = {"type": "http.response.start", "status": self._status, "headers": self._headers}
+        await send(start)
         for delay, data in self._frames:
             if delay > 0:
                 await asyncio.sleep(delay)

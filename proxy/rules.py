@@ -107,7 +107,8 @@ def without_path(value: Any, tokens: tuple[str | int, ...]) -> Any:
                 del copy[key]
         return copy
     if isinstance(value, list) and (head == "*" or isinstance(head, int)):
-        indexes = range(len(value)) if head == "*" else [head] if 0 <= int(head) < len(value) else []
+        in_range = isinstance(head, int) and 0 <= head < len(value)
+        indexes = range(len(value)) if head == "*" else [head] if in_range else []
         if not rest:
             # Removing array items would shift the rest: never ignore array order or length.
             return value

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from proxy.errors import BadCassetteName, ConfigError
+from proxy.rules import parse_rule
 from proxy.store.names import check_cassette_name
 from proxy.timing import parse_timing
 
@@ -92,7 +93,7 @@ class Settings(BaseModel):
     def _upstreams(cls, value: dict[str, str]) -> dict[str, str]:
         for name, url in value.items():
             if not UPSTREAM_NAME.match(name) or name in RESERVED_NAMES:
-                raise ValueError(f"upstream name {name!r} must be lowercase letters, digits, - or _")
+                raise ValueError(f"upstream name {name!r}: use lowercase letters, digits, - or _")
             if not re.match(r"^https?://[^/\s]+", url):
                 raise ValueError(f"upstream {name}={url!r} needs an http:// or https:// URL")
         return {name: url.rstrip("/") for name, url in value.items()}
@@ -101,6 +102,16 @@ class Settings(BaseModel):
     @classmethod
     def _timing(cls, value: str) -> str:
         parse_timing(value)
+        return value
+
+    @field_validator("ignore")
+    @classmethod
+    def _rules(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for spec in value:
+            try:
+                parse_rule(spec)
+            except ConfigError as exc:
+                raise ValueError(exc.message) from exc
         return value
 
     @field_validator("log_level")

@@ -3,7 +3,6 @@ aiohttp errors translated to llmtape's at this boundary."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -59,7 +58,9 @@ class AiohttpResponse:
         self._upstream = upstream
         self._response = response
         self.status = response.status
-        self.headers = [(k.lower(), v) for k, v in response.headers.items()]
+        self.headers: Sequence[tuple[str, str]] = [
+            (k.lower(), v) for k, v in response.headers.items()
+        ]
         self.chunked = response.headers.get("transfer-encoding", "").lower() == "chunked"
 
     async def chunks(self) -> AsyncIterator[bytes]:
@@ -93,7 +94,7 @@ class AiohttpUpstream:
                 allow_redirects=False,
                 timeout=self._timeout,
             )
-        except (TimeoutError, asyncio.TimeoutError) as exc:
+        except TimeoutError as exc:
             raise UpstreamTimeout(f"{where} did not answer in time ({exc or 'timeout'})") from exc
         except aiohttp.ClientError as exc:
             raise UpstreamUnreachable(f"{where} is unreachable: {exc}") from exc

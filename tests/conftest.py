@@ -1,0 +1,47 @@
+"""Fixtures: a fake provider upstream and a factory for real llmtape servers pointed at it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.settings import Settings
+from tests.fakes.upstream import FakeUpstream
+from tests.support import ProxyServer
+
+MakeProxy = Callable[..., ProxyServer]
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeUpstream]:
+    with FakeUpstream() as upstream:
+        yield upstream
+
+
+@pytest.fixture
+def cassettes(tmp_path: Path) -> Path:
+    return tmp_path / "cassettes"
+
+
+@pytest.fixture
+def make_proxy(fake: FakeUpstream, cassettes: Path) -> Iterator[MakeProxy]:
+    """Start llmtape with every built-in upstream pointed at the fake; stopped at test end."""
+    started: list[ProxyServer] = []
+
+    def make(**overrides: Any) -> ProxyServer:
+        upstreams = {name: fake.url for name in ("openai", "anthropic", "gemini", "ollama")}
+        upstreams.update(overrides.pop("upstream", {}))
+        values: dict[str, Any] = {
+            "port": 0, "cassettes": cassettes, "upstream": upstreams, "shutdown_timeout": 2,
+        }
+        values.update(overrides)
+        server = ProxyServer(Settings(**values)).start()
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        server.stop()

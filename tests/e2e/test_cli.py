@@ -1,0 +1,94 @@
+"""`llmtape serve` as a user runs it: a real process, its ready line, its signals, its config."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fakes.upstream import FakeUpstream
+
+LLMTAPE = [sys.executable, "-m", "cli.main"]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Serve:
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
+        environ["PYTHONPATH"] = str(ROOT)
+        environ.update(env or {})
+        self.process = subprocess.Popen(
+            [*LLMTAPE, "serve", "--port", "0", *args], cwd=cwd, env=environ,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        assert self.process.stdout is not None
+        self.ready = self.process.stdout.readline()
+        self.url = self.ready.split("ready on ")[-1].strip()
+
+    def stop(self, sig: int = signal.SIGTERM) -> tuple[int, str]:
+        self.process.send_signal(sig)
+        _, err = self.process.communicate(timeout=30)
+        return self.process.returncode, err
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_serve_prints_its_url_and_exits_cleanly_on_signals_with_cassettes_on_disk(
+    workdir: Path, fake: FakeUpstream, sig: int
+) -> None:
+    serve = Serve(["--mode", "record", "--upstream", f"openai={fake.url}"], workdir)
+    assert serve.url.startswith("http://127.0.0.1:"), serve.ready
+    response = httpx.post(serve.url + "/openai/v1/embeddings", json={"model": "m", "input": "x"},
+                          headers={"authorization": "Bearer sk-test-fake"})
+    assert response.status_code == 200
+    code, err = serve.stop(sig)
+    assert code == 0, err
+    [stored] = (workdir / "cassettes" / "default").glob("*.json")
+    assert json.loads(stored.read_text())["response"]["status"] == 200
+    assert "1 recorded" in err and "key=" in err
+    assert "sk-test-fake" not in err
+
+
+def test_environment_beats_the_config_file_and_the_command_line_beats_both(
+    workdir: Path, fake: FakeUpstream
+) -> None:
+    (workdir / "llmtape.toml").write_text('mode = "passthrough"\ncassette = "from_file"\n')
+    serve = Serve(["--cassette", "from_cli"], workdir, env={"LLMTAPE_MODE": "auto"})
+    state = httpx.get(serve.url + "/__llmtape/cassette").json()
+    assert state == {"cassette": "from_cli", "mode": "auto"}
+    assert serve.stop()[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "needle"),
+    [
+        (["--mode", "rewind"], {}, "--mode"),
+        ([], {"LLMTAPE_MODE": "rewind"}, "LLMTAPE_MODE"),
+        ([], {"LLMTAPE_REPLAY_TIMING": "fast"}, "none, recorded"),
+        (["--upstream", "openai"], {}, "NAME=URL"),
+        (["--cassette", "../up"], {}, "not allowed"),
+        (["--ignore", "openai:nose:user"], {}, "UPSTREAM:WHAT:NAME"),
+    ],
+)
+def test_a_bad_value_fails_at_start_naming_the_option(
+    workdir: Path, args: list[str], env: dict[str, str], needle: str
+) -> None:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
+    result = subprocess.run(
+        [*LLMTAPE, "serve", "--port", "0", *args], cwd=workdir, capture_output=True, text=True,
+        env={**environ, "PYTHONPATH": str(ROOT), **env}, timeout=30,
+    )
+    assert result.returncode == 2
+    assert needle in result.stderr
+    assert "Traceback" not in result.stderr

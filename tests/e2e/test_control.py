@@ -1,0 +1,88 @@
+"""Cassettes per test: the x-llmtape-cassette header and the control API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import MakeProxy
+from tests.fakes.upstream import FakeUpstream
+
+EMBED = {"model": "m", "input": "hello"}
+
+
+def embed(url: str, cassette: str | None = None, text: str = "hello") -> httpx.Response:
+    headers = {"authorization": "Bearer sk-test-fake"}
+    if cassette:
+        headers["x-llmtape-cassette"] = cassette
+    return httpx.post(url + "/openai/v1/embeddings", json={**EMBED, "input": text},
+                      headers=headers)
+
+
+def test_header_picks_the_cassette_for_one_request(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    proxy = make_proxy(mode="record")
+    assert embed(proxy.url, cassette="suite/test_one").status_code == 200
+    assert embed(proxy.url).status_code == 200
+    assert len(list((cassettes / "suite" / "test_one").glob("*.json"))) == 1
+    assert len(list((cassettes / "default").glob("*.json"))) == 1
+
+
+def test_control_api_switches_cassette_and_mode_without_restart(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    proxy = make_proxy(mode="record")
+    assert proxy.get("/__llmtape/cassette") == {"cassette": "default", "mode": "record"}
+    switched = proxy.put_cassette(cassette="test_a")
+    assert switched.json() == {"cassette": "test_a", "mode": "record"}
+    embed(proxy.url, text="only in a")
+    assert proxy.put_cassette(mode="replay").json() == {"cassette": "test_a", "mode": "replay"}
+    assert embed(proxy.url, text="only in a").status_code == 200
+    proxy.put_cassette(cassette="test_b")
+    miss = embed(proxy.url, text="only in a")
+    assert miss.status_code == 422 and "'test_b'" in miss.json()["error"]["message"]
+    stats = proxy.stats
+    assert (stats["recorded"], stats["replayed"], stats["misses"]) == (1, 1, 1)
+    assert stats["upstream_calls"] == 1
+    assert proxy.get("/__llmtape/health")["status"] == "ok"
+
+
+def test_a_put_starts_a_new_run_so_repeated_requests_replay_from_the_first(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    proxy = make_proxy(mode="record")
+    embed(proxy.url)
+    proxy.put_cassette(mode="replay")
+    assert embed(proxy.url).status_code == 200
+    assert embed(proxy.url).status_code == 422, "the one recording is used up in this run"
+    proxy.put_cassette(mode="replay")
+    assert embed(proxy.url).status_code == 200
+
+
+@pytest.mark.parametrize("name", ["../escape", "/etc/passwd", "a/../../b", ".hidden", "a//b"])
+def test_a_path_traversal_cassette_name_is_refused_and_nothing_is_written(
+    make_proxy: MakeProxy, fake: FakeUpstream, tmp_path: Path, name: str
+) -> None:
+    proxy = make_proxy(mode="record")
+    response = embed(proxy.url, cassette=name)
+    assert response.status_code == 400
+    assert response.json()["error"]["type"] == "bad_cassette_name"
+    assert proxy.put_cassette(cassette=name).status_code == 400
+    assert proxy.get("/__llmtape/cassette")["cassette"] == "default"
+    assert fake.hits == []
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+def test_put_with_a_bad_mode_or_body_is_a_400_that_lists_the_modes(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    proxy = make_proxy()
+    for body in ({"mode": "rewind"}, {"cassete": "typo"}):
+        response = proxy.put_cassette(**body)
+        assert response.status_code == 400
+        assert "record, replay, auto, passthrough" in response.json()["error"]["message"]
+    bad_json = httpx.put(proxy.url + "/__llmtape/cassette", content=b"{not json")
+    assert bad_json.status_code == 400

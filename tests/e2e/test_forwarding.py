@@ -1,0 +1,138 @@
+"""Forwarding: routes, methods, queries, headers, compression, and upstream failures."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from tests.conftest import MakeProxy
+from tests.fakes.upstream import FakeUpstream
+from tests.support import SECRET_ANTHROPIC, SECRET_OPENAI
+
+
+def test_every_method_query_and_body_reaches_a_generic_upstream(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    proxy = make_proxy(mode="passthrough", upstream={"tools": fake.url + "/base"})
+    for method in ("GET", "POST", "PUT", "PATCH", "DELETE"):
+        response = httpx.request(
+            method, proxy.url + "/tools/search/items?q=paris&page=2",
+            json={"n": 1} if method != "GET" else None,
+            headers={"x-custom": "yes", "connection": "keep-alive"},
+        )
+        assert response.status_code == 200, response.text
+        hit = fake.hits[-1]
+        assert (hit.method, hit.path, hit.query) == (
+            method, "/base/search/items", {"q": "paris", "page": "2"}
+        )
+        assert hit.headers["x-custom"] == "yes"
+        assert hit.headers["host"] == fake.url.removeprefix("http://")
+        assert response.json()["method"] == method
+
+
+def test_unknown_upstream_is_a_404_listing_the_known_ones(make_proxy: MakeProxy) -> None:
+    proxy = make_proxy()
+    response = httpx.get(proxy.url + "/nope/v1/models")
+    assert response.status_code == 404
+    message = response.json()["error"]["message"]
+    for name in ("openai", "anthropic", "gemini", "ollama"):
+        assert name in message
+
+
+def test_bare_v1_goes_to_anthropic_with_anthropic_version_else_to_openai(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    proxy = make_proxy(mode="record")
+    ant = anthropic.Anthropic(base_url=proxy.url, api_key=SECRET_ANTHROPIC)
+    message = ant.messages.create(
+        model="claude-test-1", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+    )
+    oai = openai.OpenAI(base_url=proxy.url + "/v1", api_key=SECRET_OPENAI)
+    models = [m.id for m in oai.models.list()]
+    assert message.content[0].text == "echo: hi"  # type: ignore[union-attr]
+    assert models
+    proxy.stop()
+    stored = [json.loads(p.read_text())["request"] for p in cassettes.rglob("*.json")]
+    assert sorted((r["upstream"], r["path"]) for r in stored) == [
+        ("anthropic", "/v1/messages"), ("openai", "/v1/models")
+    ]
+    assert [h.path for h in fake.hits] == ["/v1/messages", "/v1/models"]
+
+
+def test_compressed_answers_reach_the_client_and_the_cassette_readable(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    with FakeUpstream(gzip=True) as zipped:
+        proxy = make_proxy(mode="record", upstream={"openai": zipped.url})
+        response = httpx.get(proxy.url + "/openai/v1/models", headers={"accept-encoding": "br"})
+        assert response.status_code == 200
+        assert "content-encoding" not in response.headers
+        assert response.json()["data"]
+        proxy.stop()
+    [stored] = list(cassettes.rglob("*.json"))
+    assert '"object": "list"' in stored.read_text()
+
+
+def test_an_unreachable_upstream_is_a_502_in_the_provider_shape(make_proxy: MakeProxy) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed_port = sock.getsockname()[1]
+    proxy = make_proxy(mode="record", upstream={"anthropic": f"http://127.0.0.1:{closed_port}"})
+    ant = anthropic.Anthropic(base_url=proxy.url + "/anthropic", api_key=SECRET_ANTHROPIC,
+                              max_retries=0)
+    with pytest.raises(anthropic.InternalServerError) as caught:
+        ant.messages.create(model="claude-test-1", max_tokens=8,
+                            messages=[{"role": "user", "content": "hi"}])
+    assert caught.value.status_code == 502
+    body = caught.value.body
+    assert isinstance(body, dict) and body["type"] == "error"
+    assert body["error"]["type"] == "upstream_unreachable"
+    assert "'anthropic'" in body["error"]["message"]
+    stats = proxy.stats
+    assert (stats["errors"], stats["recorded"]) == (1, 0)
+
+
+@pytest.fixture
+def silent_upstream() -> Iterator[str]:
+    """Accepts connections and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+def test_an_upstream_that_does_not_answer_in_time_is_a_504(
+    make_proxy: MakeProxy, silent_upstream: str, cassettes: Path
+) -> None:
+    proxy = make_proxy(mode="record", read_timeout=0.3, upstream={"openai": silent_upstream})
+    response = httpx.get(proxy.url + "/openai/v1/models", timeout=10)
+    assert response.status_code == 504
+    error = response.json()["error"]
+    assert error["type"] == "upstream_timeout" and "'openai'" in error["message"]
+    assert proxy.stats["errors"] == 1

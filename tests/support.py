@@ -1,0 +1,77 @@
+"""Test harness: the real llmtape app on real uvicorn, port 0, in a background thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from cli.server import ReadyServer, uvicorn_config
+from proxy.app import create_app
+from proxy.settings import Settings
+
+SECRET_OPENAI = "sk-test-SECRET-openai-0123456789abcdef"
+SECRET_ANTHROPIC = "sk-ant-test-SECRET-anthropic-0123456789"
+SECRET_GEMINI = "AIza-test-SECRET-gemini-0123456789"
+SECRETS = (SECRET_OPENAI, SECRET_ANTHROPIC, SECRET_GEMINI)
+
+
+class ProxyServer:
+    """`with ProxyServer(settings) as proxy:` serves on proxy.url until the block ends."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.app = create_app(settings)
+        self.url = ""
+        self._ready = threading.Event()
+        self._server = ReadyServer(uvicorn_config(self.app, settings), self._on_ready)
+        self._server.config.install_signal_handlers = False  # type: ignore[attr-defined]
+        self._thread = threading.Thread(target=self._run, name="llmtape-test", daemon=True)
+
+    def _on_ready(self, url: str) -> None:
+        self.url = url
+        self._ready.set()
+
+    def _run(self) -> None:
+        asyncio.run(self._server.serve())
+        self._ready.set()
+
+    def start(self) -> ProxyServer:
+        self._thread.start()
+        if not self._ready.wait(timeout=20) or not self.url:
+            raise RuntimeError("llmtape did not start")
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=30)
+
+    def __enter__(self) -> ProxyServer:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def get(self, path: str) -> Any:
+        return httpx.get(self.url + path, timeout=10).json()
+
+    def put_cassette(self, **body: str) -> httpx.Response:
+        return httpx.put(self.url + "/__llmtape/cassette", json=body, timeout=10)
+
+    @property
+    def stats(self) -> Any:
+        return self.get("/__llmtape/stats")
+
+
+def files_under(folder: Path) -> dict[str, bytes]:
+    """Every file below `folder`, by relative path, with its bytes."""
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }

@@ -57,7 +57,10 @@ def parse_rule(spec: str) -> Rule:
             f"{', '.join(RULE_KINDS)}, e.g. openai:body:user or *:query:ts"
         )
     if kind == "body":
-        parse_path(name)
+        try:
+            parse_path(name)
+        except ConfigError as exc:
+            raise ConfigError(f"--ignore {spec!r}: {exc.message}") from exc
     return Rule(upstream, kind, name if kind == "body" else name.lower())
 
 

@@ -1,0 +1,315 @@
+"""Request normalization and match rules: what goes into a request's key, and what never does."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from proxy.errors import ConfigError
+from proxy.normalize import RequestParts, canonical, request_key, request_parts
+from proxy.rules import MatchRules, build_rules, parse_path
+
+RULES = MatchRules(
+    ignore_body=("user", "metadata.request_id", "messages[*].name"),
+    key_headers=frozenset({"anthropic-version"}),
+)
+BASE: dict[str, Any] = {
+    "model": "claude-x",
+    "temperature": 0.5,
+    "user": "u-1",
+    "metadata": {"request_id": "r-1", "team": "core"},
+    "messages": [
+        {"role": "user", "content": "hello", "name": "alice"},
+        {"role": "assistant", "content": "hi", "name": "bot"},
+    ],
+    "tools": [{"name": "search", "input_schema": {"type": "object"}}],
+}
+JSON_HEADERS = {"content-type": "application/json", "anthropic-version": "2023-06-01"}
+
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**12), 10**12)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=10)
+)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=20,
+)
+json_objects = st.dictionaries(st.text(max_size=8), json_values, max_size=6)
+
+
+def parts_of(
+    body: Any = BASE,
+    *,
+    headers: dict[str, str] | None = None,
+    query: str = "",
+    raw: bytes | None = None,
+    rules: MatchRules = RULES,
+) -> RequestParts:
+    data = json.dumps(body).encode() if raw is None else raw
+    merged = {**JSON_HEADERS, **(headers or {})}
+    return request_parts("POST", "anthropic", "/v1/messages", query, merged, data, rules)
+
+
+def key_of(body: Any = BASE, rules: MatchRules = RULES, **kwargs: Any) -> str:
+    return request_key(parts_of(body, rules=rules, **kwargs), rules)
+
+
+def shuffled(value: Any, rnd: random.Random) -> Any:
+    """The same JSON value with every object's keys in a random order."""
+    if isinstance(value, dict):
+        keys = list(value)
+        rnd.shuffle(keys)
+        return {k: shuffled(value[k], rnd) for k in keys}
+    if isinstance(value, list):
+        return [shuffled(item, rnd) for item in value]
+    return value
+
+
+def with_body(**changes: Any) -> dict[str, Any]:
+    return {**json.loads(json.dumps(BASE)), **changes}
+
+
+@given(
+    body=json_objects,
+    rnd=st.randoms(use_true_random=False),
+    indent=st.sampled_from([None, 0, 2, 4, "\t"]),
+    separators=st.sampled_from([(",", ":"), (", ", ": "), (" , ", " : ")]),
+    ensure_ascii=st.booleans(),
+    trailing=st.sampled_from(["", "\n", "  \r\n"]),
+)
+def test_key_is_stable_under_key_order_and_json_whitespace(
+    body: dict[str, Any],
+    rnd: random.Random,
+    indent: Any,
+    separators: tuple[str, str],
+    ensure_ascii: bool,
+    trailing: str,
+) -> None:
+    compact = json.dumps(body, separators=(",", ":")).encode()
+    text = json.dumps(
+        shuffled(body, rnd), indent=indent, separators=separators, ensure_ascii=ensure_ascii
+    )
+    assert key_of(raw=(text + trailing).encode()) == key_of(raw=compact)
+
+
+CREDENTIALS = ["authorization", "x-api-key", "api-key", "cookie", "Authorization", "X-Api-Key"]
+TELEMETRY = ["user-agent", "x-stainless-lang", "x-stainless-os", "X-Stainless-Runtime-Version"]
+secrets = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_", min_size=8).map(
+    lambda s: "sk-SECRET-" + s
+)
+
+
+@given(name=st.sampled_from(CREDENTIALS + TELEMETRY), value=secrets)
+def test_credentials_and_telemetry_never_change_the_key(name: str, value: str) -> None:
+    assert key_of(headers={name: value}) == key_of()
+
+
+@given(name=st.sampled_from(CREDENTIALS + TELEMETRY), value=secrets)
+def test_credentials_and_telemetry_never_appear_in_request_parts(name: str, value: str) -> None:
+    parts = parts_of(headers={name: value})
+    assert value not in json.dumps(parts.to_dict())
+    assert dict(parts.headers) == {"anthropic-version": "2023-06-01"}
+
+
+@given(name=st.sampled_from(CREDENTIALS), value=secrets)
+def test_a_credential_stays_out_even_when_a_rule_keys_on_it(name: str, value: str) -> None:
+    rules = MatchRules(key_headers=frozenset({name.lower()}))
+    parts = parts_of(headers={name: value}, rules=rules)
+    assert value not in json.dumps(parts.to_dict())
+    assert request_key(parts, rules) == key_of(rules=rules)
+
+
+def test_query_params_are_sorted() -> None:
+    parts = parts_of(query="b=2&a=1&a=0")
+    assert parts.query == (("a", "0"), ("a", "1"), ("b", "2"))
+    assert key_of(query="b=2&a=1&a=0") == key_of(query="a=0&a=1&b=2")
+
+
+@pytest.mark.parametrize("secret_param", ["key", "api_key", "KEY", "access_token"])
+def test_key_like_query_params_are_dropped(secret_param: str) -> None:
+    parts = parts_of(query=f"alt=sse&{secret_param}=AIza-SECRET")
+    assert parts.query == (("alt", "sse"),)
+    assert key_of(query=f"alt=sse&{secret_param}=AIza-SECRET") == key_of(query="alt=sse")
+
+
+def test_a_non_secret_query_param_changes_the_key() -> None:
+    assert key_of(query="alt=sse") != key_of(query="alt=json")
+    assert key_of(query="alt=sse") != key_of()
+
+
+def test_provider_key_header_changes_the_key() -> None:
+    assert key_of(headers={"anthropic-version": "2023-06-01"}) != key_of(
+        headers={"anthropic-version": "2024-01-01"}
+    )
+    without = request_parts(
+        "POST", "anthropic", "/v1/messages", "", {"content-type": "application/json"},
+        json.dumps(BASE).encode(), RULES,
+    )
+    assert request_key(without, RULES) != key_of()
+
+
+def test_key_header_name_case_and_value_padding_do_not_matter() -> None:
+    assert key_of(headers={"Anthropic-Version": " 2023-06-01 "}) == key_of()
+
+
+@pytest.mark.parametrize(
+    ("field", "place"),
+    [
+        ("user", lambda body, v: body.__setitem__("user", v)),
+        ("metadata.request_id", lambda body, v: body["metadata"].__setitem__("request_id", v)),
+        ("messages[0].name", lambda body, v: body["messages"][0].__setitem__("name", v)),
+        ("messages[1].name", lambda body, v: body["messages"][1].__setitem__("name", v)),
+    ],
+)
+@given(value=json_values)
+def test_an_ignored_body_field_never_changes_the_key(field: str, place: Any, value: Any) -> None:
+    body = with_body()
+    place(body, value)
+    assert key_of(body) == key_of()
+
+
+@given(value=json_values)
+def test_dropping_an_ignored_body_field_does_not_change_the_key(value: Any) -> None:
+    body = with_body(user=value)
+    del body["user"]
+    del body["messages"][0]["name"]
+    assert key_of(body) == key_of()
+
+
+@pytest.mark.parametrize(
+    ("field", "strategy"),
+    [
+        ("model", st.text()),
+        ("temperature", st.floats(allow_nan=False) | st.integers()),
+        ("tools", st.lists(json_values, max_size=3)),
+        ("stream", st.booleans()),
+    ],
+)
+@given(data=st.data())
+def test_a_non_ignored_body_field_always_changes_the_key(
+    field: str, strategy: st.SearchStrategy[Any], data: st.DataObject
+) -> None:
+    value = data.draw(strategy)
+    assume(value != BASE.get(field, object()))
+    assert key_of(with_body(**{field: value})) != key_of()
+
+
+@given(content=st.text() | st.lists(st.dictionaries(st.text(max_size=5), scalars, max_size=3)))
+def test_message_content_always_changes_the_key(content: Any) -> None:
+    assume(content != "hello")
+    body = with_body()
+    body["messages"][0]["content"] = content
+    assert key_of(body) != key_of()
+
+
+@given(first=st.text(), second=st.text())
+def test_swapping_two_messages_changes_the_key(first: str, second: str) -> None:
+    assume(first != second)
+    one, two = {"role": "user", "content": first}, {"role": "user", "content": second}
+    assert key_of(with_body(messages=[one, two])) != key_of(with_body(messages=[two, one]))
+
+
+@pytest.mark.parametrize("rule", ["messages[*]", "messages[0]", "messages[1]", "tools[*]"])
+def test_an_array_item_rule_never_removes_items(rule: str) -> None:
+    rules = MatchRules(ignore_body=(rule,))
+    parts = parts_of(rules=rules)
+    assert canonical(parts, rules).body.value["messages"] == BASE["messages"]
+    shorter = with_body(messages=BASE["messages"][:1])
+    assert key_of(shorter, rules=rules) != key_of(rules=rules)
+
+
+@given(
+    body=json_objects,
+    query=st.lists(st.tuples(st.sampled_from("abcxyz"), st.text(max_size=5)), max_size=4),
+    version=st.text(alphabet="0123456789-", min_size=1, max_size=10),
+)
+def test_request_parts_round_trip_gives_the_same_key(
+    body: dict[str, Any], query: list[tuple[str, str]], version: str
+) -> None:
+    from urllib.parse import urlencode
+
+    parts = parts_of(body, query=urlencode(query), headers={"anthropic-version": version})
+    stored = json.loads(json.dumps(parts.to_dict()))
+    again = RequestParts.from_dict(stored)
+    assert again == parts
+    assert request_key(again, RULES) == request_key(parts, RULES)
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        MatchRules(ignore_body=("user",)),
+        MatchRules(ignore_body=("user", "metadata")),
+        MatchRules(ignore_query=frozenset({"ts"})),
+        MatchRules(key_headers=frozenset({"openai-beta"})),
+    ],
+)
+def test_rules_fingerprint_changes_when_rules_change(other: MatchRules) -> None:
+    assert other.fingerprint() != MatchRules().fingerprint()
+    assert other.fingerprint() != RULES.fingerprint()
+
+
+def test_rules_fingerprint_is_stable_and_ignores_listing_order() -> None:
+    one = MatchRules(ignore_body=("a", "b"), ignore_query=frozenset({"x", "y"}))
+    two = MatchRules(ignore_body=("b", "a"), ignore_query=frozenset({"y", "x"}))
+    assert one.fingerprint() == two.fingerprint()
+    assert len(one.fingerprint()) == 16
+
+
+@pytest.mark.parametrize(
+    ("path", "tokens"),
+    [
+        ("user", ("user",)),
+        ("a.b[0].c", ("a", "b", 0, "c")),
+        ("a[*].b", ("a", "*", "b")),
+        ("messages[*].name", ("messages", "*", "name")),
+        ("a[0][12]", ("a", 0, 12)),
+    ],
+)
+def test_parse_path_accepts(path: str, tokens: tuple[str | int, ...]) -> None:
+    assert parse_path(path) == tokens
+
+
+@pytest.mark.parametrize("path", ["a..b", "a[x]", "", ".a", "a.", "a[]", "a[-1]", "a[0"])
+def test_parse_path_rejects(path: str) -> None:
+    with pytest.raises(ConfigError, match="JSON path"):
+        parse_path(path)
+
+
+def test_build_rules_takes_star_and_this_upstreams_specs_only() -> None:
+    base = MatchRules(ignore_body=("user",), key_headers=frozenset({"openai-beta"}))
+    specs = [
+        "*:body:metadata.request_id",
+        "openai:query:TS",
+        "openai:header:OpenAI-Beta",
+        "openai:key-header:X-Tenant",
+        "anthropic:body:system",
+        "*:body:user",
+    ]
+    rules = build_rules(base, "openai", specs)
+    assert rules.ignore_body == ("user", "metadata.request_id")
+    assert rules.ignore_query == frozenset({"ts"})
+    assert rules.ignore_headers == frozenset({"openai-beta"})
+    assert rules.headers() == frozenset({"x-tenant"})
+    other = build_rules(base, "anthropic", specs)
+    assert other.ignore_body == ("user", "metadata.request_id", "system")
+    assert other.ignore_query == frozenset()
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["openai:body", "openai:nope:x", ":body:user", "openai", "openai:body:a..b", "*:body:a[x]"],
+)
+def test_build_rules_rejects_a_bad_spec_naming_it(spec: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        build_rules(MatchRules(), "openai", [spec])
+    assert repr(spec) in caught.value.message

@@ -40,6 +40,7 @@ def stats_body(proxy: Proxy) -> dict[str, Any]:
         "recorded": stats.recorded,
         "misses": stats.misses,
         "errors": stats.errors,
+        "aborted": stats.aborted,
         "cassette": proxy.state.cassette,
         "mode": proxy.state.mode.value,
         "runs": [run.summary(replaying) for run in proxy.runs.all()],

@@ -198,9 +198,13 @@ class Proxy:
                 outcome = await self._commit(record[0], recorder.finish(cut))
             self._log(ctx, outcome, response.status)
 
+        def on_abort() -> None:
+            self.state.stats.aborted += 1
+            self._log(ctx, "client went away, nothing recorded", response.status)
+
         headers = [(k, v) for k, v in response.headers if k not in HOP_BY_HOP]
         headers.append(("x-llmtape-key", ctx.key))
-        return LiveResponse(response, raw_headers(headers), recorder, on_end)
+        return LiveResponse(response, raw_headers(headers), recorder, on_end, on_abort)
 
     async def _commit(self, run: Run, exchange: Exchange) -> str:
         if exchange.outcome is not Outcome.COMPLETE and not self.settings.record_failures:

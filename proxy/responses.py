@@ -27,8 +27,9 @@ async def _until_disconnect(receive: Receive) -> None:
         pass
 
 
-async def run_until_disconnect(work: Coroutine[Any, Any, None], receive: Receive) -> None:
-    """Run `work`; if the client disconnects first, cancel it (its `finally` closes upstream)."""
+async def run_until_disconnect(work: Coroutine[Any, Any, None], receive: Receive) -> bool:
+    """Run `work`; if the client disconnects first, cancel it (its `finally` closes upstream).
+    True when `work` ran to its end, False when the client left first."""
     task = asyncio.ensure_future(work)
     watch = asyncio.ensure_future(_until_disconnect(receive))
     try:
@@ -40,15 +41,17 @@ async def run_until_disconnect(work: Coroutine[Any, Any, None], receive: Receive
     watch.cancel()
     if task in done:
         task.result()
-        return
+        return True
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+    return False
 
 
 class LiveResponse:
     """Sends each upstream chunk on as it arrives, feeds the recorder, then calls `on_end(cut)`
-    before the final empty chunk, so an exchange is on disk when the client sees the end."""
+    before the final empty chunk, so an exchange is on disk when the client sees the end.
+    A client that leaves first gets `on_abort()` instead, and nothing is recorded."""
 
     def __init__(
         self,
@@ -56,14 +59,17 @@ class LiveResponse:
         headers: RawHeaders,
         recorder: Recorder | None,
         on_end: Callable[[bool], Awaitable[None]],
+        on_abort: Callable[[], None],
     ) -> None:
         self._response = response
         self._headers = headers
         self._recorder = recorder
         self._on_end = on_end
+        self._on_abort = on_abort
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await run_until_disconnect(self._pump(send), receive)
+        if not await run_until_disconnect(self._pump(send), receive):
+            self._on_abort()
 
     async def _pump(self, send: Send) -> None:
         status = self._response.status

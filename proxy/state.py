@@ -21,6 +21,7 @@ class Stats:
     recorded: int = 0
     misses: int = 0
     errors: int = 0
+    aborted: int = 0  # clients that left mid-answer
 
 
 @dataclass

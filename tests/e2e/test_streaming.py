@@ -1,0 +1,296 @@
+"""Streams: passed through live while recorded as frames, replayed so the SDKs see the same."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from tests.conftest import MakeProxy
+from tests.fakes.upstream import FakeUpstream
+from tests.support import SECRET_ANTHROPIC, SECRET_GEMINI, SECRET_OPENAI, ProxyServer
+
+USER: Any = [{"role": "user", "content": "What is the weather in Paris today?"}]
+OPENAI_TOOL: Any = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+ANTHROPIC_TOOL: Any = {
+    "name": "get_weather",
+    "description": "Weather for a city",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+
+
+def oai(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/openai/v1", api_key=SECRET_OPENAI, max_retries=0)
+
+
+def ant(url: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=url + "/anthropic", api_key=SECRET_ANTHROPIC,
+                               max_retries=0)
+
+
+def openai_chat_with_tools(url: str) -> dict[str, Any]:
+    stream = oai(url).chat.completions.create(
+        model="gpt-4o-mini", messages=USER, tools=[OPENAI_TOOL], stream=True,
+        stream_options={"include_usage": True},
+    )
+    calls: dict[int, dict[str, str]] = {}
+    chunks = 0
+    usage = None
+    for chunk in stream:
+        chunks += 1
+        usage = chunk.usage.total_tokens if chunk.usage else usage
+        for choice in chunk.choices:
+            for call in choice.delta.tool_calls or []:
+                entry = calls.setdefault(call.index, {"name": "", "arguments": ""})
+                entry["name"] += (call.function and call.function.name) or ""
+                entry["arguments"] += (call.function and call.function.arguments) or ""
+    return {"calls": calls, "chunks": chunks, "usage": usage}
+
+
+def openai_chat_text(url: str) -> dict[str, Any]:
+    stream = oai(url).chat.completions.create(model="gpt-4o-mini", messages=USER, stream=True)
+    deltas = [c.choices[0].delta.content for c in stream if c.choices]
+    return {"deltas": deltas}
+
+
+def openai_responses(url: str) -> dict[str, Any]:
+    with oai(url).responses.stream(model="gpt-4o-mini", input="Say hi") as stream:
+        types = [event.type for event in stream]
+        final = stream.get_final_response()
+    return {"types": types, "text": final.output_text, "usage": final.usage.total_tokens}  # type: ignore[union-attr]
+
+
+def anthropic_messages(url: str) -> dict[str, Any]:
+    with ant(url).messages.stream(model="claude-test-1", max_tokens=64, messages=USER) as stream:
+        types = [event.type for event in stream]
+        final = stream.get_final_message()
+    return {"types": types, "text": final.content[0].text, "usage": final.usage.output_tokens}  # type: ignore[union-attr]
+
+
+def anthropic_tool_use(url: str) -> dict[str, Any]:
+    with ant(url).messages.stream(
+        model="claude-test-1", max_tokens=64, messages=USER, tools=[ANTHROPIC_TOOL]
+    ) as stream:
+        types = [event.type for event in stream]
+        final = stream.get_final_message()
+    block = final.content[-1]
+    return {"types": types, "tool": block.model_dump(), "stop": final.stop_reason}
+
+
+def raw_frames(url: str, path: str, body: dict[str, Any], sep: bytes) -> dict[str, Any]:
+    with httpx.stream("POST", url + path, json=body, timeout=10) as response:
+        data = b"".join(response.iter_raw())
+        content_type = response.headers["content-type"]
+    frames = [f for f in data.split(sep) if f.strip()]
+    return {"status": response.status_code, "type": content_type, "frames": frames}
+
+
+def gemini_sse(url: str) -> dict[str, Any]:
+    path = f"/gemini/v1beta/models/gemini-test:streamGenerateContent?alt=sse&key={SECRET_GEMINI}"
+    return raw_frames(url, path, {"contents": [{"parts": [{"text": "hi"}]}]}, b"\r\n\r\n")
+
+
+def ollama_chat(url: str) -> dict[str, Any]:
+    return raw_frames(url, "/ollama/api/chat", {"model": "llama3", "messages": USER}, b"\n")
+
+
+def ollama_generate(url: str) -> dict[str, Any]:
+    return raw_frames(url, "/ollama/api/generate", {"model": "llama3", "prompt": "hi"}, b"\n")
+
+
+DIALECTS: dict[str, Callable[[str], dict[str, Any]]] = {
+    "openai-chat-tools": openai_chat_with_tools,
+    "openai-chat-text": openai_chat_text,
+    "openai-responses": openai_responses,
+    "anthropic-messages": anthropic_messages,
+    "anthropic-tool-use": anthropic_tool_use,
+    "gemini-sse": gemini_sse,
+    "ollama-chat": ollama_chat,
+    "ollama-generate": ollama_generate,
+}
+
+
+def stored(cassettes: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted(cassettes.rglob("*.json"))]
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_stream_replays_exactly_as_it_was_recorded(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path, dialect: str
+) -> None:
+    drive = DIALECTS[dialect]
+    recorder = make_proxy(mode="record")
+    live = drive(recorder.url)
+    recorder.stop()
+    fake.stop()
+    replayer = make_proxy(mode="replay")
+    assert drive(replayer.url) == live
+    assert replayer.stats["replayed"] == 1
+    [exchange] = stored(cassettes)
+    response = exchange["response"]
+    assert response["dialect"] in {"sse", "ndjson"}
+    assert len(response["frames"]) >= 2, "kept as frames, not one blob"
+    if dialect == "openai-chat-text":
+        assert "usage" not in exchange, "no include_usage, so no usage frame"
+    else:
+        assert exchange["usage"]["output_tokens"] > 0
+
+
+def test_tool_call_deltas_assemble_the_same_call_in_replay(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    recorder = make_proxy(mode="record")
+    openai_chat_with_tools(recorder.url)
+    recorder.stop()
+    fake.stop()
+    replayed = openai_chat_with_tools(make_proxy(mode="replay").url)
+    assert replayed["calls"] == {0: {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
+    assert replayed["usage"]
+
+
+def test_the_client_gets_the_first_frame_before_the_upstream_sends_the_second(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    fake.frame_delay = 0.2
+    proxy = make_proxy(mode="record")
+    body = {"model": "gpt-4o-mini", "messages": USER, "stream": True}
+    with httpx.stream("POST", proxy.url + "/openai/v1/chat/completions", json=body) as response:
+        chunks = response.iter_raw()
+        next(chunks)
+        first_frame_at = time.monotonic()
+        rest = list(chunks)
+    assert rest, "more frames followed"
+    assert first_frame_at < fake.frames_sent[1]
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
+
+
+def test_a_client_that_leaves_mid_stream_closes_the_upstream_and_records_nothing(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    fake.frame_delay = 0.1
+    proxy = make_proxy(mode="record")
+    body = {"model": "gpt-4o-mini", "messages": USER, "stream": True}
+    with httpx.stream("POST", proxy.url + "/openai/v1/chat/completions", json=body) as response:
+        next(response.iter_raw())
+    wait_for(lambda: proxy.stats["aborted"] == 1)
+    sent = len(fake.frames_sent)
+    time.sleep(0.5)  # long enough for several more frames, had the upstream been left open
+    assert len(fake.frames_sent) == sent, "the upstream stream was closed"
+    assert proxy.stats["recorded"] == 0
+    assert stored(cassettes) == []
+
+
+def chat_stream_raw(url: str) -> tuple[list[bytes], str | None]:
+    """The frames a raw client got, and how the stream ended (None: cleanly)."""
+    body = {"model": "gpt-4o-mini", "messages": USER, "stream": True}
+    frames: list[bytes] = []
+    try:
+        with httpx.stream("POST", url + "/openai/v1/chat/completions", json=body) as response:
+            for chunk in response.iter_raw():
+                frames.append(chunk)
+    except httpx.RemoteProtocolError as exc:
+        return frames, type(exc).__name__
+    return frames, None
+
+
+def test_an_upstream_cut_reaches_the_client_and_is_not_recorded_by_default(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    fake.cut_after = 3
+    proxy = make_proxy(mode="record")
+    with pytest.raises(openai.APIConnectionError):
+        openai_chat_text(proxy.url)
+    assert chat_stream_raw(proxy.url)[1] == "RemoteProtocolError"
+    stats = proxy.stats
+    assert (stats["recorded"], stats["errors"]) == (0, 2)
+    assert stored(cassettes) == []
+
+
+def test_with_record_failures_a_cut_stream_is_recorded_and_replays_cut_at_the_same_frame(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    fake.cut_after = 3
+    recorder = make_proxy(mode="record", record_failures=True)
+    live_frames, live_end = chat_stream_raw(recorder.url)
+    recorder.stop()
+    [exchange] = stored(cassettes)
+    assert exchange["outcome"] == "upstream_cut"
+    assert len(exchange["response"]["frames"]) == 3
+    fake.stop()
+    replayer = make_proxy(mode="replay")
+    frames, end = chat_stream_raw(replayer.url)
+    assert (b"".join(frames), end) == (b"".join(live_frames), live_end) != (b"", None)
+    with pytest.raises(openai.APIConnectionError):
+        replayer.put_cassette(mode="replay")
+        openai_chat_text(replayer.url)
+
+
+def test_an_error_event_mid_stream_is_recorded_only_with_record_failures_then_replayed(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    fake.stream_error_after = 2
+    plain = make_proxy(mode="record", cassette="plain")
+    with pytest.raises(anthropic.APIStatusError, match="Overloaded"):
+        anthropic_messages(plain.url)
+    plain.stop()
+    assert not (cassettes / "plain").exists()
+
+    keeper = make_proxy(mode="record", cassette="kept", record_failures=True)
+    with pytest.raises(anthropic.APIStatusError, match="Overloaded"):
+        anthropic_messages(keeper.url)
+    keeper.stop()
+    [exchange] = stored(cassettes / "kept")
+    assert exchange["outcome"] == "stream_error"
+    fake.stop()
+    replayer = make_proxy(mode="replay", cassette="kept")
+    with pytest.raises(anthropic.APIStatusError, match="Overloaded"):
+        anthropic_messages(replayer.url)
+
+
+def replay_duration(proxy: ProxyServer, timing: str) -> float:
+    body = {"model": "gpt-4o-mini", "messages": USER, "stream": True}
+    started = time.monotonic()
+    response = httpx.post(proxy.url + "/openai/v1/chat/completions", json=body,
+                          headers={"x-llmtape-timing": timing})
+    assert response.status_code == 200
+    return time.monotonic() - started
+
+
+def test_replay_timing_recorded_waits_the_recorded_gaps_and_a_factor_scales_them(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    fake.frame_delay = 0.05
+    recorder = make_proxy(mode="record")
+    openai_chat_text(recorder.url)
+    recorder.stop()
+    [exchange] = stored(cassettes)
+    recorded = exchange["response"]["frames"][-1]["ms"] / 1000
+    assert recorded >= 0.15
+    replayer = make_proxy(mode="replay", repeat="repeat-last")
+    assert replay_duration(replayer, "recorded") >= recorded * 0.95
+    assert replay_duration(replayer, "2") >= recorded * 2 * 0.95
+    bad = httpx.post(replayer.url + "/openai/v1/chat/completions", headers={
+        "x-llmtape-timing": "soon"}, json={"model": "gpt-4o-mini", "messages": USER,
+                                           "stream": True})
+    assert bad.status_code == 400 and "recorded" in bad.json()["error"]["message"]

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from proxy.errors import ConfigError
+from proxy.errors import ConfigError, LlmtapeError
 from proxy.settings import (
     Mode,
     RepeatPolicy,
@@ -92,6 +92,40 @@ def serve(
     except ConfigError as exc:
         raise fail(exc.message) from exc
     raise typer.Exit(run_server(settings))
+
+
+@app.command()
+def rekey(
+    name: Annotated[str, typer.Argument(help="The cassette to rekey.")],
+    cassettes: Annotated[Path | None, option("cassettes")] = None,
+    upstream: Annotated[list[str] | None, option("upstream")] = None,
+    ignore: Annotated[list[str] | None, option("ignore")] = None,
+    config: Annotated[Path | None, typer.Option(help="Config file.")] = None,
+    dry_run: Annotated[bool, typer.Option(help="Show what would move; change nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Recompute the keys of a cassette after the match rules changed, so that no recording
+    is orphaned. Requests that now match each other become ordinals in recorded order."""
+    from cli.output import print_rekey
+    from proxy.library import rekey as rekey_cassette
+    from proxy.providers import provider_table, rules_table
+    from proxy.rules import MatchRules
+    from proxy.store.fs import FileStore
+
+    try:
+        settings = load_settings(
+            {"cassettes": cassettes, "ignore": tuple(ignore or ()) or None,
+             "upstream": parse_pairs(upstream, "upstream") if upstream else None},
+            config=config,
+        )
+        rules = rules_table(provider_table(settings.upstream), settings.ignore)
+        store = FileStore(settings.cassettes)
+        if not store.entries(name):
+            raise ConfigError(f"cassette {name!r} has no recordings under {settings.cassettes}")
+        report = rekey_cassette(store, name, lambda up: rules.get(up, MatchRules()), dry_run)
+    except LlmtapeError as exc:
+        raise fail(exc.message) from exc
+    print_rekey(report, dry_run, as_json)
 
 
 if __name__ == "__main__":

@@ -16,9 +16,8 @@ from starlette.routing import Route
 from proxy.control import ROUTES, stats_body
 from proxy.errors import BadCassetteName
 from proxy.handler import Proxy
-from proxy.providers import provider_table
+from proxy.providers import provider_table, rules_table
 from proxy.responses import QuietCuts
-from proxy.rules import build_rules
 from proxy.settings import Settings
 from proxy.state import Runs, ServerState
 from proxy.store.fs import FileStore
@@ -34,10 +33,10 @@ def create_app(settings: Settings) -> Starlette:
     proxy = Proxy(
         settings=settings,
         providers=providers,
-        rules={name: build_rules(p.rules, name, settings.ignore) for name, p in providers.items()},
+        rules=rules_table(providers, settings.ignore),
         store=store,
         state=ServerState(cassette=settings.cassette, mode=settings.mode),
-        runs=Runs(store),
+        runs=Runs(store, strict_order=settings.strict_order),
     )
     _quiet_cuts()
 

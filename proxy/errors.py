@@ -5,6 +5,7 @@
      +-- BadCassetteName      a cassette name that is not a safe relative name (400)
      +-- UnknownUpstream      a route prefix that names no upstream (404)
      +-- CassetteMiss         replay found no recording for a request (422)
+     |    +-- OutOfOrder      --strict-order: a request came out of the recorded order (422)
      +-- CassetteCorrupt      an exchange file that cannot be read back (500)
      +-- UpstreamError        the upstream did not answer properly
           +-- UpstreamUnreachable   connection refused, reset, DNS (502)
@@ -47,6 +48,12 @@ class CassetteMiss(LlmtapeError):
     # 422: a client error the OpenAI and Anthropic SDKs never retry (they retry 408, 409, 429, 5xx).
     status = 422
     error_type = "cassette_miss"
+
+
+class OutOfOrder(CassetteMiss):
+    """--strict-order: a recorded request came at another position than recorded."""
+
+    error_type = "cassette_out_of_order"
 
 
 class CassetteCorrupt(LlmtapeError):

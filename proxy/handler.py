@@ -14,7 +14,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from proxy.errors import ConfigError, LlmtapeError, UpstreamError
+from proxy.errors import ConfigError, LlmtapeError, OutOfOrder, UpstreamError
+from proxy.matching import next_expected
 from proxy.misses import Miss
 from proxy.models import Exchange, Outcome
 from proxy.normalize import RequestParts, canonical, request_key, request_parts
@@ -25,7 +26,7 @@ from proxy.routing import resolve
 from proxy.rules import MatchRules
 from proxy.settings import Mode, Settings
 from proxy.state import Run, Runs, ServerState
-from proxy.store.base import CassetteStore
+from proxy.store.base import CassetteStore, exchange_file
 from proxy.store.names import check_cassette_name
 from proxy.timing import TIMING_HEADER, parse_timing
 from proxy.upstream import HOP_BY_HOP, Outbound, Upstream, forward_headers
@@ -126,11 +127,34 @@ class Proxy:
             factor = parse_timing(timing)
         except ValueError as exc:
             raise ConfigError(f"{TIMING_HEADER}: {exc}") from exc
+        if run.order is not None:
+            self._check_order(ctx, run, ordinal)
         exchange = await asyncio.to_thread(self.store.read, ctx.cassette, ctx.key, ordinal)
         run.served.add((ctx.key, ordinal))
         self.state.stats.replayed += 1
         self._log(ctx, "replayed", exchange.response.status)
         return replay_response(exchange, factor, ctx.key)
+
+    def _check_order(self, ctx: Context, run: Run, ordinal: int) -> None:
+        order = run.order or []
+        live = frozenset(self.settings.live)
+        position = next_expected(order, run.cursor, live)
+        expected = order[position] if position < len(order) else None
+        if expected is not None and (expected.key, expected.ordinal) == (ctx.key, ordinal):
+            run.cursor = position + 1
+            return
+        self.state.stats.misses += 1
+        here = exchange_file(ctx.key, ordinal)
+        came = f"{ctx.parts.method} {ctx.provider.name} {ctx.path} ({here})"
+        wanted = (
+            f"{expected.summary} ({exchange_file(expected.key, expected.ordinal)})"
+            if expected is not None else "no further request"
+        )
+        raise OutOfOrder(
+            f"--strict-order: request #{position + 1} of this run in cassette {ctx.cassette!r} "
+            f"was expected to be {wanted}, but {came} came. Replay the requests in the recorded "
+            "order, or drop --strict-order."
+        )
 
     async def _refuse(self, ctx: Context, run: Run, ask: int) -> ASGIApp:
         self.state.stats.misses += 1

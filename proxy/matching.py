@@ -38,6 +38,9 @@ class Difference:
             return f"{self.path}: added {_short(self.requested, width)}"
         if self.requested is MISSING:
             return f"{self.path}: removed (was {_short(self.recorded, width)})"
+        if isinstance(self.recorded, str) and isinstance(self.requested, str):
+            before, after = _around_change(self.recorded, self.requested, width // 2)
+            return f"{self.path}: {before} -> {after}"
         return f"{self.path}: {_short(self.recorded, width)} -> {_short(self.requested, width)}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -52,6 +55,27 @@ class Difference:
 def _short(value: Any, width: int) -> str:
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _around_change(old: str, new: str, room: int) -> tuple[str, str]:
+    """Both strings cut down to where they differ, with a little context on each side:
+    `"...weather in NYC today..."` -> `"...weather in LA today..."`."""
+    if len(old) <= room and len(new) <= room:
+        return json.dumps(old, ensure_ascii=False), json.dumps(new, ensure_ascii=False)
+    start = 0
+    while start < min(len(old), len(new)) and old[start] == new[start]:
+        start += 1
+    end = 0
+    while end < min(len(old), len(new)) - start and old[-1 - end] == new[-1 - end]:
+        end += 1
+    context = max(8, (room - max(len(old), len(new)) + start + end) // 2)
+
+    def cut(text: str) -> str:
+        left, right = max(0, start - context), min(len(text), len(text) - end + context)
+        middle = json.dumps(text[left:right], ensure_ascii=False)[1:-1]
+        return '"' + ("..." if left else "") + middle + ("..." if right < len(text) else "") + '"'
+
+    return cut(old), cut(new)
 
 
 def diff(recorded: Any, requested: Any, path: str = "") -> list[Difference]:
@@ -103,3 +127,21 @@ def closest(wanted: RequestParts, candidates: Iterable[RequestParts]) -> Closest
         if best is None or rank < best[0]:
             best = (rank, Closest(parts, differences))
     return None if best is None else best[1]
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One recording's place in the recorded order of a cassette."""
+
+    key: str
+    ordinal: int
+    upstream: str
+    summary: str  # `POST openai /v1/chat/completions`, for messages
+
+
+def next_expected(order: Sequence[Recorded], cursor: int, live: frozenset[str]) -> int:
+    """The position of the next recording a strict-order replay must serve, skipping the
+    recordings of upstreams that now run live (partial replay)."""
+    while cursor < len(order) and order[cursor].upstream in live:
+        cursor += 1
+    return cursor

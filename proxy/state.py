@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.matching import pick_ordinal
+from proxy.matching import Recorded, pick_ordinal
 from proxy.settings import Mode, RepeatPolicy
 from proxy.store.base import CassetteStore, exchange_file
 
@@ -35,6 +35,8 @@ class Run:
     served: set[tuple[str, int]] = field(default_factory=set)
     recorded: list[tuple[str, int]] = field(default_factory=list)
     requests: int = 0
+    order: list[Recorded] | None = None  # recorded order, loaded only for --strict-order
+    cursor: int = 0  # position in `order` of the next recording to serve
 
     def ask(self, key: str) -> tuple[int, int]:
         """Count one more request for `key`: (its 1-based ask number, its seq in the run)."""
@@ -77,8 +79,9 @@ class Run:
 class Runs:
     """The runs of every cassette touched since start, loaded lazily off the event loop."""
 
-    def __init__(self, store: CassetteStore) -> None:
+    def __init__(self, store: CassetteStore, strict_order: bool = False) -> None:
         self._store = store
+        self._strict_order = strict_order
         self._runs: dict[str, Run] = {}
         self._loading: dict[str, asyncio.Task[Run]] = {}
 
@@ -97,8 +100,22 @@ class Runs:
 
     async def _load(self, cassette: str) -> Run:
         ordinals = await asyncio.to_thread(self._store.entries, cassette)
-        run = self._runs.setdefault(cassette, Run(cassette, ordinals))
-        return run
+        order = None
+        if self._strict_order:
+            order = await asyncio.to_thread(self._recorded_order, cassette, ordinals)
+        return self._runs.setdefault(cassette, Run(cassette, ordinals, order=order))
+
+    def _recorded_order(self, cassette: str, ordinals: dict[str, list[int]]) -> list[Recorded]:
+        """Every recording by its position in the recording run (reads every file once)."""
+        placed = []
+        for key, numbers in ordinals.items():
+            for ordinal in numbers:
+                exchange = self._store.read(cassette, key, ordinal)
+                request = exchange.request
+                summary = f"{request.method} {request.upstream} {request.path}"
+                placed.append((exchange.seq, Recorded(key, ordinal, request.upstream, summary)))
+        placed.sort(key=lambda item: (item[0], item[1].key, item[1].ordinal))
+        return [recorded for _, recorded in placed]
 
     def restart(self, cassette: str) -> None:
         """Forget a cassette's run: the next request reloads it from disk and starts afresh."""

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from proxy.providers import anthropic, gemini, ollama, openai
 from proxy.providers.base import Provider
+from proxy.rules import MatchRules, build_rules
 
 BUILTIN: Mapping[str, Provider] = {
     p.name: p for p in (openai.PROVIDER, anthropic.PROVIDER, gemini.PROVIDER, ollama.PROVIDER)
@@ -19,3 +20,9 @@ def provider_table(overrides: Mapping[str, str]) -> dict[str, Provider]:
         base = table.get(name) or Provider(name=name, base_url=url)
         table[name] = base.with_url(url)
     return table
+
+
+def rules_table(providers: Mapping[str, Provider], specs: Iterable[str]) -> dict[str, MatchRules]:
+    """Each upstream's match rules: its provider's defaults plus the `--ignore` rules."""
+    specs = tuple(specs)
+    return {name: build_rules(p.rules, name, specs) for name, p in providers.items()}

@@ -27,7 +27,7 @@ class FileStore:
             with os.scandir(self.folder(cassette)) as listing:
                 for entry in listing:
                     parsed = parse_exchange_file(entry.name)
-                    if parsed is not None:
+                    if parsed is not None and entry.is_file():
                         found.setdefault(parsed[0], []).append(parsed[1])
         except FileNotFoundError:
             return {}
@@ -55,6 +55,10 @@ class FileStore:
         write_atomic(path, dump_exchange(exchange))
         return True
 
+    def delete(self, cassette: str, key: str, ordinal: int) -> None:
+        self.path(cassette, key, ordinal).unlink(missing_ok=True)
+        _fsync_folder(self.folder(cassette))
+
     def cassettes(self) -> list[str]:
         names = []
         for folder, dirs, files in os.walk(self.root):
@@ -77,11 +81,16 @@ def write_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
-    folder = os.open(path.parent, os.O_RDONLY)
+    _fsync_folder(path.parent)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename or unlink in `folder` durable."""
+    handle = os.open(folder, os.O_RDONLY)
     try:
-        os.fsync(folder)
+        os.fsync(handle)
     finally:
-        os.close(folder)
+        os.close(handle)
 
 
 def _untimed(exchange: Exchange) -> bytes:

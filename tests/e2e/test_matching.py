@@ -1,0 +1,216 @@
+"""Matching you can trust: default rules, --ignore, repeat policies, strict order, unused
+recordings, partial replay and rekey, through the real server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import MakeProxy
+from tests.fakes.upstream import FakeUpstream, Reply
+from tests.support import SECRET_OPENAI, files_under
+
+ROOT = Path(__file__).resolve().parents[2]
+USER: Any = [{"role": "user", "content": "Plan a trip to Paris"}]
+
+
+def client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/openai/v1", api_key=SECRET_OPENAI, max_retries=0)
+
+
+def chat(url: str, **extra: Any) -> str:
+    answer = client(url).chat.completions.create(model="gpt-4o-mini", messages=USER, **extra)
+    return answer.choices[0].message.content or ""
+
+
+def embed(url: str, text: str) -> str:
+    return client(url).embeddings.create(model="m", input=text).model
+
+
+def test_a_changed_user_field_still_replays_under_the_default_rules(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    recorder = make_proxy(mode="record")
+    recorded = chat(recorder.url, user="alice", temperature=0.2)
+    recorder.stop()
+    fake.stop()
+    replayer = make_proxy(mode="replay")
+    assert chat(replayer.url, user="bob", temperature=0.2) == recorded
+    with pytest.raises(openai.UnprocessableEntityError, match=r"body\.temperature: 0\.2 -> 0\.9"):
+        chat(replayer.url, user="bob", temperature=0.9)
+
+
+def test_an_ignore_rule_from_the_settings_makes_a_field_not_count(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    recorder = make_proxy(mode="record", ignore=("openai:body:temperature",))
+    recorded = chat(recorder.url, temperature=0.2)
+    recorder.stop()
+    replayer = make_proxy(mode="replay", ignore=("openai:body:temperature",))
+    assert chat(replayer.url, temperature=1.5) == recorded
+
+
+def record_three_answers(make_proxy: MakeProxy, fake: FakeUpstream, **settings: Any) -> str:
+    vector = [{"object": "embedding", "index": 0, "embedding": [0.5]}]
+    fake.script("/v1/embeddings", *(
+        Reply(body={"object": "list", "data": vector, "model": name,
+                    "usage": {"prompt_tokens": 1, "total_tokens": 1}})
+        for name in ("one", "two", "three")
+    ))
+    recorder = make_proxy(mode="record")
+    for _ in range(3):
+        embed(recorder.url, "same")
+    recorder.stop()
+    return make_proxy(mode="replay", **settings).url
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        ("repeat-last", ["one", "two", "three", "three", "three"]),
+        ("cycle", ["one", "two", "three", "one", "two"]),
+    ],
+)
+def test_repeat_policies_once_recordings_run_out(
+    make_proxy: MakeProxy, fake: FakeUpstream, policy: str, expected: list[str]
+) -> None:
+    url = record_three_answers(make_proxy, fake, repeat=policy)
+    assert [embed(url, "same") for _ in expected] == expected
+
+
+def test_strict_order_catches_a_swapped_pair(make_proxy: MakeProxy, fake: FakeUpstream) -> None:
+    recorder = make_proxy(mode="record")
+    for text in ("first", "second", "third"):
+        embed(recorder.url, text)
+    recorder.stop()
+    strict = make_proxy(mode="replay", strict_order=True)
+    for text in ("first", "second", "third"):
+        embed(strict.url, text)
+    strict.put_cassette(mode="replay")
+    embed(strict.url, "first")
+    with pytest.raises(openai.UnprocessableEntityError) as caught:
+        embed(strict.url, "third")
+    message = caught.value.body["message"]  # type: ignore[index]
+    assert caught.value.body["type"] == "cassette_out_of_order"  # type: ignore[index]
+    assert "request #2" in message and "POST openai /v1/embeddings" in message
+    loose = make_proxy(mode="replay")
+    for text in ("third", "first", "second"):
+        embed(loose.url, text)
+
+
+def serve(args: list[str], cwd: Path) -> tuple[subprocess.Popen[str], str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "serve", "--port", "0", *args], cwd=cwd,
+        env={**env, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    return process, process.stdout.readline().split("ready on ")[-1].strip()
+
+
+@pytest.mark.parametrize(("flag", "code"), [("--fail-on-unused", 3), ("--allow-unused", 0)])
+def test_fail_on_unused_makes_shutdown_exit_non_zero_and_names_the_unused(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path, flag: str, code: int
+) -> None:
+    recorder = make_proxy(mode="record")
+    embed(recorder.url, "used")
+    embed(recorder.url, "never replayed")
+    recorder.stop()
+    process, url = serve(["--cassettes", str(cassettes), flag], cassettes.parent)
+    embed(url, "used")
+    stats = httpx.get(url + "/__llmtape/stats").json()
+    [run] = stats["runs"]
+    assert run["unused_count"] == 1 and run["served"] == 1
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == code, err
+    assert "1 recording(s) never used" in err and run["unused"][0] in err
+
+
+@pytest.fixture
+def tool() -> Any:
+    """A second fake: a 'search' tool API the agent calls through llmtape."""
+    with FakeUpstream() as upstream:
+        yield upstream
+
+
+def agent_step(url: str, query: str, **headers: str) -> tuple[str, Any]:
+    """One step of an agent: ask the model, then call the tool."""
+    answer = chat(url) if not headers else client(url).with_options(
+        default_headers=headers).chat.completions.create(
+        model="gpt-4o-mini", messages=USER).choices[0].message.content
+    found = httpx.get(url + "/search/v1/find", params={"q": query}, headers=headers)
+    return str(answer), found.json() if found.status_code == 200 else found.status_code
+
+
+def test_partial_replay_runs_the_model_live_against_a_frozen_tool_api(
+    make_proxy: MakeProxy, fake: FakeUpstream, tool: FakeUpstream, cassettes: Path
+) -> None:
+    recorder = make_proxy(mode="record", cassette="trip", upstream={"search": tool.url})
+    recorded = agent_step(recorder.url, "hotels in paris")
+    recorder.stop()
+    original = files_under(cassettes / "trip")
+    tool_hits = len(tool.hits)
+    model_hits = fake.count("/v1/chat/completions")
+    tool.stop()
+
+    replayer = make_proxy(mode="replay", cassette="trip", live=("openai",),
+                          upstream={"search": tool.url})
+    assert agent_step(replayer.url, "hotels in paris") == recorded
+    assert fake.count("/v1/chat/completions") == model_hits + 1, "the model ran live"
+    assert agent_step(replayer.url, "museums in paris")[1] == 422, "a new tool call is a miss"
+    assert len(tool.hits) == tool_hits
+    replayer.stop()
+    assert files_under(cassettes / "trip") == original
+    derived = [json.loads(b) for b in files_under(cassettes / "trip.derived").values()]
+    assert {(d["request"]["upstream"], d["response"]["status"]) for d in derived} == {
+        ("openai", 200)
+    }
+
+
+def test_the_live_header_makes_one_request_partial(
+    make_proxy: MakeProxy, fake: FakeUpstream, tool: FakeUpstream
+) -> None:
+    recorder = make_proxy(mode="record", upstream={"search": tool.url})
+    recorded = agent_step(recorder.url, "hotels")
+    recorder.stop()
+    replayer = make_proxy(mode="replay", upstream={"search": tool.url})
+    model_hits = fake.count("/v1/chat/completions")
+    assert agent_step(replayer.url, "hotels", **{"x-llmtape-live": "openai"}) == recorded
+    assert fake.count("/v1/chat/completions") == model_hits + 1
+    assert replayer.stats["runs"][-1]["cassette"] == "default.derived"
+
+
+def test_rekey_moves_recordings_to_their_keys_under_new_rules(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    recorder = make_proxy(mode="record")
+    recorded = chat(recorder.url, temperature=0.2)
+    embed(recorder.url, "unchanged")
+    recorder.stop()
+    before = files_under(cassettes)
+    rule = "openai:body:temperature"
+    result = subprocess.run(
+        [sys.executable, "-m", "cli.main", "rekey", "default", "--cassettes", str(cassettes),
+         "--ignore", rule, "--json"], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=cassettes.parent,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert len(report["moved"]) == 2, "both files carry the new rules fingerprint"
+    after = files_under(cassettes)
+    assert len(after) == len(before)
+    assert set(after) != set(before)
+    replayer = make_proxy(mode="replay", ignore=(rule,))
+    assert chat(replayer.url, temperature=0.7) == recorded
+    assert embed(replayer.url, "unchanged")

@@ -78,7 +78,7 @@ class Proxy:
             ctx = await self._context(request, provider, path)
             return await self._dispatch(request, ctx)
         except LlmtapeError as exc:
-            if isinstance(exc, UpstreamError):
+            if exc.status >= 500:
                 self.state.stats.errors += 1
             log.warning("%s", exc.message)
             return error_response(provider, exc)
@@ -158,7 +158,8 @@ class Proxy:
 
     async def _refuse(self, ctx: Context, run: Run, ask: int) -> ASGIApp:
         self.state.stats.misses += 1
-        candidates = await asyncio.to_thread(self._candidates, run)
+        if run.candidates is None:
+            run.candidates = await asyncio.to_thread(self._candidates, run)
         miss = Miss(
             cassette=ctx.cassette,
             mode=ctx.mode.value,
@@ -166,7 +167,7 @@ class Proxy:
             ask=ask,
             recorded=len(run.ordinals.get(ctx.key, ())),
             request=canonical(ctx.parts, ctx.rules),
-            candidates=candidates,
+            candidates=run.candidates,
         )
         details = miss.explain()
         self.misses.appendleft(details)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.matching import Recorded, pick_ordinal
+from proxy.normalize import RequestParts
 from proxy.settings import Mode, RepeatPolicy
 from proxy.store.base import CassetteStore, exchange_file
 
@@ -37,6 +38,8 @@ class Run:
     requests: int = 0
     order: list[Recorded] | None = None  # recorded order, loaded only for --strict-order
     cursor: int = 0  # position in `order` of the next recording to serve
+    # Recorded requests in canonical form, read on the first miss and kept for the next ones.
+    candidates: list[tuple[str, int, RequestParts]] | None = None
 
     def ask(self, key: str) -> tuple[int, int]:
         """Count one more request for `key`: (its 1-based ask number, its seq in the run)."""
@@ -52,6 +55,7 @@ class Run:
         if ordinal not in ordinals:
             ordinals.append(ordinal)
             ordinals.sort()
+            self.candidates = None
         self.recorded.append((key, ordinal))
 
     def unused(self) -> list[str]:

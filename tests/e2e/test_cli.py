@@ -92,3 +92,18 @@ def test_a_bad_value_fails_at_start_naming_the_option(
     assert result.returncode == 2
     assert needle in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_an_open_stream_cannot_hold_the_exit_forever(workdir: Path, fake: FakeUpstream) -> None:
+    fake.frame_delay = 0.5
+    serve = Serve(["--mode", "record", "--shutdown-timeout", "1", "--upstream",
+                   f"openai={fake.url}"], workdir)
+    long_prompt = " ".join(["word"] * 60)  # about 30 s of frames
+    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": long_prompt}]}
+    with httpx.stream("POST", serve.url + "/openai/v1/chat/completions", json=body,
+                      headers={"authorization": "Bearer sk-test-fake"}) as response:
+        next(response.iter_raw())
+        code, err = serve.stop(signal.SIGTERM)
+    assert code == 0, err
+    assert len(fake.frames_sent) < 20, "the upstream stream was closed at shutdown"
+    assert not (workdir / "cassettes" / "default").exists(), "no half exchange was written"

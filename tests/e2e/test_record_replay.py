@@ -231,3 +231,20 @@ def test_failure_answers_pass_through_but_are_recorded_only_with_record_failures
     assert not (cassettes / "strict").exists()
     [stored] = (cassettes / "failures").glob("*.json")
     assert json.loads(stored.read_text())["outcome"] == "failure_status"
+
+
+def test_a_corrupt_exchange_file_is_a_clear_error_naming_the_file(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    recorder = make_proxy(mode="record")
+    httpx.post(recorder.url + "/openai/v1/embeddings", json={"model": "m", "input": "x"})
+    recorder.stop()
+    [stored] = (cassettes / "default").glob("*.json")
+    stored.write_text(stored.read_text()[:40])
+    replayer = make_proxy(mode="replay")
+    response = httpx.post(replayer.url + "/openai/v1/embeddings", json={"model": "m", "input": "x"})
+    assert response.status_code == 500
+    error = response.json()["error"]
+    assert error["type"] == "cassette_corrupt"
+    assert stored.name in error["message"] and "llmtape verify" in error["message"]
+    assert replayer.stats["errors"] == 1

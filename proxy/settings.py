@@ -171,6 +171,8 @@ def _from_file(config: Path | None, environ: Mapping[str, str]) -> dict[str, Any
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"config file {path} cannot be read: {exc}") from exc
     values = {key.replace("-", "_"): value for key, value in data.items()}
+    if "match" in values:
+        values["ignore"] = [*values.get("ignore", []), *match_tables(values.pop("match"), path)]
     unknown = sorted(set(values) - set(Settings.model_fields))
     if unknown:
         raise ConfigError(
@@ -180,6 +182,26 @@ def _from_file(config: Path | None, environ: Mapping[str, str]) -> dict[str, Any
     if isinstance(values.get("upstream"), list):
         values["upstream"] = parse_pairs(values["upstream"], "upstream")
     return values
+
+
+MATCH_KEYS = {"ignore_body": "body", "ignore_query": "query", "ignore_headers": "header",
+              "key_headers": "key-header"}
+
+
+def match_tables(tables: Any, path: Path) -> list[str]:
+    """`[match.openai] ignore_body = ["user"]` -> the `--ignore` spec `openai:body:user`."""
+    if not isinstance(tables, dict):
+        raise ConfigError(f"config file {path}: `match` must be tables like [match.openai]")
+    specs = []
+    for upstream, table in tables.items():
+        if not isinstance(table, dict) or set(table) - set(MATCH_KEYS):
+            raise ConfigError(
+                f"config file {path}: [match.{upstream}] takes the lists "
+                f"{', '.join(MATCH_KEYS)}"
+            )
+        for key, names in table.items():
+            specs += [f"{upstream}:{MATCH_KEYS[key]}:{name}" for name in names]
+    return specs
 
 
 def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:

@@ -15,6 +15,8 @@ import httpx
 import openai
 import pytest
 
+from proxy.errors import ConfigError
+from proxy.settings import load_settings
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import SECRET_OPENAI, files_under
@@ -214,3 +216,21 @@ def test_rekey_moves_recordings_to_their_keys_under_new_rules(
     replayer = make_proxy(mode="replay", ignore=(rule,))
     assert chat(replayer.url, temperature=0.7) == recorded
     assert embed(replayer.url, "unchanged")
+
+
+def test_match_tables_in_llmtape_toml_become_rules(
+    make_proxy: MakeProxy, fake: FakeUpstream, tmp_path: Path
+) -> None:
+    config = tmp_path / "llmtape.toml"
+    config.write_text('[match.openai]\nignore_body = ["temperature"]\n'
+                      '[match."*"]\nignore_query = ["ts"]\n')
+    settings = load_settings({}, environ={}, config=config)
+    assert settings.ignore == ("openai:body:temperature", "*:query:ts")
+    recorder = make_proxy(mode="record", ignore=settings.ignore)
+    recorded = chat(recorder.url, temperature=0.1)
+    recorder.stop()
+    replayer = make_proxy(mode="replay", ignore=settings.ignore)
+    assert chat(replayer.url, temperature=0.8) == recorded
+    config.write_text('[match.openai]\nignore_bodies = ["temperature"]\n')
+    with pytest.raises(ConfigError, match="ignore_body, ignore_query"):
+        load_settings({}, environ={}, config=config)

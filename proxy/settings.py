@@ -40,7 +40,7 @@ class RepeatPolicy(StrEnum):
 
 class Settings(BaseModel):
     """Every option of `llmtape serve`. Each field is a CLI option, an LLMTAPE_* variable
-    and a key of llmtape.toml (tests/test_settings.py holds the three in step)."""
+    and a key of llmtape.toml (tests/unit/test_settings.py holds the three in step)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -194,7 +194,12 @@ def match_tables(tables: Any, path: Path) -> list[str]:
         raise ConfigError(f"config file {path}: `match` must be tables like [match.openai]")
     specs = []
     for upstream, table in tables.items():
-        if not isinstance(table, dict) or set(table) - set(MATCH_KEYS):
+        if (
+            not isinstance(table, dict)
+            or set(table) - set(MATCH_KEYS)
+            # a bare string would be split into one-letter rules
+            or not all(isinstance(names, list) for names in table.values())
+        ):
             raise ConfigError(
                 f"config file {path}: [match.{upstream}] takes the lists "
                 f"{', '.join(MATCH_KEYS)}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 from hypothesis import assume, given
@@ -40,7 +41,9 @@ scalars = (
 )
 json_values = st.recursive(
     scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
     max_leaves=20,
 )
 json_objects = st.dictionaries(st.text(max_size=8), json_values, max_size=6)
@@ -141,6 +144,14 @@ def test_key_like_query_params_are_dropped(secret_param: str) -> None:
     assert key_of(query=f"alt=sse&{secret_param}=AIza-SECRET") == key_of(query="alt=sse")
 
 
+@given(value=st.text())
+def test_an_ignored_query_param_never_changes_the_key(value: str) -> None:
+    rules = MatchRules(ignore_query=frozenset({"ts"}), key_headers=RULES.key_headers)
+    query = urlencode([("alt", "sse"), ("TS", value)])
+    assert key_of(rules=rules, query=query) == key_of(rules=rules, query="alt=sse")
+    assert ("TS", value) in parts_of(rules=rules, query=query).query  # stored, just not keyed
+
+
 def test_a_non_secret_query_param_changes_the_key() -> None:
     assert key_of(query="alt=sse") != key_of(query="alt=json")
     assert key_of(query="alt=sse") != key_of()
@@ -235,8 +246,6 @@ def test_an_array_item_rule_never_removes_items(rule: str) -> None:
 def test_request_parts_round_trip_gives_the_same_key(
     body: dict[str, Any], query: list[tuple[str, str]], version: str
 ) -> None:
-    from urllib.parse import urlencode
-
     parts = parts_of(body, query=urlencode(query), headers={"anthropic-version": version})
     stored = json.loads(json.dumps(parts.to_dict()))
     again = RequestParts.from_dict(stored)

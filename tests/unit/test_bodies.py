@@ -1,0 +1,176 @@
+"""Stored bodies: every response body replays byte for byte; request bodies parse as JSON."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.bodies import (
+    EMPTY,
+    Payload,
+    looks_json,
+    payload_bytes,
+    request_payload,
+    response_payload,
+)
+
+scalars = (
+    st.booleans()
+    | st.integers(-(10**20), 10**20)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+    | st.none()
+)
+json_values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=5)
+    ),
+    max_leaves=25,
+)
+json_containers = st.lists(json_values, max_size=4) | st.dictionaries(
+    st.text(max_size=6), json_values, max_size=6
+)
+STYLES: dict[str, dict[str, Any]] = {
+    "compact": {"separators": (",", ":")},
+    "indent2": {"indent": 2},
+    "spaced": {},  # json.dumps' default: ", " and ": "
+}
+
+
+def replayed(raw: bytes, content_type: str) -> bytes:
+    """What the client gets back after the body went to disk and came back."""
+    stored = json.loads(json.dumps(response_payload(raw, content_type).to_dict()))
+    return payload_bytes(Payload.from_dict(stored))
+
+
+@given(
+    value=json_containers,
+    style=st.sampled_from(sorted(STYLES)),
+    ensure_ascii=st.booleans(),
+    newline=st.booleans(),
+)
+def test_json_in_every_known_layout_is_stored_as_json_and_replays_byte_exact(
+    value: Any, style: str, ensure_ascii: bool, newline: bool
+) -> None:
+    raw = (json.dumps(value, ensure_ascii=ensure_ascii, **STYLES[style]) + "\n" * newline).encode()
+    payload = response_payload(raw, "application/json")
+    assert payload.kind == "json"
+    assert payload.value == value
+    assert payload_bytes(payload) == raw
+    assert replayed(raw, "application/json") == raw
+
+
+def test_json_keeps_the_senders_key_order() -> None:
+    raw = '{"z": 1, "é": "ü", "a": {"y": [1, 2], "b": null}}\n'.encode()
+    payload = response_payload(raw, "application/json; charset=utf-8")
+    assert (payload.kind, payload.style) == ("json", "spaced+newline")
+    assert list(payload.value) == ["z", "é", "a"]
+    assert list(payload.value["a"]) == ["y", "b"]
+    assert replayed(raw, "application/json") == raw
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"a": 1.0e2}',
+        b'{"a":1,"a":2}',
+        b'{ "a" : 1 }',
+        b'{\n    "a": 1\n}',
+        b'{"a":1}\r\n',
+        '{"a":"\\u00e9","b":"é"}'.encode(),
+        b'{"a":"\\/"}',
+        b'{"a":1}  ',
+        b"null",
+        b'{"a":',
+    ],
+)
+def test_json_that_does_not_round_trip_falls_back_to_text_byte_exact(raw: bytes) -> None:
+    payload = response_payload(raw, "application/json")
+    assert payload.kind == "text"
+    assert payload.value == raw.decode()
+    assert replayed(raw, "application/json") == raw
+
+
+@given(raw=st.binary(min_size=1), content_type=st.sampled_from(
+    ["application/json", "text/plain", "application/octet-stream", "image/png", "", "text/html"]
+))
+def test_any_response_body_replays_byte_exact(raw: bytes, content_type: str) -> None:
+    assert replayed(raw, content_type) == raw
+
+
+@given(text=st.text(min_size=1))
+def test_text_is_stored_readable(text: str) -> None:
+    payload = response_payload(text.encode(), "text/plain; charset=utf-8")
+    assert payload == Payload("text", text)
+
+
+@pytest.mark.parametrize(
+    ("raw", "content_type"),
+    [
+        (b"\x89PNG\r\n\x1a\n\x00\x00", "image/png"),
+        (b"plain ascii", "application/octet-stream"),
+        (b"\xff\xfe{}", "application/json"),
+        (b"\xc3\x28", "text/plain"),
+    ],
+)
+def test_binary_is_stored_as_base64_byte_exact(raw: bytes, content_type: str) -> None:
+    payload = response_payload(raw, content_type)
+    assert payload == Payload("base64", base64.b64encode(raw).decode())
+    assert replayed(raw, content_type) == raw
+
+
+@pytest.mark.parametrize("read", [response_payload, request_payload])
+def test_an_empty_body_is_empty(read: Any) -> None:
+    payload = read(b"", "application/json")
+    assert payload is EMPTY
+    assert payload.to_dict() is None
+    assert Payload.from_dict(None) is EMPTY
+    assert payload_bytes(payload) == b""
+
+
+@pytest.mark.parametrize(
+    ("raw", "content_type", "expected"),
+    [
+        (b'{"b": 1, "a": [1, 2]}', "application/json", Payload("json", {"b": 1, "a": [1, 2]})),
+        (b'  {"a": 1}', "application/json; charset=utf-8", Payload("json", {"a": 1})),
+        (b'"just a string"', "application/json", Payload("json", "just a string")),
+        (b'{"a": 1}', "", Payload("json", {"a": 1})),
+        (b'{"a": 1}', "text/plain", Payload("json", {"a": 1})),
+        (b"[1, 2]", "application/octet-stream", Payload("json", [1, 2])),
+        (b"{not json", "application/json", Payload("text", "{not json")),
+        (b"a=1&b=2", "application/x-www-form-urlencoded", Payload("text", "a=1&b=2")),
+        (b"1", "text/plain", Payload("text", "1")),
+        (b"\x00\xff", "application/octet-stream", Payload("base64", "AP8=")),
+    ],
+)
+def test_request_payload_parses_json_by_content_type_or_leading_brace(
+    raw: bytes, content_type: str, expected: Payload
+) -> None:
+    assert request_payload(raw, content_type) == expected
+
+
+@pytest.mark.parametrize(
+    ("content_type", "expected"),
+    [
+        ("application/json", True),
+        ("Application/JSON; charset=utf-8", True),
+        ("application/vnd.api+json", True),
+        ("application/x-ndjson", False),
+        ("application/jsonl", False),
+        ("text/event-stream", False),
+        ("", False),
+    ],
+)
+def test_looks_json(content_type: str, expected: bool) -> None:
+    assert looks_json(content_type) is expected
+
+
+def test_from_dict_rejects_a_body_of_no_known_kind() -> None:
+    with pytest.raises(ValueError, match="json, text or base64"):
+        Payload.from_dict({"xml": "<a/>"})

@@ -1,0 +1,327 @@
+"""Settings: every option from the command line, LLMTAPE_* or llmtape.toml, in that order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer.main
+from typer.testing import CliRunner
+
+import cli.main
+import cli.server
+from proxy.errors import ConfigError
+from proxy.settings import (
+    Mode,
+    RepeatPolicy,
+    Settings,
+    env_name,
+    load_settings,
+    option_name,
+    parse_pairs,
+)
+
+# field -> (LLMTAPE_* value, command-line arguments, the value both must give). Every field of
+# Settings must be here, with a value other than its default.
+SAMPLES: dict[str, tuple[str, list[str], Any]] = {
+    "mode": ("record", ["--mode", "record"], Mode.RECORD),
+    "host": ("0.0.0.0", ["--host", "0.0.0.0"], "0.0.0.0"),
+    "port": ("9999", ["--port", "9999"], 9999),
+    "cassettes": ("/tmp/tapes", ["--cassettes", "/tmp/tapes"], Path("/tmp/tapes")),
+    "cassette": ("suite/test_a", ["--cassette", "suite/test_a"], "suite/test_a"),
+    "upstream": (
+        "local=http://127.0.0.1:1234/, openai=https://proxy.example",
+        ["--upstream", "local=http://127.0.0.1:1234/", "--upstream", "openai=https://proxy.example"],
+        {"local": "http://127.0.0.1:1234", "openai": "https://proxy.example"},
+    ),
+    "live": ("openai, ,gemini", ["--live", "openai", "--live", "gemini"], ("openai", "gemini")),
+    "record_failures": ("true", ["--record-failures"], True),
+    "replay_timing": ("0.5", ["--replay-timing", "0.5"], "0.5"),
+    "repeat": ("cycle", ["--repeat", "cycle"], RepeatPolicy.CYCLE),
+    "strict_order": ("1", ["--strict-order"], True),
+    "fail_on_unused": ("yes", ["--fail-on-unused"], True),
+    "ignore": (
+        "openai:body:user,*:query:ts",
+        ["--ignore", "openai:body:user", "--ignore", "*:query:ts"],
+        ("openai:body:user", "*:query:ts"),
+    ),
+    "connect_timeout": ("2.5", ["--connect-timeout", "2.5"], 2.5),
+    "read_timeout": ("30", ["--read-timeout", "30"], 30.0),
+    "shutdown_timeout": ("0", ["--shutdown-timeout", "0"], 0.0),
+    "log_level": ("DEBUG", ["--log-level", "DEBUG"], "debug"),
+}
+
+
+@pytest.fixture(autouse=True)
+def no_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run in an empty folder, so the default ./llmtape.toml is the test's own or absent."""
+    monkeypatch.chdir(tmp_path)
+
+
+def serve_options() -> dict[str, str]:
+    """`--option` -> parameter name, read off the command Typer builds (it vendors click)."""
+    command: Any = typer.main.get_command(cli.main.app)
+    params = command.commands["serve"].params
+    return {opt: p.name for p in params if p.param_type_name == "option" for opt in p.opts}
+
+
+def run_serve(args: list[str], env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """`llmtape serve ARGS` as a user runs it, stopping just before a server would start."""
+    seen: list[Settings] = []
+
+    def fake_serve(settings: Settings) -> int:
+        seen.append(settings)
+        return 0
+
+    monkeypatch.setattr(cli.server, "serve", fake_serve)
+    result = CliRunner().invoke(cli.main.app, ["serve", *args], env=env)
+    assert result.exit_code == 0, result.output
+    return seen[0]
+
+
+def test_samples_cover_every_field_with_a_non_default_value() -> None:
+    assert set(SAMPLES) == set(Settings.model_fields)
+    defaults = load_settings({}, environ={})
+    for field, (_, _, value) in SAMPLES.items():
+        assert getattr(defaults, field) != value, field
+
+
+def test_every_field_has_a_serve_option_and_every_option_a_field() -> None:
+    options = serve_options()
+    assert {option_name(field) for field in Settings.model_fields} | {"--config"} == set(options)
+    assert all(options[option_name(field)] == field for field in Settings.model_fields)
+
+
+@pytest.mark.parametrize("field", sorted(SAMPLES))
+def test_every_field_is_read_from_its_environment_variable(field: str) -> None:
+    raw, _, expected = SAMPLES[field]
+    assert env_name(field) == "LLMTAPE_" + field.upper()
+    assert getattr(load_settings({}, environ={env_name(field): raw}), field) == expected
+
+
+@pytest.mark.parametrize("field", sorted(SAMPLES))
+def test_every_field_is_set_by_its_command_line_option(
+    field: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, args, expected = SAMPLES[field]
+    assert getattr(run_serve(args, {}, monkeypatch), field) == expected
+
+
+def test_negative_flags_turn_an_option_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    on = {env_name(field): "1" for field in ("record_failures", "strict_order", "fail_on_unused")}
+    off = ["--no-record-failures", "--any-order", "--allow-unused"]
+    settings = run_serve(off, on, monkeypatch)
+    assert (settings.record_failures, settings.strict_order, settings.fail_on_unused) == (
+        False, False, False,
+    )
+
+
+# Which sources set `mode` (file, env, cli) -> the mode that wins.
+PRECEDENCE = [
+    ((), Mode.REPLAY),
+    (("file",), Mode.AUTO),
+    (("env",), Mode.RECORD),
+    (("cli",), Mode.PASSTHROUGH),
+    (("file", "env"), Mode.RECORD),
+    (("file", "cli"), Mode.PASSTHROUGH),
+    (("env", "cli"), Mode.PASSTHROUGH),
+    (("file", "env", "cli"), Mode.PASSTHROUGH),
+]
+
+
+@pytest.mark.parametrize(("sources", "winner"), PRECEDENCE)
+def test_command_line_beats_environment_beats_file_beats_default(
+    sources: tuple[str, ...], winner: Mode, tmp_path: Path
+) -> None:
+    if "file" in sources:
+        (tmp_path / "llmtape.toml").write_text('mode = "auto"\nport = 1111\n')
+    environ = {"LLMTAPE_MODE": "record"} if "env" in sources else {}
+    given = {"mode": "passthrough"} if "cli" in sources else {}
+    settings = load_settings(given, environ=environ)
+    assert settings.mode is winner
+    assert settings.port == (1111 if "file" in sources else 8787)
+
+
+@pytest.mark.parametrize(("sources", "winner"), PRECEDENCE)
+def test_precedence_through_the_real_command_line(
+    sources: tuple[str, ...], winner: Mode, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if "file" in sources:
+        (tmp_path / "llmtape.toml").write_text('mode = "auto"\n')
+    env = {"LLMTAPE_MODE": "record"} if "env" in sources else {}
+    args = ["--mode", "passthrough"] if "cli" in sources else []
+    assert run_serve(args, env, monkeypatch).mode is winner
+
+
+def test_config_file_named_by_option_or_variable(tmp_path: Path) -> None:
+    (tmp_path / "llmtape.toml").write_text('host = "default-file"\n')
+    (tmp_path / "a.toml").write_text('host = "from-a"\n')
+    (tmp_path / "b.toml").write_text('host = "from-b"\n')
+    assert load_settings({}, environ={}).host == "default-file"
+    assert load_settings({}, environ={"LLMTAPE_CONFIG": "b.toml"}).host == "from-b"
+    given = load_settings({}, environ={"LLMTAPE_CONFIG": "b.toml"}, config=tmp_path / "a.toml")
+    assert given.host == "from-a"
+
+
+def test_a_named_config_file_that_is_missing_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"nope\.toml does not exist"):
+        load_settings({}, environ={}, config=tmp_path / "nope.toml")
+
+
+def test_a_config_file_that_is_not_toml_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "llmtape.toml").write_text("mode = \n")
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load_settings({}, environ={})
+
+
+def test_config_file_takes_dashed_keys_lists_and_tables(tmp_path: Path) -> None:
+    (tmp_path / "llmtape.toml").write_text(
+        'log-level = "warning"\nlive = ["openai"]\nrecord_failures = true\n'
+        'upstream = ["local=http://127.0.0.1:9/"]\n'
+    )
+    settings = load_settings({}, environ={})
+    assert (settings.log_level, settings.live, settings.record_failures) == (
+        "warning", ("openai",), True,
+    )
+    assert settings.upstream == {"local": "http://127.0.0.1:9"}
+    (tmp_path / "llmtape.toml").write_text('[upstream]\nlocal = "http://127.0.0.1:9"\n')
+    assert load_settings({}, environ={}).upstream == {"local": "http://127.0.0.1:9"}
+
+
+def test_match_tables_in_the_config_file_become_ignore_rules(tmp_path: Path) -> None:
+    (tmp_path / "llmtape.toml").write_text(
+        'ignore = ["*:query:ts"]\n'
+        '[match.openai]\nignore_body = ["user", "metadata.id"]\nkey_headers = ["X-Tenant"]\n'
+        '[match."*"]\nignore_headers = ["x-trace"]\nignore_query = ["sig2"]\n'
+    )
+    assert load_settings({}, environ={}).ignore == (
+        "*:query:ts", "openai:body:user", "openai:body:metadata.id", "openai:key-header:X-Tenant",
+        "*:header:x-trace", "*:query:sig2",
+    )
+
+
+@pytest.mark.parametrize(
+    ("toml", "problem"),
+    [
+        ('match = "openai:body:user"', "must be tables like [match.openai]"),
+        ('[match.openai]\nignore_fields = ["user"]', "[match.openai] takes the lists ignore_body"),
+        ('[match.openai]\nignore_body = "user"', "[match.openai] takes the lists ignore_body"),
+        ('[match.openai]\nignore_body = ["a..b"]', "'openai:body:a..b'"),
+    ],
+)
+def test_a_bad_match_table_is_an_error(toml: str, problem: str, tmp_path: Path) -> None:
+    (tmp_path / "llmtape.toml").write_text(toml + "\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings({}, environ={})
+    assert problem in caught.value.message
+
+
+def test_an_unknown_config_key_lists_the_known_ones(tmp_path: Path) -> None:
+    (tmp_path / "llmtape.toml").write_text('mode = "auto"\nbogus_key = 1\n')
+    with pytest.raises(ConfigError) as caught:
+        load_settings({}, environ={})
+    message = caught.value.message
+    assert "bogus_key" in message and "known keys" in message
+    assert all(field in message for field in Settings.model_fields)
+
+
+@pytest.mark.parametrize(
+    ("cli_given", "environ", "file", "expected"),
+    [
+        ({}, {"LLMTAPE_MODE": "bogus"}, "", ["--mode", "LLMTAPE_MODE", "'bogus'", "record"]),
+        ({"mode": "bogus"}, {}, "", ["--mode (from --mode)", "passthrough"]),
+        ({}, {}, 'mode = "bogus"', ["--mode", "mode in llmtape.toml", "replay"]),
+        ({}, {"LLMTAPE_PORT": "http"}, "", ["--port", "LLMTAPE_PORT", "'http'"]),
+        ({}, {"LLMTAPE_PORT": "70000"}, "", ["--port", "LLMTAPE_PORT", "65535"]),
+        ({}, {"LLMTAPE_REPEAT": "never"}, "", ["--repeat", "LLMTAPE_REPEAT", "repeat-last"]),
+        ({}, {"LLMTAPE_LOG_LEVEL": "loud"}, "", ["--log-level", "debug, info, warning, error"]),
+        ({}, {"LLMTAPE_REPLAY_TIMING": "fast"}, "", ["--replay-timing", "none, recorded"]),
+        ({}, {"LLMTAPE_CASSETTE": "../up"}, "", ["--cassette", "LLMTAPE_CASSETTE", "not allowed"]),
+        ({}, {"LLMTAPE_IGNORE": "openai:nope:x"}, "", ["--ignore", "LLMTAPE_IGNORE", "key-header"]),
+        ({}, {"LLMTAPE_STRICT_ORDER": "maybe"}, "", ["--strict-order", "LLMTAPE_STRICT_ORDER"]),
+        ({}, {"LLMTAPE_CONNECT_TIMEOUT": "0"}, "", ["--connect-timeout", "greater than 0"]),
+    ],
+)
+def test_a_bad_value_names_the_option_the_source_and_what_is_allowed(
+    cli_given: dict[str, Any], environ: dict[str, str], file: str, expected: list[str],
+    tmp_path: Path,
+) -> None:
+    if file:
+        (tmp_path / "llmtape.toml").write_text(file + "\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(cli_given, environ=environ)
+    assert all(part in caught.value.message for part in expected), caught.value.message
+
+
+def test_a_bad_value_on_the_command_line_exits_2_with_the_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(cli.server, "serve", lambda settings: pytest.fail("server started"))
+    result = CliRunner().invoke(cli.main.app, ["serve"], env={"LLMTAPE_PORT": "nope"})
+    assert result.exit_code == 2
+    assert "LLMTAPE_PORT" in result.output and "--port" in result.output
+
+
+@pytest.mark.parametrize(
+    ("items", "pairs"),
+    [
+        (["a=http://x"], {"a": "http://x"}),
+        ([" a = http://x/y?q=1 ", "b=https://z"], {"a": "http://x/y?q=1", "b": "https://z"}),
+        (["a=http://x", "a=http://y"], {"a": "http://y"}),
+        ([], {}),
+    ],
+)
+def test_parse_pairs(items: list[str], pairs: dict[str, str]) -> None:
+    assert parse_pairs(items, "upstream") == pairs
+
+
+@pytest.mark.parametrize("item", ["openai", "=http://x", "openai=", ""])
+def test_parse_pairs_refuses_what_is_not_name_equals_url(item: str) -> None:
+    with pytest.raises(ConfigError, match=f"--upstream: {item!r} is not NAME=URL"):
+        parse_pairs([item], "upstream")
+
+
+@pytest.mark.parametrize(
+    ("upstream", "problem"),
+    [
+        ({"OpenAI": "http://x"}, "lowercase"),
+        ({"my upstream": "http://x"}, "lowercase"),
+        ({"-x": "http://x"}, "lowercase"),
+        ({"v1": "http://x"}, "lowercase"),
+        ({"__llmtape": "http://x"}, "lowercase"),
+        ({"local": "ftp://x"}, "http:// or https://"),
+        ({"local": "localhost:8080"}, "http:// or https://"),
+        ({"local": "http://"}, "http:// or https://"),
+    ],
+)
+def test_upstream_names_and_urls_are_validated(upstream: dict[str, str], problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        load_settings({"upstream": upstream}, environ={})
+
+
+def test_upstream_urls_lose_their_trailing_slash() -> None:
+    settings = load_settings({"upstream": {"my-llm_2": "https://llm.example/api/"}}, environ={})
+    assert settings.upstream == {"my-llm_2": "https://llm.example/api"}
+
+
+@pytest.mark.parametrize(
+    ("variable", "raw", "field", "value"),
+    [
+        ("LLMTAPE_LIVE", "openai", "live", ("openai",)),
+        ("LLMTAPE_LIVE", " openai ,gemini,, ", "live", ("openai", "gemini")),
+        ("LLMTAPE_IGNORE", "*:query:ts , *:body:user", "ignore", ("*:query:ts", "*:body:user")),
+        ("LLMTAPE_UPSTREAM", "a=http://a, b=http://b", "upstream", {"a": "http://a", "b": "http://b"}),
+        ("LLMTAPE_LIVE", "", "live", ()),
+    ],
+)
+def test_comma_separated_environment_lists(variable: str, raw: str, field: str, value: Any) -> None:
+    assert getattr(load_settings({}, environ={variable: raw}), field) == value
+
+
+def test_settings_are_frozen_and_refuse_unknown_fields() -> None:
+    settings = load_settings({}, environ={})
+    with pytest.raises(ValueError):
+        settings.port = 1
+    with pytest.raises(ValueError, match="bogus"):
+        Settings.model_validate({"bogus": 1})

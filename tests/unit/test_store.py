@@ -1,0 +1,175 @@
+"""The filesystem cassette store: file names, atomic and idempotent writes, safe cassette names."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.errors import BadCassetteName, CassetteCorrupt
+from proxy.models import Exchange, Frame, StoredRequest, StoredResponse, dump_exchange
+from proxy.store.base import exchange_file, parse_exchange_file
+from proxy.store.fs import FileStore
+from proxy.store.names import MAX_NAME, check_cassette_name
+
+KEY_A, KEY_B = "a" * 64, "0123456789abcdef" * 4
+OLD_NS = 1_000_000_000_000_000_000  # an mtime far from now, so any rewrite would move it
+
+
+def exchange(key: str = KEY_A, ordinal: int = 1, text: str = "data: hi\n\n", ms: int = 5,
+             **extra: Any) -> Exchange:
+    values: dict[str, Any] = {"seq": 0, "rules": "r", **extra}
+    return Exchange(
+        key=key,
+        ordinal=ordinal,
+        request=StoredRequest(method="POST", upstream="openai", path="/v1/x"),
+        response=StoredResponse(
+            status=200,
+            headers={"content-type": "text/event-stream"},
+            dialect="sse",
+            frames=[Frame(ms=0, text="data: start\n\n"), Frame(ms=ms, text=text)],
+        ),
+        **values,
+    )
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> FileStore:
+    return FileStore(tmp_path)
+
+
+def listing(folder: Path) -> list[str]:
+    return sorted(os.listdir(folder))
+
+
+def test_write_creates_the_key_file_and_an_ordinal_file(store: FileStore, tmp_path: Path) -> None:
+    assert store.write("default", exchange()) is True
+    assert store.write("default", exchange(ordinal=2)) is True
+    assert listing(tmp_path / "default") == [f"{KEY_A}.2.json", f"{KEY_A}.json"]
+    assert (tmp_path / "default" / f"{KEY_A}.json").read_bytes() == dump_exchange(exchange())
+
+
+def test_write_then_read_gives_the_exchange_back(store: FileStore) -> None:
+    store.write("suite/test_a", exchange(ordinal=3))
+    assert store.read("suite/test_a", KEY_A, 3) == exchange(ordinal=3)
+
+
+def test_write_leaves_no_temp_file(store: FileStore, tmp_path: Path) -> None:
+    store.write("default", exchange())
+    store.write("default", exchange(text="data: other\n\n"))
+    assert listing(tmp_path / "default") == [f"{KEY_A}.json"]
+
+
+def test_rewriting_an_equal_exchange_touches_nothing(store: FileStore, tmp_path: Path) -> None:
+    path = tmp_path / "default" / f"{KEY_A}.json"
+    store.write("default", exchange(ms=5))
+    os.utime(path, ns=(OLD_NS, OLD_NS))
+    before = path.read_bytes()
+    assert store.write("default", exchange(ms=999)) is False
+    assert path.read_bytes() == before
+    assert path.stat().st_mtime_ns == OLD_NS
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [exchange(text="data: bye\n\n"), exchange(seq=7), exchange(usage={"input_tokens": 1})],
+)
+def test_writing_a_different_exchange_overwrites(
+    store: FileStore, tmp_path: Path, changed: Exchange
+) -> None:
+    path = tmp_path / "default" / f"{KEY_A}.json"
+    store.write("default", exchange())
+    os.utime(path, ns=(OLD_NS, OLD_NS))
+    assert store.write("default", changed) is True
+    assert path.read_bytes() == dump_exchange(changed)
+    assert path.stat().st_mtime_ns != OLD_NS
+
+
+def test_entries_lists_keys_with_sorted_ordinals_and_ignores_other_files(
+    store: FileStore, tmp_path: Path
+) -> None:
+    for key, ordinal in [(KEY_B, 10), (KEY_A, 1), (KEY_B, 2), (KEY_B, 1), (KEY_A, 3)]:
+        store.write("default", exchange(key, ordinal))
+    folder = tmp_path / "default"
+    (folder / f".{KEY_A}.json.x1y2.tmp").write_text("partial")
+    (folder / "README.md").write_text("notes")
+    (folder / f"{KEY_A}.json.bak").write_text("{}")
+    (folder / f"{KEY_A[:63]}.json").write_text("{}")
+    (folder / "nested").mkdir()
+    (folder / f"{KEY_B}.5.json").mkdir()  # a nested cassette whose name looks like a recording
+    (folder / "nested" / f"{KEY_B}.4.json").write_bytes(dump_exchange(exchange(KEY_B, 4)))
+    assert store.entries("default") == {KEY_A: [1, 3], KEY_B: [1, 2, 10]}
+
+
+def test_entries_of_a_missing_cassette_is_empty(store: FileStore) -> None:
+    assert store.entries("never/recorded") == {}
+
+
+def test_cassettes_lists_every_folder_holding_exchanges(store: FileStore, tmp_path: Path) -> None:
+    store.write("default", exchange())
+    store.write("suite/test_a", exchange())
+    (tmp_path / "empty").mkdir()
+    assert store.cassettes() == ["default", "suite/test_a"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"{not json", b"", b'{"schema_version": 99}', dump_exchange(exchange())[:-40]],
+)
+def test_reading_a_corrupt_file_names_it_and_suggests_verify(
+    store: FileStore, tmp_path: Path, content: bytes
+) -> None:
+    path = tmp_path / "suite" / "a" / f"{KEY_A}.json"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+    with pytest.raises(CassetteCorrupt) as caught:
+        store.read("suite/a", KEY_A, 1)
+    assert str(path) in caught.value.message
+    assert "llmtape verify suite/a" in caught.value.message
+
+
+def test_a_crash_during_write_keeps_the_previous_file_and_no_temp_file(
+    store: FileStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.write("default", exchange())
+    path = tmp_path / "default" / f"{KEY_A}.json"
+    before = path.read_bytes()
+
+    def crash(src: Any, dst: Any) -> None:
+        raise OSError("disk pulled out")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="disk pulled out"):
+        store.write("default", exchange(text="data: new\n\n"))
+    assert path.read_bytes() == before
+    assert listing(tmp_path / "default") == [f"{KEY_A}.json"]
+
+
+@pytest.mark.parametrize(
+    ("name", "ordinal", "file"),
+    [(KEY_A, 1, f"{KEY_A}.json"), (KEY_A, 2, f"{KEY_A}.2.json"), (KEY_B, 12, f"{KEY_B}.12.json")],
+)
+def test_exchange_file_names_round_trip(name: str, ordinal: int, file: str) -> None:
+    assert exchange_file(name, ordinal) == file
+    assert parse_exchange_file(file) == (name, ordinal)
+
+
+@pytest.mark.parametrize(
+    "name", ["default", "suite/test_a", "a.b-c_d", "A/B/c", "x" * MAX_NAME, "v1.2", "_x/-y"]
+)
+def test_good_cassette_names_pass(name: str) -> None:
+    assert check_cassette_name(name) == name
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["..", "../x", "a/../b", "/abs", "a//b", "a/", ".hidden", "a/.hidden", "a/./b", ".", "",
+     "x" * (MAX_NAME + 1), "a b", "a\\b", "a:b", "ä"],
+)
+def test_bad_cassette_names_are_refused(name: str, store: FileStore) -> None:
+    with pytest.raises(BadCassetteName, match="is not allowed"):
+        check_cassette_name(name)
+    with pytest.raises(BadCassetteName):
+        store.write(name, exchange())

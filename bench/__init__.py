@@ -1,0 +1,1 @@
+"""The llmtape benchmark: run with `.venv/bin/python bench/run.py [--quick]`."""

@@ -66,7 +66,8 @@ def ask(base: str, question: dict[str, object], path: str = "/openai/v1/chat/com
     try:
         with urllib.request.urlopen(request) as response:
             answer = json.loads(response.read())["choices"][0]["message"]["content"]
-            print(f"    {response.status} in {(time.monotonic() - started) * 1000:.0f} ms: {answer}")
+            took = (time.monotonic() - started) * 1000
+            print(f"    {response.status} in {took:.0f} ms: {answer}")
     except urllib.error.HTTPError as error:
         print(f"    {error.code}: " + json.loads(error.read())["error"]["message"].replace(
             "\n", "\n      "))

@@ -19,7 +19,7 @@ from proxy.matching import next_expected
 from proxy.misses import Miss
 from proxy.models import Exchange, Outcome
 from proxy.normalize import RequestParts, canonical, request_key, request_parts
-from proxy.pipeline import Action, Recorder, frame_bytes, plan, replay_body
+from proxy.pipeline import Action, Recorder, Replay, plan
 from proxy.providers.base import Provider, generic_error
 from proxy.responses import LiveResponse, ReplayResponse, raw_headers
 from proxy.routing import resolve
@@ -129,11 +129,14 @@ class Proxy:
             raise ConfigError(f"{TIMING_HEADER}: {exc}") from exc
         if run.order is not None:
             self._check_order(ctx, run, ordinal)
-        exchange = await asyncio.to_thread(self.store.read, ctx.cassette, ctx.key, ordinal)
+        replay = run.prepared.get((ctx.key, ordinal))
+        if replay is None:
+            exchange = await asyncio.to_thread(self.store.read, ctx.cassette, ctx.key, ordinal)
+            replay = run.prepared[ctx.key, ordinal] = Replay.of(exchange, ctx.key)
         run.served.add((ctx.key, ordinal))
         self.state.stats.replayed += 1
-        self._log(ctx, "replayed", exchange.response.status)
-        return replay_response(exchange, factor, ctx.key)
+        self._log(ctx, "replayed", replay.status)
+        return ReplayResponse(replay, factor)
 
     def _check_order(self, ctx: Context, run: Run, ordinal: int) -> None:
         order = run.order or []
@@ -246,23 +249,6 @@ class Proxy:
             "%s %s %s %s key=%s -> %s %d (%.0f ms)", ctx.mode.value, ctx.provider.name,
             ctx.parts.method, ctx.path.split("?")[0], ctx.key[:12], outcome, status, ms,
         )
-
-
-def replay_response(exchange: Exchange, factor: float | None, key: str) -> ReplayResponse:
-    response = exchange.response
-    headers = [*response.headers.items(), ("x-llmtape-key", key)]
-    if response.frames is None:
-        body = replay_body(exchange)
-        headers.append(("content-length", str(len(body))))
-        return ReplayResponse(response.status, raw_headers(headers), [(0.0, body)] if body else [])
-    frames = []
-    previous = 0
-    for frame in response.frames:
-        delay = 0.0 if factor is None else max(0, frame.ms - previous) * factor / 1000
-        frames.append((delay, frame_bytes(frame)))
-        previous = frame.ms
-    cut = exchange.outcome is Outcome.UPSTREAM_CUT
-    return ReplayResponse(response.status, raw_headers(headers), frames, cut=cut)
 
 
 def error_response(provider: Provider | None, exc: LlmtapeError) -> JSONResponse:

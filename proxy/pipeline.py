@@ -156,5 +156,29 @@ def frame_bytes(frame: Frame) -> bytes:
     return base64.b64decode(frame.base64 or "")
 
 
-def replay_body(exchange: Exchange) -> bytes:
-    return payload_bytes(Payload.from_dict(exchange.response.body))
+@dataclass(frozen=True)
+class Replay:
+    """A recording made ready to send: built once per run from its file, sent many times."""
+
+    status: int
+    headers: tuple[tuple[bytes, bytes], ...]
+    frames: tuple[tuple[int, bytes], ...]  # (ms from the start of the answer, bytes)
+    cut: bool
+
+    @classmethod
+    def of(cls, exchange: Exchange, key: str) -> Replay:
+        response = exchange.response
+        headers = [*response.headers.items(), ("x-llmtape-key", key)]
+        frames: tuple[tuple[int, bytes], ...]
+        if response.frames is None:
+            body = payload_bytes(Payload.from_dict(response.body))
+            headers.append(("content-length", str(len(body))))
+            frames = ((0, body),) if body else ()
+        else:
+            frames = tuple((frame.ms, frame_bytes(frame)) for frame in response.frames)
+        return cls(
+            status=response.status,
+            headers=tuple((k.encode("latin-1"), v.encode("latin-1")) for k, v in headers),
+            frames=frames,
+            cut=exchange.outcome is Outcome.UPSTREAM_CUT,
+        )

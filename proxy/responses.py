@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
 from proxy.errors import UpstreamCut
-from proxy.pipeline import Recorder
+from proxy.pipeline import Recorder, Replay
 from proxy.upstream import UpstreamResponse
 
 RawHeaders = list[tuple[bytes, bytes]]
@@ -89,31 +90,29 @@ class LiveResponse:
 
 
 class ReplayResponse:
-    """A recorded answer: the body whole, or the frames one by one after their delays."""
+    """A recorded answer: the body whole, or the frames one by one. With a timing factor each
+    frame leaves at its recorded offset times the factor, counted from the start, so small
+    delays in sending do not add up over a long stream."""
 
-    def __init__(
-        self,
-        status: int,
-        headers: RawHeaders,
-        frames: Sequence[tuple[float, bytes]],
-        cut: bool = False,
-    ) -> None:
-        self._status = status
-        self._headers = headers
-        self._frames = frames
-        self._cut = cut
+    def __init__(self, replay: Replay, factor: float | None) -> None:
+        self._replay = replay
+        self._factor = factor
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await run_until_disconnect(self._play(send), receive)
 
     async def _play(self, send: Send) -> None:
-        start = {"type": "http.response.start", "status": self._status, "headers": self._headers}
-        await send(start)
-        for delay, data in self._frames:
-            if delay > 0:
-                await asyncio.sleep(delay)
+        replay = self._replay
+        await send({"type": "http.response.start", "status": replay.status,
+                    "headers": replay.headers})
+        started = time.monotonic()
+        for ms, data in replay.frames:
+            if self._factor:
+                wait = started + ms * self._factor / 1000 - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
             await send({"type": "http.response.body", "body": data, "more_body": True})
-        if self._cut:
+        if replay.cut:
             raise UpstreamCut("replaying a recorded upstream cut: the connection is dropped here")
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 

@@ -3,16 +3,41 @@
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from proxy.matching import Recorded, pick_ordinal
 from proxy.normalize import RequestParts
+from proxy.pipeline import Replay
 from proxy.settings import Mode, RepeatPolicy
 from proxy.store.base import CassetteStore, exchange_file
 
 MAX_LISTED = 50
+MAX_PREPARED = 512
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class LruCache(OrderedDict[K, V]):
+    """A dict that forgets its least recently used entries beyond `size`."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def get(self, key: K, default: Any = None) -> Any:
+        if key in self:
+            self.move_to_end(key)
+            return self[key]
+        return default
+
+    def __setitem__(self, key: K, value: V) -> None:
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        while len(self) > self.size:
+            self.popitem(last=False)
 
 
 @dataclass
@@ -40,6 +65,10 @@ class Run:
     cursor: int = 0  # position in `order` of the next recording to serve
     # Recorded requests in canonical form, read on the first miss and kept for the next ones.
     candidates: list[tuple[str, int, RequestParts]] | None = None
+    # Recordings ready to send, so a request replayed again reads and renders nothing.
+    prepared: LruCache[tuple[str, int], Replay] = field(
+        default_factory=lambda: LruCache(MAX_PREPARED)
+    )
 
     def ask(self, key: str) -> tuple[int, int]:
         """Count one more request for `key`: (its 1-based ask number, its seq in the run)."""
@@ -56,6 +85,7 @@ class Run:
             ordinals.append(ordinal)
             ordinals.sort()
             self.candidates = None
+        self.prepared.pop((key, ordinal), None)
         self.recorded.append((key, ordinal))
 
     def unused(self) -> list[str]:

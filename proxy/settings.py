@@ -150,6 +150,9 @@ def load_settings(
     origin: dict[str, str] = {}
     for source, values in layers:
         for key, value in values.items():
+            # Upstreams are named: a later layer adds or overrides names, it keeps the rest.
+            if key in DICT_FIELDS and isinstance(merged.get(key), dict):
+                value = {**merged[key], **value}
             merged[key] = value
             origin[key] = source
     try:

@@ -325,3 +325,18 @@ def test_settings_are_frozen_and_refuse_unknown_fields() -> None:
         settings.port = 1
     with pytest.raises(ValueError, match="bogus"):
         Settings.model_validate({"bogus": 1})
+
+
+def test_upstreams_from_each_layer_merge_by_name_with_the_command_line_winning(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "llmtape.toml"
+    config.write_text('upstream = ["search=http://file:1", "openai=http://file:2"]\n')
+    settings = load_settings(
+        {"upstream": {"openai": "http://cli:3"}},
+        environ={"LLMTAPE_UPSTREAM": "tools=http://env:4"},
+        config=config,
+    )
+    assert settings.upstream == {
+        "search": "http://file:1", "openai": "http://cli:3", "tools": "http://env:4"
+    }

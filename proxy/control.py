@@ -33,7 +33,6 @@ def _bad_request(message: str) -> JSONResponse:
 
 def stats_body(proxy: Proxy) -> dict[str, Any]:
     stats = proxy.state.stats
-    replaying = proxy.state.mode in {Mode.REPLAY, Mode.AUTO}
     return {
         "upstream_calls": stats.upstream_calls,
         "replayed": stats.replayed,
@@ -43,7 +42,7 @@ def stats_body(proxy: Proxy) -> dict[str, Any]:
         "aborted": stats.aborted,
         "cassette": proxy.state.cassette,
         "mode": proxy.state.mode.value,
-        "runs": [run.summary(replaying) for run in proxy.runs.all()],
+        "runs": [run.summary() for run in proxy.runs.all()],
     }
 
 

@@ -47,11 +47,15 @@ class Context:
     path: str
     cassette: str
     mode: Mode
-    live: bool
+    live_upstreams: frozenset[str]  # --live, plus x-llmtape-live on this request
     rules: MatchRules
     parts: RequestParts
     key: str
     started: float = field(default_factory=time.monotonic)
+
+    @property
+    def live(self) -> bool:
+        return self.provider.name in self.live_upstreams
 
 
 @dataclass
@@ -85,7 +89,7 @@ class Proxy:
 
     async def _context(self, request: Request, provider: Provider, path: str) -> Context:
         cassette = check_cassette_name(request.headers.get(CASSETTE_HEADER) or self.state.cassette)
-        live_names = {n.strip() for n in request.headers.get(LIVE_HEADER, "").split(",")}
+        named = {n.strip() for n in request.headers.get(LIVE_HEADER, "").split(",") if n.strip()}
         rules = self.rules.get(provider.name, provider.rules)
         body = await request.body()
         parts = request_parts(
@@ -96,7 +100,7 @@ class Proxy:
             path=path,
             cassette=cassette,
             mode=self.state.mode,
-            live=provider.name in self.settings.live or provider.name in live_names,
+            live_upstreams=frozenset(self.settings.live) | named,
             rules=rules,
             parts=parts,
             key=request_key(parts, rules),
@@ -107,6 +111,7 @@ class Proxy:
         ask, seq = run.ask(ctx.key)
         ordinal = run.pick(ctx.key, ask, self.settings.repeat)
         action = plan(ctx.mode, ordinal is not None, ctx.live)
+        run.replayed_from |= action in {Action.SERVE, Action.REFUSE}
         if action is Action.SERVE and ordinal is not None:
             return await self._serve(request, ctx, run, ordinal)
         if action is Action.REFUSE:
@@ -140,8 +145,7 @@ class Proxy:
 
     def _check_order(self, ctx: Context, run: Run, ordinal: int) -> None:
         order = run.order or []
-        live = frozenset(self.settings.live)
-        position = next_expected(order, run.cursor, live)
+        position = next_expected(order, run.cursor, ctx.live_upstreams)
         expected = order[position] if position < len(order) else None
         if expected is not None and (expected.key, expected.ordinal) == (ctx.key, ordinal):
             run.cursor = position + 1
@@ -247,7 +251,7 @@ class Proxy:
         ms = (time.monotonic() - ctx.started) * 1000
         log.info(
             "%s %s %s %s key=%s -> %s %d (%.0f ms)", ctx.mode.value, ctx.provider.name,
-            ctx.parts.method, ctx.path.split("?")[0], ctx.key[:12], outcome, status, ms,
+            ctx.parts.method, ctx.path, ctx.key[:12], outcome, status, ms,
         )
 
 

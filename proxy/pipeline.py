@@ -66,7 +66,11 @@ def is_failure_status(status: int) -> bool:
 
 
 def _is_error_event(payload: Any) -> bool:
-    return isinstance(payload, dict) and (payload.get("type") == "error" or "error" in payload)
+    """An in-band failure: Anthropic's and Responses' `error` events, `response.failed`,
+    and the `{"error": {...}}` frames of OpenAI chat, Gemini and Ollama."""
+    if not isinstance(payload, dict):
+        return False
+    return payload.get("type") in {"error", "response.failed"} or bool(payload.get("error"))
 
 
 @dataclass

@@ -61,6 +61,7 @@ class Run:
     served: set[tuple[str, int]] = field(default_factory=set)
     recorded: list[tuple[str, int]] = field(default_factory=list)
     requests: int = 0
+    replayed_from: bool = False  # answered a request from disk, or refused one: it is an input
     order: list[Recorded] | None = None  # recorded order, loaded only for --strict-order
     cursor: int = 0  # position in `order` of the next recording to serve
     # Recorded requests in canonical form, read on the first miss and kept for the next ones.
@@ -97,8 +98,10 @@ class Run:
             if (key, ordinal) not in self.served and (key, ordinal) not in recorded
         ]
 
-    def summary(self, replaying: bool) -> dict[str, Any]:
-        unused = self.unused() if replaying else []
+    def summary(self) -> dict[str, Any]:
+        """Counts for /__llmtape/stats and the shutdown log. Unused recordings count only for
+        a cassette replayed from, not for one that was only written (a `.derived` one)."""
+        unused = self.unused() if self.replayed_from else []
         return {
             "cassette": self.cassette,
             "requests": self.requests,

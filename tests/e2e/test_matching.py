@@ -234,3 +234,19 @@ def test_match_tables_in_llmtape_toml_become_rules(
     config.write_text('[match.openai]\nignore_bodies = ["temperature"]\n')
     with pytest.raises(ConfigError, match="ignore_body, ignore_query"):
         load_settings({}, environ={}, config=config)
+
+
+def test_a_derived_cassette_is_output_so_its_files_never_count_as_unused(
+    make_proxy: MakeProxy, fake: FakeUpstream, tool: FakeUpstream
+) -> None:
+    recorder = make_proxy(mode="record", upstream={"search": tool.url})
+    agent_step(recorder.url, "hotels")
+    recorder.stop()
+    for _ in range(2):  # the second run finds the first run's derived files on disk
+        replayer = make_proxy(mode="replay", live=("openai",), upstream={"search": tool.url})
+        agent_step(replayer.url, "hotels")
+        runs = {run["cassette"]: run for run in replayer.stats["runs"]}
+        replayer.stop()
+        assert runs["default.derived"]["recorded_count"] == 1
+        assert runs["default.derived"]["unused_count"] == 0
+        assert runs["default"]["unused_count"] == 1, "the recorded model answer went unused"

@@ -7,12 +7,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from proxy.models import load_exchange
 from tests.fakes.upstream import FakeUpstream
 
 LLMTAPE = [sys.executable, "-m", "cli.main"]
@@ -107,3 +109,40 @@ def test_an_open_stream_cannot_hold_the_exit_forever(workdir: Path, fake: FakeUp
     assert code == 0, err
     assert len(fake.frames_sent) < 20, "the upstream stream was closed at shutdown"
     assert not (workdir / "cassettes" / "default").exists(), "no half exchange was written"
+
+
+def test_a_killed_proxy_leaves_only_whole_readable_exchanges(
+    workdir: Path, fake: FakeUpstream
+) -> None:
+    serve = Serve(["--mode", "record", "--log-level", "warning", "--upstream",
+                   f"openai={fake.url}"], workdir)
+    stop = threading.Event()
+    answered: list[int] = []
+
+    def agent(worker: int) -> None:
+        with httpx.Client(timeout=5) as client:
+            for n in range(200):  # bounded; the kill normally comes first
+                if stop.is_set():
+                    return
+                try:
+                    client.post(serve.url + "/openai/v1/embeddings",
+                                json={"model": "m", "input": f"{worker}-{n}"})
+                    answered.append(n)
+                except httpx.HTTPError:
+                    return
+
+    workers = [threading.Thread(target=agent, args=(w,)) for w in range(4)]
+    for worker in workers:
+        worker.start()
+    while len(answered) < 40 and any(w.is_alive() for w in workers):
+        threading.Event().wait(0.01)
+    serve.process.kill()
+    serve.process.communicate(timeout=30)
+    stop.set()
+    for worker in workers:
+        worker.join(timeout=30)
+    files = list((workdir / "cassettes" / "default").glob("*.json"))
+    assert len(files) >= 40, "every answered request was on disk before its answer ended"
+    for path in files:
+        exchange = load_exchange(path.read_bytes())
+        assert path.name == f"{exchange.key}.json"

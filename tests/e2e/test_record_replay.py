@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import anthropic
@@ -248,3 +249,30 @@ def test_a_corrupt_exchange_file_is_a_clear_error_naming_the_file(
     assert error["type"] == "cassette_corrupt"
     assert stored.name in error["message"] and "llmtape verify" in error["message"]
     assert replayer.stats["errors"] == 1
+
+
+def test_concurrent_identical_requests_get_distinct_ordinals_and_lose_nothing(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    answers = [f"answer-{n}" for n in range(6)]
+    vector = [{"object": "embedding", "index": 0, "embedding": [0.5]}]
+    fake.script("/v1/embeddings", *(
+        Reply(body={"object": "list", "data": vector, "model": answer,
+                    "usage": {"prompt_tokens": 1, "total_tokens": 1}})
+        for answer in answers
+    ))
+    recorder = make_proxy(mode="record")
+    body = {"model": "m", "input": "same"}
+
+    def send(_: int) -> str:
+        reply = httpx.post(recorder.url + "/openai/v1/embeddings", json=body, timeout=10)
+        return str(reply.json()["model"])
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        live = list(pool.map(send, range(6)))
+    recorder.stop()
+    assert sorted(live) == answers
+    stored = {json.loads(p.read_text())["response"]["body"]["json"]["model"]: p.name
+              for p in (cassettes / "default").glob("*.json")}
+    assert sorted(stored) == answers
+    assert len({name.split(".")[0] for name in stored.values()}) == 1, "one key, six ordinals"

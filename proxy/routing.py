@@ -14,6 +14,11 @@ def resolve(path: str, headers: Mapping[str, str], providers: Mapping[str, Provi
     """`/openai/v1/chat/completions` -> (openai, `/v1/chat/completions`). A bare `/v1/...` goes
     to anthropic when the request carries `anthropic-version`, else to openai."""
     first, _, rest = path.lstrip("/").partition("/")
+    if first == "__llmtape":
+        raise UnknownUpstream(
+            f"no control endpoint {path!r}; there are /__llmtape/health, /__llmtape/stats, "
+            "/__llmtape/misses and /__llmtape/cassette"
+        )
     if first in providers:
         return providers[first], "/" + rest
     if first == "v1":

@@ -86,3 +86,11 @@ def test_put_with_a_bad_mode_or_body_is_a_400_that_lists_the_modes(
         assert "record, replay, auto, passthrough" in response.json()["error"]["message"]
     bad_json = httpx.put(proxy.url + "/__llmtape/cassette", content=b"{not json")
     assert bad_json.status_code == 400
+
+
+def test_an_unknown_control_endpoint_is_a_404_listing_the_real_ones(
+    make_proxy: MakeProxy,
+) -> None:
+    response = httpx.get(make_proxy().url + "/__llmtape/stat")
+    assert response.status_code == 404
+    assert "/__llmtape/stats" in response.json()["error"]["message"]

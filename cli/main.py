@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from proxy.errors import ConfigError, LlmtapeError
+from proxy.rules import MatchRules
 from proxy.settings import (
     Mode,
     RepeatPolicy,
@@ -17,6 +20,14 @@ from proxy.settings import (
     option_name,
     parse_pairs,
 )
+from proxy.store.fs import FileStore
+
+
+@dataclass(frozen=True)
+class Library:
+    store: FileStore
+    rules: Callable[[str], MatchRules]
+
 
 app = typer.Typer(
     name="llmtape",
@@ -94,38 +105,118 @@ def serve(
     raise typer.Exit(run_server(settings))
 
 
+CassettesOption = Annotated[Path | None, option("cassettes")]
+UpstreamOption = Annotated[list[str] | None, option("upstream")]
+IgnoreOption = Annotated[list[str] | None, option("ignore")]
+ConfigOption = Annotated[Path | None, typer.Option(help="Config file.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+def open_library(
+    cassettes: Path | None, upstream: list[str] | None, ignore: list[str] | None,
+    config: Path | None,
+) -> Library:
+    """The cassette library and the match rules, from the same sources as `serve`."""
+    from proxy.providers import provider_table, rules_table
+    from proxy.rules import MatchRules
+    from proxy.store.fs import FileStore
+
+    settings = load_settings(
+        {"cassettes": cassettes, "ignore": tuple(ignore or ()) or None,
+         "upstream": parse_pairs(upstream, "upstream") if upstream else None},
+        config=config,
+    )
+    rules = rules_table(provider_table(settings.upstream), settings.ignore)
+    return Library(FileStore(settings.cassettes), lambda up: rules.get(up, MatchRules()))
+
+
+def existing(library: Library, name: str) -> str:
+    if not library.store.entries(name):
+        raise ConfigError(f"cassette {name!r} has no recordings under {library.store.root}")
+    return name
+
+
 @app.command()
 def rekey(
     name: Annotated[str, typer.Argument(help="The cassette to rekey.")],
-    cassettes: Annotated[Path | None, option("cassettes")] = None,
-    upstream: Annotated[list[str] | None, option("upstream")] = None,
-    ignore: Annotated[list[str] | None, option("ignore")] = None,
-    config: Annotated[Path | None, typer.Option(help="Config file.")] = None,
+    cassettes: CassettesOption = None,
+    upstream: UpstreamOption = None,
+    ignore: IgnoreOption = None,
+    config: ConfigOption = None,
     dry_run: Annotated[bool, typer.Option(help="Show what would move; change nothing.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Recompute the keys of a cassette after the match rules changed, so that no recording
     is orphaned. Requests that now match each other become ordinals in recorded order."""
     from cli.output import print_rekey
     from proxy.library import rekey as rekey_cassette
-    from proxy.providers import provider_table, rules_table
-    from proxy.rules import MatchRules
-    from proxy.store.fs import FileStore
 
     try:
-        settings = load_settings(
-            {"cassettes": cassettes, "ignore": tuple(ignore or ()) or None,
-             "upstream": parse_pairs(upstream, "upstream") if upstream else None},
-            config=config,
-        )
-        rules = rules_table(provider_table(settings.upstream), settings.ignore)
-        store = FileStore(settings.cassettes)
-        if not store.entries(name):
-            raise ConfigError(f"cassette {name!r} has no recordings under {settings.cassettes}")
-        report = rekey_cassette(store, name, lambda up: rules.get(up, MatchRules()), dry_run)
+        library = open_library(cassettes, upstream, ignore, config)
+        report = rekey_cassette(library.store, existing(library, name), library.rules, dry_run)
     except LlmtapeError as exc:
         raise fail(exc.message) from exc
     print_rekey(report, dry_run, as_json)
+
+
+@app.command("ls")
+def list_cassettes(
+    cassettes: CassettesOption = None, config: ConfigOption = None, as_json: JsonOption = False
+) -> None:
+    """List the cassettes: exchanges, streams, failures kept, and tokens recorded."""
+    from cli.output import print_summaries
+    from proxy.catalog import summarize
+
+    try:
+        library = open_library(cassettes, None, None, config)
+        found = [summarize(library.store, name) for name in library.store.cassettes()]
+    except LlmtapeError as exc:
+        raise fail(exc.message) from exc
+    print_summaries(found, as_json)
+
+
+@app.command()
+def show(
+    name: Annotated[str, typer.Argument(help="The cassette to show.")],
+    cassettes: CassettesOption = None,
+    config: ConfigOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List the exchanges of one cassette in recorded order."""
+    from cli.output import print_rows
+    from proxy.catalog import show as show_cassette
+
+    try:
+        library = open_library(cassettes, None, None, config)
+        rows = show_cassette(library.store, existing(library, name))
+    except LlmtapeError as exc:
+        raise fail(exc.message) from exc
+    print_rows(name, rows, as_json)
+
+
+@app.command()
+def verify(
+    name: Annotated[str | None, typer.Argument(help="One cassette; all when left out.")] = None,
+    cassettes: CassettesOption = None,
+    upstream: UpstreamOption = None,
+    ignore: IgnoreOption = None,
+    config: ConfigOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Check every exchange file: schema, the key and ordinal its name says, and its key under
+    today's match rules. Exits 1 when a file has a problem."""
+    from cli.output import print_verdicts
+    from proxy.catalog import verify as verify_cassette
+
+    try:
+        library = open_library(cassettes, upstream, ignore, config)
+        names = [existing(library, name)] if name else library.store.cassettes()
+        verdicts = [verify_cassette(library.store, n, library.rules) for n in names]
+    except LlmtapeError as exc:
+        raise fail(exc.message) from exc
+    print_verdicts(verdicts, as_json)
+    if any(v.problems for v in verdicts):
+        raise typer.Exit(1)
 
 
 if __name__ == "__main__":

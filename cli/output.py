@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 
 from rich.console import Console
+from rich.table import Table
 
+from proxy.catalog import Row, Summary, Verdict
 from proxy.library import RekeyReport
 
 
@@ -28,3 +31,40 @@ def print_rekey(report: RekeyReport, dry_run: bool, as_json: bool) -> None:
         + (f", {report.merged} now repeat an earlier request" if report.merged else ""),
         highlight=False,
     )
+
+
+def print_summaries(summaries: Sequence[Summary], as_json: bool) -> None:
+    if as_json:
+        print_json([asdict(s) for s in summaries])
+        return
+    table = Table("cassette", "exchanges", "streams", "failures", "input tokens",
+                  "output tokens", box=None)
+    for s in summaries:
+        table.add_row(s.cassette, str(s.exchanges), str(s.streams), str(s.failures),
+                      f"{s.input_tokens:,}", f"{s.output_tokens:,}")
+    Console().print(table if summaries else "no cassettes yet")
+
+
+def print_rows(cassette: str, rows: Sequence[Row], as_json: bool) -> None:
+    if as_json:
+        print_json({"cassette": cassette, "exchanges": [asdict(r) for r in rows]})
+        return
+    table = Table("seq", "request", "status", "answer", "outcome", "tokens in/out", "file",
+                  box=None)
+    for r in rows:
+        table.add_row(str(r.seq), r.request, str(r.status), r.kind, r.outcome,
+                      f"{r.input_tokens}/{r.output_tokens}", r.file[:12])
+    Console().print(table)
+
+
+def print_verdicts(verdicts: Sequence[Verdict], as_json: bool) -> None:
+    if as_json:
+        print_json([asdict(v) for v in verdicts])
+        return
+    console = Console()
+    for v in verdicts:
+        state = "ok" if not v.problems else f"{len(v.problems)} problem(s)"
+        console.print(f"{v.cassette}: {v.checked} file(s) checked, {state}", highlight=False)
+        for problem in v.problems:
+            console.print(f"  {problem['file']}: {problem['problem']}", highlight=False,
+                          soft_wrap=True)

@@ -1,0 +1,78 @@
+"""`llmtape ls`, `show` and `verify` on a real recorded library."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from cli.main import app
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "cassettes" / "example"
+runner = CliRunner()
+
+
+def library(tmp_path: Path) -> Path:
+    root = tmp_path / "cassettes"
+    shutil.copytree(EXAMPLE, root / "example")
+    shutil.copytree(EXAMPLE, root / "suite" / "copy")
+    return root
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+def test_ls_lists_every_cassette_with_exchanges_and_tokens(tmp_path: Path) -> None:
+    root = library(tmp_path)
+    code, out = run("ls", "--cassettes", str(root), "--json")
+    assert code == 0
+    listed = {c["cassette"]: c for c in json.loads(out)}
+    assert set(listed) == {"example", "suite/copy"}
+    assert listed["example"]["exchanges"] == 3 and listed["example"]["streams"] == 2
+    assert listed["example"]["output_tokens"] > 0
+
+
+def test_show_lists_exchanges_in_recorded_order(tmp_path: Path) -> None:
+    code, out = run("show", "example", "--cassettes", str(library(tmp_path)), "--json")
+    assert code == 0
+    rows = json.loads(out)["exchanges"]
+    assert [r["seq"] for r in rows] == [0, 1, 2]
+    assert rows[2]["request"] == "POST anthropic /v1/messages"
+    assert rows[2]["kind"].startswith("sse: ")
+    code, out = run("show", "nope", "--cassettes", str(tmp_path))
+    assert code == 2 and "no recordings" in out
+
+
+def test_verify_passes_a_sound_library_and_names_each_problem(tmp_path: Path) -> None:
+    root = library(tmp_path)
+    assert run("verify", "--cassettes", str(root))[0] == 0
+    folder = root / "example"
+    first, second, third = sorted(folder.glob("*.json"))
+    first.write_text(first.read_text()[:50])
+    edited = json.loads(second.read_text())
+    edited["request"]["body"]["json"]["model"] = "gpt-edited"
+    second.write_text(json.dumps(edited))
+    third.rename(folder / ("0" * 64 + ".json"))
+    (folder / ".x.json.abc.tmp").write_text("{")
+    code, out = run("verify", "example", "--cassettes", str(root), "--json")
+    assert code == 1
+    problems = {p["file"]: p["problem"] for p in json.loads(out)[0]["problems"]}
+    assert problems[first.name].startswith("unreadable")
+    assert "does not hash to its key" in problems[second.name]
+    assert "renamed by hand" in problems["0" * 64 + ".json"]
+    assert "interrupted write" in problems[".x.json.abc.tmp"]
+
+
+def test_verify_after_a_rules_change_points_to_rekey(tmp_path: Path) -> None:
+    root = library(tmp_path)
+    code, out = run("verify", "example", "--cassettes", str(root),
+                    "--ignore", "openai:body:model")
+    assert code == 1 and "llmtape rekey" in out
+    rekeyed = run("rekey", "example", "--cassettes", str(root), "--ignore", "openai:body:model")
+    assert rekeyed[0] == 0
+    assert run("verify", "example", "--cassettes", str(root),
+               "--ignore", "openai:body:model")[0] == 0

@@ -201,18 +201,8 @@ class Proxy:
     ) -> ASGIApp:
         if self.upstream is None:
             raise UpstreamError("llmtape is not started: no upstream client yet")
-        query = request.url.query
-        outbound = Outbound(
-            upstream=ctx.provider.name,
-            method=request.method,
-            url=ctx.provider.base_url + ctx.path + (f"?{query}" if query else ""),
-            headers=forward_headers(
-                [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
-            ),
-            body=await request.body(),
-        )
         self.state.stats.upstream_calls += 1
-        response = await self.upstream.open(outbound)
+        response = await self.upstream.open(await outbound(request, ctx))
         recorder = None
         if record is not None:
             _, ask, seq = record
@@ -253,6 +243,20 @@ class Proxy:
             "%s %s %s %s key=%s -> %s %d (%.0f ms)", ctx.mode.value, ctx.provider.name,
             ctx.parts.method, ctx.path, ctx.key[:12], outcome, status, ms,
         )
+
+
+async def outbound(request: Request, ctx: Context) -> Outbound:
+    """The request as it goes upstream: same method, path, query and body; new host."""
+    query = request.url.query
+    return Outbound(
+        upstream=ctx.provider.name,
+        method=request.method,
+        url=ctx.provider.base_url + ctx.path + (f"?{query}" if query else ""),
+        headers=forward_headers(
+            [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
+        ),
+        body=await request.body(),
+    )
 
 
 def error_response(provider: Provider | None, exc: LlmtapeError) -> JSONResponse:

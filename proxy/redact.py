@@ -19,11 +19,20 @@ SECRET_HEADERS = frozenset(
     }
 )
 SECRET_QUERY = frozenset(
-    {"key", "api_key", "apikey", "api-key", "access_token", "token", "sig", "signature", "secret"}
+    {
+        "key", "api_key", "apikey", "api-key", "token", "access_token", "id_token",
+        "refresh_token", "auth_token", "session_token", "security_token",
+        "x-amz-security-token", "sig", "signature", "secret", "client_secret", "password",
+    }
 )
-# Any name holding one of these is treated as a credential too: unknown upstreams invent names.
+# Any header name holding one of these is treated as a credential too: unknown upstreams
+# invent names, and a header that is not a key header is never stored anyway.
 _SECRET_WORDS = ("auth", "token", "secret", "password", "passwd", "api-key", "apikey", "api_key",
                  "cookie", "session", "signature", "credential")
+# Query names are matched more narrowly: `page_token`, `nextPageToken` or `author` are not
+# credentials, and dropping them would give different pages one key.
+_SECRET_QUERY_WORDS = ("secret", "password", "passwd", "signature", "credential", "apikey",
+                       "api_key", "api-key")
 
 
 def is_secret_header(name: str) -> bool:
@@ -33,7 +42,7 @@ def is_secret_header(name: str) -> bool:
 
 def is_secret_query(name: str) -> bool:
     lowered = name.lower()
-    return lowered in SECRET_QUERY or any(word in lowered for word in _SECRET_WORDS)
+    return lowered in SECRET_QUERY or any(word in lowered for word in _SECRET_QUERY_WORDS)
 
 
 def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:

@@ -322,3 +322,15 @@ def test_build_rules_rejects_a_bad_spec_naming_it(spec: str) -> None:
     with pytest.raises(ConfigError) as caught:
         build_rules(MatchRules(), "openai", [spec])
     assert repr(spec) in caught.value.message
+
+
+def test_pagination_tokens_stay_in_the_key_so_each_page_has_its_own_recording() -> None:
+    rules = MatchRules()
+
+    def key(query: str) -> str:
+        parts = request_parts("GET", "search", "/v1/items", query, {}, b"", rules)
+        return request_key(parts, rules)
+
+    assert key("page_token=abc") != key("page_token=def")
+    assert key("pageToken=abc&author=ann") != key("pageToken=abc&author=bob")
+    assert key("key=SECRET1&page=2") == key("key=SECRET2&page=2")

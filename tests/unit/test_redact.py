@@ -54,7 +54,8 @@ def test_redacted_headers_never_contain_a_secret(names: list[str], secret: str) 
 
 
 @given(
-    names=st.lists(secret_names(["key", "api_key", "token", "sig"], ["token", "secret", "auth"])),
+    names=st.lists(secret_names(["key", "api_key", "token", "sig", "access_token"],
+                                ["secret", "password", "signature", "apikey"])),
     secret=secret_values,
 )
 def test_redacted_query_never_contains_a_secret(names: list[str], secret: str) -> None:
@@ -95,7 +96,10 @@ def test_is_secret_header(name: str, secret: bool) -> None:
 @pytest.mark.parametrize(
     ("name", "secret"),
     [("key", True), ("KEY", True), ("api_key", True), ("X-Amz-Signature", True),
-     ("access_token", True), ("alt", False), ("model", False), ("limit", False)],
+     ("X-Amz-Credential", True), ("access_token", True), ("token", True),
+     ("client_secret", True), ("alt", False), ("model", False), ("limit", False),
+     ("page_token", False), ("pageToken", False), ("nextPageToken", False),
+     ("author", False), ("max_tokens", False)],
 )
 def test_is_secret_query(name: str, secret: bool) -> None:
     assert is_secret_query(name) is secret

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -49,6 +50,33 @@ def test_a_changed_user_field_still_replays_under_the_default_rules(
     assert chat(replayer.url, user="bob", temperature=0.2) == recorded
     with pytest.raises(openai.UnprocessableEntityError, match=r"body\.temperature: 0\.2 -> 0\.9"):
         chat(replayer.url, user="bob", temperature=0.9)
+
+
+def test_a_changed_prompt_fails_with_a_diff_naming_the_exact_json_path(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    recorder = make_proxy(mode="record")
+    ask = client(recorder.url).chat.completions.create
+    ask(model="gpt-4o-mini", messages=[
+        {"role": "system", "content": "You are a travel agent."},
+        {"role": "user", "content": "What is the weather in NYC today? Answer briefly."},
+    ])
+    recorder.stop()
+    replayer = make_proxy(mode="replay")
+    with pytest.raises(openai.UnprocessableEntityError) as caught:
+        client(replayer.url).chat.completions.create(model="gpt-4o-mini", messages=[
+            {"role": "system", "content": "You are a travel agent."},
+            {"role": "user", "content": "What is the weather in LA today? Answer briefly."},
+        ])
+    error = caught.value.body
+    assert isinstance(error, dict) and error["type"] == "cassette_miss"
+    shown = re.search(r'body\.messages\[1\]\.content: "(.*?)" -> "(.*?)"', error["message"])
+    assert shown is not None, error["message"]
+    assert "in NYC today" in shown.group(1) and "in LA today" in shown.group(2)
+    [difference] = error["details"]["closest"]["differences"]
+    assert difference["path"] == "body.messages[1].content"
+    misses = httpx.get(replayer.url + "/__llmtape/misses").json()["misses"]
+    assert misses[0]["closest"]["differences"] == [difference]
 
 
 def test_an_ignore_rule_from_the_settings_makes_a_field_not_count(

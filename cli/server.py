@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import socket
@@ -63,15 +64,19 @@ def configure_logging(level: str) -> None:
 
 
 def serve(settings: Settings) -> int:
-    """Run until SIGINT/SIGTERM; the exit status (non-zero for --fail-on-unused)."""
+    """Run until SIGINT/SIGTERM. Exit status: 0, 1 when it could not start, 3 with
+    --fail-on-unused when recordings went unused."""
     configure_logging(settings.log_level)
     app = create_app(settings)
     server = ReadyServer(
         uvicorn_config(app, settings),
         lambda url: print(f"llmtape {settings.mode.value} ready on {url}", flush=True),
     )
-    server.run()
+    # uvicorn raises SystemExit when it cannot start; its reason is already logged.
+    with contextlib.suppress(SystemExit):
+        server.run()
     if not server.started:
+        log.error("could not listen on %s:%d; see the error above", settings.host, settings.port)
         return 1
     final: dict[str, Any] = getattr(app.state, "final_stats", {})
     return report(final, settings)

@@ -29,7 +29,6 @@ class ProxyServer:
         self.url = ""
         self._ready = threading.Event()
         self._server = ReadyServer(uvicorn_config(self.app, settings), self._on_ready)
-        self._server.config.install_signal_handlers = False  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self._run, name="llmtape-test", daemon=True)
 
     def _on_ready(self, url: str) -> None:

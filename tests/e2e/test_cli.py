@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -146,3 +147,16 @@ def test_a_killed_proxy_leaves_only_whole_readable_exchanges(
     for path in files:
         exchange = load_exchange(path.read_bytes())
         assert path.name == f"{exchange.key}.json"
+
+
+def test_a_port_in_use_fails_at_start_with_status_1_and_says_so(workdir: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = subprocess.run(
+            [*LLMTAPE, "serve", "--port", port], cwd=workdir, capture_output=True, text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=30,
+        )
+    assert result.returncode == 1
+    assert "address already in use" in result.stderr and "could not listen" in result.stderr

@@ -60,8 +60,11 @@ def render_json(value: Any, style: str) -> bytes:
 def _json_style(value: Any, raw: bytes) -> str | None:
     for name, _, _ in _LAYOUTS:
         for flags in ("", "+ascii", "+newline", "+ascii+newline"):
-            if render_json(value, name + flags) == raw:
-                return name + flags
+            try:
+                if render_json(value, name + flags) == raw:
+                    return name + flags
+            except UnicodeEncodeError:  # a lone surrogate only renders escaped (+ascii)
+                continue
     return None
 
 
@@ -83,10 +86,26 @@ def _text(raw: bytes, content_type: str) -> str | None:
         return None
 
 
+MULTIPART_BOUNDARY = b"llmtape-boundary"
+
+
+def _fixed_boundary(raw: bytes, content_type: str) -> bytes:
+    """Clients pick a random multipart boundary per request; one fixed boundary makes the
+    same upload (an audio file, an image) key the same every time."""
+    if not content_type.lower().startswith("multipart/"):
+        return raw
+    for param in content_type.split(";")[1:]:
+        name, _, value = param.strip().partition("=")
+        if name.lower() == "boundary" and value.strip('"'):
+            return raw.replace(value.strip('"').encode("latin-1"), MULTIPART_BOUNDARY)
+    return raw
+
+
 def request_payload(raw: bytes, content_type: str) -> Payload:
     """A request body for the key: JSON whenever it parses (canonical form is applied later)."""
     if not raw:
         return EMPTY
+    raw = _fixed_boundary(raw, content_type)
     if looks_json(content_type) or raw[:1] in (b"{", b"["):
         try:
             return Payload("json", json.loads(raw))

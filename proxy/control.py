@@ -12,7 +12,7 @@ from starlette.routing import Route
 
 from proxy.handler import Proxy
 from proxy.settings import Mode
-from proxy.store.names import check_cassette_name
+from proxy.store.names import check_cassette_name, derived_name
 
 
 class CassetteSwitch(BaseModel):
@@ -79,7 +79,7 @@ async def put_cassette(request: Request) -> JSONResponse:
         proxy.state.mode = change.mode
     # Each PUT starts a new run: replay positions and used/unused accounting start afresh.
     proxy.runs.restart(proxy.state.cassette)
-    proxy.runs.restart(f"{proxy.state.cassette}.derived")
+    proxy.runs.restart(derived_name(proxy.state.cassette))
     return await get_cassette(request)
 
 

@@ -27,7 +27,7 @@ from proxy.rules import MatchRules
 from proxy.settings import Mode, Settings
 from proxy.state import Run, Runs, ServerState
 from proxy.store.base import CassetteStore, exchange_file
-from proxy.store.names import check_cassette_name
+from proxy.store.names import check_cassette_name, derived_name
 from proxy.timing import TIMING_HEADER, parse_timing
 from proxy.upstream import HOP_BY_HOP, Outbound, Upstream, forward_headers
 
@@ -121,7 +121,7 @@ class Proxy:
         target = ctx.cassette
         if ctx.mode is Mode.REPLAY and ctx.live:
             # Partial replay: live answers go beside the cassette, never into it.
-            target = f"{ctx.cassette}.derived"
+            target = derived_name(ctx.cassette)
             run = await self.runs.get(target)
             ask, seq = run.ask(ctx.key)
         return await self._forward(request, ctx, (run, ask, seq))

@@ -82,10 +82,14 @@ def _sorted(value: Any, verbatim: Any) -> Any:
 def dump_exchange(exchange: Exchange) -> bytes:
     """Pretty JSON with sorted keys, except the response body's JSON, which keeps the
     upstream's key order so that replay gives back the very bytes that were recorded."""
-    data = exchange.model_dump(mode="json", exclude_none=True)
+    # Python mode: JSON mode would turn a body's NaN or Infinity into null.
+    data = exchange.model_dump(exclude_none=True)
     body = data["response"].get("body") or {}
-    text = json.dumps(_sorted(data, body.get("json")), indent=2, ensure_ascii=False)
-    return (text + "\n").encode("utf-8")
+    value = _sorted(data, body.get("json"))
+    try:
+        return (json.dumps(value, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: valid JSON only when escaped
+        return (json.dumps(value, indent=2, ensure_ascii=True) + "\n").encode("ascii")
 
 
 def load_exchange(raw: bytes) -> Exchange:

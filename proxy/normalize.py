@@ -68,7 +68,8 @@ def request_parts(
         method=method.upper(),
         upstream=upstream,
         path=path,
-        query=tuple(sorted(query)),
+        # By name only: repeated parameters keep their order (`ids=1&ids=2` is not `ids=2&ids=1`).
+        query=tuple(sorted(query, key=lambda pair: pair[0])),
         headers=tuple(kept),
         body=request_payload(body, headers.get("content-type", "")),
     )
@@ -98,4 +99,6 @@ def canonical_json(value: Any) -> str:
 def request_key(parts: RequestParts, rules: MatchRules) -> str:
     """SHA-256 of the canonical request: the content address of its exchange file."""
     text = canonical_json(canonical(parts, rules).to_dict())
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    # surrogatepass: a lone surrogate escape (`"\ud83d"`, from a string cut mid-emoji) is
+    # valid JSON and must key like any other string.
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

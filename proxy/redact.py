@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from urllib.parse import parse_qsl, urlencode
 
 SECRET_HEADERS = frozenset(
     {
@@ -18,11 +19,14 @@ SECRET_HEADERS = frozenset(
         "x-amz-security-token",
     }
 )
+# Compared with `-` and `_` taken out and lowercased: `api_token`, `apiToken` and
+# `api-token` are one name.
 SECRET_QUERY = frozenset(
     {
-        "key", "api_key", "apikey", "api-key", "token", "access_token", "id_token",
-        "refresh_token", "auth_token", "session_token", "security_token",
-        "x-amz-security-token", "sig", "signature", "secret", "client_secret", "password",
+        "key", "apikey", "xapikey", "xgoogapikey", "token", "apitoken", "accesstoken",
+        "idtoken", "refreshtoken", "authtoken", "sessiontoken", "securitytoken",
+        "xamzsecuritytoken", "bearer", "auth", "sig", "signature", "secret", "clientsecret",
+        "password", "pass", "pwd",
     }
 )
 # Any header name holding one of these is treated as a credential too: unknown upstreams
@@ -31,8 +35,7 @@ _SECRET_WORDS = ("auth", "token", "secret", "password", "passwd", "api-key", "ap
                  "cookie", "session", "signature", "credential")
 # Query names are matched more narrowly: `page_token`, `nextPageToken` or `author` are not
 # credentials, and dropping them would give different pages one key.
-_SECRET_QUERY_WORDS = ("secret", "password", "passwd", "signature", "credential", "apikey",
-                       "api_key", "api-key")
+_SECRET_QUERY_WORDS = ("secret", "password", "passwd", "signature", "credential", "apikey")
 
 
 def is_secret_header(name: str) -> bool:
@@ -41,8 +44,8 @@ def is_secret_header(name: str) -> bool:
 
 
 def is_secret_query(name: str) -> bool:
-    lowered = name.lower()
-    return lowered in SECRET_QUERY or any(word in lowered for word in _SECRET_QUERY_WORDS)
+    squashed = name.lower().replace("-", "").replace("_", "")
+    return squashed in SECRET_QUERY or any(word in squashed for word in _SECRET_QUERY_WORDS)
 
 
 def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -53,3 +56,13 @@ def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
 def redact_query(pairs: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """Query pairs without key-like parameters (Gemini's `?key=`, signed URLs, ...)."""
     return [(k, v) for k, v in pairs if not is_secret_query(k)]
+
+
+def redact_url(url: str) -> str:
+    """A URL fit for a message or a log line: key-like query values replaced."""
+    base, sep, query = url.partition("?")
+    if not sep:
+        return url
+    pairs = parse_qsl(query, keep_blank_values=True)
+    shown = [(k, "[redacted]" if is_secret_query(k) else v) for k, v in pairs]
+    return f"{base}?{urlencode(shown, safe='[]')}"

@@ -10,6 +10,7 @@ from typing import Protocol
 import aiohttp
 
 from proxy.errors import UpstreamCut, UpstreamTimeout, UpstreamUnreachable
+from proxy.redact import redact_url
 
 # RFC 9110 hop-by-hop headers, plus what the proxy itself sets or changes on the way.
 HOP_BY_HOP = frozenset(
@@ -84,7 +85,7 @@ class AiohttpUpstream:
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read)
 
     async def open(self, request: Outbound) -> AiohttpResponse:
-        where = f"upstream {request.upstream!r} at {request.url}"
+        where = f"upstream {request.upstream!r} at {redact_url(request.url)}"
         try:
             response = await self._session.request(
                 request.method,

@@ -6,11 +6,17 @@ import re
 
 from proxy.errors import BadCassetteName
 
-_SEGMENT = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$")
+_SEGMENT = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 MAX_NAME = 200
+DERIVED = ".derived"
 
 
-def check_cassette_name(name: str) -> str:
+def derived_name(name: str) -> str:
+    """Where partial replay writes what its live upstreams answered."""
+    return check_cassette_name(name + DERIVED, limit=MAX_NAME + len(DERIVED))
+
+
+def check_cassette_name(name: str, limit: int = MAX_NAME) -> str:
     """Return `name` if it is a safe relative cassette name, else raise BadCassetteName.
 
     Letters, digits and `._-`, with `/` between segments; no empty, `.` or `..` segment,
@@ -18,8 +24,8 @@ def check_cassette_name(name: str) -> str:
     segments = name.split("/")
     if (
         not name
-        or len(name) > MAX_NAME
-        or any(not _SEGMENT.match(s) or s in {".", ".."} for s in segments)
+        or len(name) > limit
+        or any(not _SEGMENT.fullmatch(s) for s in segments)
     ):
         raise BadCassetteName(
             f"cassette name {name!r} is not allowed: use letters, digits and ._- "

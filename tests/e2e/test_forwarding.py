@@ -136,3 +136,21 @@ def test_an_upstream_that_does_not_answer_in_time_is_a_504(
     error = response.json()["error"]
     assert error["type"] == "upstream_timeout" and "'openai'" in error["message"]
     assert proxy.stats["errors"] == 1
+
+
+def test_an_upstream_error_never_shows_the_api_key_from_the_query(
+    make_proxy: MakeProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed_port = sock.getsockname()[1]
+    proxy = make_proxy(mode="record", upstream={"gemini": f"http://127.0.0.1:{closed_port}"})
+    with caplog.at_level("INFO", logger="llmtape"):
+        response = httpx.post(
+            proxy.url + "/gemini/v1beta/models/g:generateContent?key=AIzaTopSecret123",
+            json={"contents": []},
+        )
+    assert response.status_code == 502
+    assert "AIzaTopSecret123" not in response.text
+    assert "key=[redacted]" in response.json()["error"]["message"]
+    assert caplog.records and "AIzaTopSecret123" not in caplog.text

@@ -174,3 +174,23 @@ def test_looks_json(content_type: str, expected: bool) -> None:
 def test_from_dict_rejects_a_body_of_no_known_kind() -> None:
     with pytest.raises(ValueError, match="json, text or base64"):
         Payload.from_dict({"xml": "<a/>"})
+
+
+def test_a_lone_surrogate_escape_in_a_response_replays_byte_exact() -> None:
+    raw = b'{"text":"cut \\ud83d"}'
+    payload = response_payload(raw, "application/json")
+    assert payload_bytes(payload) == raw
+
+
+def test_nan_and_infinity_survive_a_trip_through_the_exchange_file() -> None:
+    from proxy.models import Exchange, StoredRequest, StoredResponse, dump_exchange, load_exchange
+
+    raw = b'{"score": NaN, "max": Infinity}'
+    payload = response_payload(raw, "application/json")
+    exchange = Exchange(
+        key="k" * 64, ordinal=1, seq=0, rules="r",
+        request=StoredRequest(method="POST", upstream="t", path="/x"),
+        response=StoredResponse(status=200, body=payload.to_dict()),
+    )
+    again = load_exchange(dump_exchange(exchange))
+    assert payload_bytes(Payload.from_dict(again.response.body)) == raw

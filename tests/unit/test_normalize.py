@@ -131,10 +131,10 @@ def test_a_credential_stays_out_even_when_a_rule_keys_on_it(name: str, value: st
     assert request_key(parts, rules) == key_of(rules=rules)
 
 
-def test_query_params_are_sorted() -> None:
+def test_query_params_are_sorted_by_name_keeping_repeated_values_in_order() -> None:
     parts = parts_of(query="b=2&a=1&a=0")
-    assert parts.query == (("a", "0"), ("a", "1"), ("b", "2"))
-    assert key_of(query="b=2&a=1&a=0") == key_of(query="a=0&a=1&b=2")
+    assert parts.query == (("a", "1"), ("a", "0"), ("b", "2"))
+    assert key_of(query="b=2&a=1&a=0") == key_of(query="a=1&a=0&b=2")
 
 
 @pytest.mark.parametrize("secret_param", ["key", "api_key", "KEY", "access_token"])
@@ -334,3 +334,37 @@ def test_pagination_tokens_stay_in_the_key_so_each_page_has_its_own_recording() 
     assert key("page_token=abc") != key("page_token=def")
     assert key("pageToken=abc&author=ann") != key("pageToken=abc&author=bob")
     assert key("key=SECRET1&page=2") == key("key=SECRET2&page=2")
+
+
+def test_repeated_query_parameters_keep_their_order_in_the_key() -> None:
+    rules = MatchRules()
+
+    def key(query: str) -> str:
+        return request_key(request_parts("GET", "t", "/x", query, {}, b"", rules), rules)
+
+    assert key("ids=1&ids=2") != key("ids=2&ids=1")
+    assert key("a=1&b=2") == key("b=2&a=1")
+
+
+def test_a_lone_surrogate_escape_in_a_json_body_keys_like_any_string() -> None:
+    rules = MatchRules()
+    raw = b'{"text": "cut \\ud83d"}'
+    parts = request_parts("POST", "openai", "/v1/x", "", {"content-type": "application/json"},
+                          raw, rules)
+    assert request_key(parts, rules) == request_key(parts, rules)
+    other = request_parts("POST", "openai", "/v1/x", "", {}, b'{"text": "cut \\ud83e"}', rules)
+    assert request_key(other, rules) != request_key(parts, rules)
+
+
+def test_the_same_upload_keys_the_same_whatever_multipart_boundary_the_client_picked() -> None:
+    rules = MatchRules()
+
+    def key(boundary: str, data: bytes = b"RIFF-audio-bytes") -> str:
+        body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
+                f"filename=\"a.wav\"\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
+        headers = {"content-type": f"multipart/form-data; boundary={boundary}"}
+        return request_key(request_parts("POST", "openai", "/v1/audio", "", headers, body,
+                                         rules), rules)
+
+    assert key("a1b2c3") == key("zz9988")
+    assert key("a1b2c3") != key("a1b2c3", b"other-audio")

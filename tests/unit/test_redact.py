@@ -6,7 +6,13 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from proxy.redact import is_secret_header, is_secret_query, redact_headers, redact_query
+from proxy.redact import (
+    is_secret_header,
+    is_secret_query,
+    redact_headers,
+    redact_query,
+    redact_url,
+)
 
 KNOWN_SECRET_HEADERS = [
     "authorization", "x-api-key", "api-key", "cookie", "set-cookie", "proxy-authorization",
@@ -103,3 +109,17 @@ def test_is_secret_header(name: str, secret: bool) -> None:
 )
 def test_is_secret_query(name: str, secret: bool) -> None:
     assert is_secret_query(name) is secret
+
+
+@pytest.mark.parametrize("name", ["api_token", "apiToken", "accessToken", "access-token",
+                                  "auth", "X-Api-Key", "client_secret"])
+def test_common_credential_spellings_in_queries_are_secret(name: str) -> None:
+    assert is_secret_query(name)
+
+
+def test_redact_url_hides_key_values_and_keeps_the_rest() -> None:
+    url = "http://g/v1beta/models/x:generateContent?alt=sse&key=AIzaSECRET&pageToken=p2"
+    shown = redact_url(url)
+    assert "AIzaSECRET" not in shown
+    assert shown == "http://g/v1beta/models/x:generateContent?alt=sse&key=[redacted]&pageToken=p2"
+    assert redact_url("http://g/plain") == "http://g/plain"

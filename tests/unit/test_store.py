@@ -173,3 +173,15 @@ def test_bad_cassette_names_are_refused(name: str, store: FileStore) -> None:
         check_cassette_name(name)
     with pytest.raises(BadCassetteName):
         store.write(name, exchange())
+
+
+@pytest.mark.parametrize("name", ["nl\n", "a\n/b", "tab\t"])
+def test_names_with_control_characters_are_refused(name: str) -> None:
+    with pytest.raises(BadCassetteName):
+        check_cassette_name(name)
+
+
+def test_the_derived_cassette_of_a_longest_name_is_valid() -> None:
+    from proxy.store.names import MAX_NAME, derived_name
+
+    assert derived_name("a" * MAX_NAME) == "a" * MAX_NAME + ".derived"

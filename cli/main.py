@@ -211,6 +211,8 @@ def verify(
     try:
         library = open_library(cassettes, upstream, ignore, config)
         names = [existing(library, name)] if name else library.store.cassettes()
+        if not names:
+            raise ConfigError(f"no cassettes under {library.store.root} to verify")
         verdicts = [verify_cassette(library.store, n, library.rules) for n in names]
     except LlmtapeError as exc:
         raise fail(exc.message) from exc

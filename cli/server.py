@@ -51,6 +51,7 @@ def uvicorn_config(app: Starlette, settings: Settings) -> uvicorn.Config:
         lifespan="on",
         timeout_graceful_shutdown=math.ceil(settings.shutdown_timeout),
         server_header=False,
+        date_header=False,  # a live answer carries the upstream's Date; no second one
     )
 
 

@@ -49,6 +49,7 @@ def create_app(settings: Settings) -> Starlette:
             )
             yield
             proxy.upstream = None
+            await proxy.runs.finish_all()
             app.state.final_stats = stats_body(proxy)
 
     app = Starlette(

@@ -78,8 +78,8 @@ async def put_cassette(request: Request) -> JSONResponse:
     if change.mode is not None:
         proxy.state.mode = change.mode
     # Each PUT starts a new run: replay positions and used/unused accounting start afresh.
-    proxy.runs.restart(proxy.state.cassette)
-    proxy.runs.restart(derived_name(proxy.state.cassette))
+    await proxy.runs.restart(proxy.state.cassette)
+    await proxy.runs.restart(derived_name(proxy.state.cassette))
     return await get_cassette(request)
 
 

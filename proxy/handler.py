@@ -58,6 +58,16 @@ class Context:
         return self.provider.name in self.live_upstreams
 
 
+@dataclass(frozen=True)
+class Target:
+    """Where a live answer is recorded: a cassette's run, its seq there, and whether the run
+    records the cassette anew (record mode, a .derived cassette) or adds to it (auto)."""
+
+    run: Run
+    seq: int
+    anew: bool
+
+
 @dataclass
 class Proxy:
     settings: Settings
@@ -118,13 +128,12 @@ class Proxy:
             return await self._refuse(ctx, run, ask)
         if action is Action.FORWARD:
             return await self._forward(request, ctx, None)
-        target = ctx.cassette
         if ctx.mode is Mode.REPLAY and ctx.live:
             # Partial replay: live answers go beside the cassette, never into it.
-            target = derived_name(ctx.cassette)
-            run = await self.runs.get(target)
-            ask, seq = run.ask(ctx.key)
-        return await self._forward(request, ctx, (run, ask, seq))
+            run = await self.runs.get(derived_name(ctx.cassette))
+            _, seq = run.ask(ctx.key)
+        # Record mode records the run anew (ordinals from 1); auto adds after what is there.
+        return await self._forward(request, ctx, Target(run, seq, ctx.mode is not Mode.AUTO))
 
     async def _serve(self, request: Request, ctx: Context, run: Run, ordinal: int) -> ASGIApp:
         timing = request.headers.get(TIMING_HEADER, self.settings.replay_timing)
@@ -196,18 +205,15 @@ class Proxy:
             found.append((key, ordinals[0], canonical(parts, rules)))
         return found
 
-    async def _forward(
-        self, request: Request, ctx: Context, record: tuple[Run, int, int] | None
-    ) -> ASGIApp:
+    async def _forward(self, request: Request, ctx: Context, target: Target | None) -> ASGIApp:
         if self.upstream is None:
             raise UpstreamError("llmtape is not started: no upstream client yet")
         self.state.stats.upstream_calls += 1
         response = await self.upstream.open(await outbound(request, ctx))
         recorder = None
-        if record is not None:
-            _, ask, seq = record
+        if target is not None:
             recorder = Recorder(
-                provider=ctx.provider, request=ctx.parts, key=ctx.key, ordinal=ask, seq=seq,
+                provider=ctx.provider, request=ctx.parts, key=ctx.key, seq=target.seq,
                 rules=ctx.rules.fingerprint(), status=response.status,
                 headers=list(response.headers), chunked=response.chunked,
             )
@@ -216,8 +222,8 @@ class Proxy:
             if cut:
                 self.state.stats.errors += 1
             outcome = "cut" if cut else "live"
-            if recorder is not None and record is not None:
-                outcome = await self._commit(record[0], recorder.finish(cut))
+            if recorder is not None and target is not None:
+                outcome = await self._commit(target, recorder.finish(cut))
             self._log(ctx, outcome, response.status)
 
         def on_abort() -> None:
@@ -228,11 +234,21 @@ class Proxy:
         headers.append(("x-llmtape-key", ctx.key))
         return LiveResponse(response, raw_headers(headers), recorder, on_end, on_abort)
 
-    async def _commit(self, run: Run, exchange: Exchange) -> str:
+    async def _commit(self, target: Target, exchange: Exchange) -> str:
+        """Write a finished exchange. Its ordinal is given here, not when it was asked, so an
+        answer that is not kept (a 429 the SDK retried) leaves no gap in the numbering."""
         if exchange.outcome is not Outcome.COMPLETE and not self.settings.record_failures:
             return f"not recorded ({exchange.outcome.value})"
-        await asyncio.to_thread(self.store.write, run.cassette, exchange)
-        run.add(exchange.key, exchange.ordinal)
+        run = target.run
+        ordinal = run.next_ordinal(exchange.key, target.anew)
+        exchange = exchange.model_copy(update={"ordinal": ordinal})
+        try:
+            await asyncio.to_thread(self.store.write, run.cassette, exchange)
+        except OSError as exc:
+            self.state.stats.errors += 1
+            log.error("could not write to cassette %r: %s", run.cassette, exc)
+            return "not recorded (write failed)"
+        run.add(exchange.key, ordinal)
         self.state.stats.recorded += 1
         failed = exchange.outcome is not Outcome.COMPLETE
         return f"recorded {exchange.outcome.value}" if failed else "recorded"
@@ -252,11 +268,17 @@ async def outbound(request: Request, ctx: Context) -> Outbound:
         upstream=ctx.provider.name,
         method=request.method,
         url=ctx.provider.base_url + ctx.path + (f"?{query}" if query else ""),
-        headers=forward_headers(
-            [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
-        ),
+        headers=forward_headers([(k.decode("latin-1"), _text(v)) for k, v in request.headers.raw]),
         body=await request.body(),
     )
+
+
+def _text(value: bytes) -> str:
+    """A header value as aiohttp wants it: it sends str values as UTF-8."""
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return value.decode("latin-1")
 
 
 def error_response(provider: Provider | None, exc: LlmtapeError) -> JSONResponse:

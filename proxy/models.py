@@ -41,7 +41,7 @@ class StoredRequest(_Model):
 
 class StoredResponse(_Model):
     status: int
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: dict[str, str | list[str]] = Field(default_factory=dict)
     body: dict[str, Any] | None = None
     dialect: str | None = None
     frames: list[Frame] | None = None

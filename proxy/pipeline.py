@@ -50,15 +50,29 @@ VOLATILE_HEADERS = frozenset(
 VOLATILE_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-", "x-llmtape-")
 
 
-def stored_headers(headers: list[tuple[str, str]]) -> dict[str, str]:
-    return {
-        k: v
-        for k, v in headers
-        if k not in HOP_BY_HOP
-        and k not in VOLATILE_HEADERS
-        and not k.startswith(VOLATILE_PREFIXES)
-        and not is_secret_header(k)
-    }
+def stored_headers(headers: list[tuple[str, str]]) -> dict[str, str | list[str]]:
+    """The response headers worth keeping; a repeated one (`link`, `vary`) as a list."""
+    kept: dict[str, str | list[str]] = {}
+    for k, v in headers:
+        if (
+            k in HOP_BY_HOP
+            or k in VOLATILE_HEADERS
+            or k.startswith(VOLATILE_PREFIXES)
+            or is_secret_header(k)
+        ):
+            continue
+        previous = kept.get(k)
+        if previous is None:
+            kept[k] = v
+        else:
+            kept[k] = [*previous, v] if isinstance(previous, list) else [previous, v]
+    return kept
+
+
+def header_pairs(headers: dict[str, str | list[str]]) -> list[tuple[str, str]]:
+    return [
+        (k, one) for k, v in headers.items() for one in (v if isinstance(v, list) else [v])
+    ]
 
 
 def is_failure_status(status: int) -> bool:
@@ -80,7 +94,6 @@ class Recorder:
     provider: Provider
     request: RequestParts
     key: str
-    ordinal: int
     seq: int
     rules: str
     status: int
@@ -107,7 +120,8 @@ class Recorder:
         self._frames += [_frame(ms, raw) for raw in self._splitter.feed(chunk)]
 
     def finish(self, cut: bool) -> Exchange:
-        """The exchange as captured; `cut` marks an upstream that stopped mid-answer."""
+        """The exchange as captured; `cut` marks an upstream that stopped mid-answer. Its
+        ordinal is 1 until the recording is committed and numbered."""
         dialect: Dialect | None = self._splitter.dialect if self._splitter else None
         body = None
         frames = None
@@ -122,7 +136,7 @@ class Recorder:
             payloads = [payload.value] if payload.kind == "json" else []
         return Exchange(
             key=self.key,
-            ordinal=self.ordinal,
+            ordinal=1,
             seq=self.seq,
             rules=self.rules,
             outcome=self._outcome(cut, payloads),
@@ -172,11 +186,13 @@ class Replay:
     @classmethod
     def of(cls, exchange: Exchange, key: str) -> Replay:
         response = exchange.response
-        headers = [*response.headers.items(), ("x-llmtape-key", key)]
+        headers = [*header_pairs(response.headers), ("x-llmtape-key", key)]
         frames: tuple[tuple[int, bytes], ...]
+        cut = exchange.outcome is Outcome.UPSTREAM_CUT
         if response.frames is None:
             body = payload_bytes(Payload.from_dict(response.body))
-            headers.append(("content-length", str(len(body))))
+            if not cut:  # a cut body goes chunked, so the client sees it end short
+                headers.append(("content-length", str(len(body))))
             frames = ((0, body),) if body else ()
         else:
             frames = tuple((frame.ms, frame_bytes(frame)) for frame in response.frames)
@@ -184,5 +200,5 @@ class Replay:
             status=response.status,
             headers=tuple((k.encode("latin-1"), v.encode("latin-1")) for k, v in headers),
             frames=frames,
-            cut=exchange.outcome is Outcome.UPSTREAM_CUT,
+            cut=cut,
         )

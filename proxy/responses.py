@@ -52,7 +52,8 @@ async def run_until_disconnect(work: Coroutine[Any, Any, None], receive: Receive
 class LiveResponse:
     """Sends each upstream chunk on as it arrives, feeds the recorder, then calls `on_end(cut)`
     before the final empty chunk, so an exchange is on disk when the client sees the end.
-    A client that leaves first gets `on_abort()` instead, and nothing is recorded."""
+    A client that leaves before the upstream finished gets `on_abort()` instead, and nothing
+    is recorded."""
 
     def __init__(
         self,
@@ -69,7 +70,8 @@ class LiveResponse:
         self._on_abort = on_abort
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not await run_until_disconnect(self._pump(send), receive):
+        self._upstream_done = False
+        if not await run_until_disconnect(self._pump(send), receive) and not self._upstream_done:
             self._on_abort()
 
     async def _pump(self, send: Send) -> None:
@@ -81,11 +83,15 @@ class LiveResponse:
                     self._recorder.add(chunk)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except UpstreamCut:
-            await self._on_end(True)
+            self._upstream_done = True
+            await asyncio.shield(self._on_end(True))
             raise
         finally:
             self._response.close()
-        await self._on_end(False)
+        # The whole answer is in: a client that hangs up now (it had all it wanted of a 204
+        # or a HEAD) must not stop the exchange from being written.
+        self._upstream_done = True
+        await asyncio.shield(self._on_end(False))
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -14,6 +15,7 @@ from proxy.settings import Mode, RepeatPolicy
 from proxy.store.base import CassetteStore, exchange_file
 
 MAX_LISTED = 50
+log = logging.getLogger("llmtape")
 MAX_PREPARED = 512
 
 K = TypeVar("K")
@@ -60,6 +62,8 @@ class Run:
     asked: Counter[str] = field(default_factory=Counter)
     served: set[tuple[str, int]] = field(default_factory=set)
     recorded: list[tuple[str, int]] = field(default_factory=list)
+    committed: Counter[str] = field(default_factory=Counter)  # recordings made, per key
+    anew: bool = False  # recorded the cassette anew (record mode, a .derived cassette)
     requests: int = 0
     replayed_from: bool = False  # answered a request from disk, or refused one: it is an input
     order: list[Recorded] | None = None  # recorded order, loaded only for --strict-order
@@ -79,6 +83,25 @@ class Run:
 
     def pick(self, key: str, ask: int, policy: RepeatPolicy) -> int | None:
         return pick_ordinal(self.ordinals.get(key, ()), ask, policy)
+
+    def next_ordinal(self, key: str, anew: bool) -> int:
+        """The ordinal of the next recording of `key`: counted from 1 in a run that records
+        the cassette anew, after the highest one on disk in a run that adds to it."""
+        self.committed[key] += 1
+        self.anew |= anew
+        if anew:
+            return self.committed[key]
+        return max(self.ordinals.get(key) or [0]) + 1
+
+    def superseded(self) -> list[tuple[str, int]]:
+        """Recordings this run made obsolete: the 3rd recording of a request that this run
+        re-recorded and asked only twice. Left on disk, replay would serve them."""
+        return [
+            (key, ordinal)
+            for key, count in self.committed.items()
+            for ordinal in self.ordinals.get(key, ())
+            if ordinal > count
+        ]
 
     def add(self, key: str, ordinal: int) -> None:
         ordinals = self.ordinals.setdefault(key, [])
@@ -154,9 +177,27 @@ class Runs:
         placed.sort(key=lambda item: (item[0], item[1].key, item[1].ordinal))
         return [recorded for _, recorded in placed]
 
-    def restart(self, cassette: str) -> None:
-        """Forget a cassette's run: the next request reloads it from disk and starts afresh."""
-        self._runs.pop(cassette, None)
+    async def restart(self, cassette: str) -> None:
+        """End a cassette's run: the next request reloads it from disk and starts afresh."""
+        run = self._runs.pop(cassette, None)
+        if run is not None:
+            await asyncio.to_thread(self._finish, run)
+
+    async def finish_all(self) -> None:
+        for run in list(self._runs.values()):
+            await asyncio.to_thread(self._finish, run)
+
+    def _finish(self, run: Run) -> None:
+        """A run that recorded a cassette anew drops the repeats it superseded."""
+        if not run.anew:
+            return
+        stale = run.superseded()
+        for key, ordinal in stale:
+            self._store.delete(run.cassette, key, ordinal)
+        if stale:
+            names = ", ".join(exchange_file(k, o) for k, o in stale[:10])
+            log.info("cassette %r: removed %d recording(s) this run superseded: %s",
+                     run.cassette, len(stale), names)
 
     def all(self) -> list[Run]:
         return list(self._runs.values())

@@ -59,8 +59,9 @@ class AiohttpResponse:
         self._upstream = upstream
         self._response = response
         self.status = response.status
+        # From the raw bytes, as latin-1: every byte passes through to the client unchanged.
         self.headers: Sequence[tuple[str, str]] = [
-            (k.lower(), v) for k, v in response.headers.items()
+            (k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in response.raw_headers
         ]
         self.chunked = response.headers.get("transfer-encoding", "").lower() == "chunked"
 

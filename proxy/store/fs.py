@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from proxy.errors import CassetteCorrupt
 from proxy.models import Exchange, Frame, dump_exchange, load_exchange
 from proxy.store.base import exchange_file, parse_exchange_file
-from proxy.store.names import check_cassette_name
+from proxy.store.names import MAX_FOLDER, check_cassette_name
 
 
 class FileStore:
@@ -19,7 +19,7 @@ class FileStore:
         self.root = root
 
     def folder(self, cassette: str) -> Path:
-        return self.root / check_cassette_name(cassette)
+        return self.root / check_cassette_name(cassette, limit=MAX_FOLDER)
 
     def entries(self, cassette: str) -> dict[str, list[int]]:
         found: dict[str, list[int]] = {}
@@ -31,6 +31,11 @@ class FileStore:
                         found.setdefault(parsed[0], []).append(parsed[1])
         except FileNotFoundError:
             return {}
+        except NotADirectoryError as exc:
+            raise CassetteCorrupt(
+                f"{self.folder(cassette)} is a file, not a folder: a cassette is a folder of "
+                "exchange files; move the file away or pick another cassette name"
+            ) from exc
         for ordinals in found.values():
             ordinals.sort()
         return found

@@ -9,11 +9,12 @@ from proxy.errors import BadCassetteName
 _SEGMENT = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 MAX_NAME = 200
 DERIVED = ".derived"
+MAX_FOLDER = MAX_NAME + len(DERIVED)  # what the store accepts: any name, or its .derived
 
 
 def derived_name(name: str) -> str:
     """Where partial replay writes what its live upstreams answered."""
-    return check_cassette_name(name + DERIVED, limit=MAX_NAME + len(DERIVED))
+    return check_cassette_name(name + DERIVED, limit=MAX_FOLDER)
 
 
 def check_cassette_name(name: str, limit: int = MAX_NAME) -> str:

@@ -76,3 +76,8 @@ def test_verify_after_a_rules_change_points_to_rekey(tmp_path: Path) -> None:
     assert rekeyed[0] == 0
     assert run("verify", "example", "--cassettes", str(root),
                "--ignore", "openai:body:model")[0] == 0
+
+
+def test_verify_of_an_empty_or_mistyped_library_fails_instead_of_passing(tmp_path: Path) -> None:
+    code, out = run("verify", "--cassettes", str(tmp_path / "typo"))
+    assert code == 2 and "no cassettes" in out

@@ -1,0 +1,53 @@
+"""A raw-socket upstream for what a well-behaved HTTP server will not send: bodies cut
+short, repeated or non-latin-1 headers. Each connection gets the next scripted answer."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections import deque
+from types import TracebackType
+
+
+class RawUpstream:
+    def __init__(self) -> None:
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self._server.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self._server.getsockname()[1]}"
+        self.answers: deque[bytes] = deque()
+        self.requests: list[bytes] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def answer(self, *raw: bytes) -> None:
+        """Queue whole responses (status line, headers, body) to send as they are."""
+        self.answers.extend(raw)
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(5)
+                request = b""
+                while b"\r\n\r\n" not in request:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    request += chunk
+                self.requests.append(request)
+                if self.answers:
+                    conn.sendall(self.answers.popleft())
+
+    def __enter__(self) -> RawUpstream:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._server.close()

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from proxy.errors import CassetteCorrupt
 from proxy.models import Exchange, Frame, dump_exchange, load_exchange
 from proxy.store.base import exchange_file, parse_exchange_file
-from proxy.store.names import MAX_FOLDER, check_cassette_name
+from proxy.store.names import check_folder_name
 
 
 class FileStore:
@@ -19,7 +19,7 @@ class FileStore:
         self.root = root
 
     def folder(self, cassette: str) -> Path:
-        return self.root / check_cassette_name(cassette, limit=MAX_FOLDER)
+        return self.root / check_folder_name(cassette)
 
     def entries(self, cassette: str) -> dict[str, list[int]]:
         found: dict[str, list[int]] = {}

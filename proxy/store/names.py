@@ -9,15 +9,21 @@ from proxy.errors import BadCassetteName
 _SEGMENT = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 MAX_NAME = 200
 DERIVED = ".derived"
-MAX_FOLDER = MAX_NAME + len(DERIVED)  # what the store accepts: any name, or its .derived
 
 
 def derived_name(name: str) -> str:
     """Where partial replay writes what its live upstreams answered."""
-    return check_cassette_name(name + DERIVED, limit=MAX_FOLDER)
+    return check_cassette_name(name) + DERIVED
 
 
-def check_cassette_name(name: str, limit: int = MAX_NAME) -> str:
+def check_folder_name(name: str) -> str:
+    """Return `name` if the store may hold it: a cassette name, or one's derived cassette."""
+    base = name.removesuffix(DERIVED) if name.endswith(DERIVED) and name != DERIVED else name
+    check_cassette_name(base)
+    return name
+
+
+def check_cassette_name(name: str) -> str:
     """Return `name` if it is a safe relative cassette name, else raise BadCassetteName.
 
     Letters, digits and `._-`, with `/` between segments; no empty, `.` or `..` segment,
@@ -25,7 +31,7 @@ def check_cassette_name(name: str, limit: int = MAX_NAME) -> str:
     segments = name.split("/")
     if (
         not name
-        or len(name) > limit
+        or len(name) > MAX_NAME
         or any(not _SEGMENT.fullmatch(s) for s in segments)
     ):
         raise BadCassetteName(

@@ -84,17 +84,19 @@ def serve(settings: Settings) -> int:
 
 
 def report(final: dict[str, Any], settings: Settings) -> int:
-    unused = sum(run["unused_count"] for run in final.get("runs", []))
+    """The end-of-run summary: totals, then each run (ended by a PUT or by shutdown) that
+    recorded something or left recordings unused."""
+    unused = final.get("unused_total", 0)
     log.info(
         "stopped: %d replayed, %d recorded, %d misses, %d errors, %d upstream calls",
         final.get("replayed", 0), final.get("recorded", 0), final.get("misses", 0),
         final.get("errors", 0), final.get("upstream_calls", 0),
     )
-    for run in final.get("runs", []):
+    for run in [*final.get("ended_runs", []), *final.get("runs", [])]:
         if run["recorded_count"]:
             log.info("cassette %r: %d new recording(s)", run["cassette"], run["recorded_count"])
         if run["unused_count"]:
-            log.warning("cassette %r: %d recording(s) never used in this run: %s",
+            log.warning("cassette %r: %d recording(s) never used in a run: %s",
                         run["cassette"], run["unused_count"], ", ".join(run["unused"][:10]))
     if settings.fail_on_unused and unused:
         log.error("--fail-on-unused: %d recording(s) went unused", unused)

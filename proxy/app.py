@@ -36,7 +36,7 @@ def create_app(settings: Settings) -> Starlette:
         rules=rules_table(providers, settings.ignore),
         store=store,
         state=ServerState(cassette=settings.cassette, mode=settings.mode),
-        runs=Runs(store, strict_order=settings.strict_order),
+        runs=Runs(store, strict_order=settings.strict_order, live=frozenset(settings.live)),
     )
     _quiet_cuts()
 
@@ -50,7 +50,7 @@ def create_app(settings: Settings) -> Starlette:
             yield
             proxy.upstream = None
             await proxy.runs.finish_all()
-            app.state.final_stats = stats_body(proxy)
+            app.state.final_stats = await stats_body(proxy)
 
     app = Starlette(
         routes=[*ROUTES, Route("/{path:path}", proxy, methods=METHODS)],

@@ -12,7 +12,7 @@ from starlette.routing import Route
 
 from proxy.handler import Proxy
 from proxy.settings import Mode
-from proxy.store.names import check_cassette_name, derived_name
+from proxy.store.names import check_cassette_name
 
 
 class CassetteSwitch(BaseModel):
@@ -31,8 +31,11 @@ def _bad_request(message: str) -> JSONResponse:
     return JSONResponse({"error": {"type": "bad_request", "message": message}}, status_code=400)
 
 
-def stats_body(proxy: Proxy) -> dict[str, Any]:
+async def stats_body(proxy: Proxy) -> dict[str, Any]:
+    """Counts since start; the runs under way; the ended runs that recorded or left recordings
+    unused; and `unused_total`, over every run, which --fail-on-unused checks at shutdown."""
     stats = proxy.state.stats
+    runs = await proxy.runs.summaries()
     return {
         "upstream_calls": stats.upstream_calls,
         "replayed": stats.replayed,
@@ -42,7 +45,9 @@ def stats_body(proxy: Proxy) -> dict[str, Any]:
         "aborted": stats.aborted,
         "cassette": proxy.state.cassette,
         "mode": proxy.state.mode.value,
-        "runs": [run.summary() for run in proxy.runs.all()],
+        "runs": runs,
+        "ended_runs": list(proxy.runs.ended),
+        "unused_total": proxy.runs.ended_unused + sum(run["unused_count"] for run in runs),
     }
 
 
@@ -52,7 +57,7 @@ async def health(request: Request) -> JSONResponse:
 
 
 async def stats(request: Request) -> JSONResponse:
-    return JSONResponse(stats_body(_proxy(request)))
+    return JSONResponse(await stats_body(_proxy(request)))
 
 
 async def misses(request: Request) -> JSONResponse:
@@ -77,9 +82,9 @@ async def put_cassette(request: Request) -> JSONResponse:
         proxy.state.cassette = check_cassette_name(change.cassette)
     if change.mode is not None:
         proxy.state.mode = change.mode
-    # Each PUT starts a new run: replay positions and used/unused accounting start afresh.
-    await proxy.runs.restart(proxy.state.cassette)
-    await proxy.runs.restart(derived_name(proxy.state.cassette))
+    # Each PUT starts a new run of every cassette, the ones picked by header too: replay
+    # positions and used/unused accounting start afresh, under the new mode.
+    await proxy.runs.restart_all()
     return await get_cassette(request)
 
 

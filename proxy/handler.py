@@ -143,10 +143,12 @@ class Proxy:
             raise ConfigError(f"{TIMING_HEADER}: {exc}") from exc
         if run.order is not None:
             self._check_order(ctx, run, ordinal)
-        replay = run.prepared.get((ctx.key, ordinal))
+        cached = (ctx.cassette, ctx.key, ordinal)
+        replay = self.runs.replays.get(cached)
         if replay is None:
             exchange = await asyncio.to_thread(self.store.read, ctx.cassette, ctx.key, ordinal)
-            replay = run.prepared[ctx.key, ordinal] = Replay.of(exchange, ctx.key)
+            replay = Replay.of(exchange, ctx.key)
+            self.runs.replays.put(cached, replay)
         run.served.add((ctx.key, ordinal))
         self.state.stats.replayed += 1
         self._log(ctx, "replayed", replay.status)
@@ -249,6 +251,7 @@ class Proxy:
             log.error("could not write to cassette %r: %s", run.cassette, exc)
             return "not recorded (write failed)"
         run.add(exchange.key, ordinal)
+        self.runs.replays.discard((run.cassette, exchange.key, ordinal))
         self.state.stats.recorded += 1
         failed = exchange.outcome is not Outcome.COMPLETE
         return f"recorded {exchange.outcome.value}" if failed else "recorded"

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
+from proxy.errors import LlmtapeError
 from proxy.matching import Recorded, pick_ordinal
 from proxy.normalize import RequestParts
 from proxy.pipeline import Replay
@@ -15,31 +16,44 @@ from proxy.settings import Mode, RepeatPolicy
 from proxy.store.base import CassetteStore, exchange_file
 
 MAX_LISTED = 50
+MAX_ENDED = 200  # ended runs kept for stats and the shutdown log (those with news only)
+REPLAY_CACHE_BYTES = 64 * 1024 * 1024
 log = logging.getLogger("llmtape")
-MAX_PREPARED = 512
 
-K = TypeVar("K")
-V = TypeVar("V")
+CacheKey = tuple[str, str, int]  # (cassette, key, ordinal)
 
 
-class LruCache(OrderedDict[K, V]):
-    """A dict that forgets its least recently used entries beyond `size`."""
+class ReplayCache:
+    """Recordings ready to send, shared by every run and bounded by their bytes, so replaying
+    a recording again reads and renders nothing, and a large library does not fill memory."""
 
-    def __init__(self, size: int) -> None:
-        super().__init__()
-        self.size = size
+    def __init__(self, limit: int = REPLAY_CACHE_BYTES) -> None:
+        self.limit = limit
+        self.size = 0
+        self._entries: OrderedDict[CacheKey, tuple[Replay, int]] = OrderedDict()
 
-    def get(self, key: K, default: Any = None) -> Any:
-        if key in self:
-            self.move_to_end(key)
-            return self[key]
-        return default
+    def get(self, key: CacheKey) -> Replay | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        self._entries.move_to_end(key)
+        return entry[0]
 
-    def __setitem__(self, key: K, value: V) -> None:
-        super().__setitem__(key, value)
-        self.move_to_end(key)
-        while len(self) > self.size:
-            self.popitem(last=False)
+    def put(self, key: CacheKey, replay: Replay) -> None:
+        self.discard(key)
+        size = sum(len(data) for _, data in replay.frames) + 512
+        if size > self.limit // 8:
+            return  # one huge answer would evict everything else; read it from disk each time
+        self._entries[key] = (replay, size)
+        self.size += size
+        while self.size > self.limit:
+            _, (_, evicted) = self._entries.popitem(last=False)
+            self.size -= evicted
+
+    def discard(self, key: CacheKey) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self.size -= entry[1]
 
 
 @dataclass
@@ -63,17 +77,17 @@ class Run:
     served: set[tuple[str, int]] = field(default_factory=set)
     recorded: list[tuple[str, int]] = field(default_factory=list)
     committed: Counter[str] = field(default_factory=Counter)  # recordings made, per key
+    # Ordinals handed to answers still being written, so concurrent ones never share one.
+    pending: dict[str, set[int]] = field(default_factory=dict)
     anew: bool = False  # recorded the cassette anew (record mode, a .derived cassette)
     requests: int = 0
     replayed_from: bool = False  # answered a request from disk, or refused one: it is an input
+    live: set[str] = field(default_factory=set)  # upstreams that ran live in this replay run
+    upstreams: dict[str, str] = field(default_factory=dict)  # key -> upstream, as learnt
     order: list[Recorded] | None = None  # recorded order, loaded only for --strict-order
     cursor: int = 0  # position in `order` of the next recording to serve
     # Recorded requests in canonical form, read on the first miss and kept for the next ones.
     candidates: list[tuple[str, int, RequestParts]] | None = None
-    # Recordings ready to send, so a request replayed again reads and renders nothing.
-    prepared: LruCache[tuple[str, int], Replay] = field(
-        default_factory=lambda: LruCache(MAX_PREPARED)
-    )
 
     def ask(self, key: str) -> tuple[int, int]:
         """Count one more request for `key`: (its 1-based ask number, its seq in the run)."""
@@ -86,12 +100,17 @@ class Run:
 
     def next_ordinal(self, key: str, anew: bool) -> int:
         """The ordinal of the next recording of `key`: counted from 1 in a run that records
-        the cassette anew, after the highest one on disk in a run that adds to it."""
+        the cassette anew, after the highest one on disk or being written in a run that adds
+        to it."""
         self.committed[key] += 1
         self.anew |= anew
+        pending = self.pending.setdefault(key, set())
         if anew:
-            return self.committed[key]
-        return max(self.ordinals.get(key) or [0]) + 1
+            ordinal = self.committed[key]
+        else:
+            ordinal = max([*self.ordinals.get(key, ()), *pending, 0]) + 1
+        pending.add(ordinal)
+        return ordinal
 
     def superseded(self) -> list[tuple[str, int]]:
         """Recordings this run made obsolete: the 3rd recording of a request that this run
@@ -105,45 +124,39 @@ class Run:
 
     def add(self, key: str, ordinal: int) -> None:
         ordinals = self.ordinals.setdefault(key, [])
+        self.pending.get(key, set()).discard(ordinal)
         if ordinal not in ordinals:
             ordinals.append(ordinal)
             ordinals.sort()
             self.candidates = None
-        self.prepared.pop((key, ordinal), None)
         self.recorded.append((key, ordinal))
 
-    def unused(self) -> list[str]:
+    def unused(self) -> list[tuple[str, int]]:
+        """Recordings neither served nor written in this run."""
         recorded = set(self.recorded)
         return [
-            exchange_file(key, ordinal)
+            (key, ordinal)
             for key, ordinals in sorted(self.ordinals.items())
             for ordinal in ordinals
             if (key, ordinal) not in self.served and (key, ordinal) not in recorded
         ]
 
-    def summary(self) -> dict[str, Any]:
-        """Counts for /__llmtape/stats and the shutdown log. Unused recordings count only for
-        a cassette replayed from, not for one that was only written (a `.derived` one)."""
-        unused = self.unused() if self.replayed_from else []
-        return {
-            "cassette": self.cassette,
-            "requests": self.requests,
-            "served": len(self.served),
-            "recorded": [exchange_file(k, o) for k, o in self.recorded[:MAX_LISTED]],
-            "recorded_count": len(self.recorded),
-            "unused": unused[:MAX_LISTED],
-            "unused_count": len(unused),
-        }
-
 
 class Runs:
-    """The runs of every cassette touched since start, loaded lazily off the event loop."""
+    """The runs of every cassette touched since start, loaded lazily off the event loop, and
+    what the runs that ended left behind (for stats, the shutdown log and --fail-on-unused)."""
 
-    def __init__(self, store: CassetteStore, strict_order: bool = False) -> None:
+    def __init__(
+        self, store: CassetteStore, strict_order: bool = False, live: frozenset[str] = frozenset()
+    ) -> None:
         self._store = store
         self._strict_order = strict_order
+        self._live = live
         self._runs: dict[str, Run] = {}
         self._loading: dict[str, asyncio.Task[Run]] = {}
+        self.replays = ReplayCache()
+        self.ended: deque[dict[str, Any]] = deque(maxlen=MAX_ENDED)
+        self.ended_unused = 0  # unused recordings over every ended run, listed or not
 
     async def get(self, cassette: str) -> Run:
         run = self._runs.get(cassette)
@@ -177,20 +190,25 @@ class Runs:
         placed.sort(key=lambda item: (item[0], item[1].key, item[1].ordinal))
         return [recorded for _, recorded in placed]
 
-    async def restart(self, cassette: str) -> None:
-        """End a cassette's run: the next request reloads it from disk and starts afresh."""
-        run = self._runs.pop(cassette, None)
-        if run is not None:
+    async def restart_all(self) -> None:
+        """End every run: the next request to a cassette reloads it and starts afresh."""
+        runs, self._runs = list(self._runs.values()), {}
+        for run in runs:
             await asyncio.to_thread(self._finish, run)
 
-    async def finish_all(self) -> None:
-        for run in list(self._runs.values()):
-            await asyncio.to_thread(self._finish, run)
+    async def summaries(self) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(lambda: [self.summary(run) for run in self.all()])
 
     def _finish(self, run: Run) -> None:
-        """A run that recorded a cassette anew drops the repeats it superseded."""
-        if not run.anew:
-            return
+        """Close a run: drop the repeats a record run superseded, keep its summary."""
+        if run.anew:
+            self._drop_superseded(run)
+        summary = self.summary(run)
+        self.ended_unused += summary["unused_count"]
+        if summary["unused_count"] or summary["recorded_count"]:
+            self.ended.append(summary)
+
+    def _drop_superseded(self, run: Run) -> None:
         stale = run.superseded()
         for key, ordinal in stale:
             self._store.delete(run.cassette, key, ordinal)
@@ -198,6 +216,41 @@ class Runs:
             names = ", ".join(exchange_file(k, o) for k, o in stale[:10])
             log.info("cassette %r: removed %d recording(s) this run superseded: %s",
                      run.cassette, len(stale), names)
+
+    def summary(self, run: Run) -> dict[str, Any]:
+        """Counts for /__llmtape/stats and the shutdown log. Unused recordings count only for
+        a cassette replayed from (not for a `.derived` one that was only written), and not
+        for upstreams that ran live (partial replay), whose recordings could not be used.
+        May read files (to learn a recording's upstream): call it off the event loop."""
+        unused = self._unused(run) if run.replayed_from else []
+        names = [exchange_file(k, o) for k, o in unused]
+        return {
+            "cassette": run.cassette,
+            "requests": run.requests,
+            "served": len(run.served),
+            "recorded": [exchange_file(k, o) for k, o in run.recorded[:MAX_LISTED]],
+            "recorded_count": len(run.recorded),
+            "unused": names[:MAX_LISTED],
+            "unused_count": len(names),
+        }
+
+    def _unused(self, run: Run) -> list[tuple[str, int]]:
+        unused = run.unused()
+        live = self._live | run.live
+        if not live:
+            return unused
+        return [(k, o) for k, o in unused if self._upstream_of(run, k, o) not in live]
+
+    def _upstream_of(self, run: Run, key: str, ordinal: int) -> str | None:
+        if key not in run.upstreams:
+            try:
+                run.upstreams[key] = self._store.read(run.cassette, key, ordinal).request.upstream
+            except LlmtapeError:
+                return None
+        return run.upstreams[key]
+
+    async def finish_all(self) -> None:
+        await self.restart_all()
 
     def all(self) -> list[Run]:
         return list(self._runs.values())

@@ -94,3 +94,29 @@ def test_an_unknown_control_endpoint_is_a_404_listing_the_real_ones(
     response = httpx.get(make_proxy().url + "/__llmtape/stat")
     assert response.status_code == 404
     assert "/__llmtape/stats" in response.json()["error"]["message"]
+
+
+def test_a_put_also_starts_a_new_run_of_cassettes_picked_by_header(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    proxy = make_proxy(mode="record")
+    assert embed(proxy.url, cassette="suite/test_a").status_code == 200
+    proxy.put_cassette(mode="replay")
+    assert embed(proxy.url, cassette="suite/test_a").status_code == 200, (
+        "asked once in record mode, then once in the new replay run: served"
+    )
+
+
+def test_recordings_a_run_left_unused_still_count_after_a_put_ends_it(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    proxy = make_proxy(mode="record")
+    embed(proxy.url, text="used")
+    embed(proxy.url, text="never asked")
+    proxy.put_cassette(mode="replay")
+    assert embed(proxy.url, text="used").status_code == 200
+    proxy.put_cassette(cassette="other")
+    stats = proxy.stats
+    assert stats["unused_total"] == 1
+    [ended] = [run for run in stats["ended_runs"] if run["unused_count"]]
+    assert ended["cassette"] == "default" and ended["served"] == 1

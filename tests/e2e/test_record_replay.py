@@ -276,3 +276,30 @@ def test_concurrent_identical_requests_get_distinct_ordinals_and_lose_nothing(
               for p in (cassettes / "default").glob("*.json")}
     assert sorted(stored) == answers
     assert len({name.split(".")[0] for name in stored.values()}) == 1, "one key, six ordinals"
+
+
+def test_auto_mode_keeps_every_answer_of_concurrent_identical_misses(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    answers = [f"answer-{n}" for n in range(12)]
+    vector = [{"object": "embedding", "index": 0, "embedding": [0.5]}]
+    fake.script("/v1/embeddings", *(
+        Reply(body={"object": "list", "data": vector, "model": answer,
+                    "usage": {"prompt_tokens": 1, "total_tokens": 1}})
+        for answer in answers
+    ))
+    auto = make_proxy(mode="auto")
+    body = {"model": "m", "input": "same"}
+
+    def send(_: int) -> int:
+        return httpx.post(auto.url + "/openai/v1/embeddings", json=body, timeout=10).status_code
+
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        assert set(pool.map(send, range(12))) == {200}
+    auto.stop()
+    assert len(list((cassettes / "default").glob("*.json"))) == 12, "no answer overwrote another"
+    fake.stop()
+    replayer = make_proxy(mode="replay")
+    replayed = [httpx.post(replayer.url + "/openai/v1/embeddings", json=body).json()["model"]
+                for _ in answers]
+    assert sorted(replayed) == sorted(answers)

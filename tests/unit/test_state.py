@@ -1,0 +1,84 @@
+"""Runs and the replay cache: ordinals under concurrency, unused accounting, bounded memory."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from proxy.models import Exchange, StoredRequest, StoredResponse
+from proxy.pipeline import Replay
+from proxy.state import ReplayCache, Run, Runs
+from proxy.store.fs import FileStore
+
+MODEL, TOOL = "a" * 64, "b" * 64
+
+
+def replay(size: int) -> Replay:
+    return Replay(status=200, headers=(), frames=((0, b"x" * size),), cut=False)
+
+
+def stored(upstream: str, key: str) -> Exchange:
+    return Exchange(
+        key=key, ordinal=1, seq=0, rules="r",
+        request=StoredRequest(method="POST", upstream=upstream, path="/v1/x"),
+        response=StoredResponse(status=200, body={"json": {"ok": True}, "style": "compact"}),
+    )
+
+
+def test_ordinals_handed_out_before_a_write_lands_are_never_handed_out_twice() -> None:
+    adding = Run("c", {MODEL: [1]})
+    assert [adding.next_ordinal(MODEL, anew=False) for _ in range(3)] == [2, 3, 4]
+    adding.add(MODEL, 3)
+    assert adding.next_ordinal(MODEL, anew=False) == 5
+    anew = Run("c", {MODEL: [1, 2, 3]})
+    assert [anew.next_ordinal(MODEL, anew=True) for _ in range(2)] == [1, 2]
+    assert anew.superseded() == [(MODEL, 3)]
+
+
+def test_the_replay_cache_is_bounded_by_bytes_and_forgets_the_least_recent() -> None:
+    cache = ReplayCache(limit=100_000)
+    for n in range(5):
+        cache.put(("c", str(n), 1), replay(10_000))
+    assert cache.get(("c", "0", 1)) is not None  # now the most recent
+    for n in range(5, 10):
+        cache.put(("c", str(n), 1), replay(10_000))
+    assert cache.size <= 100_000
+    assert cache.get(("c", "0", 1)) is not None
+    assert cache.get(("c", "1", 1)) is None, "the least recently used went first"
+    cache.put(("c", "huge", 1), replay(50_000))
+    assert cache.get(("c", "huge", 1)) is None, "one huge answer is not worth everything else"
+    cache.discard(("c", "0", 1))
+    assert cache.get(("c", "0", 1)) is None
+
+
+def test_recordings_of_a_live_upstream_do_not_count_as_unused(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    store.write("trip", stored("openai", MODEL))
+    store.write("trip", stored("search", TOOL))
+
+    async def unused_with(live: frozenset[str], seen: set[str]) -> list[str]:
+        runs = Runs(store, live=live)
+        run = await runs.get("trip")
+        run.replayed_from = True
+        run.live |= seen
+        [summary] = await runs.summaries()
+        return list(summary["unused"])
+
+    assert asyncio.run(unused_with(frozenset(), set())) == [f"{MODEL}.json", f"{TOOL}.json"]
+    assert asyncio.run(unused_with(frozenset({"openai"}), set())) == [f"{TOOL}.json"]
+    assert asyncio.run(unused_with(frozenset(), {"search"})) == [f"{MODEL}.json"]
+
+
+def test_a_restart_keeps_what_the_ended_run_left_unused(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    store.write("suite", stored("openai", MODEL))
+
+    async def scenario() -> tuple[int, int, list[str]]:
+        runs = Runs(store)
+        run = await runs.get("suite")
+        run.replayed_from = True
+        await runs.restart_all()
+        fresh = await runs.get("suite")
+        return runs.ended_unused, len(fresh.served), [r["cassette"] for r in runs.ended]
+
+    assert asyncio.run(scenario()) == (1, 0, ["suite"])

@@ -5,14 +5,22 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from proxy.errors import BadCassetteName, ConfigError
+from proxy.providers import BUILTIN
 from proxy.rules import parse_rule
 from proxy.store.names import check_cassette_name
 from proxy.timing import parse_timing
@@ -50,10 +58,10 @@ class Settings(BaseModel):
     cassettes: Path = Field(Path("cassettes"), description="The cassette library folder.")
     cassette: str = Field("default", description="Cassette used when a request names none.")
     upstream: dict[str, str] = Field(
-        default_factory=dict, description="NAME=URL: add an upstream or override a built-in."
+        default_factory=dict, description="Add an upstream or override a built-in; repeatable."
     )
     live: tuple[str, ...] = Field(
-        (), description="Upstreams that run live in replay mode (partial replay)."
+        (), description="An upstream that runs live in replay mode (partial replay); repeatable."
     )
     record_failures: bool = Field(
         False, description="Also record 429/5xx answers and streams cut short."
@@ -69,7 +77,7 @@ class Settings(BaseModel):
         False, description="Exit non-zero at shutdown if recordings went unused in replay."
     )
     ignore: tuple[str, ...] = Field(
-        (), description="UPSTREAM:WHAT:NAME match rule, e.g. openai:body:user (see README)."
+        (), description="A match rule, e.g. openai:body:user (see README); repeatable."
     )
     connect_timeout: float = Field(10.0, gt=0, description="Seconds to connect upstream.")
     read_timeout: float = Field(
@@ -98,6 +106,24 @@ class Settings(BaseModel):
                 raise ValueError(f"upstream {name}={url!r} needs an http:// or https:// URL")
         return {name: url.rstrip("/") for name, url in value.items()}
 
+    @field_validator("live")
+    @classmethod
+    def _live(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        names = tuple(name.lower() for name in value)
+        _check_known(names, info)
+        return names
+
+    @field_validator("strict_order")
+    @classmethod
+    def _order(cls, value: bool, info: ValidationInfo) -> bool:
+        repeat = info.data.get("repeat")
+        if value and isinstance(repeat, RepeatPolicy) and repeat is not RepeatPolicy.ERROR:
+            raise ValueError(
+                f"cannot be combined with --repeat {repeat.value}: a strict-order replay "
+                "serves each recording once, in the recorded order"
+            )
+        return value
+
     @field_validator("replay_timing")
     @classmethod
     def _timing(cls, value: str) -> str:
@@ -106,12 +132,14 @@ class Settings(BaseModel):
 
     @field_validator("ignore")
     @classmethod
-    def _rules(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+    def _rules(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
         for spec in value:
             try:
-                parse_rule(spec)
+                rule = parse_rule(spec)
             except ConfigError as exc:
                 raise ValueError(exc.message) from exc
+            if rule.upstream != "*":
+                _check_known([rule.upstream], info, f"rule {spec!r}: ")
         return value
 
     @field_validator("log_level")
@@ -120,6 +148,17 @@ class Settings(BaseModel):
         if value.lower() not in {"debug", "info", "warning", "error"}:
             raise ValueError("must be one of debug, info, warning, error")
         return value.lower()
+
+
+def _check_known(names: Iterable[str], info: ValidationInfo, context: str = "") -> None:
+    """A typo in an upstream name must stop the start, not quietly match nothing."""
+    known = set(BUILTIN) | set(info.data.get("upstream") or {})
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ValueError(
+            f"{context}no upstream named {', '.join(map(repr, unknown))}; known upstreams: "
+            f"{', '.join(sorted(known))} (add one with --upstream NAME=URL)"
+        )
 
 
 LIST_FIELDS = frozenset({"live", "ignore"})
@@ -183,7 +222,7 @@ def _from_file(config: Path | None, environ: Mapping[str, str]) -> dict[str, Any
             f"known keys: {', '.join(sorted(Settings.model_fields))}"
         )
     if isinstance(values.get("upstream"), list):
-        values["upstream"] = parse_pairs(values["upstream"], "upstream")
+        values["upstream"] = parse_pairs(values["upstream"], "upstream", f"upstream in {path}")
     return values
 
 
@@ -201,10 +240,13 @@ def match_tables(tables: Any, path: Path) -> list[str]:
             not isinstance(table, dict)
             or set(table) - set(MATCH_KEYS)
             # a bare string would be split into one-letter rules
-            or not all(isinstance(names, list) for names in table.values())
+            or not all(
+                isinstance(names, list) and all(isinstance(name, str) for name in names)
+                for names in table.values()
+            )
         ):
             raise ConfigError(
-                f"config file {path}: [match.{upstream}] takes the lists "
+                f"config file {path}: [match.{upstream}] takes the lists of strings "
                 f"{', '.join(MATCH_KEYS)}"
             )
         for key, names in table.items():
@@ -221,19 +263,20 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
         if field in LIST_FIELDS:
             values[field] = tuple(part.strip() for part in raw.split(",") if part.strip())
         elif field in DICT_FIELDS:
-            values[field] = parse_pairs(raw.split(","), field)
+            values[field] = parse_pairs(raw.split(","), field, env_name(field))
         else:
             values[field] = raw
     return values
 
 
-def parse_pairs(items: Any, field: str) -> dict[str, str]:
-    """NAME=URL items (from the CLI, a comma-separated variable or a TOML list) -> dict."""
+def parse_pairs(items: Any, field: str, where: str | None = None) -> dict[str, str]:
+    """NAME=URL items (from the CLI, a comma-separated variable or a TOML list) -> dict.
+    `where` names the source in messages (the option itself by default)."""
     pairs: dict[str, str] = {}
     for item in items:
         name, sep, value = str(item).strip().partition("=")
         if not sep or not name or not value:
-            raise ConfigError(f"{option_name(field)}: {item!r} is not NAME=URL")
+            raise ConfigError(f"{where or option_name(field)}: {item!r} is not NAME=URL")
         pairs[name.strip()] = value.strip()
     return pairs
 

@@ -205,8 +205,9 @@ def test_match_tables_in_the_config_file_become_ignore_rules(tmp_path: Path) -> 
     ("toml", "problem"),
     [
         ('match = "openai:body:user"', "must be tables like [match.openai]"),
-        ('[match.openai]\nignore_fields = ["user"]', "[match.openai] takes the lists ignore_body"),
-        ('[match.openai]\nignore_body = "user"', "[match.openai] takes the lists ignore_body"),
+        ('[match.openai]\nignore_fields = ["user"]', "[match.openai] takes the lists of strings"),
+        ('[match.openai]\nignore_body = "user"', "[match.openai] takes the lists of strings"),
+        ("[match.openai]\nignore_body = [1, 2]", "[match.openai] takes the lists of strings"),
         ('[match.openai]\nignore_body = ["a..b"]', "'openai:body:a..b'"),
     ],
 )
@@ -241,6 +242,12 @@ def test_an_unknown_config_key_lists_the_known_ones(tmp_path: Path) -> None:
         ({}, {"LLMTAPE_IGNORE": "openai:nope:x"}, "", ["--ignore", "LLMTAPE_IGNORE", "key-header"]),
         ({}, {"LLMTAPE_STRICT_ORDER": "maybe"}, "", ["--strict-order", "LLMTAPE_STRICT_ORDER"]),
         ({}, {"LLMTAPE_CONNECT_TIMEOUT": "0"}, "", ["--connect-timeout", "greater than 0"]),
+        ({"live": ("opneai",)}, {}, "", ["--live", "no upstream named 'opneai'", "openai"]),
+        ({"ignore": ("opneai:body:user",)}, {}, "", ["--ignore", "'opneai:body:user'",
+                                                     "known upstreams"]),
+        ({}, {"LLMTAPE_REPEAT": "cycle", "LLMTAPE_STRICT_ORDER": "1"}, "",
+         ["--strict-order", "--repeat cycle"]),
+        ({}, {"LLMTAPE_UPSTREAM": "search"}, "", ["LLMTAPE_UPSTREAM", "'search' is not NAME=URL"]),
     ],
 )
 def test_a_bad_value_names_the_option_the_source_and_what_is_allowed(
@@ -340,3 +347,12 @@ def test_upstreams_from_each_layer_merge_by_name_with_the_command_line_winning(
     assert settings.upstream == {
         "search": "http://file:1", "openai": "http://cli:3", "tools": "http://env:4"
     }
+
+
+def test_live_and_rules_may_name_an_upstream_added_by_the_same_settings() -> None:
+    settings = load_settings(
+        {"live": ("Search",), "ignore": ("search:query:ts",)},
+        environ={"LLMTAPE_UPSTREAM": "search=http://127.0.0.1:9"},
+    )
+    assert settings.live == ("search",), "upstream names are lowercase"
+    assert settings.ignore == ("search:query:ts",)

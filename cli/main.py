@@ -35,12 +35,22 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help: rich's boxed tables cut option and variable names at 80 columns.
+    rich_markup_mode=None,
 )
 
 
 @app.callback()
 def main() -> None:
     """Record and replay LLM and HTTP API traffic through content-addressed cassettes."""
+
+
+METAVARS = {
+    "host": "HOST", "port": "PORT", "cassettes": "DIR", "cassette": "NAME",
+    "upstream": "NAME=URL", "live": "UPSTREAM", "replay_timing": "none|recorded|FACTOR",
+    "ignore": "UPSTREAM:WHAT:NAME", "connect_timeout": "SECONDS", "read_timeout": "SECONDS",
+    "shutdown_timeout": "SECONDS", "log_level": "LEVEL",
+}
 
 
 def option(field: str, off_flag: str | None = None) -> Any:
@@ -50,11 +60,15 @@ def option(field: str, off_flag: str | None = None) -> Any:
     shown = ", ".join(f"{k}={v}" for k, v in default.items()) if isinstance(default, dict) else (
         ", ".join(default) if isinstance(default, tuple) else str(default)
     )
+    if isinstance(default, bool):
+        shown = "on" if default else "off"
     flags = [option_name(field) + (f"/{off_flag}" if off_flag else "")]
+    text = f"{info.description} Env: {env_name(field)}."
     return typer.Option(
         *flags,
-        help=f"{info.description} Env: {env_name(field)}.",
-        show_default=shown or False,
+        help=text + (f" Default: {shown}." if shown else ""),
+        show_default=False,
+        metavar=METAVARS.get(field),
     )
 
 
@@ -85,7 +99,7 @@ def serve(
     shutdown_timeout: Annotated[float | None, option("shutdown_timeout")] = None,
     log_level: Annotated[str | None, option("log_level")] = None,
     config: Annotated[Path | None, typer.Option(
-        help="Config file.", show_default="./llmtape.toml if present"
+        help="Config file. Default: ./llmtape.toml if present.", metavar="FILE"
     )] = None) -> None:
     """Start the proxy. Point OPENAI_BASE_URL at http://HOST:PORT/openai/v1 and
     ANTHROPIC_BASE_URL at http://HOST:PORT/anthropic. Every option also reads LLMTAPE_<OPTION>
@@ -108,7 +122,9 @@ def serve(
 CassettesOption = Annotated[Path | None, option("cassettes")]
 UpstreamOption = Annotated[list[str] | None, option("upstream")]
 IgnoreOption = Annotated[list[str] | None, option("ignore")]
-ConfigOption = Annotated[Path | None, typer.Option(help="Config file.")]
+ConfigOption = Annotated[Path | None, typer.Option(
+    help="Config file. Default: ./llmtape.toml if present.", metavar="FILE"
+)]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
 
@@ -130,7 +146,10 @@ def open_library(
     return Library(FileStore(settings.cassettes), lambda up: rules.get(up, MatchRules()))
 
 
-def existing(library: Library, name: str) -> str:
+def existing(library: Library, name: str, folder_will_do: bool = False) -> str:
+    """`name` if the cassette has recordings (or, for verify, at least a folder)."""
+    if folder_will_do and library.store.folder(name).is_dir():
+        return name
     if not library.store.entries(name):
         raise ConfigError(f"cassette {name!r} has no recordings under {library.store.root}")
     return name
@@ -146,8 +165,10 @@ def rekey(
     dry_run: Annotated[bool, typer.Option(help="Show what would move; change nothing.")] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Recompute the keys of a cassette after the match rules changed, so that no recording
-    is orphaned. Requests that now match each other become ordinals in recorded order."""
+    """Move recordings to their keys under today's match rules.
+
+    Run it after changing --ignore rules or [match.*] tables, so that no recording is
+    orphaned. Requests that now match each other become ordinals in recorded order."""
     from cli.output import print_rekey
     from proxy.library import rekey as rekey_cassette
 
@@ -163,7 +184,7 @@ def rekey(
 def list_cassettes(
     cassettes: CassettesOption = None, config: ConfigOption = None, as_json: JsonOption = False
 ) -> None:
-    """List the cassettes: exchanges, streams, failures kept, and tokens recorded."""
+    """List the cassettes: exchanges, streams, failures kept, tokens."""
     from cli.output import print_summaries
     from proxy.catalog import summarize
 
@@ -203,14 +224,18 @@ def verify(
     config: ConfigOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Check every exchange file: schema, the key and ordinal its name says, and its key under
-    today's match rules. Exits 1 when a file has a problem."""
+    """Check every exchange file; exit 1 on a problem.
+
+    Each file must parse under the schema, carry the key and ordinal its name says, and have
+    that key under today's match rules. Leftover temporary files are reported too."""
     from cli.output import print_verdicts
     from proxy.catalog import verify as verify_cassette
 
     try:
         library = open_library(cassettes, upstream, ignore, config)
-        names = [existing(library, name)] if name else library.store.cassettes()
+        names = [existing(library, name, folder_will_do=True)] if name else (
+            library.store.cassettes()
+        )
         if not names:
             raise ConfigError(f"no cassettes under {library.store.root} to verify")
         verdicts = [verify_cassette(library.store, n, library.rules) for n in names]

@@ -42,7 +42,12 @@ def print_summaries(summaries: Sequence[Summary], as_json: bool) -> None:
     for s in summaries:
         table.add_row(s.cassette, str(s.exchanges), str(s.streams), str(s.failures),
                       f"{s.input_tokens:,}", f"{s.output_tokens:,}")
-    Console().print(table if summaries else "no cassettes yet")
+    console = Console()
+    console.print(table if summaries else "no cassettes yet")
+    for s in summaries:
+        if s.unreadable:
+            console.print(f"{s.cassette}: {s.unreadable} unreadable file(s); run "
+                          f"`llmtape verify {s.cassette}`", highlight=False, style="red")
 
 
 def print_rows(cassette: str, rows: Sequence[Row], as_json: bool) -> None:

@@ -10,11 +10,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from proxy.errors import CassetteCorrupt
 from proxy.models import Exchange, load_exchange
 from proxy.normalize import RequestParts, request_key
 from proxy.rules import MatchRules
 from proxy.store.base import exchange_file, parse_exchange_file
-from proxy.store.fs import FileStore
+from proxy.store.fs import FileStore, is_leftover
 
 RulesFor = Callable[[str], MatchRules]
 
@@ -53,13 +54,23 @@ def row_of(exchange: Exchange) -> Row:
     )
 
 
+def unreadable_row(key: str, ordinal: int) -> Row:
+    return Row(
+        file=exchange_file(key, ordinal), seq=-1, request="(unreadable: run `llmtape verify`)",
+        status=0, kind="-", outcome="unreadable", input_tokens=0, output_tokens=0,
+    )
+
+
 def show(store: FileStore, cassette: str) -> list[Row]:
-    """Every exchange of a cassette, in the order it was recorded."""
-    rows = [
-        row_of(store.read(cassette, key, ordinal))
-        for key, ordinals in store.entries(cassette).items()
-        for ordinal in ordinals
-    ]
+    """Every exchange of a cassette, in the order it was recorded; a file that cannot be read
+    is listed first as `unreadable`, so one bad file does not hide the rest."""
+    rows = []
+    for key, ordinals in store.entries(cassette).items():
+        for ordinal in ordinals:
+            try:
+                rows.append(row_of(store.read(cassette, key, ordinal)))
+            except CassetteCorrupt:
+                rows.append(unreadable_row(key, ordinal))
     return sorted(rows, key=lambda row: (row.seq, row.file))
 
 
@@ -71,6 +82,7 @@ class Summary:
     failures: int
     input_tokens: int
     output_tokens: int
+    unreadable: int
 
 
 def summarize(store: FileStore, cassette: str) -> Summary:
@@ -79,9 +91,10 @@ def summarize(store: FileStore, cassette: str) -> Summary:
         cassette=cassette,
         exchanges=len(rows),
         streams=sum(1 for row in rows if "frames" in row.kind),
-        failures=sum(1 for row in rows if row.outcome != "complete"),
+        failures=sum(1 for row in rows if row.outcome not in {"complete", "unreadable"}),
         input_tokens=sum(row.input_tokens for row in rows),
         output_tokens=sum(row.output_tokens for row in rows),
+        unreadable=sum(1 for row in rows if row.outcome == "unreadable"),
     )
 
 
@@ -102,7 +115,7 @@ def verify(store: FileStore, cassette: str, rules_for: RulesFor) -> Verdict:
     with os.scandir(store.folder(cassette)) as listing:
         names = sorted(entry.name for entry in listing if entry.is_file())
     for name in names:
-        if name.startswith(".") and name.endswith(".tmp"):
+        if is_leftover(name):
             verdict.flag(name, "left over from an interrupted write; safe to delete")
             continue
         parsed = parse_exchange_file(name)

@@ -65,12 +65,18 @@ class FileStore:
         _fsync_folder(self.folder(cassette))
 
     def cassettes(self) -> list[str]:
+        """Every folder holding exchange files, or what an interrupted write left behind."""
         names = []
         for folder, dirs, files in os.walk(self.root):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            if any(parse_exchange_file(name) for name in files):
+            if any(parse_exchange_file(name) or is_leftover(name) for name in files):
                 names.append(Path(folder).relative_to(self.root).as_posix())
         return sorted(names)
+
+
+def is_leftover(name: str) -> bool:
+    """A temp file of `write_atomic` that a killed process never renamed."""
+    return name.startswith(".") and name.endswith(".tmp")
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -99,13 +105,14 @@ def _fsync_folder(folder: Path) -> None:
 
 
 def _untimed(exchange: Exchange) -> bytes:
-    frames = exchange.response.frames
-    if frames is not None:
-        untimed = [Frame(ms=0, text=f.text, base64=f.base64) for f in frames]
-        exchange = exchange.model_copy(
-            update={"response": exchange.response.model_copy(update={"frames": untimed})}
-        )
-    return dump_exchange(exchange)
+    """The exchange as bytes with its timings (frame arrivals, when a cut came) left out."""
+    response = exchange.response
+    frames = response.frames
+    untimed = None if frames is None else [
+        Frame(ms=0, text=f.text, base64=f.base64) for f in frames
+    ]
+    response = response.model_copy(update={"frames": untimed, "end_ms": None})
+    return dump_exchange(exchange.model_copy(update={"response": response}))
 
 
 def _same_recording(path: Path, exchange: Exchange) -> bool:

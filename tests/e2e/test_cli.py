@@ -160,3 +160,47 @@ def test_a_port_in_use_fails_at_start_with_status_1_and_says_so(workdir: Path) -
         )
     assert result.returncode == 1
     assert "address already in use" in result.stderr and "could not listen" in result.stderr
+
+
+def run_cli(*args: str, columns: int = 80) -> subprocess.CompletedProcess[str]:
+    environ = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": str(columns)}
+    return subprocess.run([*LLMTAPE, *args], capture_output=True, text=True, timeout=60,
+                          env=environ)
+
+
+def test_serve_help_shows_every_option_and_variable_whole_at_80_columns() -> None:
+    from proxy.settings import Settings, env_name, option_name
+
+    result = run_cli("serve", "--help")
+    assert result.returncode == 0, result.stderr
+    assert "…" not in result.stdout and "..." not in result.stdout
+    words = set(result.stdout.replace(".", " ").replace(",", " ").split())
+    for field in Settings.model_fields:
+        assert env_name(field) in words, env_name(field)
+        assert option_name(field) in result.stdout
+
+
+def test_ls_lists_the_readable_cassettes_when_one_file_is_corrupt(tmp_path: Path) -> None:
+    example = ROOT / "cassettes" / "example"
+    for name in ("good", "bad"):
+        (tmp_path / name).mkdir()
+        for source in example.glob("*.json"):
+            (tmp_path / name / source.name).write_bytes(source.read_bytes())
+    broken = sorted((tmp_path / "bad").glob("*.json"))[0]
+    broken.write_text('{"trunc')
+    result = run_cli("ls", "--cassettes", str(tmp_path), "--json")
+    assert result.returncode == 0, result.stderr
+    listed = {row["cassette"]: row for row in json.loads(result.stdout)}
+    assert listed["good"]["exchanges"] == 3 and listed["good"]["unreadable"] == 0
+    assert listed["bad"]["unreadable"] == 1 and listed["bad"]["exchanges"] == 3
+    shown = run_cli("ls", "--cassettes", str(tmp_path))
+    assert "bad: 1 unreadable file(s)" in shown.stdout and "llmtape verify bad" in shown.stdout
+
+
+def test_verify_finds_a_cassette_holding_only_a_torn_first_write(tmp_path: Path) -> None:
+    (tmp_path / "fresh").mkdir()
+    (tmp_path / "fresh" / f".{'0' * 64}.json.k2x9.tmp").write_text('{"schema_version": 1, "ke')
+    for args in (("verify",), ("verify", "fresh")):
+        result = run_cli(*args, "--cassettes", str(tmp_path))
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "left over from an interrupted write" in result.stdout

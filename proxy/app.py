@@ -23,7 +23,6 @@ from proxy.state import Runs, ServerState
 from proxy.store.fs import FileStore
 from proxy.upstream import AiohttpUpstream
 
-METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 log = logging.getLogger("llmtape")
 
 
@@ -53,7 +52,8 @@ def create_app(settings: Settings) -> Starlette:
             app.state.final_stats = await stats_body(proxy)
 
     app = Starlette(
-        routes=[*ROUTES, Route("/{path:path}", proxy, methods=METHODS)],
+        # No method list: every method an upstream may take (QUERY, PROPFIND...) is forwarded.
+        routes=[*ROUTES, Route("/{path:path}", proxy)],
         lifespan=lifespan,
         exception_handlers={BadCassetteName: _bad_name, HTTPException: _http_error},
     )

@@ -22,7 +22,7 @@ def test_every_method_query_and_body_reaches_a_generic_upstream(
     make_proxy: MakeProxy, fake: FakeUpstream
 ) -> None:
     proxy = make_proxy(mode="passthrough", upstream={"tools": fake.url + "/base"})
-    for method in ("GET", "POST", "PUT", "PATCH", "DELETE"):
+    for method in ("GET", "POST", "PUT", "PATCH", "DELETE", "QUERY", "PROPFIND"):
         response = httpx.request(
             method, proxy.url + "/tools/search/items?q=paris&page=2",
             json={"n": 1} if method != "GET" else None,

@@ -133,8 +133,7 @@ def open_library(
     config: Path | None,
 ) -> Library:
     """The cassette library and the match rules, from the same sources as `serve`."""
-    from proxy.providers import provider_table, rules_table
-    from proxy.rules import MatchRules
+    from proxy.providers import Rulebook, provider_table
     from proxy.store.fs import FileStore
 
     settings = load_settings(
@@ -142,8 +141,8 @@ def open_library(
          "upstream": parse_pairs(upstream, "upstream") if upstream else None},
         config=config,
     )
-    rules = rules_table(provider_table(settings.upstream), settings.ignore)
-    return Library(FileStore(settings.cassettes), lambda up: rules.get(up, MatchRules()))
+    rules = Rulebook.build(provider_table(settings.upstream), settings.ignore)
+    return Library(FileStore(settings.cassettes), rules.for_upstream)
 
 
 def existing(library: Library, name: str, folder_will_do: bool = False) -> str:

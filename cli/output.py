@@ -31,6 +31,15 @@ def print_rekey(report: RekeyReport, dry_run: bool, as_json: bool) -> None:
         + (f", {report.merged} now repeat an earlier request" if report.merged else ""),
         highlight=False,
     )
+    if report.unstored:
+        console.print(
+            f"{len(report.unstored)} recording(s) were made before today's rules keyed on a "
+            "header they do not hold; a request that sends it will miss them. Record them "
+            "again:", highlight=False, style="yellow", soft_wrap=True,
+        )
+    for item in report.unstored:
+        console.print(f"  {item['file']}: no {', '.join(item['headers'])}", highlight=False,
+                      soft_wrap=True)
 
 
 def print_summaries(summaries: Sequence[Summary], as_json: bool) -> None:

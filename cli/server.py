@@ -14,6 +14,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from proxy.app import create_app
+from proxy.rules import rule_warnings
 from proxy.settings import Settings
 
 log = logging.getLogger("llmtape")
@@ -68,6 +69,8 @@ def serve(settings: Settings) -> int:
     """Run until SIGINT/SIGTERM. Exit status: 0, 1 when it could not start, 3 with
     --fail-on-unused when recordings went unused."""
     configure_logging(settings.log_level)
+    for warning in rule_warnings(settings.ignore):
+        log.warning("%s", warning)
     app = create_app(settings)
     server = ReadyServer(
         uvicorn_config(app, settings),

@@ -16,7 +16,7 @@ from starlette.routing import Route
 from proxy.control import ROUTES, stats_body
 from proxy.errors import BadCassetteName
 from proxy.handler import Proxy
-from proxy.providers import provider_table, rules_table
+from proxy.providers import Rulebook, provider_table
 from proxy.responses import QuietCuts
 from proxy.settings import Settings
 from proxy.state import Runs, ServerState
@@ -32,7 +32,7 @@ def create_app(settings: Settings) -> Starlette:
     proxy = Proxy(
         settings=settings,
         providers=providers,
-        rules=rules_table(providers, settings.ignore),
+        rules=Rulebook.build(providers, settings.ignore),
         store=store,
         state=ServerState(cassette=settings.cassette, mode=settings.mode),
         runs=Runs(store, strict_order=settings.strict_order, live=frozenset(settings.live)),

@@ -13,7 +13,8 @@ from pydantic import ValidationError
 from proxy.errors import CassetteCorrupt
 from proxy.models import Exchange, load_exchange
 from proxy.normalize import RequestParts, request_key
-from proxy.rules import MatchRules
+from proxy.providers import default_rules
+from proxy.rules import MatchRules, unstored_headers
 from proxy.store.base import exchange_file, parse_exchange_file
 from proxy.store.fs import FileStore, is_leftover
 
@@ -140,9 +141,20 @@ def _check_file(
         return f"names {exchange_file(exchange.key, exchange.ordinal)} inside; renamed by hand?"
     parts = RequestParts.from_dict(exchange.request.model_dump())
     rules = rules_for(parts.upstream)
-    key = request_key(parts, rules)
-    if key == exchange.key:
+    missing = unstored_headers(
+        dict(parts.headers), exchange.rules, rules, default_rules(parts.upstream)
+    )
+    if missing:
+        return (
+            f"today's rules key on the header(s) {', '.join(missing)}, which this recording "
+            "does not hold (it was made under other match rules): a request sending them "
+            "misses it; record it again"
+        )
+    if request_key(parts, rules) == exchange.key:
         return None
     if exchange.rules != rules.fingerprint():
-        return "recorded under other match rules: run `llmtape rekey` to move it to its key"
-    return "its request does not hash to its key: edited by hand? re-record it"
+        return f"recorded under other match rules: run `llmtape rekey {cassette}`"
+    return (
+        f"its request does not hash to its key: run `llmtape rekey {cassette}` (an older "
+        "llmtape keyed some requests differently), or record it again if it was edited by hand"
+    )

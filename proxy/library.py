@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import heapq
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
-from proxy.models import Exchange
-from proxy.normalize import RequestParts, request_key
-from proxy.rules import MatchRules
-from proxy.store.base import exchange_file
-from proxy.store.fs import FileStore
+from proxy.models import Exchange, StoredRequest
+from proxy.normalize import RequestParts, redacted, request_key
+from proxy.providers import default_rules
+from proxy.rules import MatchRules, unstored_headers
+from proxy.store.base import CassetteStore, exchange_file
 
 RulesFor = Callable[[str], MatchRules]
+Place = tuple[str, int]  # (key, ordinal): one exchange file
+Step = Exchange | Place  # write this exchange, or delete the file at this place
 
 
 @dataclass
@@ -19,47 +23,123 @@ class RekeyReport:
     cassette: str
     moved: list[tuple[str, str]] = field(default_factory=list)  # (old file, new file)
     unchanged: int = 0
-    merged: int = 0  # recordings that now share a key with another (ordinals renumbered)
+    merged: int = 0  # recordings that now repeat a request recorded under another key
+    # Recordings lacking a header today's rules key on: {"file": ..., "headers": [...]}.
+    unstored: list[dict[str, Any]] = field(default_factory=list)
 
 
 def rekey(
-    store: FileStore, cassette: str, rules_for: RulesFor, dry_run: bool = False
+    store: CassetteStore, cassette: str, rules_for: RulesFor, dry_run: bool = False
 ) -> RekeyReport:
     """Give every exchange the key its request has under today's rules.
 
-    Requests that now share a key become ordinals 1, 2, ... in recorded order. New files are
-    written before old ones are removed, so a crash leaves duplicates, never a loss."""
+    Each key's recordings keep their order; recordings of several old keys that now share
+    a key are interleaved in recorded order (by seq). Files are written in an order where none
+    is overwritten before its content is safe at its new place, and old files are removed
+    last, so a crash leaves duplicates, never a loss."""
     report = RekeyReport(cassette)
-    exchanges = [
-        store.read(cassette, key, ordinal)
-        for key, ordinals in store.entries(cassette).items()
-        for ordinal in ordinals
-    ]
-    exchanges.sort(key=lambda e: (e.seq, e.key, e.ordinal))
-    renamed: list[tuple[Exchange, Exchange]] = []
-    counts: dict[str, int] = {}
-    for exchange in exchanges:
-        parts = RequestParts.from_dict(exchange.request.model_dump())
-        rules = rules_for(parts.upstream)
-        key = request_key(parts, rules)
-        counts[key] = counts.get(key, 0) + 1
-        updated = exchange.model_copy(
-            update={"key": key, "ordinal": counts[key], "rules": rules.fingerprint()}
-        )
-        if updated == exchange:
-            report.unchanged += 1
-        else:
-            renamed.append((exchange, updated))
-    report.merged = sum(n - 1 for n in counts.values())
-    report.moved = [
-        (exchange_file(old.key, old.ordinal), exchange_file(new.key, new.ordinal))
-        for old, new in renamed
-    ]
+    groups = {
+        # Where the file is, whatever it says inside (a file renamed by hand is moved too).
+        key: [store.read(cassette, key, n).model_copy(update={"key": key, "ordinal": n})
+              for n in ordinals]
+        for key, ordinals in sorted(store.entries(cassette).items())
+    }
+    renamed = _renamed(groups, rules_for, report)
+    report.moved = [(_file(old), _file(new)) for old, new in renamed]
     if not dry_run:
-        for _, new in renamed:
-            store.write(cassette, new)
-        written = {(new.key, new.ordinal) for _, new in renamed}
-        for old, _ in renamed:
-            if (old.key, old.ordinal) not in written:
-                store.delete(cassette, old.key, old.ordinal)
+        taken = {(key, e.ordinal) for key, group in groups.items() for e in group}
+        for step in write_steps(renamed, taken):
+            if isinstance(step, Exchange):
+                store.write(cassette, step)
+            else:
+                store.delete(cassette, *step)
     return report
+
+
+def _renamed(
+    groups: dict[str, list[Exchange]], rules_for: RulesFor, report: RekeyReport
+) -> list[tuple[Exchange, Exchange]]:
+    """(old, new) for every exchange that changes; counts the rest into `report`."""
+    sources: dict[str, dict[str, list[tuple[Exchange, Rekeyed]]]] = {}
+    for old_key, group in groups.items():
+        for exchange in group:
+            state = _new_state(exchange, rules_for)
+            sources.setdefault(state.key, {}).setdefault(old_key, []).append((exchange, state))
+    renamed = []
+    for new_key, by_old in sources.items():
+        ordered = list(heapq.merge(*by_old.values(), key=lambda item: item[0].seq))
+        if len(by_old) > 1:
+            report.merged += len(ordered) - len(by_old[ordered[0][0].key])
+        for ordinal, (old, state) in enumerate(ordered, start=1):
+            new = old.model_copy(update={**state.update, "key": new_key, "ordinal": ordinal})
+            if state.missing:
+                report.unstored.append({"file": _file(new), "headers": list(state.missing)})
+            if new == old:
+                report.unchanged += 1
+            else:
+                renamed.append((old, new))
+    return renamed
+
+
+@dataclass(frozen=True)
+class Rekeyed:
+    key: str  # under today's rules
+    update: dict[str, Any]  # the other fields of the exchange that change
+    missing: tuple[str, ...]  # headers today's rules key on that the recording lacks
+
+
+def _new_state(exchange: Exchange, rules_for: RulesFor) -> Rekeyed:
+    """The exchange's key under today's rules, and what else changes in it: its rules
+    fingerprint, and its request where it still holds a credential today's filter masks.
+    One that lacks a header today's rules key on keeps its old fingerprint: rekey cannot make
+    it whole, and `verify` and miss reports keep pointing at it until it is recorded again."""
+    parts = RequestParts.from_dict(exchange.request.model_dump())
+    rules = rules_for(parts.upstream)
+    missing = unstored_headers(
+        dict(parts.headers), exchange.rules, rules, default_rules(parts.upstream)
+    )
+    update: dict[str, Any] = {"rules": exchange.rules if missing else rules.fingerprint()}
+    if redacted(parts) != parts:
+        update["request"] = StoredRequest.model_validate(redacted(parts).to_dict())
+    return Rekeyed(request_key(parts, rules), update, missing)
+
+
+def write_steps(renamed: Iterable[tuple[Exchange, Exchange]], taken: set[Place]) -> list[Step]:
+    """The writes and deletes that move each old exchange to its new place, in an order where
+    no file is overwritten before its own content has been written at its new place. `taken`
+    holds every place on disk. Moves form chains (A goes where B is, B where C is, C to a free
+    place: write C, then B, then A) and cycles, which are opened by first writing one member
+    to a spare place (a harmless duplicate if a crash comes), removed at the end."""
+    moves = {_place(old): new for old, new in renamed}
+    targets = {_place(new) for new in moves.values()}
+    steps: list[Step] = []
+    done: set[Place] = set()
+    for start in moves:
+        chain: list[Place] = []
+        place = start
+        while place in moves and place not in done and place not in chain:
+            chain.append(place)
+            place = _place(moves[place])
+        spare: Exchange | None = None
+        if place == start and len(chain) > 1:  # a cycle: its first member goes aside first
+            spare = _spare(moves[start], taken | targets)
+            steps.append(spare)
+        steps += [moves[p] for p in reversed(chain)]
+        done.update(chain)
+        if spare is not None:
+            steps.append(_place(spare))
+    steps += [place for place in moves if place not in targets]
+    return steps
+
+
+def _spare(exchange: Exchange, taken: set[Place]) -> Exchange:
+    last = max((ordinal for key, ordinal in taken if key == exchange.key), default=0)
+    return exchange.model_copy(update={"ordinal": last + 1})
+
+
+def _place(exchange: Exchange) -> Place:
+    return exchange.key, exchange.ordinal
+
+
+def _file(exchange: Exchange) -> str:
+    return exchange_file(exchange.key, exchange.ordinal)

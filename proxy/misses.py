@@ -1,21 +1,93 @@
-"""Explaining a cassette miss: the closest recording and the fields that differ."""
+"""Explaining a cassette miss: the closest recording, the fields that differ, and what to do."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import heapq
+from array import array
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.matching import closest
-from proxy.normalize import RequestParts
+from proxy.matching import Closest, closest, json_safe, request_view
+from proxy.normalize import RequestParts, canonical
+from proxy.rules import MatchRules, unstored_headers
 from proxy.store.base import exchange_file
 
 MAX_DIFFERENCES = 12
+MAX_CANDIDATES = 50_000  # recorded requests compared on a miss; a note says when cut short
+SHORTLIST = 8  # candidates that get the full diff, after the cheap sketch comparison
+SKETCH_DEPTH = 3  # view -> body -> messages -> each message
+MAX_SKETCH = 512
 
 
 def ordinal_word(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A recorded request as a miss compares it: small, so a big cassette's list stays cheap
+    to keep. Its full request is read again only when it makes the shortlist."""
+
+    key: str
+    ordinal: int
+    route: tuple[str, str, str]  # method, upstream, path
+    sketch: array[int]  # hashes of its shallow parts, see `sketch`
+    current: bool  # recorded under today's match rules
+    unstored: tuple[str, ...] = ()  # headers today's rules key on that it does not hold
+
+
+def candidate_of(
+    key: str, ordinal: int, stored: RequestParts, recorded: str, rules: MatchRules,
+    defaults: MatchRules,
+) -> Candidate:
+    """`stored` is the request as its exchange holds it, `recorded` its rules fingerprint."""
+    parts = canonical(stored, rules)
+    return Candidate(
+        key=key,
+        ordinal=ordinal,
+        route=(parts.method, parts.upstream, parts.path),
+        sketch=array("q", sorted(sketch(parts))[:MAX_SKETCH]),
+        current=recorded == rules.fingerprint(),
+        unstored=unstored_headers(dict(stored.headers), recorded, rules, defaults),
+    )
+
+
+def sketch(parts: RequestParts) -> set[int]:
+    """Hashes of every part of the request down to SKETCH_DEPTH, each with its path (list
+    items without their index): two requests that share most messages share most hashes,
+    even when one has a message inserted in the middle."""
+    out: set[int] = set()
+    _walk("", request_view(parts), 0, out)
+    return out
+
+
+def _walk(path: str, value: Any, depth: int, out: set[int]) -> int:
+    if isinstance(value, dict):
+        fields = frozenset((k, _walk(f"{path}.{k}", v, depth + 1, out)) for k, v in value.items())
+        found = hash(("{", fields))
+    elif isinstance(value, list):
+        found = hash(("[", tuple(_walk(f"{path}[]", v, depth + 1, out) for v in value)))
+    else:
+        # The type counts (`true` is not `1`); repr, since every NaN hashes differently.
+        found = hash((type(value).__name__, repr(value) if isinstance(value, float) else value))
+    if depth <= SKETCH_DEPTH:
+        out.add(hash((path, found)))
+    return found
+
+
+def shortlist(wanted: RequestParts, candidates: Sequence[Candidate]) -> list[Candidate]:
+    """The few candidates worth a full diff: the same route first, then the most shared
+    sketch hashes (Jaccard)."""
+    route = (wanted.method, wanted.upstream, wanted.path)
+    mine = sketch(wanted)
+
+    def rank(found: Candidate) -> tuple[bool, float]:
+        common = len(mine.intersection(found.sketch))
+        return found.route != route, -common / (len(mine) + len(found.sketch) - common or 1)
+
+    return heapq.nsmallest(SHORTLIST, candidates, key=rank)
 
 
 @dataclass(frozen=True)
@@ -25,8 +97,11 @@ class Miss:
     key: str
     ask: int
     recorded: int  # recordings of this very key (all used up when > 0)
-    request: RequestParts
-    candidates: Sequence[tuple[str, int, RequestParts]]  # (key, ordinal, canonical parts)
+    request: RequestParts  # canonical under today's rules
+    candidates: Sequence[Candidate]
+    # A candidate's request, canonical under today's rules; None when it can no longer be read.
+    load: Callable[[Candidate], RequestParts | None]
+    listed: int = 0  # recorded requests in the cassette (more than candidates: cut short)
 
     def explain(self) -> dict[str, Any]:
         """The miss as JSON: what was asked, why nothing answers it, what came closest."""
@@ -41,24 +116,57 @@ class Miss:
                 f"It was recorded {self.recorded} time(s) and every recording was already served "
                 "in this run: record it again, or use --repeat repeat-last or --repeat cycle."
             )
-        best = closest(self.request, (parts for _, _, parts in self.candidates))
-        if best is not None and not self.recorded:
-            where = next((k, o) for k, o, p in self.candidates if p is best.parts)
-            shown = best.differences[:MAX_DIFFERENCES]
-            lines.append(
-                f"Closest recording: {exchange_file(*where)} ({best.parts.method} "
-                f"{best.parts.upstream} {best.parts.path}); it differs in:"
-            )
-            lines += [f"  {d.render()}" for d in shown]
-            if len(best.differences) > len(shown):
-                lines.append(f"  ... and {len(best.differences) - len(shown)} more")
-            details["closest"] = {
-                "file": exchange_file(*where),
-                "differences": [d.to_dict() for d in best.differences[:MAX_DIFFERENCES]],
-            }
-        elif not self.recorded:
-            lines.append("The cassette holds no recordings to compare with.")
-        if not self.recorded:
+        else:
+            lines += self._closest(details)
             lines.append("To record it, run with --mode record or --mode auto.")
         details["message"] = "\n".join(lines)
-        return details
+        safe: dict[str, Any] = json_safe(details)  # a body may hold NaN; JSON has none
+        return safe
+
+    def _closest(self, details: dict[str, Any]) -> list[str]:
+        found = self._find()
+        if found is None:
+            return ["The cassette holds no recordings to compare with."]
+        where, best = found
+        file = exchange_file(where.key, where.ordinal)
+        shown = best.differences[:MAX_DIFFERENCES]
+        route = f"{best.parts.method} {best.parts.upstream} {best.parts.path}"
+        lines = [f"Closest recording: {file} ({route})" + ("; it differs in:" if shown else ".")]
+        lines += [f"  {d.render()}" for d in shown]
+        if len(best.differences) > len(shown):
+            lines.append(f"  ... and {len(best.differences) - len(shown)} more")
+        lines += self._advice(where, best)
+        if self.listed > MAX_CANDIDATES:
+            lines.append(f"(Only the first {MAX_CANDIDATES} of the {self.listed} recorded "
+                         "requests were compared: a closer one may be among the others.)")
+        details["closest"] = {"file": file, "differences": [d.to_dict() for d in shown],
+                              "recorded_under_other_rules": not where.current}
+        return lines
+
+    def _find(self) -> tuple[Candidate, Closest] | None:
+        loaded = [(c, p) for c in shortlist(self.request, self.candidates)
+                  if (p := self.load(c)) is not None]
+        best = closest(self.request, (parts for _, parts in loaded))
+        if best is None:
+            return None
+        return next(c for c, p in loaded if p is best.parts), best
+
+    def _advice(self, where: Candidate, best: Closest) -> list[str]:
+        rekey = f"`llmtape rekey {self.cassette}`"
+        if not best.differences:
+            return [
+                "Under today's match rules it is the same request: it was keyed under "
+                + ("other match rules" if not where.current else "an older llmtape")
+                + f" and is not at its key. {rekey} moves every recording to its key."
+            ]
+        if where.unstored:
+            names = ", ".join(where.unstored)
+            return [
+                f"It was recorded before today's rules keyed on the header(s) {names}, so it "
+                "does not hold them and a request that sends them never matches it: record "
+                "it again."
+            ]
+        if not where.current:
+            return [f"It was recorded under other match rules: if you changed them, {rekey} "
+                    "gives every recording its key under today's rules."]
+        return []

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qsl
 
 from proxy.bodies import Payload, request_payload
-from proxy.redact import is_secret_header, redact_query
+from proxy.redact import digest, is_secret_header, redact_payload, redact_query
 from proxy.rules import MatchRules, parse_path, without_path
+
+# Beyond 2**53 a float no longer holds every integer, so `1e300` and `10**300` stay apart.
+_EXACT = 2**53
 
 
 @dataclass(frozen=True)
@@ -59,11 +63,12 @@ def request_parts(
     """Only what may be stored: no credentials, no telemetry, only the headers the rules key on."""
     wanted = rules.headers()
     kept = sorted(
-        (name.lower(), value.strip())
+        (name.lower(), _stored_header(name, value))
         for name, value in headers.items()
-        if name.lower() in wanted and not is_secret_header(name)
+        if name.lower() in wanted
     )
     query = redact_query(parse_qsl(raw_query, keep_blank_values=True))
+    content_type = headers.get("content-type", "")
     return RequestParts(
         method=method.upper(),
         upstream=upstream,
@@ -71,18 +76,48 @@ def request_parts(
         # By name only: repeated parameters keep their order (`ids=1&ids=2` is not `ids=2&ids=1`).
         query=tuple(sorted(query, key=lambda pair: pair[0])),
         headers=tuple(kept),
-        body=request_payload(body, headers.get("content-type", "")),
+        body=redact_payload(request_payload(body, content_type), content_type),
     )
 
 
+def _stored_header(name: str, value: str) -> str:
+    """A key header's value as stored. One that looks like a credential (a rule may key on
+    `x-session-id`, or on `authorization` to tell tenants apart) keys by its digest."""
+    value = value.strip()
+    return digest(value) if is_secret_header(name) else value
+
+
+def integral_numbers(value: Any) -> Any:
+    """`value` with every finite float that holds an integer written as that integer: Python
+    sends `temperature=1.0` where JavaScript sends `1`, and both are the same request."""
+    if isinstance(value, float):
+        if math.isfinite(value) and value.is_integer() and -_EXACT <= value <= _EXACT:
+            return int(value)
+        return value
+    if isinstance(value, dict):
+        return {k: integral_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [integral_numbers(item) for item in value]
+    return value
+
+
+def redacted(parts: RequestParts) -> RequestParts:
+    """Stored parts with every credential today's filter knows of masked: a recording made
+    before a name counted as a credential may still hold one."""
+    return replace(parts, query=tuple(redact_query(parts.query)),
+                   body=redact_payload(parts.body, ""))
+
+
 def canonical(parts: RequestParts, rules: MatchRules) -> RequestParts:
-    """The parts with the ignored fields taken out: what the key is made of."""
+    """The parts with the ignored fields and any credential taken out: what the key is made
+    of."""
+    parts = redacted(parts)
     body = parts.body
-    if body.kind == "json" and rules.ignore_body:
+    if body.kind == "json":
         value = body.value
         for path in rules.ignore_body:
             value = without_path(value, parse_path(path))
-        body = Payload("json", value)
+        body = Payload("json", integral_numbers(value))
     wanted = rules.headers()
     return replace(
         parts,

@@ -10,14 +10,25 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from itertools import combinations
 from typing import Any
 
 from proxy.errors import ConfigError
 
 RULE_KINDS = ("body", "query", "header", "key-header")
 _TOKEN = re.compile(r"([^.\[\]]+)|\[(\d+|\*)\]")
+_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 token
+# Body fields that change the answer: a rule that ignores one makes different questions
+# replay the same recording. Only warned about, since a user may mean it.
+ANSWER_FIELDS = frozenset(
+    {"model", "messages", "input", "prompt", "tools", "tool_choice", "stream", "contents",
+     "system", "system_instruction", "systemInstruction", "instructions", "temperature",
+     "top_p", "top_k", "max_tokens", "max_output_tokens", "max_completion_tokens", "stop",
+     "response_format", "generationConfig", "generation_config", "options", "format", "n",
+     "content", "text", "parts"}
+)
 
 
 @dataclass(frozen=True)
@@ -56,12 +67,78 @@ def parse_rule(spec: str) -> Rule:
             f"--ignore {spec!r}: expected UPSTREAM:WHAT:NAME with WHAT one of "
             f"{', '.join(RULE_KINDS)}, e.g. openai:body:user or *:query:ts"
         )
-    if kind == "body":
-        try:
-            parse_path(name)
-        except ConfigError as exc:
-            raise ConfigError(f"--ignore {spec!r}: {exc.message}") from exc
+    try:
+        if kind == "body":
+            check_body_path(name)
+        elif kind in {"header", "key-header"} and not _HEADER_NAME.match(name):
+            raise ConfigError(
+                f"{name!r} is not a header name (letters, digits and !#$%&'*+-.^_`|~ only)"
+            )
+    except ConfigError as exc:
+        raise ConfigError(f"--ignore {spec!r}: {exc.message}") from exc
     return Rule(upstream, kind, name if kind == "body" else name.lower())
+
+
+def check_body_path(path: str) -> tuple[str | int, ...]:
+    """A body path a rule may ignore: not the whole body, not an array item."""
+    tokens = parse_path(path)
+    if "\\" in path:
+        raise ConfigError(
+            f"JSON path {path!r} has a backslash, but paths have no escapes: a field whose name "
+            "holds a `.` or `[` cannot be named. Ignore the object that holds it instead"
+        )
+    if path.startswith("*"):
+        raise ConfigError(
+            f"JSON path {path!r} starts with `*`, which ignores every top-level field: the "
+            "whole body. Name the fields to ignore instead"
+        )
+    if isinstance(tokens[-1], int) or (tokens[-1] == "*" and path.endswith("]")):
+        raise ConfigError(
+            f"JSON path {path!r} ends in an array item, and llmtape never removes array "
+            "items (their order and number always count), so it would ignore nothing. "
+            "Ignore a field inside the items instead, e.g. messages[*].name"
+        )
+    return tokens
+
+
+def rule_warnings(specs: Iterable[str]) -> list[str]:
+    """A warning for each rule that ignores a body field which changes the answer (`model`,
+    `messages`, `temperature`, ...): requests that differ in it would replay one recording."""
+    warnings = []
+    for spec in specs:
+        rule = parse_rule(spec)
+        if rule.kind != "body":
+            continue
+        names = [t for t in parse_path(rule.name) if isinstance(t, str) and t != "*"]
+        if names and names[-1] in ANSWER_FIELDS:
+            warnings.append(
+                f"--ignore {spec!r} ignores `{rule.name}`, which changes the answer: requests "
+                "that differ only in it replay the same recording. Drop the rule unless that "
+                "is what you want."
+            )
+    return warnings
+
+
+def unstored_headers(
+    stored: Iterable[str], recorded: str, rules: MatchRules, defaults: MatchRules
+) -> tuple[str, ...]:
+    """The headers `rules` key on that a recording made under the rules fingerprinted
+    `recorded` does not hold. A recording stores only the headers that were key headers when
+    it was made, so a header keyed on only since then is missing from it, and a request that
+    sends that header can never match it: such a recording has to be recorded again."""
+    if recorded == rules.fingerprint():
+        return ()
+    absent = sorted(rules.headers() - set(stored))
+    # Exact when only key headers were added since: the recording's fingerprint is today's
+    # rules without some of them.
+    for size in range(1, len(absent) + 1):
+        for added in combinations(absent, size):
+            before = replace(rules, key_headers=rules.key_headers - set(added))
+            if before.fingerprint() == recorded:
+                return added
+    # Other rules changed too: the fingerprint cannot tell, so name the headers beyond the
+    # provider's own (a request without `openai-beta` is the common case, not a loss).
+    return tuple(name for name in absent if name not in defaults.headers())
 
 
 def build_rules(base: MatchRules, upstream: str, specs: Iterable[str]) -> MatchRules:

@@ -10,7 +10,7 @@ from typing import Any
 
 from proxy.errors import LlmtapeError
 from proxy.matching import Recorded, pick_ordinal
-from proxy.normalize import RequestParts
+from proxy.misses import Candidate
 from proxy.pipeline import Replay
 from proxy.settings import Mode, RepeatPolicy
 from proxy.store.base import CassetteStore, exchange_file
@@ -87,7 +87,7 @@ class Run:
     order: list[Recorded] | None = None  # recorded order, loaded only for --strict-order
     cursor: int = 0  # position in `order` of the next recording to serve
     # Recorded requests in canonical form, read on the first miss and kept for the next ones.
-    candidates: list[tuple[str, int, RequestParts]] | None = None
+    candidates: list[Candidate] | None = None
 
     def ask(self, key: str) -> tuple[int, int]:
         """Count one more request for `key`: (its 1-based ask number, its seq in the run)."""

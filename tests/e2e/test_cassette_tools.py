@@ -6,9 +6,13 @@ import json
 import shutil
 from pathlib import Path
 
+import httpx
 from typer.testing import CliRunner
 
 from cli.main import app
+from tests.conftest import MakeProxy
+from tests.fakes.upstream import FakeUpstream
+from tests.support import files_under
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "cassettes" / "example"
 runner = CliRunner()
@@ -81,3 +85,57 @@ def test_verify_after_a_rules_change_points_to_rekey(tmp_path: Path) -> None:
 def test_verify_of_an_empty_or_mistyped_library_fails_instead_of_passing(tmp_path: Path) -> None:
     code, out = run("verify", "--cassettes", str(tmp_path / "typo"))
     assert code == 2 and "no cassettes" in out
+
+
+def test_rekey_without_serves_upstream_option_still_applies_star_rules_to_it(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    served = {"upstream": {"search": fake.url}, "ignore": ("*:query:ts",)}
+    recorder = make_proxy(mode="record", **served)
+    assert httpx.get(recorder.url + "/search/find?q=a&ts=1").status_code == 200
+    recorder.stop()
+    before = files_under(cassettes)
+    # the cassette tools are run without --upstream search=...
+    assert run("verify", "--cassettes", str(cassettes), "--ignore", "*:query:ts")[0] == 0
+    code, out = run("rekey", "default", "--cassettes", str(cassettes), "--ignore", "*:query:ts",
+                    "--json")
+    assert code == 0 and json.loads(out)["moved"] == []
+    assert files_under(cassettes) == before
+    replayer = make_proxy(mode="replay", **served)
+    assert httpx.get(replayer.url + "/search/find?q=a&ts=2").status_code == 200
+
+
+def test_rekey_names_the_recordings_a_new_key_header_leaves_behind(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    recorder = make_proxy(mode="record")
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    httpx.post(recorder.url + "/openai/v1/chat/completions", json=body,
+               headers={"x-tenant": "acme"})
+    recorder.stop()
+    [name] = files_under(cassettes)
+    rule = ["--ignore", "openai:key-header:x-tenant"]
+    code, out = run("rekey", "default", "--cassettes", str(cassettes), *rule, "--dry-run")
+    assert code == 0 and "x-tenant" in out and "Record them" in out
+    code, out = run("rekey", "default", "--cassettes", str(cassettes), *rule, "--json")
+    [unstored] = json.loads(out)["unstored"]
+    assert unstored == {"file": name.split("/")[-1], "headers": ["x-tenant"]}
+    again = json.loads(run("rekey", "default", "--cassettes", str(cassettes), *rule,
+                           "--json")[1])
+    assert again["unstored"] == [unstored], "still named until it is recorded again"
+
+
+def test_verify_names_recordings_that_lack_a_header_todays_rules_key_on(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    recorder = make_proxy(mode="record")
+    sent = httpx.post(recorder.url + "/openai/v1/embeddings", json={"model": "m", "input": "x"},
+                      headers={"x-tenant": "acme"})
+    assert sent.status_code == 200
+    recorder.stop()
+    assert run("verify", "--cassettes", str(cassettes))[0] == 0
+    code, out = run("verify", "default", "--cassettes", str(cassettes), "--ignore",
+                    "openai:key-header:x-tenant", "--json")
+    assert code == 1
+    [problem] = json.loads(out)[0]["problems"]
+    assert "x-tenant" in problem["problem"] and "record it again" in problem["problem"]

@@ -221,6 +221,35 @@ def test_the_live_header_makes_one_request_partial(
     assert replayer.stats["runs"][-1]["cassette"] == "default.derived"
 
 
+def test_the_live_header_names_a_known_upstream_and_uses_up_nothing_when_wrong(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    recorder = make_proxy(mode="record")
+    embed(recorder.url, "once")
+    recorder.stop()
+    replayer = make_proxy(mode="replay")
+    typo = httpx.post(replayer.url + "/openai/v1/embeddings", json={"model": "m", "input": "once"},
+                      headers={"x-llmtape-live": "opneai"})
+    assert typo.status_code == 400
+    assert "'opneai'" in typo.json()["error"]["message"]
+    assert "openai" in typo.json()["error"]["message"]
+    assert embed(replayer.url, "once"), "the refused request used up no recording"
+
+
+def test_strict_order_skips_what_an_earlier_request_ran_live_by_header(
+    make_proxy: MakeProxy, fake: FakeUpstream, tool: FakeUpstream
+) -> None:
+    recorder = make_proxy(mode="record", upstream={"search": tool.url})
+    recorded = agent_step(recorder.url, "hotels")
+    recorder.stop()
+    replayer = make_proxy(mode="replay", strict_order=True, upstream={"search": tool.url})
+    answer = client(replayer.url).with_options(default_headers={"x-llmtape-live": "openai"})
+    answer.chat.completions.create(model="gpt-4o-mini", messages=USER)
+    found = httpx.get(replayer.url + "/search/v1/find", params={"q": "hotels"})
+    assert found.status_code == 200, found.text
+    assert found.json() == recorded[1]
+
+
 def test_rekey_moves_recordings_to_their_keys_under_new_rules(
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
 ) -> None:
@@ -280,3 +309,110 @@ def test_a_derived_cassette_is_output_so_its_files_never_count_as_unused(
         assert runs["default"]["unused_count"] == 0, (
             "the recorded model answer could not be used: openai ran live"
         )
+
+
+def post_chat(url: str, raw: bytes) -> httpx.Response:
+    return httpx.post(url + "/openai/v1/chat/completions", content=raw, timeout=10,
+                      headers={"content-type": "application/json"})
+
+
+def test_a_float_recorded_by_python_replays_for_a_client_that_writes_it_as_an_integer(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    recorder = make_proxy(mode="record")
+    recorded = chat(recorder.url, temperature=1.0)
+    assert b'"temperature":1.0' in fake.hits[-1].body.replace(b" ", b"")
+    recorder.stop()
+    replayer = make_proxy(mode="replay")
+    body = {"model": "gpt-4o-mini", "messages": USER, "temperature": 1}
+    answer = post_chat(replayer.url, json.dumps(body).encode())  # as JavaScript sends it
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["choices"][0]["message"]["content"] == recorded
+    missed = post_chat(replayer.url, json.dumps({**body, "temperature": True}).encode())
+    assert missed.status_code == 422
+    assert "body.temperature: 1 -> true" in missed.json()["error"]["message"]
+
+
+def test_a_miss_over_nan_or_infinity_is_a_422_and_the_misses_list_stays_readable(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    raw = b'{"model":"m","messages":[{"role":"user","content":"hi"}],"logit_bias":{"1":%s}}'
+    recorder = make_proxy(mode="record")
+    assert post_chat(recorder.url, raw % b"NaN").status_code == 200
+    recorder.stop()
+    replayer = make_proxy(mode="replay")
+    assert post_chat(replayer.url, raw % b"NaN").status_code == 200
+    missed = post_chat(replayer.url, raw % b"Infinity")
+    assert missed.status_code == 422, missed.text
+    [difference] = missed.json()["error"]["details"]["closest"]["differences"]
+    assert difference == {"path": "body.logit_bias.1", "recorded": "NaN",
+                          "requested": "Infinity"}
+    listed = httpx.get(replayer.url + "/__llmtape/misses", timeout=10)
+    assert listed.status_code == 200 and len(listed.json()["misses"]) == 1
+
+
+def test_a_key_in_a_json_or_form_body_goes_upstream_but_is_never_stored_keyed_or_shown(
+    make_proxy: MakeProxy, tool: FakeUpstream, cassettes: Path
+) -> None:
+    tool.script("/search", *(Reply(body={"results": ["Hotel Lutetia"]}) for _ in range(3)))
+    tool.script("/oauth/token", Reply(body={"access_token": "issued", "token_type": "bearer"}))
+    recorder = make_proxy(mode="record", upstream={"search": tool.url})
+    search = {"api_key": "tvly-OLDSECRET111", "query": "hotels"}
+    assert httpx.post(recorder.url + "/search/search", json=search).status_code == 200
+    form = {"grant_type": "client_credentials", "client_id": "me", "client_secret": "FORMSECRET1"}
+    assert httpx.post(recorder.url + "/search/oauth/token", data=form).status_code == 200
+    assert tool.hits[0].json()["api_key"] == "tvly-OLDSECRET111", "the upstream gets the key"
+    assert b"client_secret=FORMSECRET1" in tool.hits[1].body
+    recorder.stop()
+    on_disk = b"".join(files_under(cassettes).values())
+    assert b"OLDSECRET" not in on_disk and b"FORMSECRET" not in on_disk
+
+    replayer = make_proxy(mode="replay", upstream={"search": tool.url})
+    other_key = {**search, "api_key": "tvly-NEWSECRET222"}
+    replayed = httpx.post(replayer.url + "/search/search", json=other_key)
+    assert replayed.status_code == 200 and replayed.json() == {"results": ["Hotel Lutetia"]}
+    token = httpx.post(replayer.url + "/search/oauth/token",
+                       data={**form, "client_secret": "FORMSECRET2"})
+    assert token.status_code == 200
+    missed = httpx.post(replayer.url + "/search/search", json={**other_key, "query": "museums"})
+    assert missed.status_code == 422 and "NEWSECRET" not in missed.text
+    assert 'body.query: "hotels" -> "museums"' in missed.json()["error"]["message"]
+    assert "NEWSECRET" not in httpx.get(replayer.url + "/__llmtape/misses").text
+
+
+@pytest.mark.parametrize("header", ["x-session-id", "x-author", "x-tenant"])
+def test_a_key_header_rule_counts_whatever_the_header_is_called(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path, header: str
+) -> None:
+    proxy = make_proxy(mode="record", ignore=(f"openai:key-header:{header}",))
+    body = json.dumps({"model": "m", "messages": USER}).encode()
+
+    def key(value: str) -> str:
+        return httpx.post(proxy.url + "/openai/v1/chat/completions", content=body, timeout=10,
+                          headers={header: value, "content-type": "application/json"},
+                          ).headers["x-llmtape-key"]
+
+    assert key("one-HEADERVALUE") != key("two-HEADERVALUE")
+    assert key("one-HEADERVALUE") == key("one-HEADERVALUE")
+    proxy.stop()
+    stored = [json.loads(b)["request"]["headers"][header]
+              for b in files_under(cassettes).values()]
+    if header == "x-tenant":
+        assert sorted(set(stored)) == ["one-HEADERVALUE", "two-HEADERVALUE"]
+    else:
+        assert all(value.startswith("sha256:") for value in stored)
+
+
+def test_after_a_rule_change_the_recorded_request_itself_misses_pointing_to_rekey(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    recorder = make_proxy(mode="record")
+    chat(recorder.url, seed=7)
+    recorder.stop()
+    replayer = make_proxy(mode="replay", ignore=("openai:body:seed",))
+    with pytest.raises(openai.UnprocessableEntityError) as caught:
+        chat(replayer.url, seed=7)
+    message = caught.value.body["message"]  # type: ignore[index]
+    assert "it differs in" not in message
+    assert "other match rules" in message and "`llmtape rekey default`" in message
+    assert caught.value.body["details"]["closest"]["recorded_under_other_rules"]  # type: ignore[index]

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy.bodies import Payload
 from proxy.matching import (
@@ -13,11 +17,15 @@ from proxy.matching import (
     Recorded,
     closest,
     diff,
+    json_safe,
     next_expected,
     pick_ordinal,
     request_view,
+    same,
 )
-from proxy.normalize import RequestParts
+from proxy.misses import MAX_CANDIDATES, Candidate, Miss, candidate_of, shortlist
+from proxy.normalize import RequestParts, canonical
+from proxy.rules import MatchRules
 from proxy.settings import RepeatPolicy
 
 ERROR, LAST, CYCLE = RepeatPolicy.ERROR, RepeatPolicy.REPEAT_LAST, RepeatPolicy.CYCLE
@@ -188,3 +196,207 @@ def test_closest_on_the_same_route_has_the_fewest_differences() -> None:
 
 def test_closest_of_nothing_is_none() -> None:
     assert closest(parts(chat("a")), []) is None
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize(
+    ("recorded", "requested", "equal"),
+    [
+        (1, 1.0, True),
+        (0, -0.0, True),
+        (True, 1, False),
+        (1, True, False),
+        (False, 0.0, False),
+        (True, True, True),
+        (NAN, NAN, True),
+        (NAN, INF, False),
+        (None, 0, False),
+        ("1", 1, False),
+        ("a", "a", True),
+    ],
+)
+def test_same_compares_as_json_not_as_python(recorded: Any, requested: Any, equal: bool) -> None:
+    assert same(recorded, requested) is equal
+    assert (diff({"t": recorded}, {"t": requested}) == []) is equal
+
+
+def test_a_repeated_query_parameter_shows_as_the_list_of_its_values() -> None:
+    one = parts(query=(("ids", "1"), ("ids", "2"), ("q", "x")))
+    other = parts(query=(("ids", "3"), ("ids", "2"), ("q", "x")))
+    assert request_view(one)["query"] == {"ids": ["1", "2"], "q": "x"}
+    assert diff(request_view(one), request_view(other)) == [Difference("query.ids[0]", "1", "3")]
+
+
+M = [{"role": "user", "content": f"message {i}"} for i in range(6)]
+NEW = {"role": "user", "content": "My budget is 500 EUR."}
+
+
+@pytest.mark.parametrize(
+    ("recorded", "requested", "expected"),
+    [
+        (M, [*M[:2], NEW, *M[2:]], [Difference("[2]", MISSING, NEW)]),
+        ([*M[:2], NEW, *M[2:]], M, [Difference("[2]", NEW, MISSING)]),
+        (M, [NEW, *M], [Difference("[0]", MISSING, NEW)]),
+        (M, [*M[:3], NEW, *M[4:]], [Difference("[3].content", "message 3", NEW["content"])]),
+        (M[:3], [*M[:3], NEW, NEW], [Difference("[3]", MISSING, NEW),
+                                     Difference("[4]", MISSING, NEW)]),
+        ([1, 2, 3], [1, True, 3], [Difference("[1]", 2, True)]),
+    ],
+)
+def test_lists_are_aligned_so_an_insertion_is_one_difference(
+    recorded: list[Any], requested: list[Any], expected: list[Difference]
+) -> None:
+    assert diff(recorded, requested) == expected
+
+
+@given(items=st.lists(st.integers(0, 5), max_size=8), extra=st.integers(6, 9),
+       at=st.integers(0, 8))
+def test_an_inserted_item_is_always_exactly_one_addition(
+    items: list[int], extra: int, at: int
+) -> None:
+    at = min(at, len(items))
+    assert diff(items, [*items[:at], extra, *items[at:]]) == [Difference(f"[{at}]", MISSING, extra)]
+
+
+@given(items=st.lists(st.integers(0, 5), min_size=1, max_size=8), at=st.integers(0, 7))
+def test_a_removed_item_is_always_exactly_one_removal(items: list[int], at: int) -> None:
+    at = min(at, len(items) - 1)
+    [found] = diff(items, [*items[:at], *items[at + 1:]])
+    assert found.requested is MISSING and found.recorded == items[at]
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("A" + "x" * 100_000 + "B", "C" + "x" * 100_000 + "D"),
+        ("x" * 200_000, "y" * 200_000),
+        ("a" * 50_000 + "!" + "b" * 50_000, "a" * 50_000 + "?" + "b" * 50_000),
+    ],
+)
+def test_a_difference_renders_as_one_short_line_however_long_the_strings(
+    old: str, new: str
+) -> None:
+    line = Difference("body.messages[0].content", old, new).render()
+    assert len(line) <= 4 * 80 and "\n" not in line
+    assert line.startswith("body.messages[0].content: ")
+
+
+def test_a_long_differing_span_shows_both_of_its_ends() -> None:
+    old = "Today is Monday." + "ctx " * 25_000 + "Answer in English."
+    new = "Today is Friday." + "ctx " * 25_000 + "Answer in French."
+    line = Difference("body.system", old, new).render()
+    assert "Monday" in line and "Friday" in line and "French" in line and len(line) < 320
+
+
+def test_json_safe_writes_non_finite_numbers_as_strings() -> None:
+    value = {"a": [NAN, INF, -INF, 1.5, 2], "b": {"c": NAN}}
+    assert json_safe(value) == {"a": ["NaN", "Infinity", "-Infinity", 1.5, 2], "b": {"c": "NaN"}}
+    json.dumps(json_safe(value), allow_nan=False)
+
+
+# --- the closest recording of a miss --------------------------------------------------------
+
+RULES = MatchRules()
+SYSTEM = {"role": "system", "content": "You are a travel agent for ACME."}
+TRIP = [SYSTEM] + [{"role": "user" if i % 2 else "assistant", "content": f"turn {i} " * 5}
+                   for i in range(1, 7)]
+
+
+def candidates(
+    *bodies: Any, recorded: str | None = None
+) -> dict[str, tuple[Candidate, RequestParts]]:
+    out = {}
+    for n, body in enumerate(bodies):
+        key = str(n) * 64 if n < 10 else hashlib.sha256(str(n).encode()).hexdigest()
+        stored = parts(body)
+        found = candidate_of(key, 1, stored, recorded or RULES.fingerprint(), RULES, MatchRules())
+        out[key] = (found, canonical(stored, RULES))
+    return out
+
+
+def miss(wanted: Any, found: dict[str, tuple[Candidate, RequestParts]], **extra: Any) -> Miss:
+    return Miss(
+        cassette="trip", mode="replay", key="f" * 64, ask=1, recorded=0,
+        request=canonical(parts(wanted), RULES),
+        candidates=[c for c, _ in found.values()],
+        load=lambda c: found[c.key][1], **extra,
+    )
+
+
+def test_a_message_inserted_in_the_middle_finds_its_conversation_and_shows_one_line() -> None:
+    asked = chat_of([*TRIP[:1], NEW, *TRIP[1:]])
+    found = candidates(chat_of([SYSTEM, {"role": "user", "content": "hi"}]), chat_of(TRIP))
+    details = miss(asked, found).explain()
+    assert details["closest"]["file"] == "1" * 64 + ".json"
+    assert details["closest"]["differences"] == [
+        {"path": "body.messages[1]", "requested": NEW}
+    ]
+    assert 'body.messages[1]: added {"role": "user"' in details["message"]
+
+
+def chat_of(messages: list[Any]) -> dict[str, Any]:
+    return {"model": "gpt-4o", "messages": messages}
+
+
+def test_the_shortlist_finds_the_origin_among_many_by_shared_messages() -> None:
+    bodies = [chat_of([SYSTEM] + [{"role": "user", "content": f"c{n} t{i}"} for i in range(20)])
+              for n in range(300)]
+    found = candidates(*bodies)
+    asked = json.loads(json.dumps(bodies[217]))
+    asked["messages"][7]["content"] = "changed"
+    target = next(c for c, p in found.values() if p.body.value == bodies[217])
+    short = shortlist(canonical(parts(asked), RULES), [c for c, _ in found.values()])
+    assert short[0] == target
+
+
+def test_a_recording_that_matches_under_todays_rules_points_to_rekey() -> None:
+    found = candidates(chat_of(TRIP), recorded="0123456789abcdef")
+    message = miss(chat_of(TRIP), found).explain()["message"]
+    assert "it differs in" not in message
+    assert "other match rules" in message and "`llmtape rekey trip`" in message
+
+
+def test_a_recording_made_under_other_rules_suggests_rekey_next_to_its_differences() -> None:
+    found = candidates(chat_of(TRIP), recorded="0123456789abcdef")
+    details = miss(chat_of(TRIP[:3]), found).explain()
+    assert details["closest"]["recorded_under_other_rules"] is True
+    assert "`llmtape rekey trip`" in details["message"]
+    current = miss(chat_of(TRIP[:3]), candidates(chat_of(TRIP))).explain()
+    assert "rekey" not in current["message"]
+
+
+def test_a_recording_without_a_header_keyed_on_since_says_to_record_it_again() -> None:
+    tenant = MatchRules(key_headers=frozenset({"x-tenant"}))
+    stored = parts(chat_of(TRIP))
+    found = candidate_of("a" * 64, 1, stored, RULES.fingerprint(), tenant, MatchRules())
+    assert found.unstored == ("x-tenant",)
+    wanted = canonical(RequestParts("POST", "openai", "/v1/chat/completions", (),
+                                    (("x-tenant", "acme"),), stored.body), tenant)
+    details = Miss("trip", "replay", "f" * 64, 1, 0, wanted, [found],
+                   lambda c: canonical(stored, tenant)).explain()
+    assert 'headers.x-tenant: added "acme"' in details["message"]
+    assert "x-tenant" in details["message"] and "record it again" in details["message"]
+
+
+def test_a_miss_with_non_finite_numbers_explains_itself_in_strict_json() -> None:
+    found = candidates({"model": "m", "logit_bias": {"1": NAN}})
+    details = miss({"model": "m", "logit_bias": {"1": INF}}, found).explain()
+    text = json.dumps(details, allow_nan=False)
+    assert '"recorded": "NaN"' in text and '"requested": "Infinity"' in text
+    assert "NaN -> Infinity" in details["message"]
+
+
+def test_a_search_cut_short_says_so() -> None:
+    found = candidates(chat_of(TRIP))
+    message = miss(chat_of(TRIP[:2]), found, listed=MAX_CANDIDATES + 7).explain()["message"]
+    assert f"Only the first {MAX_CANDIDATES} of the {MAX_CANDIDATES + 7}" in message
+    assert "Only the first" not in miss(chat_of(TRIP[:2]), found, listed=1).explain()["message"]
+
+
+def test_a_recording_that_cannot_be_read_again_is_skipped() -> None:
+    found = candidates(chat_of(TRIP))
+    gone = Miss("trip", "replay", "f" * 64, 1, 0, canonical(parts(chat_of(TRIP)), RULES),
+                [c for c, _ in found.values()], lambda c: None)
+    assert "no recordings to compare with" in gone.explain()["message"]

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from proxy.bodies import Payload
 from proxy.errors import ConfigError
 from proxy.normalize import RequestParts, canonical, request_key, request_parts
 from proxy.rules import MatchRules, build_rules, parse_path
@@ -123,12 +124,28 @@ def test_credentials_and_telemetry_never_appear_in_request_parts(name: str, valu
     assert dict(parts.headers) == {"anthropic-version": "2023-06-01"}
 
 
-@given(name=st.sampled_from(CREDENTIALS), value=secrets)
-def test_a_credential_stays_out_even_when_a_rule_keys_on_it(name: str, value: str) -> None:
+@given(name=st.sampled_from(CREDENTIALS), value=secrets, other=secrets)
+def test_a_credential_a_rule_keys_on_is_stored_and_keyed_as_its_digest_only(
+    name: str, value: str, other: str
+) -> None:
+    assume(value != other)
     rules = MatchRules(key_headers=frozenset({name.lower()}))
     parts = parts_of(headers={name: value}, rules=rules)
     assert value not in json.dumps(parts.to_dict())
-    assert request_key(parts, rules) == key_of(rules=rules)
+    assert dict(parts.headers)[name.lower()].startswith("sha256:")
+    assert request_key(parts, rules) == key_of(headers={name: value}, rules=rules)
+    assert request_key(parts, rules) != key_of(headers={name: other}, rules=rules)
+    assert request_key(parts, rules) != key_of(rules=rules)
+
+
+@pytest.mark.parametrize("name", ["x-tenant", "x-session-id", "x-author", "X-Tokenizer",
+                                  "authorization"])
+def test_a_key_header_rule_keys_requests_apart_whatever_the_header_is_called(name: str) -> None:
+    rules = MatchRules(key_headers=frozenset({name.lower()}))
+    one, two = (key_of(headers={name: value}, rules=rules) for value in ("one", "two"))
+    assert one != two
+    stored = dict(parts_of(headers={name: "one"}, rules=rules).headers)[name.lower()]
+    assert stored == "one" if name == "x-tenant" else stored.startswith("sha256:")
 
 
 def test_query_params_are_sorted_by_name_keeping_repeated_values_in_order() -> None:
@@ -368,3 +385,81 @@ def test_the_same_upload_keys_the_same_whatever_multipart_boundary_the_client_pi
 
     assert key("a1b2c3") == key("zz9988")
     assert key("a1b2c3") != key("a1b2c3", b"other-audio")
+
+
+def floats_for_ints(value: Any) -> Any:
+    """The same JSON value as Python would send it with every number a float: 1 -> 1.0."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: floats_for_ints(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [floats_for_ints(item) for item in value]
+    return value
+
+
+@given(body=json_objects)
+def test_a_number_keys_the_same_written_as_1_or_as_1_0(body: dict[str, Any]) -> None:
+    as_floats = json.dumps(floats_for_ints(body)).encode()
+    assert key_of(raw=as_floats) == key_of(raw=json.dumps(body).encode())
+
+
+@pytest.mark.parametrize(
+    ("one", "other", "same"),
+    [
+        (b'{"t": 1.0}', b'{"t": 1}', True),
+        (b'{"t": -0.0}', b'{"t": 0}', True),
+        (b'{"t": 2e3}', b'{"t": 2000}', True),
+        (b'{"t": 1.5}', b'{"t": 1}', False),
+        (b'{"t": true}', b'{"t": 1}', False),
+        (b'{"t": false}', b'{"t": 0.0}', False),
+        (b'{"t": 1e300}', b'{"t": 1.0000000000000001e300}', True),
+        (b'{"t": 9007199254740993.0}', b'{"t": 9007199254740992}', True),
+        (b'{"t": 1e20}', b'{"t": 100000000000000000000}', False),
+        (b'{"t": NaN}', b'{"t": NaN}', True),
+        (b'{"t": Infinity}', b'{"t": NaN}', False),
+    ],
+)
+def test_numbers_key_by_value_not_by_how_they_are_written(
+    one: bytes, other: bytes, same: bool
+) -> None:
+    assert (key_of(raw=one) == key_of(raw=other)) is same
+
+
+@pytest.mark.parametrize(
+    ("raw", "content_type", "secret"),
+    [
+        (b'{"api_key": "tvly-SECRET1", "query": "hotels"}', "application/json", b"SECRET1"),
+        (b'{"auth": {"client_secret": "SECRET1"}, "q": "hotels"}', "application/json",
+         b"SECRET1"),
+        (b"grant_type=client_credentials&client_id=me&client_secret=SECRET1",
+         "application/x-www-form-urlencoded", b"SECRET1"),
+    ],
+)
+def test_a_credential_in_a_body_is_neither_stored_nor_keyed(
+    raw: bytes, content_type: str, secret: bytes
+) -> None:
+    rules = MatchRules()
+
+    def parts(body: bytes) -> RequestParts:
+        headers = {"content-type": content_type}
+        return request_parts("POST", "search", "/search", "", headers, body, rules)
+
+    stored = parts(raw)
+    assert secret.decode() not in json.dumps(stored.to_dict())
+    other = parts(raw.replace(secret, b"OTHERKEY2"))
+    assert request_key(stored, rules) == request_key(other, rules)
+    changed = parts(raw.replace(b"hotels", b"museums").replace(b"me", b"you"))
+    assert request_key(changed, rules) != request_key(stored, rules)
+
+
+def test_a_credential_an_older_llmtape_stored_keys_as_if_it_had_been_masked() -> None:
+    rules = MatchRules()
+    old = RequestParts("GET", "tool", "/find", (("appid", "OWM-OLD"), ("q", "x")), (),
+                       Payload("json", {"api_key": "tvly-OLD", "query": "hotels"}))
+    new = request_parts("GET", "tool", "/find", "appid=OWM-NEW&q=x", {},
+                        b'{"api_key": "tvly-NEW", "query": "hotels"}', rules)
+    assert request_key(old, rules) == request_key(new, rules)
+    assert "OLD" not in json.dumps(canonical(old, rules).to_dict())

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from proxy.bodies import Payload
 from proxy.redact import (
+    MARKER,
+    is_secret_field,
     is_secret_header,
     is_secret_query,
+    redact_form,
     redact_headers,
+    redact_json,
+    redact_payload,
     redact_query,
+    redact_text,
     redact_url,
 )
 
@@ -103,9 +113,12 @@ def test_is_secret_header(name: str, secret: bool) -> None:
     ("name", "secret"),
     [("key", True), ("KEY", True), ("api_key", True), ("X-Amz-Signature", True),
      ("X-Amz-Credential", True), ("access_token", True), ("token", True),
-     ("client_secret", True), ("alt", False), ("model", False), ("limit", False),
+     ("client_secret", True), ("access_key", True), ("auth_key", True),
+     ("subscription-key", True), ("private_token", True), ("appid", True), ("app_key", True),
+     ("secret_key", True), ("private_key", True), ("session_key", True), ("hapikey", True),
+     ("alt", False), ("model", False), ("limit", False), ("code", False),
      ("page_token", False), ("pageToken", False), ("nextPageToken", False),
-     ("author", False), ("max_tokens", False)],
+     ("author", False), ("max_tokens", False), ("app", False), ("keyword", False)],
 )
 def test_is_secret_query(name: str, secret: bool) -> None:
     assert is_secret_query(name) is secret
@@ -123,3 +136,120 @@ def test_redact_url_hides_key_values_and_keeps_the_rest() -> None:
     assert "AIzaSECRET" not in shown
     assert shown == "http://g/v1beta/models/x:generateContent?alt=sse&key=[redacted]&pageToken=p2"
     assert redact_url("http://g/plain") == "http://g/plain"
+
+
+def test_redact_url_drops_user_and_password() -> None:
+    assert redact_url("http://apiuser:UserInfoPass@127.0.0.1:9/x?key=K1&q=a") == (
+        "http://127.0.0.1:9/x?key=[redacted]&q=a"
+    )
+    assert redact_url("https://user@host/v1") == "https://host/v1"
+    assert redact_url("http://host/a@b") == "http://host/a@b"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Connection timeout to host http://127.0.0.1:9/v1beta/models?key=SECRET1&x=1",
+        "400, message='Bad', url='http://127.0.0.1:9/x?api_key=SECRET1'",
+        "Cannot connect via http://u:SECRET1@h:1/x [refused]",
+        "see URL('https://h/p?access_token=SECRET1#frag') and (http://h/?sig=SECRET1)",
+    ],
+)
+def test_redact_text_hides_secrets_of_every_url_in_a_message(text: str) -> None:
+    shown = redact_text(text)
+    assert "SECRET1" not in shown
+    assert shown.split("http")[0] == text.split("http")[0]
+
+
+# --- request bodies ------------------------------------------------------------------------
+
+BODY_SECRET_NAMES = [
+    "api_key", "apiKey", "API-KEY", "x_api_key", "access_token", "refresh_token", "id_token",
+    "client_secret", "clientSecret", "password", "new_password", "secret", "secret_key",
+    "private_key", "auth_token", "session_token", "openai_api_key", "passwd",
+]
+ORDINARY_FIELDS = ["key", "token", "max_tokens", "auth", "author", "tokens", "page_token",
+                   "keywords", "model", "messages", "secretary", "password_hint"]
+
+
+@pytest.mark.parametrize("name", BODY_SECRET_NAMES)
+def test_credential_named_body_fields_are_secret(name: str) -> None:
+    assert is_secret_field(name)
+
+
+@pytest.mark.parametrize("name", ORDINARY_FIELDS)
+def test_ordinary_body_field_names_are_not(name: str) -> None:
+    assert not is_secret_field(name)
+
+
+json_scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=8)
+plain_names = st.sampled_from(ORDINARY_FIELDS) | st.text(alphabet="xyzq_", max_size=5)
+
+
+@st.composite
+def bodies_with_secrets(draw: st.DrawFn) -> tuple[Any, str]:
+    """A JSON value with a secret placed under a credential name somewhere inside it (in a
+    string, a number, a list or an object), and the secret."""
+    secret = draw(secret_values)
+    hidden: Any = draw(st.sampled_from([
+        secret, [secret], {"value": secret}, [{"a": [secret]}],
+    ]))
+    value: Any = {draw(st.sampled_from(BODY_SECRET_NAMES)): hidden}
+    for _ in range(draw(st.integers(0, 4))):  # bury it
+        siblings = draw(st.dictionaries(plain_names, json_scalars, max_size=3))
+        value = draw(st.sampled_from([
+            {**siblings, draw(plain_names): value},
+            [*siblings.values(), value],
+        ]))
+    return value, secret
+
+
+@given(case=bodies_with_secrets())
+def test_redacted_json_never_contains_a_secret_placed_under_a_credential_name(
+    case: tuple[Any, str]
+) -> None:
+    value, secret = case
+    assert secret not in repr(redact_json(value))
+
+
+@given(value=st.recursive(
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(plain_names, inner, max_size=3),
+    max_leaves=12,
+))
+def test_a_body_without_credential_names_is_left_as_it_is(value: Any) -> None:
+    assert redact_json(value) == value
+
+
+def test_a_boolean_named_like_a_secret_is_a_flag_and_stays() -> None:
+    body = {"secret": True, "public": False, "api_key": None, "password": 1234}
+    assert redact_json(body) == {"secret": True, "public": False, "api_key": None,
+                                 "password": MARKER}
+
+
+@given(
+    pairs=st.lists(st.tuples(st.sampled_from(["grant_type", "scope", "code", "q"]),
+                             st.text(max_size=6)), max_size=4),
+    names=st.lists(st.sampled_from(["client_secret", "password", "refresh_token", "api_key",
+                                    "token", "key"]), min_size=1, max_size=3),
+    secret=secret_values,
+)
+def test_redacted_form_never_contains_a_secret_and_keeps_the_rest(
+    pairs: list[tuple[str, str]], names: list[str], secret: str
+) -> None:
+    text = urlencode([*pairs, *((name, secret) for name in names)])
+    redacted = redact_form(text)
+    assert urlencode([(k, secret) for k in names]) not in redacted
+    assert all(secret != v for _, v in parse_qsl(redacted))
+    assert redacted.startswith(urlencode(pairs))
+
+
+def test_redact_payload_handles_json_and_form_bodies_only() -> None:
+    form = "grant_type=client_credentials&client_id=me&client_secret=S3"
+    assert redact_payload(Payload("text", form), "application/x-www-form-urlencoded").value == (
+        "grant_type=client_credentials&client_id=me&client_secret=[redacted]"
+    )
+    assert redact_payload(Payload("text", form), "text/plain").value == form
+    assert redact_payload(Payload("json", {"api_key": "tvly-1"}), "").value == {
+        "api_key": MARKER
+    }

@@ -7,6 +7,7 @@
      +-- CassetteMiss         replay found no recording for a request (422)
      |    +-- OutOfOrder      --strict-order: a request came out of the recorded order (422)
      +-- CassetteCorrupt      an exchange file that cannot be read back (500)
+ +-- ClientGone           the client left before the upstream answered (499, never seen)
      +-- UpstreamError        the upstream did not answer properly
           +-- UpstreamUnreachable   connection refused, reset, DNS (502)
           +-- UpstreamTimeout       no answer in time (504)
@@ -59,6 +60,13 @@ class OutOfOrder(CassetteMiss):
 class CassetteCorrupt(LlmtapeError):
     status = 500
     error_type = "cassette_corrupt"
+
+
+class ClientGone(LlmtapeError):
+    """The client hung up while llmtape waited for the upstream's answer to start."""
+
+    status = 499  # nginx's "client closed request"; nobody is left to read it
+    error_type = "client_closed_request"
 
 
 class UpstreamError(LlmtapeError):

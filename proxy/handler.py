@@ -8,20 +8,23 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from proxy.errors import ConfigError, LlmtapeError, OutOfOrder, UpstreamError
-from proxy.matching import next_expected
+from proxy.errors import ClientGone, ConfigError, LlmtapeError, OutOfOrder, UpstreamError
+from proxy.matching import follow_order
 from proxy.misses import Miss
 from proxy.models import Exchange, Outcome
 from proxy.normalize import RequestParts, canonical, request_key, request_parts
 from proxy.pipeline import Action, Recorder, Replay, plan
+from proxy.providers import Rulebook
 from proxy.providers.base import Provider, generic_error
-from proxy.responses import LiveResponse, ReplayResponse, raw_headers
+from proxy.recorded import candidates, recorded_request
+from proxy.responses import LiveResponse, ReplayResponse, raw_headers, unless_client_leaves
 from proxy.routing import resolve
 from proxy.rules import MatchRules
 from proxy.settings import Mode, Settings
@@ -29,11 +32,10 @@ from proxy.state import Run, Runs, ServerState
 from proxy.store.base import CassetteStore, exchange_file
 from proxy.store.names import check_cassette_name, derived_name
 from proxy.timing import TIMING_HEADER, parse_timing
-from proxy.upstream import HOP_BY_HOP, Outbound, Upstream, forward_headers
+from proxy.upstream import Outbound, Upstream, answer_headers
 
 CASSETTE_HEADER = "x-llmtape-cassette"
 LIVE_HEADER = "x-llmtape-live"
-MAX_CANDIDATES = 5000
 MAX_MISSES = 50
 
 log = logging.getLogger("llmtape")
@@ -51,6 +53,7 @@ class Context:
     rules: MatchRules
     parts: RequestParts
     key: str
+    timing: float | None  # replay timing factor: --replay-timing or x-llmtape-timing
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -72,7 +75,7 @@ class Target:
 class Proxy:
     settings: Settings
     providers: Mapping[str, Provider]
-    rules: Mapping[str, MatchRules]
+    rules: Rulebook
     store: CassetteStore
     state: ServerState
     runs: Runs
@@ -98,9 +101,16 @@ class Proxy:
             return error_response(provider, exc)
 
     async def _context(self, request: Request, provider: Provider, path: str) -> Context:
+        # Every header is checked before the run counts the request, so a bad one uses up
+        # no recording.
         cassette = check_cassette_name(request.headers.get(CASSETTE_HEADER) or self.state.cassette)
-        named = {n.strip() for n in request.headers.get(LIVE_HEADER, "").split(",") if n.strip()}
-        rules = self.rules.get(provider.name, provider.rules)
+        named = self._live_header(request.headers.get(LIVE_HEADER, ""))
+        timing = request.headers.get(TIMING_HEADER, self.settings.replay_timing)
+        try:
+            factor = parse_timing(timing)
+        except ValueError as exc:
+            raise ConfigError(f"{TIMING_HEADER}: {exc}") from exc
+        rules = self.rules.for_upstream(provider.name)
         body = await request.body()
         parts = request_parts(
             request.method, provider.name, path, request.url.query, request.headers, body, rules
@@ -114,7 +124,18 @@ class Proxy:
             rules=rules,
             parts=parts,
             key=request_key(parts, rules),
+            timing=factor,
         )
+
+    def _live_header(self, value: str) -> frozenset[str]:
+        names = frozenset(n.strip().lower() for n in value.split(",") if n.strip())
+        unknown = sorted(names - set(self.providers))
+        if unknown:
+            raise ConfigError(
+                f"{LIVE_HEADER}: no upstream named {', '.join(map(repr, unknown))}; known "
+                f"upstreams: {', '.join(sorted(self.providers))}"
+            )
+        return names
 
     async def _dispatch(self, request: Request, ctx: Context) -> ASGIApp:
         run = await self.runs.get(ctx.cassette)
@@ -122,25 +143,23 @@ class Proxy:
         ordinal = run.pick(ctx.key, ask, self.settings.repeat)
         action = plan(ctx.mode, ordinal is not None, ctx.live)
         run.replayed_from |= action in {Action.SERVE, Action.REFUSE}
+        run.upstreams.setdefault(ctx.key, ctx.provider.name)
         if action is Action.SERVE and ordinal is not None:
-            return await self._serve(request, ctx, run, ordinal)
+            return await self._serve(ctx, run, ordinal)
         if action is Action.REFUSE:
             return await self._refuse(ctx, run, ask)
         if action is Action.FORWARD:
             return await self._forward(request, ctx, None)
         if ctx.mode is Mode.REPLAY and ctx.live:
-            # Partial replay: live answers go beside the cassette, never into it.
+            # Partial replay: live answers go beside the cassette, never into it, and this
+            # upstream's recordings are neither expected in order nor counted as unused.
+            run.live.add(ctx.provider.name)
             run = await self.runs.get(derived_name(ctx.cassette))
             _, seq = run.ask(ctx.key)
         # Record mode records the run anew (ordinals from 1); auto adds after what is there.
         return await self._forward(request, ctx, Target(run, seq, ctx.mode is not Mode.AUTO))
 
-    async def _serve(self, request: Request, ctx: Context, run: Run, ordinal: int) -> ASGIApp:
-        timing = request.headers.get(TIMING_HEADER, self.settings.replay_timing)
-        try:
-            factor = parse_timing(timing)
-        except ValueError as exc:
-            raise ConfigError(f"{TIMING_HEADER}: {exc}") from exc
+    async def _serve(self, ctx: Context, run: Run, ordinal: int) -> ASGIApp:
         if run.order is not None:
             self._check_order(ctx, run, ordinal)
         cached = (ctx.cassette, ctx.key, ordinal)
@@ -152,16 +171,16 @@ class Proxy:
         run.served.add((ctx.key, ordinal))
         self.state.stats.replayed += 1
         self._log(ctx, "replayed", replay.status)
-        return ReplayResponse(replay, factor)
+        return ReplayResponse(replay, ctx.timing)
 
     def _check_order(self, ctx: Context, run: Run, ordinal: int) -> None:
-        order = run.order or []
-        position = next_expected(order, run.cursor, ctx.live_upstreams)
-        expected = order[position] if position < len(order) else None
-        if expected is not None and (expected.key, expected.ordinal) == (ctx.key, ordinal):
-            run.cursor = position + 1
+        verdict = follow_order(run.order or [], run.cursor, ctx.live_upstreams | run.live,
+                               ctx.key, ordinal)
+        if isinstance(verdict, int):
+            run.cursor = verdict
             return
         self.state.stats.misses += 1
+        position, expected = verdict
         here = exchange_file(ctx.key, ordinal)
         came = f"{ctx.parts.method} {ctx.provider.name} {ctx.path} ({here})"
         wanted = (
@@ -169,15 +188,18 @@ class Proxy:
             if expected is not None else "no further request"
         )
         raise OutOfOrder(
-            f"--strict-order: request #{position + 1} of this run in cassette {ctx.cassette!r} "
-            f"was expected to be {wanted}, but {came} came. Replay the requests in the recorded "
-            "order, or drop --strict-order."
+            f"--strict-order: request #{run.requests} of this run in cassette {ctx.cassette!r} "
+            f"should have been recording #{position + 1} in recorded order, {wanted}, but "
+            f"{came} came. Replay the requests in the recorded order, or drop --strict-order."
         )
 
     async def _refuse(self, ctx: Context, run: Run, ask: int) -> ASGIApp:
         self.state.stats.misses += 1
-        if run.candidates is None:
-            run.candidates = await asyncio.to_thread(self._candidates, run)
+        found = run.candidates
+        if found is None:
+            found = run.candidates = await asyncio.to_thread(
+                candidates, self.store, self.rules, run.cassette, run.ordinals
+            )
         miss = Miss(
             cassette=ctx.cassette,
             mode=ctx.mode.value,
@@ -185,33 +207,29 @@ class Proxy:
             ask=ask,
             recorded=len(run.ordinals.get(ctx.key, ())),
             request=canonical(ctx.parts, ctx.rules),
-            candidates=run.candidates,
+            candidates=found,
+            load=partial(recorded_request, self.store, self.rules, run.cassette),
+            listed=len(run.ordinals),
         )
-        details = miss.explain()
+        # Off the event loop: a diff of large bodies must not stall the requests being served.
+        details = await asyncio.to_thread(miss.explain)
         self.misses.appendleft(details)
         log.warning("%s", details["message"])
-        body = ctx.provider.error_body("cassette_miss", details["message"])
+        body = ctx.provider.error_body("cassette_miss", details["message"], 422)
         body["error"]["details"] = {k: v for k, v in details.items() if k != "message"}
         return JSONResponse(body, status_code=422)
-
-    def _candidates(self, run: Run) -> list[tuple[str, int, RequestParts]]:
-        """Recorded requests of a cassette in canonical form, read from disk on a miss only."""
-        found = []
-        for key, ordinals in list(run.ordinals.items())[:MAX_CANDIDATES]:
-            try:
-                exchange = self.store.read(run.cassette, key, ordinals[0])
-            except LlmtapeError:
-                continue
-            parts = RequestParts.from_dict(exchange.request.model_dump())
-            rules = self.rules.get(parts.upstream, MatchRules())
-            found.append((key, ordinals[0], canonical(parts, rules)))
-        return found
 
     async def _forward(self, request: Request, ctx: Context, target: Target | None) -> ASGIApp:
         if self.upstream is None:
             raise UpstreamError("llmtape is not started: no upstream client yet")
         self.state.stats.upstream_calls += 1
-        response = await self.upstream.open(await outbound(request, ctx))
+        try:
+            response = await unless_client_leaves(
+                self.upstream.open(await outbound(request, ctx)), request.receive
+            )
+        except ClientGone:
+            self.state.stats.aborted += 1
+            raise
         recorder = None
         if target is not None:
             recorder = Recorder(
@@ -232,9 +250,14 @@ class Proxy:
             self.state.stats.aborted += 1
             self._log(ctx, "client went away, nothing recorded", response.status)
 
-        headers = [(k, v) for k, v in response.headers if k not in HOP_BY_HOP]
+        def on_shutdown() -> None:
+            self._log(ctx, "cut by shutdown, nothing recorded", response.status)
+
+        headers = answer_headers(response.headers, keep_length=ctx.parts.method == "HEAD")
         headers.append(("x-llmtape-key", ctx.key))
-        return LiveResponse(response, raw_headers(headers), recorder, on_end, on_abort)
+        return LiveResponse(
+            response, raw_headers(headers), recorder, on_end, on_abort, on_shutdown
+        )
 
     async def _commit(self, target: Target, exchange: Exchange) -> str:
         """Write a finished exchange. Its ordinal is given here, not when it was asked, so an
@@ -267,23 +290,11 @@ class Proxy:
 async def outbound(request: Request, ctx: Context) -> Outbound:
     """The request as it goes upstream: same method, path, query and body; new host."""
     query = request.url.query
-    return Outbound(
-        upstream=ctx.provider.name,
-        method=request.method,
-        url=ctx.provider.base_url + ctx.path + (f"?{query}" if query else ""),
-        headers=forward_headers([(k.decode("latin-1"), _text(v)) for k, v in request.headers.raw]),
-        body=await request.body(),
-    )
-
-
-def _text(value: bytes) -> str:
-    """A header value as aiohttp wants it: it sends str values as UTF-8."""
-    try:
-        return value.decode("utf-8")
-    except UnicodeDecodeError:
-        return value.decode("latin-1")
+    url = ctx.provider.base_url + ctx.path + (f"?{query}" if query else "")
+    return Outbound.of(ctx.provider.name, request.method, url, request.headers.raw,
+                       await request.body())
 
 
 def error_response(provider: Provider | None, exc: LlmtapeError) -> JSONResponse:
     shape = provider.error_body if provider is not None else generic_error
-    return JSONResponse(shape(exc.error_type, exc.message), status_code=exc.status)
+    return JSONResponse(shape(exc.error_type, exc.message, exc.status), status_code=exc.status)

@@ -3,23 +3,28 @@ aiohttp errors translated to llmtape's at this boundary."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import aiohttp
 
-from proxy.errors import UpstreamCut, UpstreamTimeout, UpstreamUnreachable
-from proxy.redact import redact_url
+from proxy.errors import UpstreamCut, UpstreamError, UpstreamTimeout, UpstreamUnreachable
+from proxy.redact import redact_text, redact_url
 
-# RFC 9110 hop-by-hop headers, plus what the proxy itself sets or changes on the way.
+# RFC 9110 7.6.1: headers meant for one connection, never passed on; so is every header a
+# Connection header names.
 HOP_BY_HOP = frozenset(
     {
-        "connection", "keep-alive", "proxy-connection", "proxy-authenticate", "te", "trailer",
-        "trailers", "transfer-encoding", "upgrade", "host", "content-length", "accept-encoding",
-        "content-encoding",
+        "connection", "keep-alive", "proxy-connection", "proxy-authenticate",
+        "proxy-authorization", "te", "trailer", "trailers", "transfer-encoding", "upgrade",
     }
 )
+# What llmtape sets itself on the way up: the host, the length, the encodings it can decode.
+SET_ON_REQUEST = frozenset({"host", "content-length", "accept-encoding"})
+# And on the way down: the body is decompressed and framed anew.
+SET_ON_ANSWER = frozenset({"content-length", "content-encoding"})
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,22 @@ class Outbound:
     url: str
     headers: Sequence[tuple[str, str]]
     body: bytes
+
+    @classmethod
+    def of(
+        cls, upstream: str, method: str, url: str, raw: Sequence[tuple[bytes, bytes]], body: bytes
+    ) -> Outbound:
+        """The client's request as it goes upstream: same method and body, headers cleaned."""
+        headers = forward_headers([(k.decode("latin-1"), _text(v)) for k, v in raw])
+        return cls(upstream, method, url, headers, body)
+
+
+def _text(value: bytes) -> str:
+    """A header value as aiohttp wants it: it sends str values as UTF-8."""
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return value.decode("latin-1")
 
 
 class UpstreamResponse(Protocol):
@@ -44,14 +65,35 @@ class Upstream(Protocol):
     async def open(self, request: Outbound) -> UpstreamResponse: ...
 
 
+def _connection_named(headers: Sequence[tuple[str, str]]) -> frozenset[str]:
+    return frozenset(
+        token.strip().lower()
+        for k, v in headers if k.lower() == "connection"
+        for token in v.split(",") if token.strip()
+    )
+
+
 def forward_headers(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Client headers as they go upstream: credentials kept, hop-by-hop and ours dropped."""
+    """Client headers as they go upstream: credentials and Content-Encoding kept (the body
+    goes as it came), hop-by-hop and ours dropped."""
+    dropped = HOP_BY_HOP | SET_ON_REQUEST | _connection_named(headers)
     kept = [
         (k, v) for k, v in headers
-        if k.lower() not in HOP_BY_HOP and not k.lower().startswith("x-llmtape-")
+        if k.lower() not in dropped and not k.lower().startswith("x-llmtape-")
     ]
     # We decompress for the client and the cassette; only ask for what aiohttp can decode.
     return [*kept, ("accept-encoding", "gzip, deflate")]
+
+
+def answer_headers(
+    headers: Sequence[tuple[str, str]], keep_length: bool = False
+) -> list[tuple[str, str]]:
+    """Upstream answer headers (lowercase) as they go to the client. `keep_length` for a HEAD
+    answer, whose Content-Length tells the size of a body that is not sent."""
+    dropped = HOP_BY_HOP | SET_ON_ANSWER | _connection_named(headers)
+    if keep_length:
+        dropped -= {"content-length"}
+    return [(k, v) for k, v in headers if k not in dropped]
 
 
 class AiohttpResponse:
@@ -70,12 +112,28 @@ class AiohttpResponse:
             async for chunk in self._response.content.iter_any():
                 yield chunk
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError) as exc:
+            rest = _unread(self._response.content)
+            if rest:
+                yield rest
             raise UpstreamCut(
-                f"upstream {self._upstream!r} stopped mid-answer: {type(exc).__name__}: {exc}"
+                f"upstream {self._upstream!r} stopped mid-answer: {type(exc).__name__}: "
+                f"{_told(exc)}"
             ) from exc
 
     def close(self) -> None:
         self._response.close()
+
+
+def _unread(content: aiohttp.StreamReader) -> bytes:
+    """Bytes that came in with a cut but were not read yet. aiohttp's readers raise the cut
+    before they hand over what is buffered, so the last frames an upstream sent before it
+    dropped would be lost to the client and the cassette alike."""
+    buffer = getattr(content, "_buffer", None)
+    if not buffer:
+        return b""
+    rest = b"".join(bytes(piece) for piece in buffer)
+    buffer.clear()
+    return rest
 
 
 class AiohttpUpstream:
@@ -97,7 +155,27 @@ class AiohttpUpstream:
                 timeout=self._timeout,
             )
         except TimeoutError as exc:
-            raise UpstreamTimeout(f"{where} did not answer in time ({exc or 'timeout'})") from exc
+            raise UpstreamTimeout(
+                f"{where} did not answer in time ({_told(exc) or 'timeout'})"
+            ) from exc
+        except aiohttp.ClientResponseError as exc:
+            encoding = _UNDECODABLE.search(exc.message)
+            if encoding is not None:
+                raise UpstreamError(
+                    f"{where} answered, but compressed with {encoding.group(1)}, which llmtape "
+                    "cannot decode, so the answer was not passed on or recorded. llmtape asks "
+                    "for gzip or deflate (accept-encoding); this upstream ignored that."
+                ) from exc
+            raise UpstreamUnreachable(f"{where} is unreachable: {_told(exc)}") from exc
         except aiohttp.ClientError as exc:
-            raise UpstreamUnreachable(f"{where} is unreachable: {exc}") from exc
+            raise UpstreamUnreachable(f"{where} is unreachable: {_told(exc)}") from exc
         return AiohttpResponse(request.upstream, response)
+
+
+# aiohttp's words for an answer in an encoding it has no decoder for (br, zstd).
+_UNDECODABLE = re.compile(r"decode content-encoding: ([^.,']+)")
+
+
+def _told(exc: BaseException) -> str:
+    """An aiohttp exception's own text, which quotes the URL: with its secrets taken out."""
+    return redact_text(str(exc))

@@ -9,7 +9,7 @@ from proxy.providers.base import Provider, Usage, pick_int, usage_of
 from proxy.rules import MatchRules
 
 
-def error_body(error_type: str, message: str) -> dict[str, Any]:
+def error_body(error_type: str, message: str, status: int) -> dict[str, Any]:
     return {"type": "error", "error": {"type": error_type, "message": message}}
 
 

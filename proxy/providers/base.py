@@ -11,7 +11,7 @@ from proxy.rules import MatchRules
 Usage = dict[str, int]
 
 
-def generic_error(error_type: str, message: str) -> dict[str, Any]:
+def generic_error(error_type: str, message: str, status: int) -> dict[str, Any]:
     return {"error": {"type": error_type, "message": message}}
 
 
@@ -25,7 +25,8 @@ class Provider:
     base_url: str
     # Default match rules: the headers that change the answer, the body fields that never do.
     rules: MatchRules = field(default_factory=MatchRules)
-    error_body: Callable[[str, str], dict[str, Any]] = generic_error
+    # The provider's error shape for (llmtape error type, message, HTTP status).
+    error_body: Callable[[str, str, int], dict[str, Any]] = generic_error
     # Token usage from the decoded JSON payloads of a body or of every stream frame, in order.
     usage: Callable[[Iterable[Any]], Usage | None] = no_usage
 

@@ -204,3 +204,14 @@ def test_verify_finds_a_cassette_holding_only_a_torn_first_write(tmp_path: Path)
         result = run_cli(*args, "--cassettes", str(tmp_path))
         assert result.returncode == 1, result.stdout + result.stderr
         assert "left over from an interrupted write" in result.stdout
+
+
+def test_serve_warns_at_start_about_a_rule_that_ignores_what_changes_the_answer(
+    workdir: Path,
+) -> None:
+    serve = Serve(["--ignore", "openai:body:model", "--ignore", "openai:body:metadata.run"],
+                  workdir)
+    code, err = serve.stop()
+    assert code == 0, err
+    assert "'openai:body:model'" in err and "changes the answer" in err
+    assert "metadata.run" not in err

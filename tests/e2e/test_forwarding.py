@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 import threading
@@ -14,8 +15,15 @@ import openai
 import pytest
 
 from tests.conftest import MakeProxy
+from tests.fakes.raw import RawUpstream
 from tests.fakes.upstream import FakeUpstream
 from tests.support import SECRET_ANTHROPIC, SECRET_OPENAI
+
+
+@pytest.fixture
+def raw() -> Iterator[RawUpstream]:
+    with RawUpstream() as upstream:
+        yield upstream
 
 
 def test_every_method_query_and_body_reaches_a_generic_upstream(
@@ -100,6 +108,24 @@ def test_an_unreachable_upstream_is_a_502_in_the_provider_shape(make_proxy: Make
     assert (stats["errors"], stats["recorded"]) == (1, 0)
 
 
+def test_gemini_shaped_errors_carry_the_real_status(make_proxy: MakeProxy) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed_port = sock.getsockname()[1]
+    proxy = make_proxy(mode="record", upstream={"gemini": f"http://127.0.0.1:{closed_port}"})
+    path = "/gemini/v1beta/models/gemini-test:generateContent"
+    unreachable = httpx.post(proxy.url + path, json={"contents": []})
+    assert unreachable.status_code == 502
+    assert unreachable.json()["error"] | {"message": ""} == {
+        "code": 502, "status": "UNAVAILABLE", "type": "upstream_unreachable", "message": "",
+    }
+    proxy.put_cassette(mode="replay")
+    miss = httpx.post(proxy.url + path, json={"contents": []}).json()["error"]
+    assert (miss["code"], miss["status"], miss["type"]) == (
+        422, "FAILED_PRECONDITION", "cassette_miss"
+    )
+
+
 @pytest.fixture
 def silent_upstream() -> Iterator[str]:
     """Accepts connections and never answers."""
@@ -154,3 +180,77 @@ def test_an_upstream_error_never_shows_the_api_key_from_the_query(
     assert "AIzaTopSecret123" not in response.text
     assert "key=[redacted]" in response.json()["error"]["message"]
     assert caplog.records and "AIzaTopSecret123" not in caplog.text
+
+
+@pytest.fixture
+def hanging_upstream() -> Iterator[tuple[str, threading.Event]]:
+    """Reads one request, never answers, and sets the event when the proxy hangs up."""
+    server = socket.create_server(("127.0.0.1", 0))
+    hung_up = threading.Event()
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.settimeout(20)
+            try:
+                while conn.recv(65536):
+                    pass
+            except OSError:
+                return
+            hung_up.set()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}", hung_up
+    server.close()
+    thread.join(timeout=25)
+
+
+def test_a_client_that_leaves_before_the_upstream_answers_closes_the_upstream_request(
+    make_proxy: MakeProxy, hanging_upstream: tuple[str, threading.Event]
+) -> None:
+    url, hung_up = hanging_upstream
+    proxy = make_proxy(mode="record", upstream={"tools": url})
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(proxy.url + "/tools/slow", json={"q": 1}, timeout=0.3)
+    assert hung_up.wait(timeout=10), "the upstream request was closed, not left to time out"
+    assert proxy.stats["aborted"] == 1
+
+
+def test_headers_a_connection_header_names_are_hop_by_hop_both_ways(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    proxy = make_proxy(mode="passthrough", upstream={"tools": fake.url})
+    response = httpx.get(proxy.url + "/tools/x", headers={
+        "connection": "keep-alive, x-hop", "x-hop": "only for llmtape", "x-end": "kept"})
+    assert response.status_code == 200
+    hit = fake.hits[-1]
+    assert "x-hop" not in hit.headers and hit.headers["x-end"] == "kept"
+
+
+def test_a_compressed_request_body_goes_upstream_with_its_content_encoding(
+    make_proxy: MakeProxy, raw: RawUpstream
+) -> None:
+    raw.answer(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+               b"content-length: 2\r\n\r\n{}")
+    proxy = make_proxy(mode="passthrough", upstream={"tools": raw.url})
+    body = gzip.compress(b'{"q": "paris"}')
+    response = httpx.post(proxy.url + "/tools/search", content=body,
+                          headers={"content-encoding": "gzip",
+                                   "content-type": "application/json"})
+    assert response.status_code == 200
+    [request] = raw.requests
+    assert b"\r\ncontent-encoding: gzip\r\n" in request.lower()
+
+
+def test_a_head_answer_keeps_its_content_length_live_and_in_replay(
+    make_proxy: MakeProxy, raw: RawUpstream
+) -> None:
+    raw.answer(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+               b"content-length: 42\r\n\r\n")
+    recorder = make_proxy(mode="record", upstream={"tools": raw.url})
+    live = httpx.head(recorder.url + "/tools/file")
+    recorder.stop()
+    replayer = make_proxy(mode="replay", upstream={"tools": raw.url})
+    again = httpx.head(replayer.url + "/tools/file")
+    assert live.headers["content-length"] == again.headers["content-length"] == "42"

@@ -114,3 +114,26 @@ def test_a_cassette_that_is_a_file_is_a_clear_error(
     assert response.json()["error"]["type"] == "cassette_corrupt"
     assert "is a file, not a folder" in response.json()["error"]["message"]
     assert (cassettes / "notes").read_text() == "not a cassette"
+
+
+def test_frames_that_arrive_with_the_cut_still_reach_the_client_and_the_cassette(
+    make_proxy: MakeProxy, raw: RawUpstream, cassettes: Path
+) -> None:
+    frames = [b'data: {"n": %d}\n\n' % n for n in range(3)]
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(f), f) for f in frames)
+    # Everything in one write, then the connection closes without the chunked terminator.
+    raw.answer(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+               b"transfer-encoding: chunked\r\n\r\n" + chunked)
+    recorder = make_proxy(mode="record", record_failures=True, upstream={"tools": raw.url})
+    got = b""
+    with pytest.raises(httpx.RemoteProtocolError), httpx.stream(
+        "GET", recorder.url + "/tools/events"
+    ) as response:
+        for chunk in response.iter_raw():
+            got += chunk
+    recorder.stop()
+    assert got == b"".join(frames)
+    [stored] = (cassettes / "default").glob("*.json")
+    exchange = json.loads(stored.read_text())
+    assert exchange["outcome"] == "upstream_cut"
+    assert [f["text"] for f in exchange["response"]["frames"]] == [f.decode() for f in frames]

@@ -1,61 +1,125 @@
-"""Stream framing: cut a response into the frames its dialect defines (SSE events,
-NDJSON lines, or raw chunks), keeping every byte, so replay sends the same frames."""
+"""Stream framing: an answer cut into its dialect's frames, every byte kept; what a frame means."""
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any, Literal
 
-Dialect = Literal["sse", "ndjson", "chunks"]
+# sse: events; ndjson: lines; chunks: raw pieces of any chunked answer; json: raw pieces of
+# one JSON document streamed piecewise (Gemini's streamGenerateContent without alt=sse).
+Dialect = Literal["sse", "ndjson", "chunks", "json"]
 
-_SSE_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+_LINE_END = re.compile(rb"[\r\n]")
+_SSE_LINES = re.compile(r"\r\n|\r|\n")
+_CR, _LF = 13, 10
+# Event types after which an SDK has the whole answer (Anthropic, OpenAI Responses).
+_FINAL_TYPES = frozenset(
+    {"message_stop", "response.completed", "response.failed", "response.incomplete", "error"}
+)
 
 
-def dialect_for(content_type: str, chunked: bool) -> Dialect | None:
-    """The stream dialect of a response, or None for a plain body stored whole."""
+def dialect_for(content_type: str, chunked: bool, asks_stream: bool = False) -> Dialect | None:
+    """The stream dialect of an answer, or None for a plain body stored whole. `asks_stream`:
+    the request asked for a stream (only then is a chunked JSON answer one)."""
     lowered = content_type.lower()
     if "text/event-stream" in lowered:
         return "sse"
     if "ndjson" in lowered or "jsonl" in lowered:
         return "ndjson"
-    if chunked and "json" not in lowered:
-        return "chunks"
-    return None
+    if "json" in lowered:
+        # Ordinary JSON answers come chunked too; they stay one readable JSON body.
+        return "json" if chunked and asks_stream else None
+    return "chunks" if chunked else None
 
 
 class FrameSplitter:
-    """Fed bytes as they arrive; returns the frames completed so far (delimiters included)."""
+    """Fed bytes as they arrive; returns the frames completed so far (delimiters included).
+    Scanning resumes where the last read stopped, so a big frame in small reads costs linear
+    time."""
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
-        self._buffer = b""
+        self._buffer = bytearray()
+        self._scanned = 0  # the buffer up to here holds no frame end
+        self._line_start = 0  # SSE: where the line being scanned starts
+
+    @property
+    def pending(self) -> bytes:
+        """Bytes fed but not yet in a frame."""
+        return bytes(self._buffer)
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        if self.dialect == "chunks":
-            return [chunk] if chunk else []
         self._buffer += chunk
-        frames: list[bytes] = []
-        start = 0
-        while True:
-            end = self._frame_end(start)
-            if end is None:
-                break
-            frames.append(self._buffer[start:end])
-            start = end
-        self._buffer = self._buffer[start:]
+        if self.dialect in ("chunks", "json"):
+            whole = _whole_utf8(self._buffer)
+            return [self._take(whole)] if whole else []
+        frames = []
+        while (end := self._frame_end()) is not None:
+            frames.append(self._take(end))
         return frames
 
     def flush(self) -> list[bytes]:
-        rest, self._buffer = self._buffer, b""
+        rest = self._take(len(self._buffer))
         return [rest] if rest else []
 
-    def _frame_end(self, start: int) -> int | None:
+    def _take(self, end: int) -> bytes:
+        frame = bytes(self._buffer[:end])
+        del self._buffer[:end]
+        self._scanned = self._line_start = 0
+        return frame
+
+    def _frame_end(self) -> int | None:
         if self.dialect == "ndjson":
-            index = self._buffer.find(b"\n", start)
-            return None if index < 0 else index + 1
-        match = _SSE_END.search(self._buffer, start)
-        return None if match is None else match.end()
+            index = self._buffer.find(b"\n", self._scanned)
+            if index < 0:
+                self._scanned = len(self._buffer)
+                return None
+            return index + 1
+        return self._sse_end()
+
+    def _sse_end(self) -> int | None:
+        """Where the first event ends: after an empty line. Per the SSE spec a line ends with
+        CRLF, LF or CR, in any mix, so `data: a\\n\\r\\n` is one event."""
+        buffer = self._buffer
+        while (match := _LINE_END.search(buffer, self._scanned)) is not None:
+            at = match.start()
+            if buffer[at] == _CR and at + 1 == len(buffer):
+                self._scanned = at  # a CR last: the LF of a CRLF may come in the next read
+                return None
+            after = at + 2 if buffer[at] == _CR and buffer[at + 1] == _LF else at + 1
+            if at == self._line_start:
+                return after
+            self._line_start = self._scanned = after
+        self._scanned = len(buffer)
+        return None
+
+
+def _whole_utf8(data: bytearray) -> int:
+    """The length of `data` without an incomplete UTF-8 character at its end: a character
+    split across two reads goes whole into the next frame, so frames stay readable text."""
+    size = len(data)
+    for back in range(1, min(4, size) + 1):
+        byte = data[size - back]
+        if byte & 0xC0 != 0x80:  # not a continuation byte: the start of the last character
+            need = 4 if byte >= 0xF0 else 3 if byte >= 0xE0 else 2 if byte >= 0xC0 else 1
+            return size - back if need > back else size
+    return size
+
+
+def _sse_event(frame: str) -> tuple[str, str | None]:
+    """An SSE frame's event type (`message` when it names none) and its data, or None when it
+    has no data line (a comment, a keep-alive)."""
+    event, data = "message", []
+    for line in _SSE_LINES.split(frame):
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "event":
+            event = value or "message"
+        elif name == "data":
+            data.append(value)
+    return event, "\n".join(data) if data else None
 
 
 def frame_payload(dialect: Dialect, frame: str) -> Any:
@@ -63,9 +127,7 @@ def frame_payload(dialect: Dialect, frame: str) -> Any:
     if dialect == "ndjson":
         text = frame.strip()
     elif dialect == "sse":
-        text = "\n".join(
-            line[5:].lstrip(" ") for line in frame.splitlines() if line.startswith("data:")
-        )
+        text = _sse_event(frame)[1] or ""
     else:
         return None
     if not text or text == "[DONE]":
@@ -74,3 +136,49 @@ def frame_payload(dialect: Dialect, frame: str) -> Any:
         return json.loads(text)
     except ValueError:
         return None
+
+
+def is_error_payload(payload: Any) -> bool:
+    """An in-band failure: Anthropic's and Responses' `error` events, `response.failed`,
+    and the `{"error": {...}}` frames of OpenAI chat, Gemini and Ollama."""
+    if not isinstance(payload, dict):
+        return False
+    return payload.get("type") in {"error", "response.failed"} or bool(payload.get("error"))
+
+
+@dataclass(frozen=True)
+class Meaning:
+    """What one frame says: its JSON, whether it reports a failure, whether it is final."""
+
+    payload: Any
+    error: bool
+    final: bool
+
+
+def read_frame(dialect: Dialect, frame: str) -> Meaning:
+    """A frame's meaning. Final frames are the ones after which a client has the whole answer
+    and may hang up: `[DONE]`, `message_stop`, `response.completed` / `.failed` /
+    `.incomplete`, Ollama's `"done": true`, a Gemini chunk with a `finishReason`, an error."""
+    payload = frame_payload(dialect, frame)
+    event, data = _sse_event(frame) if dialect == "sse" else ("message", None)
+    error = event == "error" or is_error_payload(payload)
+    final = error or event in _FINAL_TYPES or (data or "").strip() == "[DONE]"
+    if isinstance(payload, dict) and not final:
+        final = payload.get("type") in _FINAL_TYPES or payload.get("done") is True or any(
+            isinstance(c, dict) and c.get("finishReason") for c in _list(payload.get("candidates"))
+        )
+    return Meaning(payload=payload, error=error, final=final)
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def json_document(body: bytes) -> list[Any] | None:
+    """The items of a streamed JSON document when it is whole (an array's elements, or the
+    one value), else None: the `json` dialect's payloads, and its end."""
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return None
+    return value if isinstance(value, list) else [value]

@@ -45,6 +45,9 @@ class StoredResponse(_Model):
     body: dict[str, Any] | None = None
     dialect: str | None = None
     frames: list[Frame] | None = None
+    end_ms: int | None = Field(
+        default=None, ge=0, description="For a cut answer: milliseconds from its start to the cut."
+    )
 
 
 class Exchange(_Model):

@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import base64
+import re
 import time
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from proxy.bodies import Payload, payload_bytes, response_payload
-from proxy.framing import Dialect, FrameSplitter, dialect_for, frame_payload
+from proxy.framing import (
+    Dialect,
+    FrameSplitter,
+    dialect_for,
+    is_error_payload,
+    json_document,
+    read_frame,
+)
 from proxy.models import Exchange, Frame, Outcome, StoredRequest, StoredResponse
 from proxy.normalize import RequestParts
 from proxy.providers.base import Provider
 from proxy.redact import is_secret_header
 from proxy.settings import Mode
-from proxy.upstream import HOP_BY_HOP
+from proxy.upstream import answer_headers
 
 
 class Action(Enum):
@@ -50,13 +58,14 @@ VOLATILE_HEADERS = frozenset(
 VOLATILE_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-", "x-llmtape-")
 
 
-def stored_headers(headers: list[tuple[str, str]]) -> dict[str, str | list[str]]:
+def stored_headers(
+    headers: list[tuple[str, str]], keep_length: bool = False
+) -> dict[str, str | list[str]]:
     """The response headers worth keeping; a repeated one (`link`, `vary`) as a list."""
     kept: dict[str, str | list[str]] = {}
-    for k, v in headers:
+    for k, v in answer_headers(headers, keep_length):
         if (
-            k in HOP_BY_HOP
-            or k in VOLATILE_HEADERS
+            k in VOLATILE_HEADERS
             or k.startswith(VOLATILE_PREFIXES)
             or is_secret_header(k)
         ):
@@ -79,12 +88,17 @@ def is_failure_status(status: int) -> bool:
     return status == 429 or status >= 500
 
 
-def _is_error_event(payload: Any) -> bool:
-    """An in-band failure: Anthropic's and Responses' `error` events, `response.failed`,
-    and the `{"error": {...}}` frames of OpenAI chat, Gemini and Ollama."""
-    if not isinstance(payload, dict):
-        return False
-    return payload.get("type") in {"error", "response.failed"} or bool(payload.get("error"))
+# A Google-style streaming method at the end of a path: Gemini's `:streamGenerateContent`.
+_STREAM_METHOD = re.compile(r":stream[A-Za-z]*$")
+
+
+def asks_to_stream(request: RequestParts) -> bool:
+    """Whether a request asked for a streamed answer: `"stream": true` in its JSON body, or a
+    streaming method in its path."""
+    body = request.body
+    if body.kind == "json" and isinstance(body.value, dict) and body.value.get("stream") is True:
+        return True
+    return _STREAM_METHOD.search(request.path) is not None
 
 
 @dataclass
@@ -105,7 +119,9 @@ class Recorder:
     _splitter: FrameSplitter | None = None
 
     def __post_init__(self) -> None:
-        dialect = dialect_for(self.content_type, self.chunked)
+        # An error answer to a stream request is a plain body, even when sent chunked.
+        asks = 200 <= self.status < 300 and asks_to_stream(self.request)
+        dialect = dialect_for(self.content_type, self.chunked, asks)
         self._splitter = FrameSplitter(dialect) if dialect else None
 
     @property
@@ -116,49 +132,72 @@ class Recorder:
         if self._splitter is None:
             self._chunks.append(chunk)
             return
-        ms = int((time.monotonic() - self.started) * 1000)
+        ms = self._ms()
         self._frames += [_frame(ms, raw) for raw in self._splitter.feed(chunk)]
 
+    def final_seen(self) -> bool:
+        """Whether the answer so far holds its dialect's final frame: a client that had it may
+        hang up before the upstream's end-of-body marker, and the answer is whole all the same."""
+        splitter = self._splitter
+        if splitter is None or splitter.dialect == "chunks":
+            return False
+        if splitter.dialect == "json":
+            return json_document(self._joined() + splitter.pending) is not None
+        return any(read_frame(splitter.dialect, f.text or "").final for f in reversed(self._frames))
+
     def finish(self, cut: bool) -> Exchange:
-        """The exchange as captured; `cut` marks an upstream that stopped mid-answer. Its
-        ordinal is 1 until the recording is committed and numbered."""
-        dialect: Dialect | None = self._splitter.dialect if self._splitter else None
-        body = None
-        frames = None
+        """The exchange as captured; `cut` marks an upstream that stopped mid-answer, and keeps
+        when it did. Its ordinal is 1 until the recording is committed and numbered."""
+        ms = self._ms()
+        dialect: Dialect | None = None
+        body = frames = None
         if self._splitter is not None:
-            ms = int((time.monotonic() - self.started) * 1000)
+            dialect = self._splitter.dialect
             self._frames += [_frame(ms, raw) for raw in self._splitter.flush()]
             frames = self._frames
-            payloads = [frame_payload(self._splitter.dialect, f.text or "") for f in frames]
+            payloads, error = self._stream_meaning(dialect)
         else:
             payload = response_payload(b"".join(self._chunks), self.content_type)
             body = payload.to_dict()
-            payloads = [payload.value] if payload.kind == "json" else []
+            payloads, error = ([payload.value] if payload.kind == "json" else []), False
         return Exchange(
             key=self.key,
             ordinal=1,
             seq=self.seq,
             rules=self.rules,
-            outcome=self._outcome(cut, payloads),
+            outcome=self._outcome(cut, error),
             usage=self.provider.usage(payloads),
             request=StoredRequest.model_validate(self.request.to_dict()),
             response=StoredResponse(
                 status=self.status,
-                headers=stored_headers(self.headers),
+                headers=stored_headers(self.headers, self.request.method == "HEAD"),
                 body=body,
                 dialect=dialect,
                 frames=frames,
+                end_ms=ms if cut else None,
             ),
         )
 
-    def _outcome(self, cut: bool, payloads: list[Any]) -> Outcome:
+    def _ms(self) -> int:
+        return int((time.monotonic() - self.started) * 1000)
+
+    def _joined(self) -> bytes:
+        return b"".join(frame_bytes(f) for f in self._frames)
+
+    def _stream_meaning(self, dialect: Dialect) -> tuple[list[Any], bool]:
+        """The JSON payloads of a stream, in order, and whether one of its frames is an error."""
+        if dialect == "json":
+            payloads = json_document(self._joined()) or []
+            return payloads, any(is_error_payload(p) for p in payloads)
+        meanings = [read_frame(dialect, f.text or "") for f in self._frames]
+        return [m.payload for m in meanings], any(m.error for m in meanings)
+
+    def _outcome(self, cut: bool, error: bool) -> Outcome:
         if cut:
             return Outcome.UPSTREAM_CUT
         if is_failure_status(self.status):
             return Outcome.FAILURE_STATUS
-        if self._splitter is not None and any(_is_error_event(p) for p in payloads):
-            return Outcome.STREAM_ERROR
-        return Outcome.COMPLETE
+        return Outcome.STREAM_ERROR if error else Outcome.COMPLETE
 
 
 def _frame(ms: int, raw: bytes) -> Frame:
@@ -182,6 +221,7 @@ class Replay:
     headers: tuple[tuple[bytes, bytes], ...]
     frames: tuple[tuple[int, bytes], ...]  # (ms from the start of the answer, bytes)
     cut: bool
+    end_ms: int | None = None  # when a recorded cut came, if known
 
     @classmethod
     def of(cls, exchange: Exchange, key: str) -> Replay:
@@ -191,7 +231,9 @@ class Replay:
         cut = exchange.outcome is Outcome.UPSTREAM_CUT
         if response.frames is None:
             body = payload_bytes(Payload.from_dict(response.body))
-            if not cut:  # a cut body goes chunked, so the client sees it end short
+            # A cut body goes chunked, so the client sees it end short; a HEAD answer keeps
+            # the length it was recorded with.
+            if not cut and "content-length" not in response.headers:
                 headers.append(("content-length", str(len(body))))
             frames = ((0, body),) if body else ()
         else:
@@ -201,4 +243,5 @@ class Replay:
             headers=tuple((k.encode("latin-1"), v.encode("latin-1")) for k, v in headers),
             frames=frames,
             cut=cut,
+            end_ms=response.end_ms if cut else None,
         )

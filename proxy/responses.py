@@ -8,19 +8,25 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.types import Receive, Scope, Send
 
-from proxy.errors import UpstreamCut
+from proxy.errors import ClientGone, UpstreamCut
 from proxy.pipeline import Recorder, Replay
 from proxy.upstream import UpstreamResponse
 
 RawHeaders = list[tuple[bytes, bytes]]
+T = TypeVar("T")
 
 
 def raw_headers(headers: Sequence[tuple[str, str]]) -> RawHeaders:
     return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+
+
+# How long a recording goes on reading the upstream after its client left, when the client
+# had the stream's final frame: the end-of-body marker is usually a few ms behind it.
+GRACE_AFTER_FINAL_FRAME = 2.0
 
 
 async def _until_disconnect(receive: Receive) -> None:
@@ -28,32 +34,67 @@ async def _until_disconnect(receive: Receive) -> None:
         pass
 
 
-async def run_until_disconnect(work: Coroutine[Any, Any, None], receive: Receive) -> bool:
-    """Run `work`; if the client disconnects first, cancel it (its `finally` closes upstream).
-    True when `work` ran to its end, False when the client left first."""
+async def unless_client_leaves(work: Awaitable[T], receive: Receive) -> T:
+    """Await `work` (the request has been read whole); if the client hangs up first, cancel
+    it, so a slow upstream is not kept waiting for an answer nobody will read."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_until_disconnect(receive))
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+    if not task.done():
+        await _stop(task)
+        raise ClientGone("the client hung up before the upstream answered; request closed")
+    return task.result()
+
+
+async def _stop(task: asyncio.Future[Any]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def run_until_disconnect(
+    work: Coroutine[Any, Any, None], receive: Receive, grace: Callable[[], float] = lambda: 0.0
+) -> bool:
+    """Run `work`; if the client disconnects first, let it go on for `grace()` seconds, then
+    cancel it (its `finally` closes upstream). True when `work` ran to its end, False when the
+    client left first and `work` was stopped."""
     task = asyncio.ensure_future(work)
     watch = asyncio.ensure_future(_until_disconnect(receive))
     try:
         done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+        if task not in done and (wait := grace()) > 0:
+            done, _ = await asyncio.wait({task}, timeout=wait)
     except BaseException:
-        task.cancel()
-        watch.cancel()
+        await _stop(watch)
+        await _stop(task)
         raise
     watch.cancel()
     if task in done:
         task.result()
         return True
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await _stop(task)
     return False
+
+
+async def _cut_on_shutdown(play: Coroutine[Any, Any, object]) -> None:
+    """Await `play`; when the server cancels it on shutdown, end with a quiet cut instead of
+    the CancelledError that uvicorn would log with a traceback. The client sees a cut."""
+    try:
+        await play
+    except asyncio.CancelledError:
+        raise UpstreamCut("llmtape shut down: the stream was cut here") from None
 
 
 class LiveResponse:
     """Sends each upstream chunk on as it arrives, feeds the recorder, then calls `on_end(cut)`
     before the final empty chunk, so an exchange is on disk when the client sees the end.
     A client that leaves before the upstream finished gets `on_abort()` instead, and nothing
-    is recorded."""
+    is recorded, unless it had the stream's final frame: then the upstream is read to its end
+    for up to GRACE_AFTER_FINAL_FRAME and the exchange kept. A shutdown that cancels the
+    stream gets `on_shutdown()` (or `on_abort()`) and records nothing."""
 
     def __init__(
         self,
@@ -62,17 +103,33 @@ class LiveResponse:
         recorder: Recorder | None,
         on_end: Callable[[bool], Awaitable[None]],
         on_abort: Callable[[], None],
+        on_shutdown: Callable[[], None] | None = None,
     ) -> None:
         self._response = response
         self._headers = headers
         self._recorder = recorder
         self._on_end = on_end
         self._on_abort = on_abort
+        self._on_shutdown = on_shutdown or on_abort
+        self._upstream_done = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self._upstream_done = False
-        if not await run_until_disconnect(self._pump(send), receive) and not self._upstream_done:
+        await _cut_on_shutdown(self._run(receive, send))
+
+    async def _run(self, receive: Receive, send: Send) -> None:
+        try:
+            finished = await run_until_disconnect(self._pump(send), receive, self._grace)
+        except asyncio.CancelledError:
+            if not self._upstream_done:
+                self._on_shutdown()
+            raise
+        if not finished and not self._upstream_done:
             self._on_abort()
+
+    def _grace(self) -> float:
+        """Sends to a client that left are no-ops in uvicorn, so the pump can read on."""
+        final = self._recorder is not None and self._recorder.final_seen()
+        return GRACE_AFTER_FINAL_FRAME if final else 0.0
 
     async def _pump(self, send: Send) -> None:
         status = self._response.status
@@ -98,14 +155,14 @@ class LiveResponse:
 class ReplayResponse:
     """A recorded answer: the body whole, or the frames one by one. With a timing factor each
     frame leaves at its recorded offset times the factor, counted from the start, so small
-    delays in sending do not add up over a long stream."""
+    delays in sending do not add up over a long stream; a recorded cut comes when it came."""
 
     def __init__(self, replay: Replay, factor: float | None) -> None:
         self._replay = replay
         self._factor = factor
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await run_until_disconnect(self._play(send), receive)
+        await _cut_on_shutdown(run_until_disconnect(self._play(send), receive))
 
     async def _play(self, send: Send) -> None:
         replay = self._replay
@@ -113,14 +170,18 @@ class ReplayResponse:
                     "headers": replay.headers})
         started = time.monotonic()
         for ms, data in replay.frames:
-            if self._factor:
-                wait = started + ms * self._factor / 1000 - time.monotonic()
-                if wait > 0:
-                    await asyncio.sleep(wait)
+            await self._until(started, ms)
             await send({"type": "http.response.body", "body": data, "more_body": True})
         if replay.cut:
+            await self._until(started, replay.end_ms or 0)
             raise UpstreamCut("replaying a recorded upstream cut: the connection is dropped here")
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _until(self, started: float, ms: int) -> None:
+        if self._factor:
+            wait = started + ms * self._factor / 1000 - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
 
 
 class QuietCuts(logging.Filter):

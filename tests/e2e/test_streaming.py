@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import logging
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,8 +16,9 @@ import httpx
 import openai
 import pytest
 
+from proxy.responses import GRACE_AFTER_FINAL_FRAME
 from tests.conftest import MakeProxy
-from tests.fakes.upstream import FakeUpstream
+from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import SECRET_ANTHROPIC, SECRET_GEMINI, SECRET_OPENAI, ProxyServer
 
 USER: Any = [{"role": "user", "content": "What is the weather in Paris today?"}]
@@ -104,6 +108,12 @@ def gemini_sse(url: str) -> dict[str, Any]:
     return raw_frames(url, path, {"contents": [{"parts": [{"text": "hi"}]}]}, b"\r\n\r\n")
 
 
+def gemini_json(url: str) -> dict[str, Any]:
+    """streamGenerateContent without alt=sse: one JSON array, sent piece by piece."""
+    path = f"/gemini/v1beta/models/gemini-test:streamGenerateContent?key={SECRET_GEMINI}"
+    return raw_frames(url, path, {"contents": [{"parts": [{"text": "hi there"}]}]}, b",\r\n")
+
+
 def ollama_chat(url: str) -> dict[str, Any]:
     return raw_frames(url, "/ollama/api/chat", {"model": "llama3", "messages": USER}, b"\n")
 
@@ -119,6 +129,7 @@ DIALECTS: dict[str, Callable[[str], dict[str, Any]]] = {
     "anthropic-messages": anthropic_messages,
     "anthropic-tool-use": anthropic_tool_use,
     "gemini-sse": gemini_sse,
+    "gemini-json": gemini_json,
     "ollama-chat": ollama_chat,
     "ollama-generate": ollama_generate,
 }
@@ -133,6 +144,8 @@ def test_a_stream_replays_exactly_as_it_was_recorded(
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path, dialect: str
 ) -> None:
     drive = DIALECTS[dialect]
+    if dialect == "gemini-json":
+        fake.frame_delay = 0.05  # its frames are the pieces as read: keep them apart
     recorder = make_proxy(mode="record")
     live = drive(recorder.url)
     recorder.stop()
@@ -142,7 +155,7 @@ def test_a_stream_replays_exactly_as_it_was_recorded(
     assert replayer.stats["replayed"] == 1
     [exchange] = stored(cassettes)
     response = exchange["response"]
-    assert response["dialect"] in {"sse", "ndjson"}
+    assert response["dialect"] in {"sse", "ndjson", "json"}
     assert len(response["frames"]) >= 2, "kept as frames, not one blob"
     if dialect == "openai-chat-text":
         assert "usage" not in exchange, "no include_usage, so no usage frame"
@@ -294,3 +307,257 @@ def test_replay_timing_recorded_waits_the_recorded_gaps_and_a_factor_scales_them
         "x-llmtape-timing": "soon"}, json={"model": "gpt-4o-mini", "messages": USER,
                                            "stream": True})
     assert bad.status_code == 400 and "recorded" in bad.json()["error"]["message"]
+
+
+def frames_of(exchange: dict[str, Any]) -> bytes:
+    return b"".join(
+        f["text"].encode() if "text" in f else base64.b64decode(f["base64"])
+        for f in exchange["response"]["frames"]
+    )
+
+
+ANTHROPIC_HEADERS = {"x-api-key": SECRET_ANTHROPIC, "anthropic-version": "2023-06-01"}
+GEMINI_STREAM = f"/gemini/v1beta/models/gemini-test:streamGenerateContent?key={SECRET_GEMINI}"
+# route, body, headers, what the final frame holds, how it ends
+FINAL_FRAMES: dict[str, tuple[str, dict[str, Any], dict[str, str], bytes, bytes]] = {
+    "openai-chat": ("/openai/v1/chat/completions",
+                    {"model": "gpt-4o-mini", "messages": USER, "stream": True}, {},
+                    b"data: [DONE]", b"\n\n"),
+    "openai-responses": ("/openai/v1/responses",
+                         {"model": "gpt-4o-mini", "input": "hi", "stream": True}, {},
+                         b"event: response.completed", b"\n\n"),
+    "anthropic": ("/anthropic/v1/messages",
+                  {"model": "claude-test-1", "max_tokens": 64, "messages": USER, "stream": True},
+                  ANTHROPIC_HEADERS, b"event: message_stop", b"\n\n"),
+    "gemini-sse": (GEMINI_STREAM + "&alt=sse", {"contents": [{"parts": [{"text": "hi"}]}]}, {},
+                   b'"finishReason"', b"\r\n\r\n"),
+    "gemini-json": (GEMINI_STREAM, {"contents": [{"parts": [{"text": "hi"}]}]}, {}, b"]", b"]"),
+    "ollama": ("/ollama/api/chat", {"model": "llama3", "messages": USER}, {},
+               b'"done":true', b"\n"),
+}
+
+
+def hang_up_after_final_frame(url: str, dialect: str) -> bytes:
+    """Read until the final frame is in, then close the connection, before the body's end."""
+    route, body, headers, final, tail = FINAL_FRAMES[dialect]
+    got = b""
+    with httpx.stream("POST", url + route, json=body, headers=headers, timeout=10) as response:
+        for chunk in response.iter_raw():
+            got += chunk
+            if final in got and got.endswith(tail):
+                return got
+    raise AssertionError("the stream ended before the client could hang up")
+
+
+@pytest.mark.parametrize("dialect", FINAL_FRAMES)
+def test_a_client_that_hangs_up_after_the_final_frame_still_gets_the_stream_recorded(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path, dialect: str
+) -> None:
+    fake.end_delay = 0.5  # the end-of-body marker comes well after the final frame
+    proxy = make_proxy(mode="record")
+    got = hang_up_after_final_frame(proxy.url, dialect)
+    wait_for(lambda: proxy.stats["recorded"] == 1, timeout=5)
+    assert proxy.stats["aborted"] == 0
+    [exchange] = stored(cassettes)
+    assert exchange["outcome"] == "complete"
+    assert frames_of(exchange) == got
+
+
+def test_the_sync_openai_sdk_closing_at_done_does_not_lose_the_recording(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    fake.end_delay = 0.3
+    proxy = make_proxy(mode="record")
+    live = openai_chat_text(proxy.url)  # the SDK closes its response at `data: [DONE]`
+    wait_for(lambda: proxy.stats["recorded"] == 1, timeout=5)
+    proxy.stop()
+    fake.stop()
+    assert openai_chat_text(make_proxy(mode="replay").url) == live
+
+
+def test_an_error_event_the_sdk_hung_up_on_is_recorded_with_record_failures(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    fake.stream_error_after = 2
+    fake.end_delay = 0.3
+    proxy = make_proxy(mode="record", record_failures=True)
+    with pytest.raises(anthropic.APIStatusError, match="Overloaded"):
+        anthropic_messages(proxy.url)  # the SDK raises on the error event and closes
+    wait_for(lambda: proxy.stats["recorded"] == 1, timeout=5)
+    [exchange] = stored(cassettes)
+    assert exchange["outcome"] == "stream_error"
+
+
+def test_after_the_final_frame_the_upstream_gets_a_bounded_grace_then_nothing_is_recorded(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    fake.end_delay = GRACE_AFTER_FINAL_FRAME + 2
+    proxy = make_proxy(mode="record")
+    openai_chat_text(proxy.url)
+    left = time.monotonic()
+    wait_for(lambda: proxy.stats["aborted"] == 1, timeout=GRACE_AFTER_FINAL_FRAME + 5)
+    waited = time.monotonic() - left
+    assert GRACE_AFTER_FINAL_FRAME - 0.1 <= waited < GRACE_AFTER_FINAL_FRAME + 1.5
+    assert proxy.stats["recorded"] == 0
+    assert stored(cassettes) == []
+
+
+GENERIC_ERROR = 'data: {"token":"a"}\n\nevent: error\ndata: upstream overloaded\n\n'
+
+
+def generic_events(url: str) -> httpx.Response:
+    return httpx.post(url + "/tool/events", json={"q": 1}, timeout=10)
+
+
+def test_a_generic_sse_error_event_is_a_stream_error(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    reply = Reply(body=GENERIC_ERROR, headers={"content-type": "text/event-stream"})
+    fake.script("/events", reply, reply)
+    plain = make_proxy(mode="record", cassette="plain", upstream={"tool": fake.url})
+    assert generic_events(plain.url).text == GENERIC_ERROR
+    plain.stop()
+    assert not (cassettes / "plain").exists()
+
+    keeper = make_proxy(mode="record", cassette="kept", record_failures=True,
+                        upstream={"tool": fake.url})
+    assert generic_events(keeper.url).text == GENERIC_ERROR
+    keeper.stop()
+    [exchange] = stored(cassettes / "kept")
+    assert exchange["outcome"] == "stream_error"
+    replayer = make_proxy(mode="replay", cassette="kept", upstream={"tool": fake.url})
+    replayed = generic_events(replayer.url)
+    assert replayed.text == GENERIC_ERROR
+
+
+def test_an_ordinary_chunked_json_answer_is_stored_as_one_json_body(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    fake.script("/lookup", Reply(body={"answer": 42, "items": [1, 2]}, chunked=True))
+    proxy = make_proxy(mode="record", upstream={"tool": fake.url})
+    response = httpx.post(proxy.url + "/tool/lookup", json={"q": 1})
+    assert response.headers.get("transfer-encoding") == "chunked", "the test needs chunked"
+    [exchange] = stored(cassettes)
+    assert exchange["response"]["body"]["json"] == {"answer": 42, "items": [1, 2]}
+    assert "frames" not in exchange["response"]
+
+
+def cut_stream_ends(url: str, timing: str) -> tuple[float, str | None]:
+    """Seconds from the request to the end of a chat stream, and how it ended."""
+    body = {"model": "gpt-4o-mini", "messages": USER, "stream": True}
+    started = time.monotonic()
+    try:
+        with httpx.stream("POST", url + "/openai/v1/chat/completions", json=body,
+                          headers={"x-llmtape-timing": timing}) as response:
+            for _ in response.iter_raw():
+                pass
+    except httpx.RemoteProtocolError as exc:
+        return time.monotonic() - started, type(exc).__name__
+    return time.monotonic() - started, None
+
+
+def test_timed_replay_of_a_cut_cuts_when_the_upstream_did(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    fake.cut_after = 2
+    fake.end_delay = 0.6  # the upstream stalls after its last frame, then drops
+    recorder = make_proxy(mode="record", record_failures=True)
+    live, live_end = cut_stream_ends(recorder.url, "none")
+    recorder.stop()
+    [exchange] = stored(cassettes)
+    end = exchange["response"]["end_ms"] / 1000
+    assert 0.6 <= end <= live
+    fake.stop()
+    replayer = make_proxy(mode="replay", repeat="repeat-last")
+    timed, timed_end = cut_stream_ends(replayer.url, "recorded")
+    assert (timed_end, live_end) == ("RemoteProtocolError", "RemoteProtocolError")
+    assert timed >= end * 0.95
+    fast, _ = cut_stream_ends(replayer.url, "none")
+    assert fast < 0.5
+
+
+def test_re_recording_a_cut_that_came_later_leaves_the_file_as_it_is(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    fake.cut_after = 2
+    recorded = []
+    for stall in (0.1, 0.4):
+        fake.end_delay = stall
+        proxy = make_proxy(mode="record", record_failures=True)
+        cut_stream_ends(proxy.url, "none")
+        proxy.stop()
+        [path] = sorted(cassettes.rglob("*.json"))
+        recorded.append(path.read_bytes())
+    assert recorded[0] == recorded[1]
+
+
+def stream_through_shutdown(
+    proxy: ProxyServer, caplog: pytest.LogCaptureFixture, timing: str = "none"
+) -> list[str | None]:
+    """Stop the server while a client reads a chat stream; how the client's stream ended.
+    The server's own log (uvicorn's) is captured too, where a traceback would show."""
+    first = threading.Event()
+    ends: list[str | None] = []
+
+    def client() -> None:
+        body = {"model": "gpt-4o-mini", "messages": USER, "stream": True}
+        try:
+            with httpx.stream("POST", proxy.url + "/openai/v1/chat/completions", json=body,
+                              headers={"x-llmtape-timing": timing}, timeout=30) as response:
+                for _ in response.iter_raw():
+                    first.set()
+            ends.append(None)
+        except httpx.RemoteProtocolError as exc:
+            ends.append(type(exc).__name__)
+
+    server_log = logging.getLogger("uvicorn.error")
+    server_log.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.INFO, logger="llmtape"):
+            thread = threading.Thread(target=client)
+            thread.start()
+            assert first.wait(10)
+            proxy.stop()
+            thread.join(10)
+    finally:
+        server_log.removeHandler(caplog.handler)
+    return ends
+
+
+def test_a_live_stream_cut_by_shutdown_logs_one_line_and_no_traceback(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.frame_delay = 1.0
+    proxy = make_proxy(mode="record", shutdown_timeout=0.5)  # open streams get 1 s
+    assert stream_through_shutdown(proxy, caplog) == ["RemoteProtocolError"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "llmtape" and "key=" in
+             r.getMessage()]
+    assert len(lines) == 1 and "nothing recorded" in lines[0], lines
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == []
+    assert stored(cassettes) == []
+
+
+def test_a_timed_replay_cut_by_shutdown_logs_no_traceback(
+    make_proxy: MakeProxy, fake: FakeUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.frame_delay = 0.1
+    recorder = make_proxy(mode="record")
+    openai_chat_text(recorder.url)
+    recorder.stop()
+    proxy = make_proxy(mode="replay", shutdown_timeout=0.5)
+    assert stream_through_shutdown(proxy, caplog, timing="3") == ["RemoteProtocolError"]
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == []
+
+
+def test_a_bad_timing_header_is_refused_before_it_uses_up_the_recording(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    recorder = make_proxy(mode="record")
+    recorded = openai_chat_text(recorder.url)
+    recorder.stop()
+    replayer = make_proxy(mode="replay")
+    body = {"model": "gpt-4o-mini", "messages": USER, "stream": True}
+    bad = httpx.post(replayer.url + "/openai/v1/chat/completions", json=body,
+                     headers={"x-llmtape-timing": "fast"})
+    assert bad.status_code == 400
+    assert openai_chat_text(replayer.url) == recorded

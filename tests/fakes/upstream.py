@@ -22,7 +22,7 @@ from a hash of the request body, timestamps are constants):
 
 Every response carries a volatile ``x-request-id: req_<n>`` and ``date`` header.
 Knobs: :meth:`FakeUpstream.script` (canned replies), ``frame_delay``,
-``cut_after``, ``stream_error_after`` and ``gzip`` (see the class docstring).
+``cut_after``, ``end_delay``, ``stream_error_after`` and ``gzip`` (see the class docstring).
 """
 
 from __future__ import annotations
@@ -84,12 +84,14 @@ class Reply:
     """A scripted answer that overrides the built-in behaviour for one request.
 
     ``body``: dict/list -> JSON (gzip-compressed in gzip mode); str/bytes -> sent as is;
-    ``None`` -> empty. ``headers`` override the defaults (case-insensitively).
+    ``None`` -> empty. ``headers`` override the defaults (case-insensitively). ``chunked``
+    sends the body with ``Transfer-Encoding: chunked`` instead of a ``Content-Length``.
     """
 
     status: int = 200
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
+    chunked: bool = False
 
 
 def _parse_json(body: bytes) -> Any:
@@ -105,6 +107,9 @@ class FakeUpstream:
     - ``frame_delay``: seconds slept between two stream frames.
     - ``cut_after``: if set, streams stop after that many frames and the connection
       is closed without the chunked terminator (the client sees a truncated body).
+    - ``end_delay``: seconds slept after the last frame of a stream before its end (the
+      chunked terminator, or the cut of ``cut_after``), as a server that does some work
+      after its final frame, or stalls before it drops, would.
     - ``stream_error_after``: if set, streams send that many frames, then the
       provider's in-band error frame (Anthropic ``event: error`` overloaded_error,
       OpenAI chat ``data: {"error": ...}``, Responses ``event: error``, Gemini
@@ -118,6 +123,7 @@ class FakeUpstream:
         self.frame_delay = frame_delay
         self.gzip = gzip
         self.cut_after: int | None = None
+        self.end_delay = 0.0
         self.stream_error_after: int | None = None
         self.frames_sent: list[float] = []
         self.hits: list[Hit] = []
@@ -247,7 +253,12 @@ class FakeUpstream:
             data, content_type = b"", "application/octet-stream"
         headers["content-type"] = content_type
         headers.update(reply.headers)
-        return self._body(reply.status, data, headers, compressible=isinstance(body, (dict, list)))
+        response = self._body(
+            reply.status, data, headers, compressible=isinstance(body, (dict, list))
+        )
+        if reply.chunked:
+            response.enable_chunked_encoding()
+        return response
 
     async def _stream(
         self, request: web.Request, out: StreamOut, headers: CIMultiDict[str]
@@ -269,6 +280,8 @@ class FakeUpstream:
                 await response.write(frame)
                 await request.writer.drain()
                 sent.append(time.monotonic())
+            if self.end_delay > 0:
+                await asyncio.sleep(self.end_delay)
             if cut is not None and request.transport is not None:
                 request.transport.close()  # no chunked terminator: a truncated body
             else:

@@ -1,7 +1,9 @@
-"""Stream framing: frames are the same however the bytes arrive, and keep every byte."""
+"""Stream framing: the same frames however the bytes arrive, every byte kept; what a frame means."""
 
 from __future__ import annotations
 
+import re
+import time
 from itertools import pairwise
 from typing import Any
 
@@ -9,7 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.framing import Dialect, FrameSplitter, dialect_for, frame_payload
+from proxy.framing import (
+    Dialect,
+    FrameSplitter,
+    dialect_for,
+    frame_payload,
+    json_document,
+    read_frame,
+)
 
 
 def split(dialect: Dialect, chunks: list[bytes]) -> list[bytes]:
@@ -46,6 +55,32 @@ def test_sse_splits_on_a_blank_line(stream: bytes, frames: list[bytes]) -> None:
     assert split("sse", [stream]) == frames
 
 
+@pytest.mark.parametrize(
+    ("stream", "frames"),
+    [
+        # A line ends with CRLF, LF or CR, and the blank line after it may end another way.
+        (b"data: 1\n\r\ndata: 2", [b"data: 1\n\r\n", b"data: 2"]),
+        (b"data: 1\r\n\ndata: 2\n\r\ndata: 3\r\n\r\n",
+         [b"data: 1\r\n\n", b"data: 2\n\r\n", b"data: 3\r\n\r\n"]),
+        (b"data: 1\r\r\ndata: 2\r\r", [b"data: 1\r\r\n", b"data: 2\r\r"]),
+        (b"data: 1\r\n\rdata: 2", [b"data: 1\r\n\r", b"data: 2"]),
+        (b"data: 1\rdata: 2\r\r", [b"data: 1\rdata: 2\r\r"]),
+        # Each blank line ends an (empty) event of its own.
+        (b"\n\ndata: a\n\n", [b"\n", b"\n", b"data: a\n\n"]),
+    ],
+)
+def test_sse_lines_end_with_crlf_lf_or_cr_in_any_mix(stream: bytes, frames: list[bytes]) -> None:
+    assert split("sse", [stream]) == frames
+
+
+def test_sse_a_cr_at_the_end_of_a_read_waits_for_a_possible_lf() -> None:
+    splitter = FrameSplitter("sse")
+    assert splitter.feed(b"data: a\n\r") == []
+    assert splitter.feed(b"\ndata: b\r") == [b"data: a\n\r\n"]
+    assert splitter.feed(b"\r") == []
+    assert splitter.flush() == [b"data: b\r\r"]
+
+
 def test_sse_frame_waits_for_its_blank_line_across_chunks() -> None:
     splitter = FrameSplitter("sse")
     assert splitter.feed(b"data: a\r\n\r") == []
@@ -62,6 +97,67 @@ def test_ndjson_splits_after_each_newline() -> None:
 
 def test_chunks_dialect_keeps_each_chunk_and_drops_empty_ones() -> None:
     assert split("chunks", [b"ab", b"", b"c"]) == [b"ab", b"c"]
+
+
+@pytest.mark.parametrize("dialect", ["chunks", "json"])
+def test_chunks_keep_a_character_split_across_reads_whole_in_the_next_frame(
+    dialect: Dialect,
+) -> None:
+    text = "Grüße — 日本 ✓".encode()
+    assert split(dialect, [text[:3], text[3:9], text[9:13], text[13:]]) == [
+        b"Gr", "üße ".encode(), "— ".encode(), "日本 ✓".encode(),
+    ]
+    assert split(dialect, [b"ok\xe2\x82"]) == [b"ok", b"\xe2\x82"], "the rest at the end"
+
+
+@given(text=st.text(max_size=40), points=st.lists(st.integers(min_value=0), max_size=12))
+def test_chunks_of_utf8_text_are_utf8_text_however_it_is_split(
+    text: str, points: list[int]
+) -> None:
+    data = text.encode()
+    frames = split("chunks", cut(data, points))
+    assert b"".join(frames) == data
+    assert all(frame.decode() for frame in frames)
+
+
+def sse_reference(data: bytes) -> list[bytes]:
+    """The SSE spec read on the whole stream at once: a line ends at CRLF, LF or CR (CRLF
+    taken first), and an event ends at an empty line."""
+    frames, start, line_start = [], 0, 0
+    for match in re.finditer(rb"\r\n|\r|\n", data):
+        if match.start() == line_start:
+            frames.append(data[start : match.end()])
+            start = match.end()
+        line_start = match.end()
+    return frames + ([data[start:]] if data[start:] else [])
+
+
+line_ends = st.lists(
+    st.sampled_from([b"\n", b"\r", b"\r\n", b"data: x", b": c", b"event: e", b"\xc3\xa9"]),
+    max_size=40,
+).map(b"".join)
+
+
+@given(data=line_ends, points=st.lists(st.integers(min_value=0), max_size=16))
+def test_sse_frames_are_the_events_of_the_spec_however_the_stream_is_split(
+    data: bytes, points: list[int]
+) -> None:
+    frames = split("sse", cut(data, points))
+    assert frames == sse_reference(data)
+    assert b"".join(frames) == data
+
+
+@pytest.mark.parametrize(
+    ("dialect", "frame"),
+    [("sse", b'data: {"b64":"' + b"A" * (4 << 20) + b'"}\n\n'),
+     ("ndjson", b'{"b64":"' + b"A" * (4 << 20) + b'"}\n')],
+)
+def test_a_big_frame_in_small_reads_is_split_in_linear_time(dialect: Dialect, frame: bytes) -> None:
+    # Rescanning the whole pending frame on every read took seconds here (quadratic).
+    started = time.perf_counter()
+    frames = split(dialect, [frame[i : i + 4096] for i in range(0, len(frame), 4096)])
+    assert time.perf_counter() - started < 1.0
+    assert frames == [frame]
 
 
 @pytest.mark.parametrize("dialect", ["sse", "ndjson"])
@@ -101,6 +197,22 @@ def test_dialect_for(content_type: str, chunked: bool, dialect: Dialect | None) 
 
 
 @pytest.mark.parametrize(
+    ("content_type", "chunked", "asks_stream", "dialect"),
+    [
+        ("application/json; charset=UTF-8", True, True, "json"),
+        ("application/json", True, False, None),
+        ("application/json", False, True, None),
+        ("text/event-stream", False, True, "sse"),
+        ("text/plain", True, True, "chunks"),
+    ],
+)
+def test_a_chunked_json_answer_is_a_stream_only_when_the_request_asked_for_one(
+    content_type: str, chunked: bool, asks_stream: bool, dialect: Dialect | None
+) -> None:
+    assert dialect_for(content_type, chunked, asks_stream) == dialect
+
+
+@pytest.mark.parametrize(
     ("dialect", "frame", "payload"),
     [
         ("sse", 'data: {"a": 1}\n\n', {"a": 1}),
@@ -111,6 +223,8 @@ def test_dialect_for(content_type: str, chunked: bool, dialect: Dialect | None) 
         ("sse", ": keep-alive\n\n", None),
         ("sse", "event: ping\n\n", None),
         ("sse", "data: not json\n\n", None),
+        ("sse", 'data: {"a": "x\u2028y"}\n\n', {"a": "x\u2028y"}),
+        ("sse", "data:  [DONE]\r\r", None),
         ("ndjson", '{"done": false, "response": "hi"}\n', {"done": False, "response": "hi"}),
         ("ndjson", "\n", None),
         ("ndjson", "{broken\n", None),
@@ -119,3 +233,57 @@ def test_dialect_for(content_type: str, chunked: bool, dialect: Dialect | None) 
 )
 def test_frame_payload(dialect: Dialect, frame: str, payload: Any) -> None:
     assert frame_payload(dialect, frame) == payload
+
+
+@pytest.mark.parametrize(
+    ("dialect", "frame", "error", "final"),
+    [
+        ("sse", "data: [DONE]\n\n", False, True),
+        ("sse", 'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\n', False, False),
+        ("sse", 'data: {"error":{"message":"overloaded"}}\n\n', True, True),
+        ("sse", 'event: message_delta\ndata: {"type":"message_delta"}\n\n', False, False),
+        ("sse", 'event: message_stop\ndata: {"type":"message_stop"}\n\n', False, True),
+        ("sse", 'event: error\ndata: {"type":"error","error":{}}\n\n', True, True),
+        ("sse", 'event: response.output_text.delta\ndata: {"type":"x"}\n\n', False, False),
+        ("sse", 'event: response.completed\ndata: {"type":"response.completed"}\n\n',
+         False, True),
+        ("sse", 'event: response.incomplete\ndata: {"type":"response.incomplete"}\n\n',
+         False, True),
+        ("sse", 'event: response.failed\ndata: {"type":"response.failed"}\n\n', True, True),
+        ("sse", 'data: {"type":"response.completed"}\n\n', False, True),
+        # A generic `event: error`, whatever its data says.
+        ("sse", 'event: error\ndata: {"message":"model overloaded","code":503}\n\n', True, True),
+        ("sse", "event: error\r\ndata: upstream overloaded\r\n\r\n", True, True),
+        ("sse", 'data: {"candidates":[{"content":{},"finishReason":"STOP"}]}\r\n\r\n',
+         False, True),
+        ("sse", 'data: {"candidates":[{"content":{"parts":[]}}]}\r\n\r\n', False, False),
+        ("sse", 'data: {"text":"an error event, [DONE]"}\n\n', False, False),
+        ("sse", ": keep-alive\n\n", False, False),
+        ("ndjson", '{"response":"hi","done":false}\n', False, False),
+        ("ndjson", '{"response":"","done":true,"eval_count":4}\n', False, True),
+        ("ndjson", '{"error":"model not found"}\n', True, True),
+        ("chunks", "data: [DONE]\n\n", False, False),
+    ],
+)
+def test_read_frame_tells_error_and_final_frames(
+    dialect: Dialect, frame: str, error: bool, final: bool
+) -> None:
+    meaning = read_frame(dialect, frame)
+    assert (meaning.error, meaning.final) == (error, final)
+    assert meaning.payload == frame_payload(dialect, frame)
+
+
+@pytest.mark.parametrize(
+    ("body", "items"),
+    [
+        (b'[{"a":1},\r\n{"b":2}]', [{"a": 1}, {"b": 2}]),
+        (b'{"a":1}', [{"a": 1}]),
+        (b'[{"a":1},\r\n{"b":2}', None),
+        (b'[{"a":1},\r\n', None),
+        (b"", None),
+    ],
+)
+def test_json_document_is_the_items_of_a_whole_document_only(
+    body: bytes, items: list[Any] | None
+) -> None:
+    assert json_document(body) == items

@@ -146,3 +146,23 @@ def test_an_unknown_field_is_refused() -> None:
     data["recorded_at"] = "2024-01-01"
     with pytest.raises(ValidationError, match="recorded_at"):
         load_exchange(json.dumps(data).encode())
+
+
+def test_a_cut_keeps_when_it_came_and_a_file_without_it_still_loads() -> None:
+    frames = [Frame(ms=5, text="data: {}\n\n")]
+    made = exchange(frames=frames, outcome=Outcome.UPSTREAM_CUT)
+    cut = made.model_copy(
+        update={"response": made.response.model_copy(update={"end_ms": 1250})}
+    )
+    raw = dump_exchange(cut)
+    assert json.loads(raw)["response"]["end_ms"] == 1250
+    assert load_exchange(raw) == cut
+    assert "end_ms" not in json.loads(dump_exchange(made))["response"]
+    assert load_exchange(dump_exchange(made)).response.end_ms is None
+
+
+def test_a_negative_end_is_refused() -> None:
+    data = json.loads(dump_exchange(exchange(frames=[Frame(ms=0, text="x")])))
+    data["response"]["end_ms"] = -1
+    with pytest.raises(ValidationError, match="end_ms"):
+        load_exchange(json.dumps(data).encode())

@@ -1,10 +1,26 @@
-"""The mode table of CONTRACT.md as plan(), and which response headers reach the cassette."""
+"""plan() follows the mode table; stored headers; what the Recorder makes of an answer."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from proxy.pipeline import Action, is_failure_status, plan, stored_headers
+from proxy.bodies import Payload
+from proxy.models import Outcome
+from proxy.normalize import RequestParts
+from proxy.pipeline import (
+    Action,
+    Recorder,
+    Replay,
+    asks_to_stream,
+    frame_bytes,
+    is_failure_status,
+    plan,
+    stored_headers,
+)
+from proxy.providers import gemini, openai
+from proxy.providers.base import Provider
 from proxy.settings import Mode
 
 SERVE, RECORD, FORWARD, REFUSE = (
@@ -78,3 +94,129 @@ def test_stored_headers_drops_volatile_hop_by_hop_and_secret_headers(name: str) 
 )
 def test_is_failure_status(status: int, failure: bool) -> None:
     assert is_failure_status(status) is failure
+
+
+def request(path: str = "/v1/chat/completions", body: Any = None) -> RequestParts:
+    payload = Payload("json", body) if body is not None else Payload("empty")
+    return RequestParts("POST", "openai", path, (), (), payload)
+
+
+def recorder(
+    chunks: list[bytes],
+    content_type: str,
+    *,
+    status: int = 200,
+    chunked: bool = True,
+    req: RequestParts | None = None,
+    provider: Provider = openai.PROVIDER,
+) -> Recorder:
+    made = Recorder(
+        provider=provider, request=req or request(), key="k" * 64, seq=0, rules="r",
+        status=status, headers=[("content-type", content_type)], chunked=chunked,
+    )
+    for chunk in chunks:
+        made.add(chunk)
+    return made
+
+
+CHAT = [b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n', b"data: [DONE]\n\n"]
+GEMINI_ARRAY = [
+    b'[{"candidates":[{"content":{"parts":[{"text":"Hel"}]}}],'
+    b'"usageMetadata":{"promptTokenCount":4}}\n',
+    b',\r\n{"candidates":[{"content":{"parts":[{"text":"lo"}]},"finishReason":"STOP"}],'
+    b'"usageMetadata":{"promptTokenCount":4,"candidatesTokenCount":2}}\n',
+    b"]",
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "path", "asks"),
+    [
+        ({"model": "m", "stream": True}, "/v1/chat/completions", True),
+        ({"model": "m", "stream": False}, "/v1/chat/completions", False),
+        ({"model": "m", "stream": "yes"}, "/v1/chat/completions", False),
+        ({"model": "m"}, "/v1/chat/completions", False),
+        ({"contents": []}, "/v1beta/models/gemini-2.0-flash:streamGenerateContent", True),
+        ({"contents": []}, "/v1beta/models/gemini-2.0-flash:generateContent", False),
+        (None, "/v1/models", False),
+    ],
+)
+def test_asks_to_stream(body: Any, path: str, asks: bool) -> None:
+    assert asks_to_stream(request(path, body)) is asks
+
+
+def test_a_chunked_json_answer_to_a_plain_request_is_stored_as_one_json_body() -> None:
+    exchange = recorder([b'{"id": "x",', b' "usage": {"prompt_tokens": 3}}'],
+                        "application/json").finish(cut=False)
+    assert exchange.response.frames is None
+    assert exchange.response.body == {"json": {"id": "x", "usage": {"prompt_tokens": 3}},
+                                      "style": "spaced"}
+
+
+def test_a_chunked_json_stream_is_kept_as_timed_pieces_with_its_usage() -> None:
+    req = request("/v1beta/models/g:streamGenerateContent", {"contents": []})
+    made = recorder(GEMINI_ARRAY, "application/json; charset=UTF-8", req=req,
+                    provider=gemini.PROVIDER)
+    exchange = made.finish(cut=False)
+    assert exchange.response.dialect == "json"
+    assert [frame_bytes(f) for f in exchange.response.frames or []] == GEMINI_ARRAY
+    assert exchange.usage == {"input_tokens": 4, "output_tokens": 2}
+    assert exchange.outcome is Outcome.COMPLETE
+
+
+def test_an_error_answered_chunked_to_a_stream_request_stays_a_json_body() -> None:
+    req = request(body={"model": "m", "stream": True})
+    exchange = recorder([b'{"error": {"message": "bad"}}'], "application/json", status=400,
+                        req=req).finish(cut=False)
+    assert exchange.response.frames is None
+    assert exchange.response.body == {"json": {"error": {"message": "bad"}}, "style": "spaced"}
+
+
+@pytest.mark.parametrize(
+    "error_frame",
+    [
+        b'event: error\ndata: {"message":"model overloaded","code":503}\n\n',
+        b"event: error\ndata: upstream overloaded\n\n",
+        b'data: {"error":{"message":"overloaded"}}\n\n',
+    ],
+)
+def test_an_error_event_in_a_stream_marks_it_a_stream_error(error_frame: bytes) -> None:
+    made = recorder([b'data: {"token":"a"}\n\n', error_frame], "text/event-stream")
+    assert made.finish(cut=False).outcome is Outcome.STREAM_ERROR
+
+
+@pytest.mark.parametrize(
+    ("chunks", "content_type", "final"),
+    [
+        (CHAT[:1], "text/event-stream", False),
+        (CHAT, "text/event-stream", True),
+        ([*CHAT, b": keep-alive\n\n"], "text/event-stream", True),
+        ([b"data: [DONE]\n"], "text/event-stream", False),  # not an event until its blank line
+        ([b'{"done":false}\n'], "application/x-ndjson", False),
+        ([b'{"done":false}\n', b'{"done":true}\n'], "application/x-ndjson", True),
+        (GEMINI_ARRAY[:2], "application/json", False),
+        (GEMINI_ARRAY, "application/json", True),
+        ([b"all of it"], "text/plain", False),
+    ],
+)
+def test_final_seen_once_the_dialects_final_frame_came(
+    chunks: list[bytes], content_type: str, final: bool
+) -> None:
+    req = request("/v1beta/models/g:streamGenerateContent", {"stream": True})
+    assert recorder(chunks, content_type, req=req).final_seen() is final
+
+
+def test_a_plain_body_never_has_a_final_frame() -> None:
+    assert recorder([b'{"a": 1}'], "application/json", chunked=False).final_seen() is False
+
+
+def test_a_cut_keeps_when_it_came_and_replays_it() -> None:
+    made = recorder(CHAT[:1], "text/event-stream")
+    made.started -= 1.25  # the answer began 1.25 s ago
+    cut = made.finish(cut=True)
+    assert cut.outcome is Outcome.UPSTREAM_CUT
+    assert 1250 <= (cut.response.end_ms or 0) < 5000
+    assert Replay.of(cut, cut.key).end_ms == cut.response.end_ms
+    whole = recorder(CHAT, "text/event-stream").finish(cut=False)
+    assert whole.response.end_ms is None
+    assert Replay.of(whole, whole.key).end_ms is None

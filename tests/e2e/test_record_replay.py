@@ -26,6 +26,16 @@ def anthropic_client(url: str, **kwargs: object) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=url + "/anthropic", api_key=SECRET_ANTHROPIC, **kwargs)  # type: ignore[arg-type]
 
 
+def script_embeddings(fake: FakeUpstream, models: list[str]) -> None:
+    """The next embeddings answers, told apart by their `model` field."""
+    vector = [{"object": "embedding", "index": 0, "embedding": [0.5, 0.25]}]
+    fake.script("/v1/embeddings", *(
+        Reply(body={"object": "list", "data": vector, "model": model,
+                    "usage": {"prompt_tokens": 1, "total_tokens": 1}})
+        for model in models
+    ))
+
+
 def run_agent(url: str) -> dict[str, object]:
     """A small 'agent' touching every JSON endpoint the fake speaks."""
     oai = openai_client(url)
@@ -157,12 +167,7 @@ def test_identical_requests_with_different_answers_replay_in_order(
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
 ) -> None:
     answers = ["first", "second", "third"]
-    vector = [{"object": "embedding", "index": 0, "embedding": [0.5, 0.25]}]
-    fake.script("/v1/embeddings", *(
-        Reply(body={"object": "list", "data": vector, "model": answer,
-                    "usage": {"prompt_tokens": 1, "total_tokens": 1}})
-        for answer in answers
-    ))
+    script_embeddings(fake, answers)
     recorder = make_proxy(mode="record")
     oai = openai_client(recorder.url)
     live = [oai.embeddings.create(model="m", input="same").model for _ in answers]
@@ -251,55 +256,29 @@ def test_a_corrupt_exchange_file_is_a_clear_error_naming_the_file(
     assert replayer.stats["errors"] == 1
 
 
+@pytest.mark.parametrize("mode", ["record", "auto"])
 def test_concurrent_identical_requests_get_distinct_ordinals_and_lose_nothing(
-    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path, mode: str
 ) -> None:
-    answers = [f"answer-{n}" for n in range(6)]
-    vector = [{"object": "embedding", "index": 0, "embedding": [0.5]}]
-    fake.script("/v1/embeddings", *(
-        Reply(body={"object": "list", "data": vector, "model": answer,
-                    "usage": {"prompt_tokens": 1, "total_tokens": 1}})
-        for answer in answers
-    ))
-    recorder = make_proxy(mode="record")
+    answers = sorted(f"answer-{n:02}" for n in range(12))
+    script_embeddings(fake, answers)
+    recorder = make_proxy(mode=mode)
     body = {"model": "m", "input": "same"}
 
     def send(_: int) -> str:
         reply = httpx.post(recorder.url + "/openai/v1/embeddings", json=body, timeout=10)
         return str(reply.json()["model"])
 
-    with ThreadPoolExecutor(max_workers=6) as pool:
-        live = list(pool.map(send, range(6)))
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        live = list(pool.map(send, range(12)))
     recorder.stop()
     assert sorted(live) == answers
     stored = {json.loads(p.read_text())["response"]["body"]["json"]["model"]: p.name
               for p in (cassettes / "default").glob("*.json")}
-    assert sorted(stored) == answers
-    assert len({name.split(".")[0] for name in stored.values()}) == 1, "one key, six ordinals"
-
-
-def test_auto_mode_keeps_every_answer_of_concurrent_identical_misses(
-    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
-) -> None:
-    answers = [f"answer-{n}" for n in range(12)]
-    vector = [{"object": "embedding", "index": 0, "embedding": [0.5]}]
-    fake.script("/v1/embeddings", *(
-        Reply(body={"object": "list", "data": vector, "model": answer,
-                    "usage": {"prompt_tokens": 1, "total_tokens": 1}})
-        for answer in answers
-    ))
-    auto = make_proxy(mode="auto")
-    body = {"model": "m", "input": "same"}
-
-    def send(_: int) -> int:
-        return httpx.post(auto.url + "/openai/v1/embeddings", json=body, timeout=10).status_code
-
-    with ThreadPoolExecutor(max_workers=12) as pool:
-        assert set(pool.map(send, range(12))) == {200}
-    auto.stop()
-    assert len(list((cassettes / "default").glob("*.json"))) == 12, "no answer overwrote another"
+    assert sorted(stored) == answers, "no answer overwrote another"
+    assert len({name.split(".")[0] for name in stored.values()}) == 1, "one key, 12 ordinals"
     fake.stop()
     replayer = make_proxy(mode="replay")
     replayed = [httpx.post(replayer.url + "/openai/v1/embeddings", json=body).json()["model"]
                 for _ in answers]
-    assert sorted(replayed) == sorted(answers)
+    assert sorted(replayed) == answers

@@ -9,8 +9,8 @@ from contextlib import asynccontextmanager
 import aiohttp
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from proxy.control import ROUTES, stats_body
@@ -55,7 +55,9 @@ def create_app(settings: Settings) -> Starlette:
         # No method list: every method an upstream may take (QUERY, PROPFIND...) is forwarded.
         routes=[*ROUTES, Route("/{path:path}", proxy)],
         lifespan=lifespan,
-        exception_handlers={BadCassetteName: _bad_name, HTTPException: _http_error},
+        exception_handlers={
+            BadCassetteName: _bad_name, HTTPException: _http_error, ClientDisconnect: _gone,
+        },
     )
     app.state.proxy = proxy
     return app
@@ -70,6 +72,14 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     status = exc.status_code if isinstance(exc, HTTPException) else 500
     detail = exc.detail if isinstance(exc, HTTPException) else str(exc)
     return JSONResponse({"error": {"type": "http_error", "message": detail}}, status)
+
+
+async def _gone(request: Request, exc: Exception) -> Response:
+    """A client that hung up while sending its request: one line, not a traceback."""
+    request.app.state.proxy.state.stats.aborted += 1
+    log.info("%s %s: the client hung up before its request was whole; nothing sent upstream",
+             request.method, request.url.path)
+    return Response(status_code=400)  # nobody is left to read it
 
 
 def _quiet_cuts() -> None:

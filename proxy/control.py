@@ -12,7 +12,7 @@ from starlette.routing import Route
 
 from proxy.handler import Proxy
 from proxy.settings import Mode
-from proxy.store.names import check_cassette_name
+from proxy.store.names import check_cassette_name, derived_name
 
 
 class CassetteSwitch(BaseModel):
@@ -78,13 +78,21 @@ async def put_cassette(request: Request) -> JSONResponse:
             f"PUT /__llmtape/cassette takes {{\"cassette\": NAME, \"mode\": MODE}} with MODE one "
             f"of {', '.join(m.value for m in Mode)}: {exc}"
         )
+    before = proxy.state.cassette
     if change.cassette is not None:
         proxy.state.cassette = check_cassette_name(change.cassette)
+    new_mode = change.mode is not None and change.mode is not proxy.state.mode
     if change.mode is not None:
         proxy.state.mode = change.mode
-    # Each PUT starts a new run of every cassette, the ones picked by header too: replay
-    # positions and used/unused accounting start afresh, under the new mode.
-    await proxy.runs.restart_all()
+    # Each PUT ends the run of the cassette it leaves and starts a new one of the cassette it
+    # names: replay positions and used/unused accounting start afresh. A new mode starts a
+    # new run of every cassette (those picked by header too), since a run does not carry from
+    # one mode into another; otherwise other clients' header-picked runs are left alone.
+    if new_mode:
+        await proxy.runs.restart_all()
+    else:
+        names = {before, proxy.state.cassette}
+        await proxy.runs.restart(*names, *(derived_name(name) for name in names))
     return await get_cassette(request)
 
 

@@ -24,8 +24,14 @@ from proxy.pipeline import Action, Recorder, Replay, plan
 from proxy.providers import Rulebook
 from proxy.providers.base import Provider, generic_error
 from proxy.recorded import candidates, recorded_request
-from proxy.responses import LiveResponse, ReplayResponse, raw_headers, unless_client_leaves
-from proxy.routing import resolve
+from proxy.responses import (
+    LiveResponse,
+    ReplayResponse,
+    cut_on_shutdown,
+    raw_headers,
+    unless_client_leaves,
+)
+from proxy.routing import LIVE_HEADER, live_names, resolve
 from proxy.rules import MatchRules
 from proxy.settings import Mode, Settings
 from proxy.state import Run, Runs, ServerState
@@ -35,7 +41,6 @@ from proxy.timing import TIMING_HEADER, parse_timing
 from proxy.upstream import Outbound, Upstream, answer_headers
 
 CASSETTE_HEADER = "x-llmtape-cassette"
-LIVE_HEADER = "x-llmtape-live"
 MAX_MISSES = 50
 
 log = logging.getLogger("llmtape")
@@ -84,7 +89,7 @@ class Proxy:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
-        response = await self.handle(request)
+        response = await cut_on_shutdown(self.handle(request))
         await response(scope, receive, send)
 
     async def handle(self, request: Request) -> ASGIApp:
@@ -104,7 +109,7 @@ class Proxy:
         # Every header is checked before the run counts the request, so a bad one uses up
         # no recording.
         cassette = check_cassette_name(request.headers.get(CASSETTE_HEADER) or self.state.cassette)
-        named = self._live_header(request.headers.get(LIVE_HEADER, ""))
+        named = live_names(request.headers.get(LIVE_HEADER, ""), self.providers)
         timing = request.headers.get(TIMING_HEADER, self.settings.replay_timing)
         try:
             factor = parse_timing(timing)
@@ -126,16 +131,6 @@ class Proxy:
             key=request_key(parts, rules),
             timing=factor,
         )
-
-    def _live_header(self, value: str) -> frozenset[str]:
-        names = frozenset(n.strip().lower() for n in value.split(",") if n.strip())
-        unknown = sorted(names - set(self.providers))
-        if unknown:
-            raise ConfigError(
-                f"{LIVE_HEADER}: no upstream named {', '.join(map(repr, unknown))}; known "
-                f"upstreams: {', '.join(sorted(self.providers))}"
-            )
-        return names
 
     async def _dispatch(self, request: Request, ctx: Context) -> ASGIApp:
         run = await self.runs.get(ctx.cassette)
@@ -237,21 +232,30 @@ class Proxy:
                 rules=ctx.rules.fingerprint(), status=response.status,
                 headers=list(response.headers), chunked=response.chunked,
             )
+            # A PUT that ends this run waits for the answer to be written (or dropped).
+            target.run.begin_recording()
+
+        def finished(outcome: str) -> None:
+            if target is not None:
+                target.run.end_recording()
+            self._log(ctx, outcome, response.status)
 
         async def on_end(cut: bool) -> None:
             if cut:
                 self.state.stats.errors += 1
             outcome = "cut" if cut else "live"
-            if recorder is not None and target is not None:
-                outcome = await self._commit(target, recorder.finish(cut))
-            self._log(ctx, outcome, response.status)
+            try:
+                if recorder is not None and target is not None:
+                    outcome = await self._commit(target, recorder.finish(cut))
+            finally:
+                finished(outcome)
 
         def on_abort() -> None:
             self.state.stats.aborted += 1
-            self._log(ctx, "client went away, nothing recorded", response.status)
+            finished("client went away, nothing recorded")
 
         def on_shutdown() -> None:
-            self._log(ctx, "cut by shutdown, nothing recorded", response.status)
+            finished("cut by shutdown, nothing recorded")
 
         headers = answer_headers(response.headers, keep_length=ctx.parts.method == "HEAD")
         headers.append(("x-llmtape-key", ctx.key))

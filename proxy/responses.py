@@ -41,6 +41,9 @@ async def unless_client_leaves(work: Awaitable[T], receive: Receive) -> T:
     watch = asyncio.ensure_future(_until_disconnect(receive))
     try:
         await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # a shutdown: the upstream request goes with it
+        await _stop(task)
+        raise
     finally:
         watch.cancel()
     if not task.done():
@@ -79,13 +82,13 @@ async def run_until_disconnect(
     return False
 
 
-async def _cut_on_shutdown(play: Coroutine[Any, Any, object]) -> None:
+async def cut_on_shutdown(play: Coroutine[Any, Any, T]) -> T:
     """Await `play`; when the server cancels it on shutdown, end with a quiet cut instead of
     the CancelledError that uvicorn would log with a traceback. The client sees a cut."""
     try:
-        await play
+        return await play
     except asyncio.CancelledError:
-        raise UpstreamCut("llmtape shut down: the stream was cut here") from None
+        raise UpstreamCut("llmtape shut down: the answer was cut here") from None
 
 
 class LiveResponse:
@@ -114,14 +117,19 @@ class LiveResponse:
         self._upstream_done = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await _cut_on_shutdown(self._run(receive, send))
+        await cut_on_shutdown(self._run(receive, send))
 
     async def _run(self, receive: Receive, send: Send) -> None:
+        # Exactly one of on_end (called by the pump), on_shutdown and on_abort runs.
         try:
             finished = await run_until_disconnect(self._pump(send), receive, self._grace)
         except asyncio.CancelledError:
             if not self._upstream_done:
                 self._on_shutdown()
+            raise
+        except Exception:
+            if not self._upstream_done:
+                self._on_abort()
             raise
         if not finished and not self._upstream_done:
             self._on_abort()
@@ -162,7 +170,7 @@ class ReplayResponse:
         self._factor = factor
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await _cut_on_shutdown(run_until_disconnect(self._play(send), receive))
+        await cut_on_shutdown(run_until_disconnect(self._play(send), receive))
 
     async def _play(self, send: Send) -> None:
         replay = self._replay

@@ -1,11 +1,26 @@
-"""Pure routing: a request path -> (provider, upstream path)."""
+"""Pure routing: a request path -> (provider, upstream path); the upstreams run live."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from proxy.errors import UnknownUpstream
+from proxy.errors import ConfigError, UnknownUpstream
 from proxy.providers.base import Provider
+
+LIVE_HEADER = "x-llmtape-live"
+
+
+def live_names(value: str, providers: Mapping[str, Provider]) -> frozenset[str]:
+    """The upstreams an `x-llmtape-live` header names; a name that is no upstream is refused,
+    so a typo does not quietly replay what was meant to run live."""
+    names = frozenset(n.strip().lower() for n in value.split(",") if n.strip())
+    unknown = sorted(names - set(providers))
+    if unknown:
+        raise ConfigError(
+            f"{LIVE_HEADER}: no upstream named {', '.join(map(repr, unknown))}; known "
+            f"upstreams: {', '.join(sorted(providers))}"
+        )
+    return names
 
 
 def resolve(path: str, headers: Mapping[str, str], providers: Mapping[str, Provider]) -> tuple[

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from proxy.store.base import CassetteStore, exchange_file
 
 MAX_LISTED = 50
 MAX_ENDED = 200  # ended runs kept for stats and the shutdown log (those with news only)
+SETTLE_SECONDS = 5.0  # how long ending a run waits for answers still being recorded into it
 REPLAY_CACHE_BYTES = 64 * 1024 * 1024
 log = logging.getLogger("llmtape")
 
@@ -55,6 +57,12 @@ class ReplayCache:
         if entry is not None:
             self.size -= entry[1]
 
+    def clear(self) -> None:
+        """Forget everything: a new run reads its cassette from disk again (another llmtape
+        may have re-recorded it)."""
+        self._entries.clear()
+        self.size = 0
+
 
 @dataclass
 class Stats:
@@ -77,8 +85,11 @@ class Run:
     served: set[tuple[str, int]] = field(default_factory=set)
     recorded: list[tuple[str, int]] = field(default_factory=list)
     committed: Counter[str] = field(default_factory=Counter)  # recordings made, per key
-    # Ordinals handed to answers still being written, so concurrent ones never share one.
+    # Ordinals handed to answers still being written, so concurrent ones never share one;
+    # shared by the runs of one cassette, as a write may outlive the run that began it.
     pending: dict[str, set[int]] = field(default_factory=dict)
+    recording: int = 0  # answers being recorded into this run right now
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
     anew: bool = False  # recorded the cassette anew (record mode, a .derived cassette)
     requests: int = 0
     replayed_from: bool = False  # answered a request from disk, or refused one: it is an input
@@ -107,10 +118,29 @@ class Run:
         pending = self.pending.setdefault(key, set())
         if anew:
             ordinal = self.committed[key]
+            while ordinal in pending:  # still being written by the run before this one
+                ordinal += 1
         else:
             ordinal = max([*self.ordinals.get(key, ()), *pending, 0]) + 1
         pending.add(ordinal)
         return ordinal
+
+    def begin_recording(self) -> None:
+        self.recording += 1
+        self.settled.clear()
+
+    def end_recording(self) -> None:
+        self.recording -= 1
+        if self.recording <= 0:
+            self.recording = 0
+            self.settled.set()
+
+    async def settle(self) -> None:
+        """Wait, for SETTLE_SECONDS at most, for the answers still being recorded into this
+        run (a stream the client closed at its final frame is read to its end first)."""
+        if self.recording:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.settled.wait(), SETTLE_SECONDS)
 
     def superseded(self) -> list[tuple[str, int]]:
         """Recordings this run made obsolete: the 3rd recording of a request that this run
@@ -154,6 +184,7 @@ class Runs:
         self._live = live
         self._runs: dict[str, Run] = {}
         self._loading: dict[str, asyncio.Task[Run]] = {}
+        self._pending: dict[str, dict[str, set[int]]] = {}  # per cassette, see Run.pending
         self.replays = ReplayCache()
         self.ended: deque[dict[str, Any]] = deque(maxlen=MAX_ENDED)
         self.ended_unused = 0  # unused recordings over every ended run, listed or not
@@ -176,7 +207,10 @@ class Runs:
         order = None
         if self._strict_order:
             order = await asyncio.to_thread(self._recorded_order, cassette, ordinals)
-        return self._runs.setdefault(cassette, Run(cassette, ordinals, order=order))
+        pending = self._pending.setdefault(cassette, {})
+        return self._runs.setdefault(
+            cassette, Run(cassette, ordinals, order=order, pending=pending)
+        )
 
     def _recorded_order(self, cassette: str, ordinals: dict[str, list[int]]) -> list[Recorded]:
         """Every recording by its position in the recording run (reads every file once)."""
@@ -190,11 +224,20 @@ class Runs:
         placed.sort(key=lambda item: (item[0], item[1].key, item[1].ordinal))
         return [recorded for _, recorded in placed]
 
+    async def restart(self, *cassettes: str) -> None:
+        """End these cassettes' runs: the next request to one reloads it and starts afresh."""
+        await self._end([run for name in cassettes if (run := self._runs.pop(name, None))])
+
     async def restart_all(self) -> None:
-        """End every run: the next request to a cassette reloads it and starts afresh."""
+        """End every run."""
         runs, self._runs = list(self._runs.values()), {}
+        await self._end(runs)
+
+    async def _end(self, runs: list[Run]) -> None:
+        await asyncio.gather(*(run.settle() for run in runs))
         for run in runs:
             await asyncio.to_thread(self._finish, run)
+        self.replays.clear()
 
     async def summaries(self) -> list[dict[str, Any]]:
         return await asyncio.to_thread(lambda: [self.summary(run) for run in self.all()])

@@ -21,8 +21,10 @@ HOP_BY_HOP = frozenset(
         "proxy-authorization", "te", "trailer", "trailers", "transfer-encoding", "upgrade",
     }
 )
-# What llmtape sets itself on the way up: the host, the length, the encodings it can decode.
-SET_ON_REQUEST = frozenset({"host", "content-length", "accept-encoding"})
+# What llmtape sets itself on the way up: the host, the length, the encodings it can decode;
+# and no `Expect: 100-continue`, since the body is already read (an upstream that never
+# sends 100 Continue would stall the upload).
+SET_ON_REQUEST = frozenset({"host", "content-length", "accept-encoding", "expect"})
 # And on the way down: the body is decompressed and framed anew.
 SET_ON_ANSWER = frozenset({"content-length", "content-encoding"})
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -45,3 +47,31 @@ def make_proxy(fake: FakeUpstream, cassettes: Path) -> Iterator[MakeProxy]:
     yield make
     for server in started:
         server.stop()
+
+
+@pytest.fixture
+def hanging_upstream() -> Iterator[tuple[str, threading.Event]]:
+    """Reads one request, never answers, and sets the event when the proxy hangs up."""
+    server = socket.create_server(("127.0.0.1", 0))
+    hung_up = threading.Event()
+
+    def serve() -> None:
+        server.settimeout(20)  # a test that never connects does not hold teardown for long
+        try:
+            conn, _ = server.accept()
+        except OSError:
+            return
+        with conn:
+            conn.settimeout(20)
+            try:
+                while conn.recv(65536):
+                    pass
+            except OSError:
+                return
+            hung_up.set()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}", hung_up
+    server.close()
+    thread.join(timeout=25)

@@ -162,8 +162,10 @@ def test_a_port_in_use_fails_at_start_with_status_1_and_says_so(workdir: Path) -
     assert "address already in use" in result.stderr and "could not listen" in result.stderr
 
 
-def run_cli(*args: str, columns: int = 80) -> subprocess.CompletedProcess[str]:
-    environ = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": str(columns)}
+def run_cli(
+    *args: str, columns: int = 80, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    environ = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": str(columns), **(env or {})}
     return subprocess.run([*LLMTAPE, *args], capture_output=True, text=True, timeout=60,
                           env=environ)
 
@@ -215,3 +217,27 @@ def test_serve_warns_at_start_about_a_rule_that_ignores_what_changes_the_answer(
     assert code == 0, err
     assert "'openai:body:model'" in err and "changes the answer" in err
     assert "metadata.run" not in err
+
+
+def test_a_shutdown_while_the_upstream_has_not_answered_is_quiet_and_exits_0(
+    workdir: Path, hanging_upstream: tuple[str, threading.Event]
+) -> None:
+    url, hung_up = hanging_upstream
+    serve = Serve(["--mode", "record", "--upstream", f"tools={url}", "--shutdown-timeout",
+                   "0.5"], workdir)
+    waiting = threading.Thread(target=lambda: httpx.post(serve.url + "/tools/slow", json={},
+                                                         timeout=20), daemon=True)
+    waiting.start()
+    assert hung_up.wait(0.5) is False  # the request is with the upstream
+    code, err = serve.stop()
+    assert code == 0, err
+    assert "Traceback" not in err and "never retrieved" not in err, err
+    assert hung_up.wait(10), "the upstream request was closed"
+
+
+def test_the_cassette_tools_are_not_stopped_by_serve_only_settings(workdir: Path) -> None:
+    env = {"LLMTAPE_LIVE": "search", "LLMTAPE_IGNORE": "search:query:ts", "LLMTAPE_PORT": "x"}
+    for command in ("ls", "show"):
+        args = [command] + (["example"] if command == "show" else [])
+        result = run_cli(*args, "--cassettes", str(ROOT / "cassettes"), env=env)
+        assert result.returncode == 0, result.stdout + result.stderr

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import socket
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.conftest import MakeProxy
-from tests.fakes.upstream import FakeUpstream
+from tests.fakes.upstream import FakeUpstream, Reply
 
 EMBED = {"model": "m", "input": "hello"}
 
@@ -120,3 +122,37 @@ def test_recordings_a_run_left_unused_still_count_after_a_put_ends_it(
     assert stats["unused_total"] == 1
     [ended] = [run for run in stats["ended_runs"] if run["unused_count"]]
     assert ended["cassette"] == "default" and ended["served"] == 1
+
+
+def test_a_cassette_switch_leaves_another_clients_header_picked_run_alone(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    fake.script("/v1/embeddings", *(
+        Reply(body={"object": "list", "data": [], "model": f"answer-{n}"}) for n in range(3)
+    ))
+    recorder = make_proxy(mode="record")
+    for _ in range(3):
+        embed(recorder.url, cassette="worker1/test_a")
+    recorder.stop()
+    replayer = make_proxy(mode="replay")
+    first = embed(replayer.url, cassette="worker1/test_a").json()
+    replayer.put_cassette(cassette="worker2/test_b")  # another worker moves on to its next test
+    rest = [embed(replayer.url, cassette="worker1/test_a").json() for _ in range(2)]
+    assert [answer["model"] for answer in (first, *rest)] == [f"answer-{n}" for n in range(3)]
+    assert embed(replayer.url, cassette="worker1/test_a").status_code == 422
+
+
+def test_a_client_that_hangs_up_mid_upload_is_one_quiet_line(
+    make_proxy: MakeProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    proxy = make_proxy(mode="replay")
+    host, port = proxy.url.removeprefix("http://").split(":")
+    for path in ("/openai/v1/embeddings", "/__llmtape/cassette"):
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(f"PUT {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n"
+                         "content-type: application/json\r\n\r\n{\"a\": 1".encode())
+    deadline = time.monotonic() + 10
+    while proxy.stats["aborted"] < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proxy.stats["aborted"] == 2
+    assert not [r for r in caplog.records if r.exc_info], "no traceback"

@@ -375,6 +375,18 @@ def test_the_sync_openai_sdk_closing_at_done_does_not_lose_the_recording(
     assert openai_chat_text(make_proxy(mode="replay").url) == live
 
 
+def test_a_put_right_after_the_sdk_closed_at_done_waits_for_the_recording(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    fake.end_delay = 0.3
+    proxy = make_proxy(mode="record")
+    live = openai_chat_text(proxy.url)  # the upstream ends 0.3 s after the SDK hung up
+    proxy.put_cassette(mode="replay")  # a test suite's next test starts at once
+    assert openai_chat_text(proxy.url) == live
+    [ended] = proxy.stats["ended_runs"]
+    assert ended["recorded_count"] == 1
+
+
 def test_an_error_event_the_sdk_hung_up_on_is_recorded_with_record_failures(
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
 ) -> None:

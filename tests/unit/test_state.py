@@ -82,3 +82,23 @@ def test_a_restart_keeps_what_the_ended_run_left_unused(tmp_path: Path) -> None:
         return runs.ended_unused, len(fresh.served), [r["cassette"] for r in runs.ended]
 
     assert asyncio.run(scenario()) == (1, 0, ["suite"])
+
+
+def test_a_new_run_never_reuses_an_ordinal_the_run_before_is_still_writing(
+    tmp_path: Path,
+) -> None:
+    store = FileStore(tmp_path)
+    store.write("c", stored("openai", MODEL))
+
+    async def scenario() -> tuple[int, int, int, bool]:
+        runs = Runs(store)
+        old = await runs.get("c")
+        in_flight = old.next_ordinal(MODEL, anew=False)  # its write has not landed yet
+        runs.replays.put(("c", MODEL, 1), replay(10))
+        await runs.restart("c")
+        new = await runs.get("c")
+        adding = new.next_ordinal(MODEL, anew=False)
+        anew = new.next_ordinal(TOOL, anew=True)
+        return in_flight, adding, anew, runs.replays.get(("c", MODEL, 1)) is None
+
+    assert asyncio.run(scenario()) == (2, 3, 1, True), "and the cache is read afresh"

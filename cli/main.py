@@ -130,9 +130,10 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable outpu
 
 def open_library(
     cassettes: Path | None, upstream: list[str] | None, ignore: list[str] | None,
-    config: Path | None,
+    config: Path | None, rules: bool = True,
 ) -> Library:
-    """The cassette library and the match rules, from the same sources as `serve`."""
+    """The cassette library and the match rules, from the same sources as `serve` (only the
+    folder when the command needs no `rules`)."""
     from proxy.providers import Rulebook, provider_table
     from proxy.store.fs import FileStore
 
@@ -140,9 +141,10 @@ def open_library(
         {"cassettes": cassettes, "ignore": tuple(ignore or ()) or None,
          "upstream": parse_pairs(upstream, "upstream") if upstream else None},
         config=config,
+        fields={"cassettes", "upstream", "ignore"} if rules else {"cassettes"},
     )
-    rules = Rulebook.build(provider_table(settings.upstream), settings.ignore)
-    return Library(FileStore(settings.cassettes), rules.for_upstream)
+    book = Rulebook.build(provider_table(settings.upstream), settings.ignore)
+    return Library(FileStore(settings.cassettes), book.for_upstream)
 
 
 def existing(library: Library, name: str, folder_will_do: bool = False) -> str:
@@ -188,7 +190,7 @@ def list_cassettes(
     from proxy.catalog import summarize
 
     try:
-        library = open_library(cassettes, None, None, config)
+        library = open_library(cassettes, None, None, config, rules=False)
         found = [summarize(library.store, name) for name in library.store.cassettes()]
     except LlmtapeError as exc:
         raise fail(exc.message) from exc
@@ -207,7 +209,7 @@ def show(
     from proxy.catalog import show as show_cassette
 
     try:
-        library = open_library(cassettes, None, None, config)
+        library = open_library(cassettes, None, None, config, rules=False)
         rows = show_cassette(library.store, existing(library, name))
     except LlmtapeError as exc:
         raise fail(exc.message) from exc

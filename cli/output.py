@@ -63,8 +63,10 @@ def print_rows(cassette: str, rows: Sequence[Row], as_json: bool) -> None:
     if as_json:
         print_json({"cassette": cassette, "exchanges": [asdict(r) for r in rows]})
         return
-    table = Table("seq", "request", "status", "answer", "outcome", "tokens in/out", "file",
-                  box=None)
+    table = Table(box=None)
+    for name in ("seq", "request", "status", "answer", "outcome", "tokens", "file"):
+        # The request takes the room; a narrow terminal wraps it, never cuts it.
+        table.add_column(name, overflow="fold", no_wrap=name != "request")
     for r in rows:
         table.add_row(str(r.seq), r.request, str(r.status), r.kind, r.outcome,
                       f"{r.input_tokens}/{r.output_tokens}", r.file[:12])

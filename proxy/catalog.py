@@ -15,7 +15,7 @@ from proxy.models import Exchange, load_exchange
 from proxy.normalize import RequestParts, request_key
 from proxy.providers import default_rules
 from proxy.rules import MatchRules, unstored_headers
-from proxy.store.base import exchange_file, parse_exchange_file
+from proxy.store.base import LIKE_EXCHANGE_FILE, exchange_file, parse_exchange_file
 from proxy.store.fs import FileStore, is_leftover
 
 RulesFor = Callable[[str], MatchRules]
@@ -121,6 +121,9 @@ def verify(store: FileStore, cassette: str, rules_for: RulesFor) -> Verdict:
             continue
         parsed = parse_exchange_file(name)
         if parsed is None:
+            if LIKE_EXCHANGE_FILE.match(name):
+                verdict.flag(name, "not a name llmtape reads (ordinal 1 is KEY.json, n is "
+                                   "KEY.n.json, no leading zeros): rename it, or delete a copy")
             continue
         verdict.checked += 1
         problem = _check_file(store, cassette, name, parsed, rules_for)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -168,6 +169,26 @@ def read_frame(dialect: Dialect, frame: str) -> Meaning:
             isinstance(c, dict) and c.get("finishReason") for c in _list(payload.get("candidates"))
         )
     return Meaning(payload=payload, error=error, final=final)
+
+
+def ends_answer(dialect: Dialect, newest_first: Iterable[str]) -> bool:
+    """Whether the last frame that says anything is final (a ping, a comment or a blank line
+    after it does not count). It stops at that frame: O(1), not a parse of the stream."""
+    for frame in newest_first:
+        meaning = read_frame(dialect, frame)
+        if meaning.final:
+            return True
+        if not _idle(dialect, frame, meaning.payload):
+            return False
+    return False
+
+
+def _idle(dialect: Dialect, frame: str, payload: Any) -> bool:
+    if isinstance(payload, dict) and payload.get("type") == "ping":
+        return True
+    if dialect == "sse":
+        return _sse_event(frame)[1] is None
+    return not frame.strip()
 
 
 def _list(value: Any) -> list[Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import itertools
 import re
 import time
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from proxy.framing import (
     Dialect,
     FrameSplitter,
     dialect_for,
+    ends_answer,
     is_error_payload,
     json_document,
     read_frame,
@@ -143,7 +145,12 @@ class Recorder:
             return False
         if splitter.dialect == "json":
             return json_document(self._joined() + splitter.pending) is not None
-        return any(read_frame(splitter.dialect, f.text or "").final for f in reversed(self._frames))
+        # Newest first. An event that ends in a CR is held back (an LF may follow, making it
+        # CRLF), yet its client has it whole: it counts too.
+        pending = splitter.pending
+        held = pending.decode("utf-8", "replace") if pending.endswith(b"\r") else ""
+        frames = (frame.text or "" for frame in reversed(self._frames))
+        return ends_answer(splitter.dialect, itertools.chain([held], frames))
 
     def finish(self, cut: bool) -> Exchange:
         """The exchange as captured; `cut` marks an upstream that stopped mid-answer, and keeps
@@ -213,6 +220,19 @@ def frame_bytes(frame: Frame) -> bytes:
     return base64.b64decode(frame.base64 or "")
 
 
+def _needs_length(exchange: Exchange, cut: bool) -> bool:
+    """Whether a replayed body gets a Content-Length: not a cut one (it goes chunked, so the
+    client sees it end short), not one recorded with its own (HEAD), and never on an answer
+    that may not carry one or had none (1xx, 204, 304, a HEAD answered chunked)."""
+    status = exchange.response.status
+    return not (
+        cut
+        or "content-length" in exchange.response.headers
+        or status < 200 or status in (204, 304)
+        or exchange.request.method == "HEAD"
+    )
+
+
 @dataclass(frozen=True)
 class Replay:
     """A recording made ready to send: built once per run from its file, sent many times."""
@@ -231,9 +251,7 @@ class Replay:
         cut = exchange.outcome is Outcome.UPSTREAM_CUT
         if response.frames is None:
             body = payload_bytes(Payload.from_dict(response.body))
-            # A cut body goes chunked, so the client sees it end short; a HEAD answer keeps
-            # the length it was recorded with.
-            if not cut and "content-length" not in response.headers:
+            if _needs_length(exchange, cut):
                 headers.append(("content-length", str(len(body))))
             frames = ((0, body),) if body else ()
         else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -174,11 +174,16 @@ def env_name(field: str) -> str:
 
 
 def load_settings(
-    cli: Mapping[str, Any], environ: Mapping[str, str] | None = None, config: Path | None = None
+    cli: Mapping[str, Any],
+    environ: Mapping[str, str] | None = None,
+    config: Path | None = None,
+    fields: Collection[str] | None = None,
 ) -> Settings:
     """Merge the three sources, command line first, and validate once.
 
-    `cli` holds only the options given on the command line (None means not given)."""
+    `cli` holds only the options given on the command line (None means not given). `fields`,
+    when given, are the only ones read: a cassette tool is not stopped by a serve-only
+    setting (an LLMTAPE_LIVE naming an upstream that serve gets on its command line)."""
     environ = os.environ if environ is None else environ
     layers: list[tuple[str, dict[str, Any]]] = [
         ("llmtape.toml", _from_file(config, environ)),
@@ -189,6 +194,8 @@ def load_settings(
     origin: dict[str, str] = {}
     for source, values in layers:
         for key, value in values.items():
+            if fields is not None and key not in fields:
+                continue
             # Upstreams are named: a later layer adds or overrides names, it keeps the rest.
             if key in DICT_FIELDS and isinstance(merged.get(key), dict):
                 value = {**merged[key], **value}

@@ -7,7 +7,10 @@ from typing import Protocol
 
 from proxy.models import Exchange
 
-EXCHANGE_FILE = re.compile(r"^([0-9a-f]{64})(?:\.(\d+))?\.json$")
+# Ordinal 1 is `<key>.json`; n >= 2 is `<key>.<n>.json`, with no leading zero, so each
+# recording has exactly one name.
+EXCHANGE_FILE = re.compile(r"^([0-9a-f]{64})(?:\.([2-9]|[1-9]\d+))?\.json$")
+LIKE_EXCHANGE_FILE = re.compile(r"^[0-9a-f]{64}(?:\.\d+)?\.json$")
 
 
 def exchange_file(key: str, ordinal: int) -> str:

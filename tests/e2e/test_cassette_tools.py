@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
@@ -139,3 +140,17 @@ def test_verify_names_recordings_that_lack_a_header_todays_rules_key_on(
     assert code == 1
     [problem] = json.loads(out)[0]["problems"]
     assert "x-tenant" in problem["problem"] and "record it again" in problem["problem"]
+
+
+@pytest.mark.parametrize("odd", [".02.json", ".1.json"])
+def test_verify_flags_an_exchange_file_name_llmtape_does_not_read(
+    tmp_path: Path, odd: str
+) -> None:
+    root = library(tmp_path)
+    first = sorted((root / "example").glob("*.json"))[0]
+    shutil.copy(first, first.with_name(first.name.removesuffix(".json") + odd))
+    code, out = run("verify", "example", "--cassettes", str(root), "--json")
+    assert code == 1
+    [problem] = json.loads(out)[0]["problems"]
+    assert problem["file"].endswith(odd) and "not a name llmtape reads" in problem["problem"]
+    assert run("rekey", "example", "--cassettes", str(root), "--dry-run")[0] == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
 from itertools import pairwise
 from typing import Any
 
@@ -15,6 +16,7 @@ from proxy.framing import (
     Dialect,
     FrameSplitter,
     dialect_for,
+    ends_answer,
     frame_payload,
     json_document,
     read_frame,
@@ -287,3 +289,31 @@ def test_json_document_is_the_items_of_a_whole_document_only(
     body: bytes, items: list[Any] | None
 ) -> None:
     assert json_document(body) == items
+
+
+@pytest.mark.parametrize(
+    ("dialect", "newest_first", "ends"),
+    [
+        ("sse", ["data: [DONE]\n\n"], True),
+        ("sse", [": keep-alive\n\n", "\n", "data: [DONE]\n\n"], True),
+        ("sse", ['event: ping\ndata: {"type": "ping"}\n\n', 'data: {"type":"message_stop"}\n\n'],
+         True),
+        ("sse", ['data: {"choices": []}\n\n', "data: [DONE]\n\n"], False),
+        ("sse", [], False),
+        ("ndjson", ["\n", '{"done": true}\n'], True),
+        ("ndjson", ['{"done": false}\n', '{"done": true}\n'], False),
+    ],
+)
+def test_the_answer_ends_with_the_last_frame_that_says_anything(
+    dialect: Dialect, newest_first: list[str], ends: bool
+) -> None:
+    assert ends_answer(dialect, newest_first) is ends
+
+
+def test_ends_answer_stops_at_the_last_meaningful_frame_however_long_the_stream() -> None:
+    def newest_first() -> Iterator[str]:
+        yield ": keep-alive\n\n"
+        yield 'data: {"choices": [{"delta": {"content": "x"}}]}\n\n'
+        raise AssertionError("read past the last meaningful frame")
+
+    assert ends_answer("sse", newest_first()) is False

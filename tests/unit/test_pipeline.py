@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -192,6 +193,8 @@ def test_an_error_event_in_a_stream_marks_it_a_stream_error(error_frame: bytes) 
         (CHAT, "text/event-stream", True),
         ([*CHAT, b": keep-alive\n\n"], "text/event-stream", True),
         ([b"data: [DONE]\n"], "text/event-stream", False),  # not an event until its blank line
+        ([b"data: [DONE]\r\r"], "text/event-stream", True),  # held back for a possible LF
+        ([*CHAT, b'event: ping\ndata: {"type": "ping"}\n\n'], "text/event-stream", True),
         ([b'{"done":false}\n'], "application/x-ndjson", False),
         ([b'{"done":false}\n', b'{"done":true}\n'], "application/x-ndjson", True),
         (GEMINI_ARRAY[:2], "application/json", False),
@@ -220,3 +223,28 @@ def test_a_cut_keeps_when_it_came_and_replays_it() -> None:
     whole = recorder(CHAT, "text/event-stream").finish(cut=False)
     assert whole.response.end_ms is None
     assert Replay.of(whole, whole.key).end_ms is None
+
+
+@pytest.mark.parametrize(
+    ("method", "status", "headers", "length"),
+    [
+        ("POST", 200, [], "2"),
+        ("GET", 204, [], None),
+        ("GET", 304, [], None),
+        ("HEAD", 200, [("content-length", "42")], "42"),
+        ("HEAD", 200, [], None),  # answered chunked: no length to tell
+    ],
+)
+def test_a_replayed_answer_has_a_content_length_only_where_http_allows_one(
+    method: str, status: int, headers: list[tuple[str, str]], length: str | None
+) -> None:
+    made = Recorder(
+        provider=openai.PROVIDER, request=replace(request(), method=method), key="k" * 64,
+        seq=0, rules="r", status=status,
+        headers=[("content-type", "application/json"), *headers], chunked=False,
+    )
+    if status == 200 and method == "POST":
+        made.add(b"{}")
+    replay = Replay.of(made.finish(cut=False), "k" * 64)
+    lengths = [v.decode() for k, v in replay.headers if k == b"content-length"]
+    assert lengths == ([length] if length else [])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 from array import array
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,8 +17,11 @@ from proxy.store.base import exchange_file
 MAX_DIFFERENCES = 12
 MAX_CANDIDATES = 50_000  # recorded requests compared on a miss; a note says when cut short
 SHORTLIST = 8  # candidates that get the full diff, after the cheap sketch comparison
-SKETCH_DEPTH = 3  # view -> body -> messages -> each message
-MAX_SKETCH = 512
+# view -> body -> messages -> message -> content -> block -> its fields -> their values: a
+# recording that differs in one content block of thirty shares more than one that differs
+# in all thirty. Deeper parts still count, through the hashes of the parts holding them.
+SKETCH_DEPTH = 7
+MAX_SKETCH = 512  # hashes kept per recording: the smallest ones, a bottom-k sample
 
 
 def ordinal_word(n: int) -> str:
@@ -33,9 +37,10 @@ class Candidate:
     key: str
     ordinal: int
     route: tuple[str, str, str]  # method, upstream, path
-    sketch: array[int]  # hashes of its shallow parts, see `sketch`
+    sketch: array[int]  # the smallest MAX_SKETCH hashes of its parts, ascending; see `sketch`
     current: bool  # recorded under today's match rules
     unstored: tuple[str, ...] = ()  # headers today's rules key on that it does not hold
+    size: int = 0  # hashes in its whole sketch, before the cut to MAX_SKETCH
 
 
 def candidate_of(
@@ -44,13 +49,15 @@ def candidate_of(
 ) -> Candidate:
     """`stored` is the request as its exchange holds it, `recorded` its rules fingerprint."""
     parts = canonical(stored, rules)
+    hashes = sketch(parts)
     return Candidate(
         key=key,
         ordinal=ordinal,
         route=(parts.method, parts.upstream, parts.path),
-        sketch=array("q", sorted(sketch(parts))[:MAX_SKETCH]),
+        sketch=array("q", heapq.nsmallest(MAX_SKETCH, hashes)),
         current=recorded == rules.fingerprint(),
         unstored=unstored_headers(dict(stored.headers), recorded, rules, defaults),
+        size=len(hashes),
     )
 
 
@@ -79,15 +86,29 @@ def _walk(path: str, value: Any, depth: int, out: set[int]) -> int:
 
 def shortlist(wanted: RequestParts, candidates: Sequence[Candidate]) -> list[Candidate]:
     """The few candidates worth a full diff: the same route first, then the most shared
-    sketch hashes (Jaccard)."""
+    sketch hashes (Jaccard), then the nearest in size, then by key, so a tie never depends on
+    the order files were listed in."""
     route = (wanted.method, wanted.upstream, wanted.path)
     mine = sketch(wanted)
+    ordered = sorted(mine)
 
-    def rank(found: Candidate) -> tuple[bool, float]:
-        common = len(mine.intersection(found.sketch))
-        return found.route != route, -common / (len(mine) + len(found.sketch) - common or 1)
+    def rank(found: Candidate) -> tuple[bool, float, int, str]:
+        return (found.route != route, -similarity(mine, ordered, found.sketch),
+                abs(found.size - len(mine)), found.key)
 
     return heapq.nsmallest(SHORTLIST, candidates, key=rank)
+
+
+def similarity(mine: set[int], ordered: Sequence[int], sample: array[int]) -> float:
+    """The Jaccard similarity of `mine` (whole, and as `ordered`) and a recording's sketch,
+    estimated from its bottom-k `sample`: the sample holds every hash of the recording up to
+    its largest, so both sets are compared in full up to there (exact when not cut)."""
+    if not sample:
+        return 0.0 if mine else 1.0
+    common = len(mine.intersection(sample))
+    cut = len(sample) >= MAX_SKETCH
+    below = bisect_right(ordered, sample[-1]) if cut else len(ordered)
+    return common / (below + len(sample) - common or 1)
 
 
 @dataclass(frozen=True)

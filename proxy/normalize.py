@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qsl
 
-from proxy.bodies import Payload, request_payload
+from proxy.bodies import Payload, decode_content, request_payload
 from proxy.redact import digest, is_secret_header, redact_payload, redact_query
 from proxy.rules import MatchRules, parse_path, without_path
 
@@ -69,6 +69,8 @@ def request_parts(
     )
     query = redact_query(parse_qsl(raw_query, keep_blank_values=True))
     content_type = headers.get("content-type", "")
+    # Keyed and stored as it was before compression; the upstream gets the bytes as sent.
+    raw = decode_content(body, headers.get("content-encoding", ""))
     return RequestParts(
         method=method.upper(),
         upstream=upstream,
@@ -76,7 +78,7 @@ def request_parts(
         # By name only: repeated parameters keep their order (`ids=1&ids=2` is not `ids=2&ids=1`).
         query=tuple(sorted(query, key=lambda pair: pair[0])),
         headers=tuple(kept),
-        body=redact_payload(request_payload(body, content_type), content_type),
+        body=redact_payload(request_payload(raw, content_type), content_type),
     )
 
 
@@ -103,7 +105,8 @@ def integral_numbers(value: Any) -> Any:
 
 def redacted(parts: RequestParts) -> RequestParts:
     """Stored parts with every credential today's filter knows of masked: a recording made
-    before a name counted as a credential may still hold one."""
+    before a name counted as a credential may still hold one. The content type is not
+    stored, so a form or multipart body is told by its shape."""
     return replace(parts, query=tuple(redact_query(parts.query)),
                    body=redact_payload(parts.body, ""))
 

@@ -416,3 +416,151 @@ def test_after_a_rule_change_the_recorded_request_itself_misses_pointing_to_reke
     assert "it differs in" not in message
     assert "other match rules" in message and "`llmtape rekey default`" in message
     assert caught.value.body["details"]["closest"]["recorded_under_other_rules"]  # type: ignore[index]
+
+
+def mcp_requests(url: str, token: str) -> list[httpx.Response]:
+    """An Anthropic request with an MCP server and an OpenAI Responses request with an MCP
+    tool, each carrying `token` as the MCP server's credential."""
+    anthropic = httpx.post(url + "/anthropic/v1/messages", timeout=10, headers={
+        "x-api-key": "sk-ant-x", "anthropic-version": "2023-06-01",
+        "anthropic-beta": "mcp-client-2025-04-04"}, json={
+        "model": "claude-sonnet-4-5", "max_tokens": 64,
+        "messages": [{"role": "user", "content": "list my repos"}],
+        "mcp_servers": [{"type": "url", "url": "https://mcp.example.com/sse", "name": "gh",
+                         "authorization_token": token}]})
+    responses = httpx.post(url + "/openai/v1/responses", timeout=10, headers={
+        "authorization": f"Bearer {SECRET_OPENAI}"}, json={
+        "model": "gpt-4.1", "input": "list my repos", "tools": [
+            {"type": "mcp", "server_label": "gh", "server_url": "https://mcp.example.com",
+             "headers": {"Authorization": f"Bearer {token}"}, "authorization": token,
+             "require_approval": "never"}]})
+    return [anthropic, responses]
+
+
+def test_an_mcp_servers_token_goes_upstream_but_is_never_stored_keyed_or_shown(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    recorder = make_proxy(mode="record")
+    recorded = mcp_requests(recorder.url, "ghp_MCPTOKEN_ALICE")
+    assert [r.status_code for r in recorded] == [200, 200]
+    assert all(b"ghp_MCPTOKEN_ALICE" in hit.body for hit in fake.hits), "upstream gets it"
+    recorder.stop()
+    written = files_under(cassettes)
+    assert len(written) == 2 and b"MCPTOKEN" not in b"".join(written.values())
+    replayer = make_proxy(mode="replay")
+    replayed = mcp_requests(replayer.url, "ghp_MCPTOKEN_BOB")
+    assert [r.json() for r in replayed] == [r.json() for r in recorded]
+
+
+def test_a_tool_schema_tool_result_or_form_field_named_like_a_secret_keeps_requests_apart(
+    make_proxy: MakeProxy, tool: FakeUpstream
+) -> None:
+    def schema(min_length: int) -> dict[str, Any]:
+        return {"model": "gpt-4o-mini", "messages": USER, "tools": [{"type": "function",
+                "function": {"name": "create_user", "parameters": {"type": "object",
+                             "properties": {"password": {"type": "string",
+                                                         "minLength": min_length}}}}}]}
+
+    def vault(code: str) -> dict[str, Any]:
+        return {"contents": [{"role": "user", "parts": [{"functionResponse": {
+            "name": "get_vault", "response": {"secret": code}}}]}]}
+
+    gemini = "/gemini/v1beta/models/gemini-2.0-flash:generateContent"
+    pairs: list[tuple[str, dict[str, Any]]] = [
+        ("/openai/v1/chat/completions", {"json": schema(8)}),
+        ("/openai/v1/chat/completions", {"json": schema(64)}),
+        (gemini, {"json": vault("1234")}),
+        (gemini, {"json": vault("9876")}),
+        ("/santa/draw", {"data": {"secret_santa": "alice"}}),
+        ("/santa/draw", {"data": {"secret_santa": "bob"}}),
+    ]
+
+    def send(url: str, which: int) -> httpx.Response:
+        path, body = pairs[which]
+        return httpx.post(url + path, timeout=10, **body)
+
+    tool.script("/draw", Reply(body={"gift": "book"}), Reply(body={"gift": "socks"}))
+    recorder = make_proxy(mode="record", upstream={"santa": tool.url})
+    live = [send(recorder.url, which) for which in range(6)]
+    keys = [r.headers["x-llmtape-key"] for r in live]
+    assert len(set(keys)) == 6, "each pair differs in a way that changes the answer"
+    recorder.stop()
+    replayer = make_proxy(mode="replay", upstream={"santa": tool.url})
+    for which in (5, 3, 1):  # the second of each pair alone gets its own answer
+        assert send(replayer.url, which).json() == live[which].json()
+
+
+def test_a_key_in_a_multipart_upload_goes_upstream_but_is_never_stored_or_keyed(
+    make_proxy: MakeProxy, tool: FakeUpstream, cassettes: Path
+) -> None:
+    import base64
+
+    def upload(url: str, key: str) -> httpx.Response:
+        return httpx.post(url + "/ocr/parse/image", data={"apikey": key, "language": "eng"},
+                          files={"file": ("a.png", b"\x89PNG image bytes", "image/png")})
+
+    tool.script("/parse/image", Reply(body={"text": "hello"}))
+    recorder = make_proxy(mode="record", upstream={"ocr": tool.url})
+    assert upload(recorder.url, "K81234567SECRET").status_code == 200
+    assert b"K81234567SECRET" in tool.hits[0].body
+    recorder.stop()
+    [stored] = [json.loads(data)["request"]["body"] for data in files_under(cassettes).values()]
+    raw = base64.b64decode(stored["base64"])
+    assert b"K81234567SECRET" not in raw and b"\x89PNG image bytes" in raw
+    replayer = make_proxy(mode="replay", upstream={"ocr": tool.url})
+    replayed = upload(replayer.url, "K8OTHERDEVKEY999")
+    assert replayed.status_code == 200 and replayed.json() == {"text": "hello"}
+
+
+def test_a_gzip_request_body_keys_and_is_stored_as_the_json_it_holds(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    import gzip
+
+    doc = json.dumps({"model": "gpt-4o-mini", "messages": USER, "api_key": "sk-BODYSECRET"})
+    headers = {"content-type": "application/json", "content-encoding": "gzip"}
+
+    def send(url: str, mtime: int) -> httpx.Response:
+        return httpx.post(url + "/openai/v1/chat/completions", headers=headers, timeout=10,
+                          content=gzip.compress(doc.encode(), mtime=mtime))
+
+    recorder = make_proxy(mode="record")
+    recorded = send(recorder.url, 1000)
+    assert recorded.status_code == 200
+    sent = fake.hits[0]  # the fake's aiohttp unpacks what it is sent
+    assert sent.headers["content-encoding"] == "gzip" and sent.json() == json.loads(doc)
+    recorder.stop()
+    [stored] = [json.loads(data)["request"]["body"] for data in files_under(cassettes).values()]
+    assert stored["json"] == {**json.loads(doc), "api_key": "[redacted]"}
+    replayer = make_proxy(mode="replay")
+    replayed = send(replayer.url, 2000)  # another second: another gzip header
+    assert replayed.status_code == 200 and replayed.json() == recorded.json()
+
+
+def test_rekey_masks_a_form_key_an_older_llmtape_stored_in_clear(
+    make_proxy: MakeProxy, tool: FakeUpstream, cassettes: Path
+) -> None:
+    from proxy.normalize import RequestParts, request_key
+    from proxy.rules import MatchRules
+
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    body = "q=hello&target=de&key=AIzaOLDSECRET"
+    recorder = make_proxy(mode="record", upstream={"translate": tool.url})
+    recorded = httpx.post(recorder.url + "/translate/v2", content=body, headers=form)
+    recorder.stop()
+    [(name, data)] = files_under(cassettes).items()
+    old = json.loads(data)  # as an older llmtape wrote it: in clear, keyed on the key
+    old["request"]["body"]["text"] = body
+    old["key"] = request_key(RequestParts.from_dict(old["request"]), MatchRules())
+    (cassettes / name).unlink()
+    (cassettes / "default" / f"{old['key']}.json").write_text(json.dumps(old))
+    result = subprocess.run(
+        [sys.executable, "-m", "cli.main", "rekey", "default", "--cassettes", str(cassettes),
+         "--upstream", f"translate={tool.url}"], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=cassettes.parent,
+    )
+    assert result.returncode == 0, result.stderr
+    assert b"OLDSECRET" not in b"".join(files_under(cassettes).values())
+    replayer = make_proxy(mode="replay", upstream={"translate": tool.url})
+    replayed = httpx.post(replayer.url + "/translate/v2", content=body, headers=form)
+    assert replayed.status_code == 200 and replayed.json() == recorded.json()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import gzip
 import json
+import zlib
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ from hypothesis import strategies as st
 from proxy.bodies import (
     EMPTY,
     Payload,
+    decode_content,
     looks_json,
     payload_bytes,
     request_payload,
@@ -194,3 +197,65 @@ def test_nan_and_infinity_survive_a_trip_through_the_exchange_file() -> None:
     )
     again = load_exchange(dump_exchange(exchange))
     assert payload_bytes(Payload.from_dict(again.response.body)) == raw
+
+
+# --- compressed request bodies --------------------------------------------------------------
+
+
+def deflated(raw: bytes, wbits: int) -> bytes:
+    packer = zlib.compressobj(wbits=wbits)
+    return packer.compress(raw) + packer.flush()
+
+
+@given(raw=st.binary(max_size=200), mtime=st.integers(0, 2**32 - 1))
+def test_a_gzip_body_decodes_to_the_same_bytes_whenever_it_was_compressed(
+    raw: bytes, mtime: int
+) -> None:
+    assert decode_content(gzip.compress(raw, mtime=mtime), "gzip") == raw
+    assert decode_content(gzip.compress(raw, mtime=mtime), " X-GZIP ") == raw
+
+
+DOC = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
+
+
+@pytest.mark.parametrize(
+    ("raw", "encoding"),
+    [
+        (deflated(DOC, zlib.MAX_WBITS), "deflate"),
+        (deflated(DOC, -zlib.MAX_WBITS), "deflate"),  # bare deflate, as some clients send it
+        (gzip.compress(DOC[:20]) + gzip.compress(DOC[20:]), "gzip"),  # two members
+        (gzip.compress(deflated(DOC, zlib.MAX_WBITS)), "deflate, gzip"),  # applied in order
+        (DOC, "identity"),
+        (DOC, ""),
+    ],
+    ids=["zlib", "bare-deflate", "two-members", "stacked", "identity", "none"],
+)
+def test_gzip_and_deflate_request_bodies_are_decoded(raw: bytes, encoding: str) -> None:
+    assert decode_content(raw, encoding) == DOC
+
+
+@pytest.mark.parametrize(
+    ("raw", "encoding"),
+    [
+        (b"not gzip at all", "gzip"),
+        (gzip.compress(DOC)[:-6], "gzip"),  # cut short
+        (gzip.compress(DOC) + b"trailing junk", "gzip"),
+        (gzip.compress(DOC), "br"),  # an encoding llmtape cannot undo
+        (gzip.compress(DOC), "gzip, br"),
+        (b"\x78\x9c garbage", "deflate"),
+    ],
+    ids=["not-gzip", "cut-short", "trailing-junk", "brotli", "gzip-then-brotli", "bad-deflate"],
+)
+def test_a_body_that_cannot_be_decoded_is_kept_as_sent(raw: bytes, encoding: str) -> None:
+    assert decode_content(raw, encoding) == raw
+
+
+def test_a_body_that_would_unpack_beyond_the_bound_is_kept_as_sent(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("proxy.bodies.MAX_DECODED", 1000)
+    small, big = gzip.compress(b"a" * 1000), gzip.compress(b"a" * 1001)
+    assert decode_content(small, "gzip") == b"a" * 1000
+    assert decode_content(big, "gzip") == big
+    two = gzip.compress(b"a" * 600) * 2  # each member fits, together they do not
+    assert decode_content(two, "gzip") == two

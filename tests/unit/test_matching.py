@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
+from array import array
 from typing import Any
 
 import pytest
@@ -23,7 +25,17 @@ from proxy.matching import (
     request_view,
     same,
 )
-from proxy.misses import MAX_CANDIDATES, Candidate, Miss, candidate_of, shortlist
+from proxy.misses import (
+    MAX_CANDIDATES,
+    MAX_SKETCH,
+    SHORTLIST,
+    Candidate,
+    Miss,
+    candidate_of,
+    shortlist,
+    similarity,
+    sketch,
+)
 from proxy.normalize import RequestParts, canonical
 from proxy.rules import MatchRules
 from proxy.settings import RepeatPolicy
@@ -400,3 +412,62 @@ def test_a_recording_that_cannot_be_read_again_is_skipped() -> None:
     gone = Miss("trip", "replay", "f" * 64, 1, 0, canonical(parts(chat_of(TRIP)), RULES),
                 [c for c, _ in found.values()], lambda c: None)
     assert "no recordings to compare with" in gone.explain()["message"]
+
+
+def blocks(texts: list[str]) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "text": t} for t in texts]}
+
+
+FACTS = [f"fact {i}" for i in range(30)]
+
+
+@pytest.mark.parametrize("place", [0, 15, 30])
+def test_a_recording_differing_in_one_content_block_of_thirty_is_found_wherever_it_is_listed(
+    place: int,
+) -> None:
+    bodies = [chat_of([SYSTEM, blocks([f"other {j}-{i}" for i in range(30)])]) for j in range(30)]
+    bodies.insert(place, chat_of([SYSTEM, blocks(["fact X", *FACTS[1:]])]))
+    found = candidates(*bodies)
+    details = miss(chat_of([SYSTEM, blocks(FACTS)]), found).explain()
+    assert details["closest"]["differences"] == [
+        {"path": "body.messages[1].content[0].text", "recorded": "fact X",
+         "requested": "fact 0"}
+    ]
+
+
+def test_candidates_alike_to_the_sketch_are_ranked_by_key_not_by_listing_order() -> None:
+    found = [c for c, _ in candidates(*([chat_of(TRIP)] * 20)).values()]
+    wanted = canonical(parts(chat_of(TRIP[:2])), RULES)
+    first = shortlist(wanted, found)
+    assert [c.key for c in first] == sorted(c.key for c in found)[:SHORTLIST]
+    assert shortlist(wanted, random.Random(7).sample(found, len(found))) == first
+
+
+def test_candidates_alike_to_the_sketch_are_ranked_nearest_in_size_first() -> None:
+    wanted = canonical(parts(chat_of(TRIP)), RULES)
+    mine = sketch(wanted)
+    same = array("q", sorted(mine)[:MAX_SKETCH])
+    route = ("POST", "openai", "/v1/chat/completions")
+    found = [Candidate(key * 64, 1, route, same, True, size=len(mine) + gap)
+             for key, gap in (("a", 40), ("b", -3), ("c", 9), ("d", 0))]
+    assert [c.key[0] for c in shortlist(wanted, found)] == ["d", "b", "c", "a"]
+
+
+hash_sets = st.sets(st.integers(-(2**63), 2**63 - 1), max_size=2 * MAX_SKETCH)
+
+
+@given(mine=hash_sets, other=hash_sets)
+def test_similarity_is_the_jaccard_index_when_the_sample_is_whole(
+    mine: set[int], other: set[int]
+) -> None:
+    sample = array("q", sorted(other)[:MAX_SKETCH])
+    estimate = similarity(mine, sorted(mine), sample)
+    if len(other) < MAX_SKETCH:
+        union = mine | other
+        assert estimate == (len(mine & other) / len(union) if union else 1.0)
+    assert 0.0 <= estimate <= 1.0
+
+
+@given(shared=st.sets(st.integers(-(2**63), 2**63 - 1), min_size=MAX_SKETCH, max_size=3000))
+def test_similarity_of_a_request_to_its_own_cut_sketch_is_one(shared: set[int]) -> None:
+    assert similarity(shared, sorted(shared), array("q", sorted(shared)[:MAX_SKETCH])) == 1.0

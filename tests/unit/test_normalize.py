@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import random
+import zlib
 from typing import Any
 from urllib.parse import urlencode
 
@@ -13,7 +16,7 @@ from hypothesis import strategies as st
 
 from proxy.bodies import Payload
 from proxy.errors import ConfigError
-from proxy.normalize import RequestParts, canonical, request_key, request_parts
+from proxy.normalize import RequestParts, canonical, redacted, request_key, request_parts
 from proxy.rules import MatchRules, build_rules, parse_path
 
 RULES = MatchRules(
@@ -463,3 +466,114 @@ def test_a_credential_an_older_llmtape_stored_keys_as_if_it_had_been_masked() ->
                         b'{"api_key": "tvly-NEW", "query": "hotels"}', rules)
     assert request_key(old, rules) == request_key(new, rules)
     assert "OLD" not in json.dumps(canonical(old, rules).to_dict())
+
+
+def mcp_anthropic(token: str) -> dict[str, Any]:
+    return {"model": "claude-x", "messages": [{"role": "user", "content": "list my repos"}],
+            "mcp_servers": [{"type": "url", "url": "https://mcp.example.com/sse", "name": "gh",
+                             "authorization_token": token}]}
+
+
+def mcp_openai(token: str) -> dict[str, Any]:
+    return {"model": "gpt-4.1", "input": "list my repos", "tools": [
+        {"type": "mcp", "server_label": "gh", "server_url": "https://mcp.example.com",
+         "headers": {"Authorization": f"Bearer {token}"}, "authorization": token}]}
+
+
+def password_tool(min_length: int) -> dict[str, Any]:
+    return {"model": "m", "tools": [{"type": "function", "function": {"name": "create_user",
+            "parameters": {"type": "object", "properties": {
+                "password": {"type": "string", "minLength": min_length}}}}}]}
+
+
+def vault_answer(code: str) -> dict[str, Any]:
+    return {"contents": [{"role": "user", "parts": [
+        {"functionResponse": {"name": "get_vault", "response": {"secret": code}}}]}]}
+
+
+@pytest.mark.parametrize(
+    ("one", "other", "same"),
+    [
+        (mcp_anthropic("ghp_ALICE"), mcp_anthropic("ghp_BOB"), True),
+        (mcp_openai("ghp_ALICE"), mcp_openai("ghp_BOB"), True),
+        (password_tool(8), password_tool(64), False),
+        (vault_answer("1234"), vault_answer("9876"), False),
+    ],
+)
+def test_credentials_key_alike_and_what_changes_the_answer_keys_apart(
+    one: dict[str, Any], other: dict[str, Any], same: bool
+) -> None:
+    assert (key_of(one) == key_of(other)) is same
+    if same:
+        assert "ghp_" not in json.dumps(parts_of(one).to_dict())
+
+
+@pytest.mark.parametrize(
+    ("one", "other", "same"),
+    [
+        ("secret_santa=alice&year=2026", "secret_santa=bob&year=2026", False),
+        ("password_hint=cat&q=x", "password_hint=dog&q=x", False),
+        ("q=x&key=K1&token=T1", "q=x&key=K2&token=T2", True),
+    ],
+)
+def test_a_form_keys_apart_on_fields_named_like_secrets_but_alike_on_credentials(
+    one: str, other: str, same: bool
+) -> None:
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    assert (key_of(raw=one.encode(), headers=form) == key_of(raw=other.encode(), headers=form)) \
+        is same
+
+
+def upload(boundary: str, apikey: str, language: str = "eng") -> tuple[dict[str, str], bytes]:
+    """An ocr.space-style multipart upload: the key travels as a form field."""
+    def part(name: str, content: bytes, extra: str = "") -> bytes:
+        return (f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"{extra}'
+                "\r\n\r\n").encode() + content + b"\r\n"
+
+    body = (part("apikey", apikey.encode()) + part("language", language.encode())
+            + part("file", b"\x89PNG bytes", '; filename="a.png"\r\nContent-Type: image/png')
+            + f"--{boundary}--\r\n".encode())
+    return {"content-type": f"multipart/form-data; boundary={boundary}"}, body
+
+
+def test_a_credential_part_of_a_multipart_upload_is_neither_stored_nor_keyed() -> None:
+    rules = MatchRules()
+
+    def parts(boundary: str, apikey: str, language: str = "eng") -> RequestParts:
+        headers, body = upload(boundary, apikey, language)
+        return request_parts("POST", "ocr", "/parse/image", "", headers, body, rules)
+
+    stored = parts("b0undary1", "K8SECRET1")
+    assert stored.body.kind == "base64"
+    raw = base64.b64decode(stored.body.value)
+    assert b"K8SECRET1" not in raw and b"\x89PNG bytes" in raw and b"eng" in raw
+    assert request_key(stored, rules) == request_key(parts("other2", "K8SECRET2"), rules)
+    assert request_key(stored, rules) != request_key(parts("b0undary1", "K8SECRET1", "deu"),
+                                                     rules)
+
+
+@pytest.mark.parametrize(
+    ("encoding", "encode"),
+    [("gzip", lambda raw: gzip.compress(raw, mtime=1000)),
+     ("gzip", lambda raw: gzip.compress(raw, mtime=2000)),
+     ("deflate", zlib.compress)],
+)
+def test_a_compressed_body_is_keyed_and_stored_as_what_it_holds(
+    encoding: str, encode: Any
+) -> None:
+    raw = json.dumps({**BASE, "api_key": "sk-BODYSECRET"}).encode()
+    packed = parts_of(raw=encode(raw), headers={"content-encoding": encoding})
+    assert packed.body == parts_of(raw=raw).body
+    assert packed.body.kind == "json" and packed.body.value["api_key"] == "[redacted]"
+    assert request_key(packed, RULES) == key_of(raw=raw)
+
+
+def test_a_form_an_older_llmtape_stored_in_clear_is_masked_and_keys_as_today() -> None:
+    rules = MatchRules()
+    old = RequestParts("POST", "translate", "/v2", (), (),
+                       Payload("text", "q=hello&target=de&key=AIzaOLD"))
+    new = request_parts("POST", "translate", "/v2", "",
+                        {"content-type": "application/x-www-form-urlencoded"},
+                        b"q=hello&target=de&key=AIzaNEW", rules)
+    assert redacted(old).body == Payload("text", "q=hello&target=de&key=[redacted]")
+    assert request_key(old, rules) == request_key(new, rules)

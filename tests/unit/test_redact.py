@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
@@ -9,15 +10,18 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from proxy.bodies import Payload
+from proxy.bodies import MULTIPART_BOUNDARY, Payload
 from proxy.redact import (
     MARKER,
     is_secret_field,
+    is_secret_form_field,
     is_secret_header,
     is_secret_query,
+    looks_form,
     redact_form,
     redact_headers,
     redact_json,
+    redact_multipart,
     redact_payload,
     redact_query,
     redact_text,
@@ -167,9 +171,15 @@ BODY_SECRET_NAMES = [
     "api_key", "apiKey", "API-KEY", "x_api_key", "access_token", "refresh_token", "id_token",
     "client_secret", "clientSecret", "password", "new_password", "secret", "secret_key",
     "private_key", "auth_token", "session_token", "openai_api_key", "passwd",
+    "authorization", "Authorization", "authorization_token", "bot_token", "slackBotToken",
+    "oauth_token", "bearer_token", "token", "Token",
 ]
-ORDINARY_FIELDS = ["key", "token", "max_tokens", "auth", "author", "tokens", "page_token",
-                   "keywords", "model", "messages", "secretary", "password_hint"]
+ORDINARY_FIELDS = ["key", "max_tokens", "auth", "author", "tokens", "page_token",
+                   "nextPageToken", "keywords", "model", "messages", "secretary",
+                   "password_hint", "prompt_cache_key", "top_k", "max_output_tokens",
+                   "secret_santa", "authorized", "tokenizer", "token_limit"]
+CONVERSATION = ["messages", "contents", "input", "prompt", "system", "instructions",
+                "systemInstruction"]
 
 
 @pytest.mark.parametrize("name", BODY_SECRET_NAMES)
@@ -183,18 +193,23 @@ def test_ordinary_body_field_names_are_not(name: str) -> None:
 
 
 json_scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=8)
-plain_names = st.sampled_from(ORDINARY_FIELDS) | st.text(alphabet="xyzq_", max_size=5)
+plain_names = (st.sampled_from([n for n in ORDINARY_FIELDS if n not in CONVERSATION])
+               | st.text(alphabet="xyzq_", max_size=5))
 
 
 @st.composite
 def bodies_with_secrets(draw: st.DrawFn) -> tuple[Any, str]:
-    """A JSON value with a secret placed under a credential name somewhere inside it (in a
-    string, a number, a list or an object), and the secret."""
+    """A JSON value with a secret placed directly under a credential name somewhere inside
+    it (a string, or in a list, or under a credential name of an object held there), or as
+    a credential header of a `headers` object, and the secret."""
     secret = draw(secret_values)
     hidden: Any = draw(st.sampled_from([
-        secret, [secret], {"value": secret}, [{"a": [secret]}],
+        secret, [secret], [[secret], "x"], {"api_key": secret}, [{"token": [secret]}],
     ]))
-    value: Any = {draw(st.sampled_from(BODY_SECRET_NAMES)): hidden}
+    value: Any = draw(st.sampled_from([
+        {draw(st.sampled_from(BODY_SECRET_NAMES)): hidden},
+        {"headers": {draw(st.sampled_from(KNOWN_SECRET_HEADERS)): secret}},
+    ]))
     for _ in range(draw(st.integers(0, 4))):  # bury it
         siblings = draw(st.dictionaries(plain_names, json_scalars, max_size=3))
         value = draw(st.sampled_from([
@@ -249,7 +264,157 @@ def test_redact_payload_handles_json_and_form_bodies_only() -> None:
     assert redact_payload(Payload("text", form), "application/x-www-form-urlencoded").value == (
         "grant_type=client_credentials&client_id=me&client_secret=[redacted]"
     )
-    assert redact_payload(Payload("text", form), "text/plain").value == form
+    text = "client_secret=S3 is not a form"
+    assert redact_payload(Payload("text", text), "text/plain").value == text
     assert redact_payload(Payload("json", {"api_key": "tvly-1"}), "").value == {
         "api_key": MARKER
     }
+
+
+# --- what a body may hold that is not a secret, and credentials in MCP and headers --------
+
+MCP_ANTHROPIC = {"model": "claude-x", "mcp_servers": [
+    {"type": "url", "url": "https://mcp.example.com/sse", "name": "gh",
+     "authorization_token": "ghp_SECRET1"}]}
+MCP_OPENAI = {"model": "gpt-4.1", "input": "list my repos", "tools": [
+    {"type": "mcp", "server_label": "gh", "server_url": "https://mcp.example.com",
+     "authorization": "ghp_SECRET1", "require_approval": "never",
+     "headers": {"Authorization": "Bearer ghp_SECRET1", "X-Region": "eu"}}]}
+SCHEMA = {"model": "m", "tools": [{"type": "function", "function": {"name": "create_user",
+          "parameters": {"type": "object", "properties": {
+              "password": {"type": "string", "minLength": 8, "description": "8 chars"},
+              "api_key": {"type": "string", "enum": ["a", "b"]}},
+              "required": ["password"]}}}]}
+
+
+def gemini_tool_result(result: Any) -> dict[str, Any]:
+    return {"contents": [{"role": "user", "parts": [
+        {"functionResponse": {"name": "get_vault", "response": result}}]}]}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        SCHEMA,
+        gemini_tool_result({"secret": "1234", "password": 5, "token": ["t1", "t2"]}),
+        {"messages": [{"role": "assistant", "content": [
+            {"type": "tool_use", "name": "login", "input": {"password": "hunter2"}}]}]},
+        {"input": [{"type": "function_call_output", "output": {"api_key": "k1"}}]},
+        {"system": [{"type": "text", "text": "x", "secret": "s"}], "prompt": {"token": "t"},
+         "instructions": {"password": "p"}, "systemInstruction": {"secret": "s"}},
+        {"model": "m", "max_tokens": 5, "key": "k", "auth": "a", "page_token": "p",
+         "prompt_cache_key": "c", "top_k": 3, "tokens": [1, 2], "author": "ann"},
+        {"password": {"type": "string"}, "secret": {"enum": ["x"]}, "token": {"id": 3}},
+    ],
+)
+def test_what_changes_the_answer_is_never_masked(body: dict[str, Any]) -> None:
+    assert redact_json(body) == body
+
+
+@pytest.mark.parametrize(
+    ("body", "masked"),
+    [
+        (MCP_ANTHROPIC, {**MCP_ANTHROPIC, "mcp_servers": [
+            {**MCP_ANTHROPIC["mcp_servers"][0], "authorization_token": MARKER}]}),
+        (MCP_OPENAI, {**MCP_OPENAI, "tools": [{
+            **MCP_OPENAI["tools"][0], "authorization": MARKER,
+            "headers": {"Authorization": MARKER, "X-Region": "eu"}}]}),
+        ({"password": {"api_key": "k", "type": "string"}},
+         {"password": {"api_key": MARKER, "type": "string"}}),
+        ({"password": ["a", ["b", 1], True, None, {"x": "c"}]},
+         {"password": [MARKER, [MARKER, MARKER], True, None, {"x": "c"}]}),
+        ({"a": [{"headers": {"x-api-key": "k", "Cookie": "c", "accept": "*/*"}}]},
+         {"a": [{"headers": {"x-api-key": MARKER, "Cookie": MARKER, "accept": "*/*"}}]}),
+        ({"messages": [{"content": {"api_key": "k", "headers": {"authorization": "k"}}}]},
+         {"messages": [{"content": {"api_key": "k", "headers": {"authorization": MARKER}}}]}),
+        ({"x": {"messages": {"api_key": "k"}}}, {"x": {"messages": {"api_key": MARKER}}}),
+    ],
+)
+def test_credentials_outside_the_conversation_and_in_headers_objects_are_masked(
+    body: dict[str, Any], masked: dict[str, Any]
+) -> None:
+    assert redact_json(body) == masked
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [("apikey", True), ("api_key", True), ("key", True), ("token", True), ("auth", True),
+     ("client_secret", True), ("password", True), ("access_token", True), ("sig", True),
+     ("secret_santa", False), ("password_hint", False), ("page_token", False),
+     ("author", False), ("language", False), ("keyword", False), ("file", False)],
+)
+def test_is_secret_form_field(name: str, secret: bool) -> None:
+    assert is_secret_form_field(name) is secret
+
+
+def test_a_form_masks_credential_names_only_not_names_holding_a_telltale_word() -> None:
+    form = "secret_santa=alice&password_hint=pet&year=2026&key=K1&token=T1&apikey=A1"
+    assert redact_form(form) == (
+        "secret_santa=alice&password_hint=pet&year=2026&key=[redacted]&token=[redacted]"
+        "&apikey=[redacted]"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "form"),
+    [("q=hello&target=de&key=K1", True), ("a=", True), ("a=b=c&d=e", True),
+     ("q=%20x+y&z=1", True), ("hello", False), ("a=b c", False), ("a=b&", False),
+     ("=b", False), ("a=b\n", False), ("key=K1 and more", False), ("", False)],
+)
+def test_looks_form(text: str, form: bool) -> None:
+    assert looks_form(text) is form
+
+
+def test_a_stored_text_body_shaped_like_a_form_is_masked_without_its_content_type() -> None:
+    stored = Payload("text", "q=hello&target=de&key=AIzaOLD")
+    assert redact_payload(stored, "").value == "q=hello&target=de&key=[redacted]"
+    prose = Payload("text", "key=AIzaOLD is my key")
+    assert redact_payload(prose, "") == prose
+
+
+DELIMITER = b"--" + MULTIPART_BOUNDARY
+
+
+def multipart(*parts: tuple[str, bytes]) -> bytes:
+    """A multipart/form-data body with llmtape's fixed boundary; a part named `file` is an
+    upload with a file name and a content type."""
+    out = b""
+    for name, content in parts:
+        upload = b'; filename="a.png"\r\nContent-Type: image/png' if name == "file" else b""
+        out += (DELIMITER + b'\r\nContent-Disposition: form-data; name="' + name.encode()
+                + b'"' + upload + b"\r\n\r\n" + content + b"\r\n")
+    return out + DELIMITER + b"--\r\n"
+
+
+@given(
+    parts=st.lists(st.tuples(
+        st.sampled_from(["apikey", "api_key", "key", "password", "language", "file", "model",
+                         "secret_santa"]),
+        st.binary(max_size=30).filter(lambda b: DELIMITER not in b),
+    ), max_size=5),
+)
+def test_a_multipart_body_masks_the_content_of_credential_parts_and_keeps_every_other_byte(
+    parts: list[tuple[str, bytes]]
+) -> None:
+    secret = {"apikey", "api_key", "key", "password"}
+    expected = [(n, MARKER.encode() if n in secret else c) for n, c in parts]
+    assert redact_multipart(multipart(*parts)) == multipart(*expected)
+
+
+def test_a_multipart_part_name_is_read_from_its_content_disposition_not_its_file_name() -> None:
+    body = (DELIMITER + b'\r\ncontent-disposition: form-data; filename="key"; name="doc"'
+            b"\r\n\r\nDATA\r\n" + DELIMITER + b"\r\nContent-Disposition: form-data; name=apikey"
+            b"\r\n\r\nK8SECRET\r\n" + DELIMITER + b"--\r\n")
+    assert redact_multipart(body) == body.replace(b"K8SECRET", MARKER.encode())
+
+
+@pytest.mark.parametrize("content_type", ["multipart/form-data; boundary=x", ""])
+def test_redact_payload_masks_a_stored_multipart_body_whatever_the_content_type_says(
+    content_type: str
+) -> None:
+    raw = multipart(("apikey", b"K8SECRET"), ("file", b"\x89PNG"))
+    payload = Payload("base64", base64.b64encode(raw).decode())
+    masked = base64.b64decode(redact_payload(payload, content_type).value)
+    assert masked == multipart(("apikey", MARKER.encode()), ("file", b"\x89PNG"))
+    other = Payload("base64", base64.b64encode(b"\x89PNG apikey=K8").decode())
+    assert redact_payload(other, content_type) == other

@@ -38,7 +38,7 @@ from proxy.state import Run, Runs, ServerState
 from proxy.store.base import CassetteStore, exchange_file
 from proxy.store.names import check_cassette_name, derived_name
 from proxy.timing import TIMING_HEADER, parse_timing
-from proxy.upstream import Outbound, Upstream, answer_headers
+from proxy.upstream import Outbound, Upstream, UpstreamResponse, answer_headers
 
 CASSETTE_HEADER = "x-llmtape-cassette"
 MAX_MISSES = 50
@@ -225,15 +225,7 @@ class Proxy:
         except ClientGone:
             self.state.stats.aborted += 1
             raise
-        recorder = None
-        if target is not None:
-            recorder = Recorder(
-                provider=ctx.provider, request=ctx.parts, key=ctx.key, seq=target.seq,
-                rules=ctx.rules.fingerprint(), status=response.status,
-                headers=list(response.headers), chunked=response.chunked,
-            )
-            # A PUT that ends this run waits for the answer to be written (or dropped).
-            target.run.begin_recording()
+        recorder = None if target is None else self._recorder(ctx, target, response)
 
         def finished(outcome: str) -> None:
             if target is not None:
@@ -261,6 +253,15 @@ class Proxy:
         headers.append(("x-llmtape-key", ctx.key))
         return LiveResponse(
             response, raw_headers(headers), recorder, on_end, on_abort, on_shutdown
+        )
+
+    def _recorder(self, ctx: Context, target: Target, response: UpstreamResponse) -> Recorder:
+        # A PUT that ends the run waits for this answer to be written (or dropped).
+        target.run.begin_recording()
+        return Recorder(
+            provider=ctx.provider, request=ctx.parts, key=ctx.key, seq=target.seq,
+            rules=ctx.rules.fingerprint(), status=response.status,
+            headers=list(response.headers), chunked=response.chunked,
         )
 
     async def _commit(self, target: Target, exchange: Exchange) -> str:

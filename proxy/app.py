@@ -48,7 +48,7 @@ def create_app(settings: Settings) -> Starlette:
             )
             yield
             proxy.upstream = None
-            await proxy.runs.finish_all()
+            await proxy.runs.restart_all()
             app.state.final_stats = await stats_body(proxy)
 
     app = Starlette(

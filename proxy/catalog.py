@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from proxy.errors import CassetteCorrupt
 from proxy.models import Exchange, load_exchange
-from proxy.normalize import RequestParts, request_key
+from proxy.normalize import request_key, stored_request
 from proxy.providers import default_rules
 from proxy.rules import MatchRules, unstored_headers
 from proxy.store.base import LIKE_EXCHANGE_FILE, exchange_file, parse_exchange_file
@@ -142,7 +142,7 @@ def _check_file(
         return f"unreadable: {first}"
     if (exchange.key, exchange.ordinal) != parsed:
         return f"names {exchange_file(exchange.key, exchange.ordinal)} inside; renamed by hand?"
-    parts = RequestParts.from_dict(exchange.request.model_dump())
+    parts = stored_request(exchange.request)
     rules = rules_for(parts.upstream)
     missing = unstored_headers(
         dict(parts.headers), exchange.rules, rules, default_rules(parts.upstream)

@@ -138,7 +138,6 @@ class Proxy:
         ordinal = run.pick(ctx.key, ask, self.settings.repeat)
         action = plan(ctx.mode, ordinal is not None, ctx.live)
         run.replayed_from |= action in {Action.SERVE, Action.REFUSE}
-        run.upstreams.setdefault(ctx.key, ctx.provider.name)
         if action is Action.SERVE and ordinal is not None:
             return await self._serve(ctx, run, ordinal)
         if action is Action.REFUSE:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.models import Exchange, StoredRequest
-from proxy.normalize import RequestParts, redacted, request_key
+from proxy.normalize import request_key, stored_request
 from proxy.providers import default_rules
 from proxy.rules import MatchRules, unstored_headers
 from proxy.store.base import CassetteStore, exchange_file
@@ -93,14 +93,15 @@ def _new_state(exchange: Exchange, rules_for: RulesFor) -> Rekeyed:
     fingerprint, and its request where it still holds a credential today's filter masks.
     One that lacks a header today's rules key on keeps its old fingerprint: rekey cannot make
     it whole, and `verify` and miss reports keep pointing at it until it is recorded again."""
-    parts = RequestParts.from_dict(exchange.request.model_dump())
+    parts = stored_request(exchange.request)
     rules = rules_for(parts.upstream)
     missing = unstored_headers(
         dict(parts.headers), exchange.rules, rules, default_rules(parts.upstream)
     )
     update: dict[str, Any] = {"rules": exchange.rules if missing else rules.fingerprint()}
-    if redacted(parts) != parts:
-        update["request"] = StoredRequest.model_validate(redacted(parts).to_dict())
+    masked = StoredRequest.model_validate(parts.to_dict())
+    if masked != exchange.request:
+        update["request"] = masked
     return Rekeyed(request_key(parts, rules), update, missing)
 
 

@@ -93,18 +93,25 @@ def _clip_escaped(text: str, limit: int) -> str:
     return _escaped(text[: limit // 2]) + "..." + _escaped(text[-(limit // 2):])
 
 
+def common_ends(old: Sequence[Any], new: Sequence[Any]) -> tuple[int, int]:
+    """How many items the two sequences share at their head, and then at their tail."""
+    shortest = min(len(old), len(new))
+    head = 0
+    while head < shortest and old[head] == new[head]:
+        head += 1
+    tail = 0
+    while tail < shortest - head and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
+    return head, tail
+
+
 def _around_change(old: str, new: str, room: int) -> tuple[str, str]:
     """Both strings cut down to where they differ, with a little context on each side:
     `"...weather in NYC today..."` -> `"...weather in LA today..."`. A long differing span
     keeps only its two ends."""
     if len(old) <= room and len(new) <= room:
         return json.dumps(old, ensure_ascii=False), json.dumps(new, ensure_ascii=False)
-    start = 0
-    while start < min(len(old), len(new)) and old[start] == new[start]:
-        start += 1
-    end = 0
-    while end < min(len(old), len(new)) - start and old[-1 - end] == new[-1 - end]:
-        end += 1
+    start, end = common_ends(old, new)
     context = max(8, (room - max(len(old), len(new)) + start + end) // 2)
 
     def cut(text: str) -> str:
@@ -166,12 +173,7 @@ def _aligned(
     if len(recorded) * len(requested) > MAX_ALIGNED:
         return [("replace", 0, len(recorded), 0, len(requested))]
     old, new = [_canonical(item) for item in recorded], [_canonical(item) for item in requested]
-    head = 0
-    while head < min(len(old), len(new)) and old[head] == new[head]:
-        head += 1
-    tail = 0
-    while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
-        tail += 1
+    head, tail = common_ends(old, new)
     middle = SequenceMatcher(None, old[head:len(old) - tail], new[head:len(new) - tail],
                              autojunk=False)
     return [(tag, i1 + head, i2 + head, j1 + head, j2 + head)

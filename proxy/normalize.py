@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from proxy.bodies import Payload, decode_content, request_payload
+from proxy.models import StoredRequest
 from proxy.redact import digest, is_secret_header, redact_payload, redact_query
 from proxy.rules import MatchRules, parse_path, without_path
 
@@ -111,10 +112,16 @@ def redacted(parts: RequestParts) -> RequestParts:
                    body=redact_payload(parts.body, ""))
 
 
+def stored_request(request: StoredRequest) -> RequestParts:
+    """A recorded request as parts, masked by today's filter: the one way recordings are read
+    back (a request is masked once, as it comes in; an older build may have stored one
+    unmasked)."""
+    return redacted(RequestParts.from_dict(request.model_dump()))
+
+
 def canonical(parts: RequestParts, rules: MatchRules) -> RequestParts:
-    """The parts with the ignored fields and any credential taken out: what the key is made
-    of."""
-    parts = redacted(parts)
+    """The parts with the ignored fields taken out: what the key is made of. `parts` come
+    masked, from request_parts or stored_request."""
     body = parts.body
     if body.kind == "json":
         value = body.value

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from proxy.errors import LlmtapeError
 from proxy.misses import MAX_CANDIDATES, Candidate, candidate_of
-from proxy.normalize import RequestParts, canonical
+from proxy.normalize import RequestParts, canonical, stored_request
 from proxy.providers import Rulebook, default_rules
 from proxy.store.base import CassetteStore
 
@@ -20,7 +20,7 @@ def candidates(
             exchange = store.read(cassette, key, numbers[0])
         except LlmtapeError:
             continue
-        parts = RequestParts.from_dict(exchange.request.model_dump())
+        parts = stored_request(exchange.request)
         found.append(candidate_of(
             key, numbers[0], parts, exchange.rules, rules.for_upstream(parts.upstream),
             default_rules(parts.upstream),
@@ -36,5 +36,5 @@ def recorded_request(
         exchange = store.read(cassette, found.key, found.ordinal)
     except LlmtapeError:
         return None
-    parts = RequestParts.from_dict(exchange.request.model_dump())
+    parts = stored_request(exchange.request)
     return canonical(parts, rules.for_upstream(parts.upstream))

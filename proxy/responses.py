@@ -34,52 +34,53 @@ async def _until_disconnect(receive: Receive) -> None:
         pass
 
 
-async def unless_client_leaves(work: Awaitable[T], receive: Receive) -> T:
-    """Await `work` (the request has been read whole); if the client hangs up first, cancel
-    it, so a slow upstream is not kept waiting for an answer nobody will read."""
-    task = asyncio.ensure_future(work)
-    watch = asyncio.ensure_future(_until_disconnect(receive))
-    try:
-        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:  # a shutdown: the upstream request goes with it
-        await _stop(task)
-        raise
-    finally:
-        watch.cancel()
-    if not task.done():
-        await _stop(task)
-        raise ClientGone("the client hung up before the upstream answered; request closed")
-    return task.result()
-
-
 async def _stop(task: asyncio.Future[Any]) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
 
 
-async def run_until_disconnect(
-    work: Coroutine[Any, Any, None], receive: Receive, grace: Callable[[], float] = lambda: 0.0
+async def _race(
+    task: asyncio.Future[Any], receive: Receive, grace: Callable[[], float] = lambda: 0.0
 ) -> bool:
-    """Run `work`; if the client disconnects first, let it go on for `grace()` seconds, then
-    cancel it (its `finally` closes upstream). True when `work` ran to its end, False when the
-    client left first and `work` was stopped."""
-    task = asyncio.ensure_future(work)
+    """Wait for `task`; if the client disconnects first, let it go on for `grace()` seconds,
+    then stop it (its `finally` closes the upstream), as a shutdown does at once. True when
+    `task` ran to its end, False when the client left first and it was stopped."""
     watch = asyncio.ensure_future(_until_disconnect(receive))
     try:
         done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
         if task not in done and (wait := grace()) > 0:
             done, _ = await asyncio.wait({task}, timeout=wait)
     except BaseException:
-        await _stop(watch)
         await _stop(task)
         raise
-    watch.cancel()
+    finally:
+        watch.cancel()
     if task in done:
-        task.result()
         return True
     await _stop(task)
     return False
+
+
+async def unless_client_leaves(work: Awaitable[T], receive: Receive) -> T:
+    """Await `work` (the request has been read whole); if the client hangs up first, cancel
+    it, so a slow upstream is not kept waiting for an answer nobody will read."""
+    task = asyncio.ensure_future(work)
+    if not await _race(task, receive):
+        raise ClientGone("the client hung up before the upstream answered; request closed")
+    return task.result()
+
+
+async def run_until_disconnect(
+    work: Coroutine[Any, Any, None], receive: Receive, grace: Callable[[], float] = lambda: 0.0
+) -> bool:
+    """Run `work`, stopped when the client leaves (after `grace()` seconds). True when it ran
+    to its end."""
+    task = asyncio.ensure_future(work)
+    if not await _race(task, receive, grace):
+        return False
+    task.result()
+    return True
 
 
 async def cut_on_shutdown(play: Coroutine[Any, Any, T]) -> T:
@@ -97,7 +98,7 @@ class LiveResponse:
     A client that leaves before the upstream finished gets `on_abort()` instead, and nothing
     is recorded, unless it had the stream's final frame: then the upstream is read to its end
     for up to GRACE_AFTER_FINAL_FRAME and the exchange kept. A shutdown that cancels the
-    stream gets `on_shutdown()` (or `on_abort()`) and records nothing."""
+    stream gets `on_shutdown()` and records nothing."""
 
     def __init__(
         self,
@@ -106,14 +107,14 @@ class LiveResponse:
         recorder: Recorder | None,
         on_end: Callable[[bool], Awaitable[None]],
         on_abort: Callable[[], None],
-        on_shutdown: Callable[[], None] | None = None,
+        on_shutdown: Callable[[], None],
     ) -> None:
         self._response = response
         self._headers = headers
         self._recorder = recorder
         self._on_end = on_end
         self._on_abort = on_abort
-        self._on_shutdown = on_shutdown or on_abort
+        self._on_shutdown = on_shutdown
         self._upstream_done = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

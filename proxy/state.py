@@ -94,7 +94,8 @@ class Run:
     requests: int = 0
     replayed_from: bool = False  # answered a request from disk, or refused one: it is an input
     live: set[str] = field(default_factory=set)  # upstreams that ran live in this replay run
-    upstreams: dict[str, str] = field(default_factory=dict)  # key -> upstream, as learnt
+    # key -> upstream of recordings read for unused accounting under partial replay only
+    upstreams: dict[str, str] = field(default_factory=dict)
     order: list[Recorded] | None = None  # recorded order, loaded only for --strict-order
     cursor: int = 0  # position in `order` of the next recording to serve
     # Recorded requests in canonical form, read on the first miss and kept for the next ones.
@@ -291,9 +292,6 @@ class Runs:
             except LlmtapeError:
                 return None
         return run.upstreams[key]
-
-    async def finish_all(self) -> None:
-        await self.restart_all()
 
     def all(self) -> list[Run]:
         return list(self._runs.values())

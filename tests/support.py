@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from pathlib import Path
 from types import TracebackType
@@ -66,6 +67,14 @@ class ProxyServer:
     @property
     def stats(self) -> Any:
         return self.get("/__llmtape/stats")
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then let go): an unreachable upstream."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
 
 
 def files_under(folder: Path) -> dict[str, bytes]:

@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import MakeProxy
 from tests.fakes.raw import RawUpstream
 from tests.fakes.upstream import FakeUpstream
-from tests.support import SECRET_ANTHROPIC, SECRET_OPENAI
+from tests.support import SECRET_ANTHROPIC, SECRET_OPENAI, closed_port
 
 
 @pytest.fixture
@@ -90,10 +90,8 @@ def test_compressed_answers_reach_the_client_and_the_cassette_readable(
 
 
 def test_an_unreachable_upstream_is_a_502_in_the_provider_shape(make_proxy: MakeProxy) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        closed_port = sock.getsockname()[1]
-    proxy = make_proxy(mode="record", upstream={"anthropic": f"http://127.0.0.1:{closed_port}"})
+    port = closed_port()
+    proxy = make_proxy(mode="record", upstream={"anthropic": f"http://127.0.0.1:{port}"})
     ant = anthropic.Anthropic(base_url=proxy.url + "/anthropic", api_key=SECRET_ANTHROPIC,
                               max_retries=0)
     with pytest.raises(anthropic.InternalServerError) as caught:
@@ -109,10 +107,8 @@ def test_an_unreachable_upstream_is_a_502_in_the_provider_shape(make_proxy: Make
 
 
 def test_gemini_shaped_errors_carry_the_real_status(make_proxy: MakeProxy) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        closed_port = sock.getsockname()[1]
-    proxy = make_proxy(mode="record", upstream={"gemini": f"http://127.0.0.1:{closed_port}"})
+    port = closed_port()
+    proxy = make_proxy(mode="record", upstream={"gemini": f"http://127.0.0.1:{port}"})
     path = "/gemini/v1beta/models/gemini-test:generateContent"
     unreachable = httpx.post(proxy.url + path, json={"contents": []})
     assert unreachable.status_code == 502
@@ -167,10 +163,8 @@ def test_an_upstream_that_does_not_answer_in_time_is_a_504(
 def test_an_upstream_error_never_shows_the_api_key_from_the_query(
     make_proxy: MakeProxy, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        closed_port = sock.getsockname()[1]
-    proxy = make_proxy(mode="record", upstream={"gemini": f"http://127.0.0.1:{closed_port}"})
+    port = closed_port()
+    proxy = make_proxy(mode="record", upstream={"gemini": f"http://127.0.0.1:{port}"})
     with caplog.at_level("INFO", logger="llmtape"):
         response = httpx.post(
             proxy.url + "/gemini/v1beta/models/g:generateContent?key=AIzaTopSecret123",

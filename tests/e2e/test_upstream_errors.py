@@ -4,7 +4,6 @@ in an encoding llmtape cannot decode is said to be one."""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import httpx
@@ -13,7 +12,7 @@ import pytest
 from tests.conftest import MakeProxy
 from tests.fakes.raw import RawUpstream
 from tests.fakes.upstream import FakeUpstream, Reply
-from tests.support import files_under
+from tests.support import closed_port, files_under
 
 
 def test_a_garbled_answer_never_shows_the_key_that_aiohttp_quotes(
@@ -34,9 +33,7 @@ def test_a_garbled_answer_never_shows_the_key_that_aiohttp_quotes(
 def test_user_and_password_in_an_upstream_url_never_show(
     make_proxy: MakeProxy, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        closed = sock.getsockname()[1]
+    closed = closed_port()
     proxy = make_proxy(mode="record",
                        upstream={"tool": f"http://apiuser:UserInfoPass@127.0.0.1:{closed}"})
     with caplog.at_level("INFO", logger="llmtape"):

@@ -16,7 +16,15 @@ from hypothesis import strategies as st
 
 from proxy.bodies import Payload
 from proxy.errors import ConfigError
-from proxy.normalize import RequestParts, canonical, redacted, request_key, request_parts
+from proxy.models import StoredRequest
+from proxy.normalize import (
+    RequestParts,
+    canonical,
+    redacted,
+    request_key,
+    request_parts,
+    stored_request,
+)
 from proxy.rules import MatchRules, build_rules, parse_path
 
 RULES = MatchRules(
@@ -458,10 +466,15 @@ def test_a_credential_in_a_body_is_neither_stored_nor_keyed(
     assert request_key(changed, rules) != request_key(stored, rules)
 
 
+def as_stored(parts: RequestParts) -> RequestParts:
+    """`parts` written to a file by an older build, then read back as llmtape reads them."""
+    return stored_request(StoredRequest.model_validate(parts.to_dict()))
+
+
 def test_a_credential_an_older_llmtape_stored_keys_as_if_it_had_been_masked() -> None:
     rules = MatchRules()
-    old = RequestParts("GET", "tool", "/find", (("appid", "OWM-OLD"), ("q", "x")), (),
-                       Payload("json", {"api_key": "tvly-OLD", "query": "hotels"}))
+    old = as_stored(RequestParts("GET", "tool", "/find", (("appid", "OWM-OLD"), ("q", "x")), (),
+                       Payload("json", {"api_key": "tvly-OLD", "query": "hotels"})))
     new = request_parts("GET", "tool", "/find", "appid=OWM-NEW&q=x", {},
                         b'{"api_key": "tvly-NEW", "query": "hotels"}', rules)
     assert request_key(old, rules) == request_key(new, rules)
@@ -570,8 +583,8 @@ def test_a_compressed_body_is_keyed_and_stored_as_what_it_holds(
 
 def test_a_form_an_older_llmtape_stored_in_clear_is_masked_and_keys_as_today() -> None:
     rules = MatchRules()
-    old = RequestParts("POST", "translate", "/v2", (), (),
-                       Payload("text", "q=hello&target=de&key=AIzaOLD"))
+    old = as_stored(RequestParts("POST", "translate", "/v2", (), (),
+                       Payload("text", "q=hello&target=de&key=AIzaOLD")))
     new = request_parts("POST", "translate", "/v2", "",
                         {"content-type": "application/x-www-form-urlencoded"},
                         b"q=hello&target=de&key=AIzaNEW", rules)

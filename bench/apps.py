@@ -17,8 +17,22 @@ from typing import Any
 
 CREATED = 1_700_000_000
 STREAM_MODEL = re.compile(r"^bench-sse-(\d+)x(\d+)ms$")
-WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", "while",
-         "the", "proxy", "replays", "it"]
+WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "the",
+    "lazy",
+    "dog",
+    "while",
+    "the",
+    "proxy",
+    "replays",
+    "it",
+]
 
 
 def stream_model(frames: int, gap_ms: int) -> str:
@@ -104,7 +118,12 @@ def run_baseline() -> None:
     # The uvicorn settings of llmtape's cli/server.py: one worker bound by uvicorn itself on
     # port 0, no access log, warnings only, no server header.
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=0, log_level="warning", access_log=False, lifespan="on",
+        app,
+        host="127.0.0.1",
+        port=0,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
         server_header=False,
     )
     ReadyServer(config).run()

@@ -36,12 +36,26 @@ class Budget:
 
 
 FULL = Budget(
-    count=2000, latency_count=1000, stream_count=500, slow_count=100, record_count=200,
-    warmup=100, cap_s=30.0, timing_reps=5, library_size=100_000,
+    count=2000,
+    latency_count=1000,
+    stream_count=500,
+    slow_count=100,
+    record_count=200,
+    warmup=100,
+    cap_s=30.0,
+    timing_reps=5,
+    library_size=100_000,
 )
 QUICK = Budget(
-    count=300, latency_count=300, stream_count=150, slow_count=25, record_count=50,
-    warmup=30, cap_s=6.0, timing_reps=2, library_size=100_000,
+    count=300,
+    latency_count=300,
+    stream_count=150,
+    slow_count=25,
+    record_count=50,
+    warmup=30,
+    cap_s=6.0,
+    timing_reps=2,
+    library_size=100_000,
 )
 
 
@@ -107,13 +121,24 @@ class Bench:
             self.exits.append((name, code, took))
             if code != 0:
                 tail = server.log_tail(5).replace("\n", " | ")
-                self.add(Row(f"WARNING: llmtape {name}", note=(
-                    f"exited with {code} on SIGTERM (want 0) after {took:.1f} s; log: {tail}"
-                ), warning=True))
+                self.add(
+                    Row(
+                        f"WARNING: llmtape {name}",
+                        note=(
+                            f"exited with {code} on SIGTERM (want 0) after {took:.1f} s; "
+                            f"log: {tail}"
+                        ),
+                        warning=True,
+                    )
+                )
             elif took > SLOW_SHUTDOWN_S:
-                self.add(Row(f"WARNING: llmtape {name}", note=(
-                    f"took {took:.1f} s to exit on SIGTERM"
-                ), warning=True))
+                self.add(
+                    Row(
+                        f"WARNING: llmtape {name}",
+                        note=(f"took {took:.1f} s to exit on SIGTERM"),
+                        warning=True,
+                    )
+                )
 
 
 def check(reply: Reply, what: str) -> Reply:
@@ -124,11 +149,22 @@ def check(reply: Reply, what: str) -> Reply:
 
 def startup_row(scenario: str, seconds: float, bench: Bench) -> Row:
     ms = seconds * 1000
-    return Row(scenario, requests=1, p50_ms=ms, ratio=ratio(ms, bench.baseline.get("startup")),
-               note="process start to ready line; ratio vs the baseline's start-up")
+    return Row(
+        scenario,
+        requests=1,
+        p50_ms=ms,
+        ratio=ratio(ms, bench.baseline.get("startup")),
+        note="process start to ready line; ratio vs the baseline's start-up",
+    )
 
 
 def first_row(scenario: str, reply: Reply, bench: Bench, note: str) -> Row:
     total = reply.total_s * 1000
-    return Row(scenario, requests=1, concurrency=1, p50_ms=total,
-               ratio=ratio(total, bench.base(1)), note=note)
+    return Row(
+        scenario,
+        requests=1,
+        concurrency=1,
+        p50_ms=total,
+        ratio=ratio(total, bench.base(1)),
+        note=note,
+    )

@@ -33,7 +33,7 @@ def frame_times_ms(reply: Reply) -> list[float]:
         pending += data
         while (end := pending.find(b"\n\n")) >= 0:
             times.append(at * 1000)
-            pending = pending[end + 2:]
+            pending = pending[end + 2 :]
     return times
 
 
@@ -64,15 +64,35 @@ async def timing_fidelity(bench: Bench, server: Server, cassette_file: Path) -> 
     absolute = [abs(e) for e in errors]
     mae = statistics.fmean(absolute) if errors else float("nan")
     bias = statistics.fmean(errors) if errors else float("nan")
-    note = (f"gap MAE {mae:.2f} ms (bias {bias:+.2f}, max {max(absolute, default=0):.2f}) over "
-            f"{len(errors)} gaps; recorded span {span:.0f} ms")
+    note = (
+        f"gap MAE {mae:.2f} ms (bias {bias:+.2f}, max {max(absolute, default=0):.2f}) over "
+        f"{len(errors)} gaps; recorded span {span:.0f} ms"
+    )
     if mismatched:
         note += f"; {mismatched} replays had a different frame count than the cassette"
     reps = bench.budget.timing_reps
-    bench.add(Row("replay timing=recorded (10x50ms)", requests=reps, concurrency=1,
-                  p50_ms=recorded_p50, ratio=ratio(recorded_p50, bench.base(1)), note=note,
-                  warning=bool(mismatched) or not mae < 5), server)
+    bench.add(
+        Row(
+            "replay timing=recorded (10x50ms)",
+            requests=reps,
+            concurrency=1,
+            p50_ms=recorded_p50,
+            ratio=ratio(recorded_p50, bench.base(1)),
+            note=note,
+            warning=bool(mismatched) or not mae < 5,
+        ),
+        server,
+    )
     share = none_p50 / span if span else float("nan")
-    bench.add(Row("replay timing=none (same stream)", requests=reps, concurrency=1,
-                  p50_ms=none_p50, ratio=ratio(none_p50, bench.base(1)),
-                  note=f"{share:.1%} of the recorded span", warning=not share < 0.2), server)
+    bench.add(
+        Row(
+            "replay timing=none (same stream)",
+            requests=reps,
+            concurrency=1,
+            p50_ms=none_p50,
+            ratio=ratio(none_p50, bench.base(1)),
+            note=f"{share:.1%} of the recorded span",
+            warning=not share < 0.2,
+        ),
+        server,
+    )

@@ -66,22 +66,37 @@ async def big_library(bench: Bench, recording: Recording, parent: Path) -> None:
     finally:
         started = time.monotonic()
         shutil.rmtree(library, ignore_errors=True)
-        bench.add(Row(f"  (library of {size:,} files deleted)",
-                      note=f"in {time.monotonic() - started:.1f} s"))
+        bench.add(
+            Row(
+                f"  (library of {size:,} files deleted)",
+                note=f"in {time.monotonic() - started:.1f} s",
+            )
+        )
 
 
 async def _measure(bench: Bench, library: Path, size: int, generated: str) -> None:
     label = f"{size // 1000}k" if size >= 1000 else str(size)
-    with bench.llmtape(f"replay-{label}", "--mode", "replay", "--cassettes", str(library),
-                       "--repeat", "repeat-last") as server:
+    with bench.llmtape(
+        f"replay-{label}",
+        "--mode",
+        "replay",
+        "--cassettes",
+        str(library),
+        "--repeat",
+        "repeat-last",
+    ) as server:
         row = startup_row(f"start-up, {label}-file library", server.startup_s, bench)
         small_startup = bench.replay.get("startup")
-        row.note = (f"{generated}; small library start-up "
-                    f"{small_startup or 0:.0f} ms ({ratio(row.p50_ms, small_startup) or 0:.2f}x)")
+        row.note = (
+            f"{generated}; small library start-up "
+            f"{small_startup or 0:.0f} ms ({ratio(row.p50_ms, small_startup) or 0:.2f}x)"
+        )
         bench.add(row, server)
         first = check(await one(call(server.url, JSON_BODY)), "first request, big library")
-        note = (f"lists {size + 1:,} names, reads 1 file; small cassette: "
-                f"{bench.replay.get('first') or 0:.2f} ms")
+        note = (
+            f"lists {size + 1:,} names, reads 1 file; small cassette: "
+            f"{bench.replay.get('first') or 0:.2f} ms"
+        )
         bench.add(first_row(f"first replay, {label} cassette", first, bench, note), server)
         await _lookups(bench, server, label)
 
@@ -91,9 +106,11 @@ async def _lookups(bench: Bench, server: Server, label: str) -> None:
     vs_one = ratio(big.p50_ms(), one_file.p50_ms())
     vs_replay = ratio(big.p50_ms(), bench.replay.get("c1"))
     rss, _ = server.memory_mb()
-    note = (f"p50 {vs_one or 0:.2f}x a 1-file cassette in the same server (interleaved, "
-            f"{one_file.p50_ms() or 0:.2f} ms), {vs_replay or 0:.2f}x the replay JSON c=1 row; "
-            f"RSS now {rss or 0:.0f} MB")
+    note = (
+        f"p50 {vs_one or 0:.2f}x a 1-file cassette in the same server (interleaved, "
+        f"{one_file.p50_ms() or 0:.2f} ms), {vs_replay or 0:.2f}x the replay JSON c=1 row; "
+        f"RSS now {rss or 0:.0f} MB"
+    )
     row = bench.add(Row.of(f"replay JSON, {label} cassette", big, bench.base(1), note), server)
     row.warning = row.warning or (vs_one is not None and vs_one > LOOKUP_SLOWDOWN)
 

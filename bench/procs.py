@@ -152,7 +152,16 @@ def start_app(name: str, workdir: Path) -> Server:
 
 def start_llmtape(name: str, workdir: Path, *options: str) -> Server:
     argv = [
-        sys.executable, "-m", "cli.main", "serve", "--host", "127.0.0.1", "--port", "0",
-        "--log-level", "warning", *options,
+        sys.executable,
+        "-m",
+        "llmtape",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--log-level",
+        "warning",
+        *options,
     ]
     return start(name, argv, workdir)

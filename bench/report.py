@@ -65,9 +65,15 @@ def _number(value: float | int | None, digits: int) -> str:
 def render(rows: list[Row], title: str) -> None:
     table = Table(title=title, title_justify="left", show_lines=False)
     columns: list[tuple[str, JustifyMethod]] = [
-        ("scenario", "left"), ("requests", "right"), ("conc", "right"), ("req/s", "right"),
-        ("p50 ms", "right"), ("p99 ms", "right"), ("x base p50", "right"),
-        ("peak RSS MB", "right"), ("notes", "left"),
+        ("scenario", "left"),
+        ("requests", "right"),
+        ("conc", "right"),
+        ("req/s", "right"),
+        ("p50 ms", "right"),
+        ("p99 ms", "right"),
+        ("x base p50", "right"),
+        ("peak RSS MB", "right"),
+        ("notes", "left"),
     ]
     for name, justify in columns:
         table.add_column(name, justify=justify, overflow="fold")

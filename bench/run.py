@@ -33,10 +33,18 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer requests: under 60 s")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the rows as JSON")
-    parser.add_argument("--library-size", type=int, metavar="N",
-                        help="exchange files in the big-library scenario (default 100000)")
-    parser.add_argument("--library-dir", type=Path, metavar="DIR",
-                        help="where to build it (default /dev/shm if usable, else the temp dir)")
+    parser.add_argument(
+        "--library-size",
+        type=int,
+        metavar="N",
+        help="exchange files in the big-library scenario (default 100000)",
+    )
+    parser.add_argument(
+        "--library-dir",
+        type=Path,
+        metavar="DIR",
+        help="where to build it (default /dev/shm if usable, else the temp dir)",
+    )
     return parser.parse_args(argv)
 
 
@@ -72,21 +80,34 @@ def exit_row(bench: Bench) -> Row:
     bad = [f"{name}={code}" for name, code, _ in bench.exits if code != 0]
     verdict = f"NOT 0: {', '.join(bad)}" if bad else "all exited 0"
     took = ", ".join(f"{name} {seconds:.2f}" for name, _, seconds in bench.exits)
-    return Row("SIGTERM exits", requests=len(bench.exits), warning=bool(bad),
-               note=f"{len(bench.exits)} llmtape processes: {verdict}; SIGTERM to exit (s): "
-                    f"{took}; baseline {bench.baseline.get('stop', 0):.2f}")
+    return Row(
+        "SIGTERM exits",
+        requests=len(bench.exits),
+        warning=bool(bad),
+        note=f"{len(bench.exits)} llmtape processes: {verdict}; SIGTERM to exit (s): "
+        f"{took}; baseline {bench.baseline.get('stop', 0):.2f}",
+    )
 
 
 def meta(budget: Budget, quick: bool, seconds: float) -> dict[str, Any]:
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                capture_output=True, text=True, timeout=5).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = ""
     return {
-        "quick": quick, "seconds": round(seconds, 1), "budget": dataclasses.asdict(budget),
-        "python": platform.python_version(), "cpus": os.cpu_count(),
-        "loadavg": os.getloadavg(), "commit": commit,
+        "quick": quick,
+        "seconds": round(seconds, 1),
+        "budget": dataclasses.asdict(budget),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "loadavg": os.getloadavg(),
+        "commit": commit,
     }
 
 
@@ -111,8 +132,11 @@ def main(argv: list[str]) -> int:
     seconds = time.monotonic() - started
     info = meta(budget, args.quick, seconds)
     load = ", ".join(f"{x:.2f}" for x in info["loadavg"])
-    render(bench.rows, f"llmtape benchmark ({'quick' if args.quick else 'full'}, "
-                       f"{seconds:.0f} s, {info['cpus']} CPUs, load {load}, {info['commit']})")
+    render(
+        bench.rows,
+        f"llmtape benchmark ({'quick' if args.quick else 'full'}, "
+        f"{seconds:.0f} s, {info['cpus']} CPUs, load {load}, {info['commit']})",
+    )
     if args.json is not None:
         write_json(args.json, bench.rows, info)
     return 1 if failure or any(row.warning for row in bench.rows) else 0

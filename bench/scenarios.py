@@ -63,16 +63,23 @@ async def direct(bench: Bench) -> None:
     sample = await measure(paced, budget.slow_count, 1, budget.cap_s * 2, 3)
     bench.direct["paced_ttfb"] = sample.ttfb_p50_ms() or 0.0
     bench.direct["paced"] = sample.p50_ms() or 0.0
-    bench.add(Row.of("upstream direct SSE 10x20ms", sample, bench.base(1),
-                     f"TTFB p50 {sample.ttfb_p50_ms() or 0:.2f} ms"))
+    bench.add(
+        Row.of(
+            "upstream direct SSE 10x20ms",
+            sample,
+            bench.base(1),
+            f"TTFB p50 {sample.ttfb_p50_ms() or 0:.2f} ms",
+        )
+    )
 
 
 async def record(bench: Bench, library: Path) -> Recording:
     """Record the exchanges the replay scenarios use, then time record mode itself."""
     upstream = f"openai={bench.fake_url}"
     files: dict[str, Path] = {}
-    with bench.llmtape("record", "--mode", "record", "--cassettes", str(library),
-                       "--upstream", upstream) as server:
+    with bench.llmtape(
+        "record", "--mode", "record", "--cassettes", str(library), "--upstream", upstream
+    ) as server:
         for name, body in [("json", JSON_BODY), ("sse", SSE_BODY), ("timed", TIMED_BODY)]:
             reply = check(await one(call(server.url, body)), f"recording the {name} exchange")
             key = reply.headers.get("x-llmtape-key", "")
@@ -91,25 +98,36 @@ async def record(bench: Bench, library: Path) -> Recording:
 async def passthrough(bench: Bench) -> None:
     """Scenario 4: what forwarding adds, for a JSON answer and for a paced stream's TTFB."""
     budget = bench.budget
-    with bench.llmtape("passthrough", "--mode", "passthrough",
-                       "--upstream", f"openai={bench.fake_url}") as server:
+    with bench.llmtape(
+        "passthrough", "--mode", "passthrough", "--upstream", f"openai={bench.fake_url}"
+    ) as server:
         target = call(server.url, JSON_BODY)
         sample = await measure(target, budget.latency_count, 1, budget.cap_s, budget.warmup)
         note = f"{_plus(sample.p50_ms(), bench.direct.get('json'))} p50 over upstream direct"
         bench.add(Row.of("passthrough JSON", sample, bench.base(1), note), server)
-        sample = await measure(call(server.url, PACED_BODY), budget.slow_count, 1,
-                               budget.cap_s * 2, 3)
+        sample = await measure(
+            call(server.url, PACED_BODY), budget.slow_count, 1, budget.cap_s * 2, 3
+        )
         ttfb = sample.ttfb_p50_ms()
-        note = (f"TTFB p50 {ttfb or 0:.2f} ms ({_plus(ttfb, bench.direct.get('paced_ttfb'))} "
-                f"over direct); full stream {_plus(sample.p50_ms(), bench.direct.get('paced'))}")
+        note = (
+            f"TTFB p50 {ttfb or 0:.2f} ms ({_plus(ttfb, bench.direct.get('paced_ttfb'))} "
+            f"over direct); full stream {_plus(sample.p50_ms(), bench.direct.get('paced'))}"
+        )
         bench.add(Row.of("passthrough SSE 10x20ms", sample, bench.base(1), note), server)
 
 
 async def replay(bench: Bench, recording: Recording) -> None:
     """Scenarios 2 and 3: replay of the recorded JSON answer and 50-frame stream."""
     budget = bench.budget
-    with bench.llmtape("replay", "--mode", "replay", "--cassettes", str(recording.library),
-                       "--repeat", "repeat-last") as server:
+    with bench.llmtape(
+        "replay",
+        "--mode",
+        "replay",
+        "--cassettes",
+        str(recording.library),
+        "--repeat",
+        "repeat-last",
+    ) as server:
         bench.replay["startup"] = server.startup_s * 1000
         bench.add(startup_row("start-up, small library", server.startup_s, bench), server)
         first = check(await one(call(server.url, JSON_BODY)), "first replayed request")
@@ -117,16 +135,23 @@ async def replay(bench: Bench, recording: Recording) -> None:
         live = await one(call(bench.fake_url, JSON_BODY, path=DIRECT_PATH))
         same = first.body == live.body
         note = "byte-identical to upstream" if same else "BODY DIFFERS from upstream"
-        bench.add(first_row("first replay, small cassette", first, bench, note),
-                  server).warning = not same
+        bench.add(
+            first_row("first replay, small cassette", first, bench, note), server
+        ).warning = not same
         for conc, count in [(1, budget.latency_count), (budget.concurrency, budget.count)]:
-            sample = await measure(call(server.url, JSON_BODY), count, conc, budget.cap_s,
-                                   budget.warmup)
+            sample = await measure(
+                call(server.url, JSON_BODY), count, conc, budget.cap_s, budget.warmup
+            )
             bench.replay[f"c{conc}"] = sample.p50_ms() or 0.0
             bench.add(Row.of("replay JSON", sample, bench.base(conc)), server)
         for conc in (1, budget.concurrency):
-            sample = await measure(call(server.url, SSE_BODY), budget.stream_count, conc,
-                                   budget.cap_s, budget.warmup // 2)
+            sample = await measure(
+                call(server.url, SSE_BODY),
+                budget.stream_count,
+                conc,
+                budget.cap_s,
+                budget.warmup // 2,
+            )
             note = f"50 frames; p50 = full stream; TTFB p50 {sample.ttfb_p50_ms() or 0:.2f} ms"
             bench.add(Row.of("replay SSE", sample, bench.base(conc), note), server)
         await timing_fidelity(bench, server, recording.files["timed"])

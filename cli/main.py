@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-
-from proxy.errors import ConfigError, LlmtapeError
-from proxy.rules import MatchRules
-from proxy.settings import (
+from llmtape.errors import ConfigError, LlmtapeError
+from llmtape.rules import MatchRules
+from llmtape.settings import (
     Mode,
     RepeatPolicy,
     Settings,
@@ -20,7 +19,7 @@ from proxy.settings import (
     option_name,
     parse_pairs,
 )
-from proxy.store.fs import FileStore
+from llmtape.store.fs import FileStore
 
 
 @dataclass(frozen=True)
@@ -40,16 +39,39 @@ app = typer.Typer(
 )
 
 
+def _print_version(given: bool) -> None:
+    if given:
+        from llmtape import __version__
+
+        print(f"llmtape {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def main() -> None:
+def main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the version and exit.", is_eager=True, callback=_print_version
+        ),
+    ] = False,
+) -> None:
     """Record and replay LLM and HTTP API traffic through content-addressed cassettes."""
 
 
 METAVARS = {
-    "host": "HOST", "port": "PORT", "cassettes": "DIR", "cassette": "NAME",
-    "upstream": "NAME=URL", "live": "UPSTREAM", "replay_timing": "none|recorded|FACTOR",
-    "ignore": "UPSTREAM:WHAT:NAME", "connect_timeout": "SECONDS", "read_timeout": "SECONDS",
-    "shutdown_timeout": "SECONDS", "log_level": "LEVEL",
+    "host": "HOST",
+    "port": "PORT",
+    "cassettes": "DIR",
+    "cassette": "NAME",
+    "upstream": "NAME=URL",
+    "live": "UPSTREAM",
+    "replay_timing": "none|recorded|FACTOR",
+    "ignore": "UPSTREAM:WHAT:NAME",
+    "connect_timeout": "SECONDS",
+    "read_timeout": "SECONDS",
+    "shutdown_timeout": "SECONDS",
+    "log_level": "LEVEL",
 }
 
 
@@ -57,8 +79,10 @@ def option(field: str, off_flag: str | None = None) -> Any:
     """A serve option described once, in Settings: its help, its default, its variable."""
     info = Settings.model_fields[field]
     default = info.get_default(call_default_factory=True)
-    shown = ", ".join(f"{k}={v}" for k, v in default.items()) if isinstance(default, dict) else (
-        ", ".join(default) if isinstance(default, tuple) else str(default)
+    shown = (
+        ", ".join(f"{k}={v}" for k, v in default.items())
+        if isinstance(default, dict)
+        else (", ".join(default) if isinstance(default, tuple) else str(default))
     )
     if isinstance(default, bool):
         shown = "on" if default else "off"
@@ -98,15 +122,17 @@ def serve(
     read_timeout: Annotated[float | None, option("read_timeout")] = None,
     shutdown_timeout: Annotated[float | None, option("shutdown_timeout")] = None,
     log_level: Annotated[str | None, option("log_level")] = None,
-    config: Annotated[Path | None, typer.Option(
-        help="Config file. Default: ./llmtape.toml if present.", metavar="FILE"
-    )] = None) -> None:
+    config: Annotated[
+        Path | None,
+        typer.Option(help="Config file. Default: ./llmtape.toml if present.", metavar="FILE"),
+    ] = None,
+) -> None:
     """Start the proxy. Point OPENAI_BASE_URL at http://HOST:PORT/openai/v1 and
     ANTHROPIC_BASE_URL at http://HOST:PORT/anthropic. Every option also reads LLMTAPE_<OPTION>
     and llmtape.toml; the command line wins over the environment, which wins over the file."""
     options = dict(locals())
     options.pop("config")
-    from cli.server import serve as run_server
+    from llmtape.cli.server import serve as run_server
 
     try:
         if upstream:
@@ -122,24 +148,31 @@ def serve(
 CassettesOption = Annotated[Path | None, option("cassettes")]
 UpstreamOption = Annotated[list[str] | None, option("upstream")]
 IgnoreOption = Annotated[list[str] | None, option("ignore")]
-ConfigOption = Annotated[Path | None, typer.Option(
-    help="Config file. Default: ./llmtape.toml if present.", metavar="FILE"
-)]
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(help="Config file. Default: ./llmtape.toml if present.", metavar="FILE"),
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
 
 def open_library(
-    cassettes: Path | None, upstream: list[str] | None, ignore: list[str] | None,
-    config: Path | None, rules: bool = True,
+    cassettes: Path | None,
+    upstream: list[str] | None,
+    ignore: list[str] | None,
+    config: Path | None,
+    rules: bool = True,
 ) -> Library:
     """The cassette library and the match rules, from the same sources as `serve` (only the
     folder when the command needs no `rules`)."""
-    from proxy.providers import Rulebook, provider_table
-    from proxy.store.fs import FileStore
+    from llmtape.providers import Rulebook, provider_table
+    from llmtape.store.fs import FileStore
 
     settings = load_settings(
-        {"cassettes": cassettes, "ignore": tuple(ignore or ()) or None,
-         "upstream": parse_pairs(upstream, "upstream") if upstream else None},
+        {
+            "cassettes": cassettes,
+            "ignore": tuple(ignore or ()) or None,
+            "upstream": parse_pairs(upstream, "upstream") if upstream else None,
+        },
         config=config,
         fields={"cassettes", "upstream", "ignore"} if rules else {"cassettes"},
     )
@@ -170,8 +203,8 @@ def rekey(
 
     Run it after changing --ignore rules or [match.*] tables, so that no recording is
     orphaned. Requests that now match each other become ordinals in recorded order."""
-    from cli.output import print_rekey
-    from proxy.library import rekey as rekey_cassette
+    from llmtape.cli.output import print_rekey
+    from llmtape.library import rekey as rekey_cassette
 
     try:
         library = open_library(cassettes, upstream, ignore, config)
@@ -186,8 +219,8 @@ def list_cassettes(
     cassettes: CassettesOption = None, config: ConfigOption = None, as_json: JsonOption = False
 ) -> None:
     """List the cassettes: exchanges, streams, failures kept, tokens."""
-    from cli.output import print_summaries
-    from proxy.catalog import summarize
+    from llmtape.catalog import summarize
+    from llmtape.cli.output import print_summaries
 
     try:
         library = open_library(cassettes, None, None, config, rules=False)
@@ -205,8 +238,8 @@ def show(
     as_json: JsonOption = False,
 ) -> None:
     """List the exchanges of one cassette in recorded order."""
-    from cli.output import print_rows
-    from proxy.catalog import show as show_cassette
+    from llmtape.catalog import show as show_cassette
+    from llmtape.cli.output import print_rows
 
     try:
         library = open_library(cassettes, None, None, config, rules=False)
@@ -229,13 +262,13 @@ def verify(
 
     Each file must parse under the schema, carry the key and ordinal its name says, and have
     that key under today's match rules. Leftover temporary files are reported too."""
-    from cli.output import print_verdicts
-    from proxy.catalog import verify as verify_cassette
+    from llmtape.catalog import verify as verify_cassette
+    from llmtape.cli.output import print_verdicts
 
     try:
         library = open_library(cassettes, upstream, ignore, config)
-        names = [existing(library, name, folder_will_do=True)] if name else (
-            library.store.cassettes()
+        names = (
+            [existing(library, name, folder_will_do=True)] if name else (library.store.cassettes())
         )
         if not names:
             raise ConfigError(f"no cassettes under {library.store.root} to verify")

@@ -6,11 +6,10 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict
 
+from llmtape.catalog import Row, Summary, Verdict
+from llmtape.library import RekeyReport
 from rich.console import Console
 from rich.table import Table
-
-from proxy.catalog import Row, Summary, Verdict
-from proxy.library import RekeyReport
 
 
 def print_json(data: object) -> None:
@@ -35,28 +34,43 @@ def print_rekey(report: RekeyReport, dry_run: bool, as_json: bool) -> None:
         console.print(
             f"{len(report.unstored)} recording(s) were made before today's rules keyed on a "
             "header they do not hold; a request that sends it will miss them. Record them "
-            "again:", highlight=False, style="yellow", soft_wrap=True,
+            "again:",
+            highlight=False,
+            style="yellow",
+            soft_wrap=True,
         )
     for item in report.unstored:
-        console.print(f"  {item['file']}: no {', '.join(item['headers'])}", highlight=False,
-                      soft_wrap=True)
+        console.print(
+            f"  {item['file']}: no {', '.join(item['headers'])}", highlight=False, soft_wrap=True
+        )
 
 
 def print_summaries(summaries: Sequence[Summary], as_json: bool) -> None:
     if as_json:
         print_json([asdict(s) for s in summaries])
         return
-    table = Table("cassette", "exchanges", "streams", "failures", "input tokens",
-                  "output tokens", box=None)
+    table = Table(
+        "cassette", "exchanges", "streams", "failures", "input tokens", "output tokens", box=None
+    )
     for s in summaries:
-        table.add_row(s.cassette, str(s.exchanges), str(s.streams), str(s.failures),
-                      f"{s.input_tokens:,}", f"{s.output_tokens:,}")
+        table.add_row(
+            s.cassette,
+            str(s.exchanges),
+            str(s.streams),
+            str(s.failures),
+            f"{s.input_tokens:,}",
+            f"{s.output_tokens:,}",
+        )
     console = Console()
     console.print(table if summaries else "no cassettes yet")
     for s in summaries:
         if s.unreadable:
-            console.print(f"{s.cassette}: {s.unreadable} unreadable file(s); run "
-                          f"`llmtape verify {s.cassette}`", highlight=False, style="red")
+            console.print(
+                f"{s.cassette}: {s.unreadable} unreadable file(s); run "
+                f"`llmtape verify {s.cassette}`",
+                highlight=False,
+                style="red",
+            )
 
 
 def print_rows(cassette: str, rows: Sequence[Row], as_json: bool) -> None:
@@ -68,8 +82,15 @@ def print_rows(cassette: str, rows: Sequence[Row], as_json: bool) -> None:
         # The request takes the room; a narrow terminal wraps it, never cuts it.
         table.add_column(name, overflow="fold", no_wrap=name != "request")
     for r in rows:
-        table.add_row(str(r.seq), r.request, str(r.status), r.kind, r.outcome,
-                      f"{r.input_tokens}/{r.output_tokens}", r.file[:12])
+        table.add_row(
+            str(r.seq),
+            r.request,
+            str(r.status),
+            r.kind,
+            r.outcome,
+            f"{r.input_tokens}/{r.output_tokens}",
+            r.file[:12],
+        )
     Console().print(table)
 
 
@@ -82,5 +103,6 @@ def print_verdicts(verdicts: Sequence[Verdict], as_json: bool) -> None:
         state = "ok" if not v.problems else f"{len(v.problems)} problem(s)"
         console.print(f"{v.cassette}: {v.checked} file(s) checked, {state}", highlight=False)
         for problem in v.problems:
-            console.print(f"  {problem['file']}: {problem['problem']}", highlight=False,
-                          soft_wrap=True)
+            console.print(
+                f"  {problem['file']}: {problem['problem']}", highlight=False, soft_wrap=True
+            )

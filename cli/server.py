@@ -11,11 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 import uvicorn
+from llmtape.app import create_app
+from llmtape.rules import rule_warnings
+from llmtape.settings import Settings
 from starlette.applications import Starlette
-
-from proxy.app import create_app
-from proxy.rules import rule_warnings
-from proxy.settings import Settings
 
 log = logging.getLogger("llmtape")
 
@@ -92,15 +91,22 @@ def report(final: dict[str, Any], settings: Settings) -> int:
     unused = final.get("unused_total", 0)
     log.info(
         "stopped: %d replayed, %d recorded, %d misses, %d errors, %d upstream calls",
-        final.get("replayed", 0), final.get("recorded", 0), final.get("misses", 0),
-        final.get("errors", 0), final.get("upstream_calls", 0),
+        final.get("replayed", 0),
+        final.get("recorded", 0),
+        final.get("misses", 0),
+        final.get("errors", 0),
+        final.get("upstream_calls", 0),
     )
     for run in [*final.get("ended_runs", []), *final.get("runs", [])]:
         if run["recorded_count"]:
             log.info("cassette %r: %d new recording(s)", run["cassette"], run["recorded_count"])
         if run["unused_count"]:
-            log.warning("cassette %r: %d recording(s) never used in a run: %s",
-                        run["cassette"], run["unused_count"], ", ".join(run["unused"][:10]))
+            log.warning(
+                "cassette %r: %d recording(s) never used in a run: %s",
+                run["cassette"],
+                run["unused_count"],
+                ", ".join(run["unused"][:10]),
+            )
     if settings.fail_on_unused and unused:
         log.error("--fail-on-unused: %d recording(s) went unused", unused)
         return 3

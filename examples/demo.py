@@ -18,7 +18,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-QUESTION = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Say hello"}]}
+QUESTION: dict[str, object] = {
+    "model": "gpt-4o-mini",
+    "messages": [{"role": "user", "content": "Say hello"}],
+}
 
 
 class StandInProvider(BaseHTTPRequestHandler):
@@ -28,13 +31,22 @@ class StandInProvider(BaseHTTPRequestHandler):
         request = json.loads(self.rfile.read(int(self.headers["content-length"])))
         time.sleep(0.5)
         answer = "Hello from the provider! You said: " + request["messages"][-1]["content"]
-        body = json.dumps({
-            "id": "chatcmpl-demo", "object": "chat.completion", "created": 1700000000,
-            "model": request["model"],
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": answer}}],
-            "usage": {"prompt_tokens": 3, "completion_tokens": 8, "total_tokens": 11},
-        }).encode()
+        body = json.dumps(
+            {
+                "id": "chatcmpl-demo",
+                "object": "chat.completion",
+                "created": 1700000000,
+                "model": request["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": answer},
+                    }
+                ],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 8, "total_tokens": 11},
+            }
+        ).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))
@@ -47,9 +59,10 @@ class StandInProvider(BaseHTTPRequestHandler):
 
 def serve(*args: str) -> tuple[subprocess.Popen[str], str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "serve", "--port", "0", "--log-level", "error",
-         *args],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "llmtape", "serve", "--port", "0", "--log-level", "error", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert process.stdout is not None
     ready = process.stdout.readline()
@@ -59,7 +72,9 @@ def serve(*args: str) -> tuple[subprocess.Popen[str], str]:
 
 def ask(base: str, question: dict[str, object], path: str = "/openai/v1/chat/completions") -> None:
     request = urllib.request.Request(
-        base + path, data=json.dumps(question).encode(), method="POST",
+        base + path,
+        data=json.dumps(question).encode(),
+        method="POST",
         headers={"content-type": "application/json", "authorization": "Bearer sk-demo-not-a-key"},
     )
     started = time.monotonic()
@@ -69,8 +84,10 @@ def ask(base: str, question: dict[str, object], path: str = "/openai/v1/chat/com
             took = (time.monotonic() - started) * 1000
             print(f"    {response.status} in {took:.0f} ms: {answer}")
     except urllib.error.HTTPError as error:
-        print(f"    {error.code}: " + json.loads(error.read())["error"]["message"].replace(
-            "\n", "\n      "))
+        print(
+            f"    {error.code}: "
+            + json.loads(error.read())["error"]["message"].replace("\n", "\n      ")
+        )
 
 
 def stop(process: subprocess.Popen[str]) -> None:

@@ -7,21 +7,20 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import aiohttp
+from llmtape.control import ROUTES, stats_body
+from llmtape.errors import BadCassetteName
+from llmtape.handler import Proxy
+from llmtape.providers import Rulebook, provider_table
+from llmtape.responses import QuietCuts
+from llmtape.settings import Settings
+from llmtape.state import Runs, ServerState
+from llmtape.store.fs import FileStore
+from llmtape.upstream import AiohttpUpstream
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-
-from proxy.control import ROUTES, stats_body
-from proxy.errors import BadCassetteName
-from proxy.handler import Proxy
-from proxy.providers import Rulebook, provider_table
-from proxy.responses import QuietCuts
-from proxy.settings import Settings
-from proxy.state import Runs, ServerState
-from proxy.store.fs import FileStore
-from proxy.upstream import AiohttpUpstream
 
 log = logging.getLogger("llmtape")
 
@@ -56,7 +55,9 @@ def create_app(settings: Settings) -> Starlette:
         routes=[*ROUTES, Route("/{path:path}", proxy)],
         lifespan=lifespan,
         exception_handlers={
-            BadCassetteName: _bad_name, HTTPException: _http_error, ClientDisconnect: _gone,
+            BadCassetteName: _bad_name,
+            HTTPException: _http_error,
+            ClientDisconnect: _gone,
         },
     )
     app.state.proxy = proxy
@@ -77,8 +78,11 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 async def _gone(request: Request, exc: Exception) -> Response:
     """A client that hung up while sending its request: one line, not a traceback."""
     request.app.state.proxy.state.stats.aborted += 1
-    log.info("%s %s: the client hung up before its request was whole; nothing sent upstream",
-             request.method, request.url.path)
+    log.info(
+        "%s %s: the client hung up before its request was whole; nothing sent upstream",
+        request.method,
+        request.url.path,
+    )
     return Response(status_code=400)  # nobody is left to read it
 
 

@@ -76,8 +76,10 @@ def looks_json(content_type: str) -> bool:
 
 def _text(raw: bytes, content_type: str) -> str | None:
     lowered = content_type.lower()
-    textual = not lowered or lowered.startswith("text/") or any(
-        word in lowered for word in ("json", "xml", "javascript", "x-www-form-urlencoded")
+    textual = (
+        not lowered
+        or lowered.startswith("text/")
+        or any(word in lowered for word in ("json", "xml", "javascript", "x-www-form-urlencoded"))
     )
     if not textual:
         return None

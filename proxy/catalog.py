@@ -8,15 +8,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmtape.errors import CassetteCorrupt
+from llmtape.models import Exchange, load_exchange
+from llmtape.normalize import request_key, stored_request
+from llmtape.providers import default_rules
+from llmtape.rules import MatchRules, unstored_headers
+from llmtape.store.base import LIKE_EXCHANGE_FILE, exchange_file, parse_exchange_file
+from llmtape.store.fs import FileStore, is_leftover
 from pydantic import ValidationError
-
-from proxy.errors import CassetteCorrupt
-from proxy.models import Exchange, load_exchange
-from proxy.normalize import request_key, stored_request
-from proxy.providers import default_rules
-from proxy.rules import MatchRules, unstored_headers
-from proxy.store.base import LIKE_EXCHANGE_FILE, exchange_file, parse_exchange_file
-from proxy.store.fs import FileStore, is_leftover
 
 RulesFor = Callable[[str], MatchRules]
 
@@ -57,8 +56,14 @@ def row_of(exchange: Exchange) -> Row:
 
 def unreadable_row(key: str, ordinal: int) -> Row:
     return Row(
-        file=exchange_file(key, ordinal), seq=-1, request="(unreadable: run `llmtape verify`)",
-        status=0, kind="-", outcome="unreadable", input_tokens=0, output_tokens=0,
+        file=exchange_file(key, ordinal),
+        seq=-1,
+        request="(unreadable: run `llmtape verify`)",
+        status=0,
+        kind="-",
+        outcome="unreadable",
+        input_tokens=0,
+        output_tokens=0,
     )
 
 
@@ -122,8 +127,11 @@ def verify(store: FileStore, cassette: str, rules_for: RulesFor) -> Verdict:
         parsed = parse_exchange_file(name)
         if parsed is None:
             if LIKE_EXCHANGE_FILE.match(name):
-                verdict.flag(name, "not a name llmtape reads (ordinal 1 is KEY.json, n is "
-                                   "KEY.n.json, no leading zeros): rename it, or delete a copy")
+                verdict.flag(
+                    name,
+                    "not a name llmtape reads (ordinal 1 is KEY.json, n is "
+                    "KEY.n.json, no leading zeros): rename it, or delete a copy",
+                )
             continue
         verdict.checked += 1
         problem = _check_file(store, cassette, name, parsed, rules_for)

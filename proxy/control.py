@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from llmtape.handler import Proxy
+from llmtape.settings import Mode
+from llmtape.store.names import check_cassette_name, derived_name
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-
-from proxy.handler import Proxy
-from proxy.settings import Mode
-from proxy.store.names import check_cassette_name, derived_name
 
 
 class CassetteSwitch(BaseModel):
@@ -75,7 +74,7 @@ async def put_cassette(request: Request) -> JSONResponse:
         change = CassetteSwitch.model_validate(json.loads(await request.body() or b"{}"))
     except (ValueError, ValidationError) as exc:
         return _bad_request(
-            f"PUT /__llmtape/cassette takes {{\"cassette\": NAME, \"mode\": MODE}} with MODE one "
+            f'PUT /__llmtape/cassette takes {{"cassette": NAME, "mode": MODE}} with MODE one '
             f"of {', '.join(m.value for m in Mode)}: {exc}"
         )
     before = proxy.state.cassette

@@ -165,8 +165,13 @@ def read_frame(dialect: Dialect, frame: str) -> Meaning:
     error = event == "error" or is_error_payload(payload)
     final = error or event in _FINAL_TYPES or (data or "").strip() == "[DONE]"
     if isinstance(payload, dict) and not final:
-        final = payload.get("type") in _FINAL_TYPES or payload.get("done") is True or any(
-            isinstance(c, dict) and c.get("finishReason") for c in _list(payload.get("candidates"))
+        final = (
+            payload.get("type") in _FINAL_TYPES
+            or payload.get("done") is True
+            or any(
+                isinstance(c, dict) and c.get("finishReason")
+                for c in _list(payload.get("candidates"))
+            )
         )
     return Meaning(payload=payload, error=error, final=final)
 

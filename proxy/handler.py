@@ -11,34 +11,33 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
-
-from proxy.errors import ClientGone, ConfigError, LlmtapeError, OutOfOrder, UpstreamError
-from proxy.matching import follow_order
-from proxy.misses import Miss
-from proxy.models import Exchange, Outcome
-from proxy.normalize import RequestParts, canonical, request_key, request_parts
-from proxy.pipeline import Action, Recorder, Replay, plan
-from proxy.providers import Rulebook
-from proxy.providers.base import Provider, generic_error
-from proxy.recorded import candidates, recorded_request
-from proxy.responses import (
+from llmtape.errors import ClientGone, ConfigError, LlmtapeError, OutOfOrder, UpstreamError
+from llmtape.matching import follow_order
+from llmtape.misses import Miss
+from llmtape.models import Exchange, Outcome
+from llmtape.normalize import RequestParts, canonical, request_key, request_parts
+from llmtape.pipeline import Action, Recorder, Replay, plan
+from llmtape.providers import Rulebook
+from llmtape.providers.base import Provider, generic_error
+from llmtape.recorded import candidates, recorded_request
+from llmtape.responses import (
     LiveResponse,
     ReplayResponse,
     cut_on_shutdown,
     raw_headers,
     unless_client_leaves,
 )
-from proxy.routing import LIVE_HEADER, live_names, resolve
-from proxy.rules import MatchRules
-from proxy.settings import Mode, Settings
-from proxy.state import Run, Runs, ServerState
-from proxy.store.base import CassetteStore, exchange_file
-from proxy.store.names import check_cassette_name, derived_name
-from proxy.timing import TIMING_HEADER, parse_timing
-from proxy.upstream import Outbound, Upstream, UpstreamResponse, answer_headers
+from llmtape.routing import LIVE_HEADER, live_names, resolve
+from llmtape.rules import MatchRules
+from llmtape.settings import Mode, Settings
+from llmtape.state import Run, Runs, ServerState
+from llmtape.store.base import CassetteStore, exchange_file
+from llmtape.store.names import check_cassette_name, derived_name
+from llmtape.timing import TIMING_HEADER, parse_timing
+from llmtape.upstream import Outbound, Upstream, UpstreamResponse, answer_headers
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 CASSETTE_HEADER = "x-llmtape-cassette"
 MAX_MISSES = 50
@@ -168,8 +167,9 @@ class Proxy:
         return ReplayResponse(replay, ctx.timing)
 
     def _check_order(self, ctx: Context, run: Run, ordinal: int) -> None:
-        verdict = follow_order(run.order or [], run.cursor, ctx.live_upstreams | run.live,
-                               ctx.key, ordinal)
+        verdict = follow_order(
+            run.order or [], run.cursor, ctx.live_upstreams | run.live, ctx.key, ordinal
+        )
         if isinstance(verdict, int):
             run.cursor = verdict
             return
@@ -179,7 +179,8 @@ class Proxy:
         came = f"{ctx.parts.method} {ctx.provider.name} {ctx.path} ({here})"
         wanted = (
             f"{expected.summary} ({exchange_file(expected.key, expected.ordinal)})"
-            if expected is not None else "no further request"
+            if expected is not None
+            else "no further request"
         )
         raise OutOfOrder(
             f"--strict-order: request #{run.requests} of this run in cassette {ctx.cassette!r} "
@@ -250,17 +251,20 @@ class Proxy:
 
         headers = answer_headers(response.headers, keep_length=ctx.parts.method == "HEAD")
         headers.append(("x-llmtape-key", ctx.key))
-        return LiveResponse(
-            response, raw_headers(headers), recorder, on_end, on_abort, on_shutdown
-        )
+        return LiveResponse(response, raw_headers(headers), recorder, on_end, on_abort, on_shutdown)
 
     def _recorder(self, ctx: Context, target: Target, response: UpstreamResponse) -> Recorder:
         # A PUT that ends the run waits for this answer to be written (or dropped).
         target.run.begin_recording()
         return Recorder(
-            provider=ctx.provider, request=ctx.parts, key=ctx.key, seq=target.seq,
-            rules=ctx.rules.fingerprint(), status=response.status,
-            headers=list(response.headers), chunked=response.chunked,
+            provider=ctx.provider,
+            request=ctx.parts,
+            key=ctx.key,
+            seq=target.seq,
+            rules=ctx.rules.fingerprint(),
+            status=response.status,
+            headers=list(response.headers),
+            chunked=response.chunked,
         )
 
     async def _commit(self, target: Target, exchange: Exchange) -> str:
@@ -286,8 +290,15 @@ class Proxy:
     def _log(self, ctx: Context, outcome: str, status: int) -> None:
         ms = (time.monotonic() - ctx.started) * 1000
         log.info(
-            "%s %s %s %s key=%s -> %s %d (%.0f ms)", ctx.mode.value, ctx.provider.name,
-            ctx.parts.method, ctx.path, ctx.key[:12], outcome, status, ms,
+            "%s %s %s %s key=%s -> %s %d (%.0f ms)",
+            ctx.mode.value,
+            ctx.provider.name,
+            ctx.parts.method,
+            ctx.path,
+            ctx.key[:12],
+            outcome,
+            status,
+            ms,
         )
 
 
@@ -295,8 +306,9 @@ async def outbound(request: Request, ctx: Context) -> Outbound:
     """The request as it goes upstream: same method, path, query and body; new host."""
     query = request.url.query
     url = ctx.provider.base_url + ctx.path + (f"?{query}" if query else "")
-    return Outbound.of(ctx.provider.name, request.method, url, request.headers.raw,
-                       await request.body())
+    return Outbound.of(
+        ctx.provider.name, request.method, url, request.headers.raw, await request.body()
+    )
 
 
 def error_response(provider: Provider | None, exc: LlmtapeError) -> JSONResponse:

@@ -7,11 +7,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.models import Exchange, StoredRequest
-from proxy.normalize import request_key, stored_request
-from proxy.providers import default_rules
-from proxy.rules import MatchRules, unstored_headers
-from proxy.store.base import CassetteStore, exchange_file
+from llmtape.models import Exchange, StoredRequest
+from llmtape.normalize import request_key, stored_request
+from llmtape.providers import default_rules
+from llmtape.rules import MatchRules, unstored_headers
+from llmtape.store.base import CassetteStore, exchange_file
 
 RulesFor = Callable[[str], MatchRules]
 Place = tuple[str, int]  # (key, ordinal): one exchange file
@@ -40,8 +40,10 @@ def rekey(
     report = RekeyReport(cassette)
     groups = {
         # Where the file is, whatever it says inside (a file renamed by hand is moved too).
-        key: [store.read(cassette, key, n).model_copy(update={"key": key, "ordinal": n})
-              for n in ordinals]
+        key: [
+            store.read(cassette, key, n).model_copy(update={"key": key, "ordinal": n})
+            for n in ordinals
+        ]
         for key, ordinals in sorted(store.entries(cassette).items())
     }
     renamed = _renamed(groups, rules_for, report)

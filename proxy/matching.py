@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any
 
-from proxy.normalize import RequestParts
-from proxy.settings import RepeatPolicy
+from llmtape.normalize import RequestParts
+from llmtape.settings import RepeatPolicy
 
 MISSING: Any = object()
 MAX_ALIGNED = 250_000  # items of one list times items of the other
@@ -90,7 +90,7 @@ def _escaped(text: str) -> str:
 def _clip_escaped(text: str, limit: int) -> str:
     if len(text) <= limit:
         return _escaped(text)
-    return _escaped(text[: limit // 2]) + "..." + _escaped(text[-(limit // 2):])
+    return _escaped(text[: limit // 2]) + "..." + _escaped(text[-(limit // 2) :])
 
 
 def common_ends(old: Sequence[Any], new: Sequence[Any]) -> tuple[int, int]:
@@ -163,9 +163,7 @@ def _diff_lists(recorded: list[Any], requested: list[Any], path: str) -> list[Di
     return out
 
 
-def _aligned(
-    recorded: list[Any], requested: list[Any]
-) -> Sequence[tuple[str, int, int, int, int]]:
+def _aligned(recorded: list[Any], requested: list[Any]) -> Sequence[tuple[str, int, int, int, int]]:
     """Opcodes (as difflib's) that turn `recorded` into `requested`, by the items' canonical
     JSON. The common head and tail are taken off first, so a single insertion, removal or
     change is always found exactly (difflib alone may not, among repeated items); index by
@@ -174,10 +172,13 @@ def _aligned(
         return [("replace", 0, len(recorded), 0, len(requested))]
     old, new = [_canonical(item) for item in recorded], [_canonical(item) for item in requested]
     head, tail = common_ends(old, new)
-    middle = SequenceMatcher(None, old[head:len(old) - tail], new[head:len(new) - tail],
-                             autojunk=False)
-    return [(tag, i1 + head, i2 + head, j1 + head, j2 + head)
-            for tag, i1, i2, j1, j2 in middle.get_opcodes()]
+    middle = SequenceMatcher(
+        None, old[head : len(old) - tail], new[head : len(new) - tail], autojunk=False
+    )
+    return [
+        (tag, i1 + head, i2 + head, j1 + head, j2 + head)
+        for tag, i1, i2, j1, j2 in middle.get_opcodes()
+    ]
 
 
 def _canonical(value: Any) -> str:
@@ -211,7 +212,9 @@ def closest(wanted: RequestParts, candidates: Iterable[RequestParts]) -> Closest
     for parts in candidates:
         differences = diff(request_view(parts), wanted_view)
         same_route = (parts.method, parts.upstream, parts.path) == (
-            wanted.method, wanted.upstream, wanted.path,
+            wanted.method,
+            wanted.upstream,
+            wanted.path,
         )
         rank = (0 if same_route else 1, len(differences))
         if best is None or rank < best[0]:

@@ -9,10 +9,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.matching import Closest, closest, json_safe, request_view
-from proxy.normalize import RequestParts, canonical
-from proxy.rules import MatchRules, unstored_headers
-from proxy.store.base import exchange_file
+from llmtape.matching import Closest, closest, json_safe, request_view
+from llmtape.normalize import RequestParts, canonical
+from llmtape.rules import MatchRules, unstored_headers
+from llmtape.store.base import exchange_file
 
 MAX_DIFFERENCES = 12
 MAX_CANDIDATES = 50_000  # recorded requests compared on a miss; a note says when cut short
@@ -44,7 +44,11 @@ class Candidate:
 
 
 def candidate_of(
-    key: str, ordinal: int, stored: RequestParts, recorded: str, rules: MatchRules,
+    key: str,
+    ordinal: int,
+    stored: RequestParts,
+    recorded: str,
+    rules: MatchRules,
     defaults: MatchRules,
 ) -> Candidate:
     """`stored` is the request as its exchange holds it, `recorded` its rules fingerprint."""
@@ -93,8 +97,12 @@ def shortlist(wanted: RequestParts, candidates: Sequence[Candidate]) -> list[Can
     ordered = sorted(mine)
 
     def rank(found: Candidate) -> tuple[bool, float, int, str]:
-        return (found.route != route, -similarity(mine, ordered, found.sketch),
-                abs(found.size - len(mine)), found.key)
+        return (
+            found.route != route,
+            -similarity(mine, ordered, found.sketch),
+            abs(found.size - len(mine)),
+            found.key,
+        )
 
     return heapq.nsmallest(SHORTLIST, candidates, key=rank)
 
@@ -158,15 +166,23 @@ class Miss:
             lines.append(f"  ... and {len(best.differences) - len(shown)} more")
         lines += self._advice(where, best)
         if self.listed > MAX_CANDIDATES:
-            lines.append(f"(Only the first {MAX_CANDIDATES} of the {self.listed} recorded "
-                         "requests were compared: a closer one may be among the others.)")
-        details["closest"] = {"file": file, "differences": [d.to_dict() for d in shown],
-                              "recorded_under_other_rules": not where.current}
+            lines.append(
+                f"(Only the first {MAX_CANDIDATES} of the {self.listed} recorded "
+                "requests were compared: a closer one may be among the others.)"
+            )
+        details["closest"] = {
+            "file": file,
+            "differences": [d.to_dict() for d in shown],
+            "recorded_under_other_rules": not where.current,
+        }
         return lines
 
     def _find(self) -> tuple[Candidate, Closest] | None:
-        loaded = [(c, p) for c in shortlist(self.request, self.candidates)
-                  if (p := self.load(c)) is not None]
+        loaded = [
+            (c, p)
+            for c in shortlist(self.request, self.candidates)
+            if (p := self.load(c)) is not None
+        ]
         best = closest(self.request, (parts for _, parts in loaded))
         if best is None:
             return None
@@ -188,6 +204,8 @@ class Miss:
                 "it again."
             ]
         if not where.current:
-            return [f"It was recorded under other match rules: if you changed them, {rekey} "
-                    "gives every recording its key under today's rules."]
+            return [
+                f"It was recorded under other match rules: if you changed them, {rekey} "
+                "gives every recording its key under today's rules."
+            ]
         return []

@@ -10,10 +10,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qsl
 
-from proxy.bodies import Payload, decode_content, request_payload
-from proxy.models import StoredRequest
-from proxy.redact import digest, is_secret_header, redact_payload, redact_query
-from proxy.rules import MatchRules, parse_path, without_path
+from llmtape.bodies import Payload, decode_content, request_payload
+from llmtape.models import StoredRequest
+from llmtape.redact import digest, is_secret_header, redact_payload, redact_query
+from llmtape.rules import MatchRules, parse_path, without_path
 
 # Beyond 2**53 a float no longer holds every integer, so `1e300` and `10**300` stay apart.
 _EXACT = 2**53
@@ -108,8 +108,9 @@ def redacted(parts: RequestParts) -> RequestParts:
     """Stored parts with every credential today's filter knows of masked: a recording made
     before a name counted as a credential may still hold one. The content type is not
     stored, so a form or multipart body is told by its shape."""
-    return replace(parts, query=tuple(redact_query(parts.query)),
-                   body=redact_payload(parts.body, ""))
+    return replace(
+        parts, query=tuple(redact_query(parts.query)), body=redact_payload(parts.body, "")
+    )
 
 
 def stored_request(request: StoredRequest) -> RequestParts:

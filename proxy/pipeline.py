@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from proxy.bodies import Payload, payload_bytes, response_payload
-from proxy.framing import (
+from llmtape.bodies import Payload, payload_bytes, response_payload
+from llmtape.framing import (
     Dialect,
     FrameSplitter,
     dialect_for,
@@ -20,12 +20,12 @@ from proxy.framing import (
     json_document,
     read_frame,
 )
-from proxy.models import Exchange, Frame, Outcome, StoredRequest, StoredResponse
-from proxy.normalize import RequestParts
-from proxy.providers.base import Provider
-from proxy.redact import is_secret_header
-from proxy.settings import Mode
-from proxy.upstream import answer_headers
+from llmtape.models import Exchange, Frame, Outcome, StoredRequest, StoredResponse
+from llmtape.normalize import RequestParts
+from llmtape.providers.base import Provider
+from llmtape.redact import is_secret_header
+from llmtape.settings import Mode
+from llmtape.upstream import answer_headers
 
 
 class Action(Enum):
@@ -51,10 +51,28 @@ def plan(mode: Mode, hit: bool, live: bool) -> Action:
 # Headers that differ on every call: kept out of the file so a re-record shows no diff.
 VOLATILE_HEADERS = frozenset(
     {
-        "date", "server", "x-request-id", "request-id", "openai-processing-ms", "cf-ray",
-        "cf-cache-status", "alt-svc", "via", "x-envoy-upstream-service-time", "server-timing",
-        "x-cloud-trace-context", "retry-after", "report-to", "nel", "age", "expires", "etag",
-        "last-modified", "anthropic-organization-id", "x-amzn-requestid", "x-amzn-trace-id",
+        "date",
+        "server",
+        "x-request-id",
+        "request-id",
+        "openai-processing-ms",
+        "cf-ray",
+        "cf-cache-status",
+        "alt-svc",
+        "via",
+        "x-envoy-upstream-service-time",
+        "server-timing",
+        "x-cloud-trace-context",
+        "retry-after",
+        "report-to",
+        "nel",
+        "age",
+        "expires",
+        "etag",
+        "last-modified",
+        "anthropic-organization-id",
+        "x-amzn-requestid",
+        "x-amzn-trace-id",
     }
 )
 VOLATILE_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-", "x-llmtape-")
@@ -66,11 +84,7 @@ def stored_headers(
     """The response headers worth keeping; a repeated one (`link`, `vary`) as a list."""
     kept: dict[str, str | list[str]] = {}
     for k, v in answer_headers(headers, keep_length):
-        if (
-            k in VOLATILE_HEADERS
-            or k.startswith(VOLATILE_PREFIXES)
-            or is_secret_header(k)
-        ):
+        if k in VOLATILE_HEADERS or k.startswith(VOLATILE_PREFIXES) or is_secret_header(k):
             continue
         previous = kept.get(k)
         if previous is None:
@@ -81,9 +95,7 @@ def stored_headers(
 
 
 def header_pairs(headers: dict[str, str | list[str]]) -> list[tuple[str, str]]:
-    return [
-        (k, one) for k, v in headers.items() for one in (v if isinstance(v, list) else [v])
-    ]
+    return [(k, one) for k, v in headers.items() for one in (v if isinstance(v, list) else [v])]
 
 
 def is_failure_status(status: int) -> bool:
@@ -228,7 +240,8 @@ def _needs_length(exchange: Exchange, cut: bool) -> bool:
     return not (
         cut
         or "content-length" in exchange.response.headers
-        or status < 200 or status in (204, 304)
+        or status < 200
+        or status in (204, 304)
         or exchange.request.method == "HEAD"
     )
 

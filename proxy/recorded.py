@@ -3,11 +3,11 @@ every recording, and the canonical request of the few that come closest."""
 
 from __future__ import annotations
 
-from proxy.errors import LlmtapeError
-from proxy.misses import MAX_CANDIDATES, Candidate, candidate_of
-from proxy.normalize import RequestParts, canonical, stored_request
-from proxy.providers import Rulebook, default_rules
-from proxy.store.base import CassetteStore
+from llmtape.errors import LlmtapeError
+from llmtape.misses import MAX_CANDIDATES, Candidate, candidate_of
+from llmtape.normalize import RequestParts, canonical, stored_request
+from llmtape.providers import Rulebook, default_rules
+from llmtape.store.base import CassetteStore
 
 
 def candidates(
@@ -21,10 +21,16 @@ def candidates(
         except LlmtapeError:
             continue
         parts = stored_request(exchange.request)
-        found.append(candidate_of(
-            key, numbers[0], parts, exchange.rules, rules.for_upstream(parts.upstream),
-            default_rules(parts.upstream),
-        ))
+        found.append(
+            candidate_of(
+                key,
+                numbers[0],
+                parts,
+                exchange.rules,
+                rules.for_upstream(parts.upstream),
+                default_rules(parts.upstream),
+            )
+        )
     return found
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, unquote_plus, urlencode
 
-from proxy.bodies import MULTIPART_BOUNDARY, Payload
+from llmtape.bodies import MULTIPART_BOUNDARY, Payload
 
 MARKER = "[redacted]"
 SECRET_HEADERS = frozenset(
@@ -31,17 +31,55 @@ SECRET_HEADERS = frozenset(
 # `api-token` are one name.
 SECRET_QUERY = frozenset(
     {
-        "key", "apikey", "xapikey", "xgoogapikey", "token", "apitoken", "accesstoken",
-        "idtoken", "refreshtoken", "authtoken", "sessiontoken", "securitytoken",
-        "xamzsecuritytoken", "bearer", "auth", "sig", "signature", "secret", "clientsecret",
-        "password", "pass", "pwd", "accesskey", "authkey", "subscriptionkey", "privatetoken",
-        "appid", "appkey", "secretkey", "privatekey", "sessionkey",
+        "key",
+        "apikey",
+        "xapikey",
+        "xgoogapikey",
+        "token",
+        "apitoken",
+        "accesstoken",
+        "idtoken",
+        "refreshtoken",
+        "authtoken",
+        "sessiontoken",
+        "securitytoken",
+        "xamzsecuritytoken",
+        "bearer",
+        "auth",
+        "sig",
+        "signature",
+        "secret",
+        "clientsecret",
+        "password",
+        "pass",
+        "pwd",
+        "accesskey",
+        "authkey",
+        "subscriptionkey",
+        "privatetoken",
+        "appid",
+        "appkey",
+        "secretkey",
+        "privatekey",
+        "sessionkey",
     }
 )
 # Any header name holding one of these is treated as a credential too: unknown upstreams
 # invent names, and a header that is not a key header is never stored anyway.
-_SECRET_WORDS = ("auth", "token", "secret", "password", "passwd", "api-key", "apikey", "api_key",
-                 "cookie", "session", "signature", "credential")
+_SECRET_WORDS = (
+    "auth",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "api-key",
+    "apikey",
+    "api_key",
+    "cookie",
+    "session",
+    "signature",
+    "credential",
+)
 # Query names are matched more narrowly: `page_token`, `nextPageToken` or `author` are not
 # credentials, and dropping them would give different pages one key.
 _SECRET_QUERY_WORDS = ("secret", "password", "passwd", "signature", "credential", "apikey")
@@ -50,17 +88,49 @@ _SECRET_QUERY_WORDS = ("secret", "password", "passwd", "signature", "credential"
 # `authorization` and `token` are exact: MCP servers in Anthropic and OpenAI requests carry
 # their credential as `authorization_token`, `authorization` or a bare `token`.
 _SECRET_FIELDS = frozenset(
-    {"idtoken", "authtoken", "sessiontoken", "securitytoken", "apitoken", "passwd",
-     "clientassertion", "authorization", "token"}
+    {
+        "idtoken",
+        "authtoken",
+        "sessiontoken",
+        "securitytoken",
+        "apitoken",
+        "passwd",
+        "clientassertion",
+        "authorization",
+        "token",
+    }
 )
-_SECRET_FIELD_ENDINGS = ("apikey", "apisecret", "accesstoken", "refreshtoken", "clientsecret",
-                         "secret", "secretkey", "secretaccesskey", "privatekey", "password",
-                         "authorizationtoken", "bottoken", "oauthtoken", "bearertoken")
+_SECRET_FIELD_ENDINGS = (
+    "apikey",
+    "apisecret",
+    "accesstoken",
+    "refreshtoken",
+    "clientsecret",
+    "secret",
+    "secretkey",
+    "secretaccesskey",
+    "privatekey",
+    "password",
+    "authorizationtoken",
+    "bottoken",
+    "oauthtoken",
+    "bearertoken",
+)
 # Top-level body fields that hold the conversation. What a user, a model or a tool said is
 # the request itself: a tool result `{"secret": "1234"}` changes the answer, so nothing in
 # them is masked by name, only the HTTP headers objects a tool call may carry.
-_CONVERSATION = frozenset({"messages", "contents", "input", "prompt", "system", "instructions",
-                           "systemInstruction", "system_instruction"})
+_CONVERSATION = frozenset(
+    {
+        "messages",
+        "contents",
+        "input",
+        "prompt",
+        "system",
+        "instructions",
+        "systemInstruction",
+        "system_instruction",
+    }
+)
 # A form is a query sent as a body: strictly `name=value` pairs joined by `&`. A stored text
 # body of this shape is masked as a form, since the content type is not stored.
 _FORM = re.compile(r"[^=&\s]+=[^&\s]*(?:&[^=&\s]+=[^&\s]*)*")

@@ -10,11 +10,10 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
+from llmtape.errors import ClientGone, UpstreamCut
+from llmtape.pipeline import Recorder, Replay
+from llmtape.upstream import UpstreamResponse
 from starlette.types import Receive, Scope, Send
-
-from proxy.errors import ClientGone, UpstreamCut
-from proxy.pipeline import Recorder, Replay
-from proxy.upstream import UpstreamResponse
 
 RawHeaders = list[tuple[bytes, bytes]]
 T = TypeVar("T")
@@ -175,8 +174,9 @@ class ReplayResponse:
 
     async def _play(self, send: Send) -> None:
         replay = self._replay
-        await send({"type": "http.response.start", "status": replay.status,
-                    "headers": replay.headers})
+        await send(
+            {"type": "http.response.start", "status": replay.status, "headers": replay.headers}
+        )
         started = time.monotonic()
         for ms, data in replay.frames:
             await self._until(started, ms)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from proxy.errors import ConfigError, UnknownUpstream
-from proxy.providers.base import Provider
+from llmtape.errors import ConfigError, UnknownUpstream
+from llmtape.providers.base import Provider
 
 LIVE_HEADER = "x-llmtape-live"
 
@@ -23,9 +23,9 @@ def live_names(value: str, providers: Mapping[str, Provider]) -> frozenset[str]:
     return names
 
 
-def resolve(path: str, headers: Mapping[str, str], providers: Mapping[str, Provider]) -> tuple[
-    Provider, str
-]:
+def resolve(
+    path: str, headers: Mapping[str, str], providers: Mapping[str, Provider]
+) -> tuple[Provider, str]:
     """`/openai/v1/chat/completions` -> (openai, `/v1/chat/completions`). A bare `/v1/...` goes
     to anthropic when the request carries `anthropic-version`, else to openai."""
     first, _, rest = path.lstrip("/").partition("/")

@@ -15,7 +15,7 @@ from functools import lru_cache
 from itertools import combinations
 from typing import Any
 
-from proxy.errors import ConfigError
+from llmtape.errors import ConfigError
 
 RULE_KINDS = ("body", "query", "header", "key-header")
 _TOKEN = re.compile(r"([^.\[\]]+)|\[(\d+|\*)\]")
@@ -23,11 +23,36 @@ _HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 token
 # Body fields that change the answer: a rule that ignores one makes different questions
 # replay the same recording. Only warned about, since a user may mean it.
 ANSWER_FIELDS = frozenset(
-    {"model", "messages", "input", "prompt", "tools", "tool_choice", "stream", "contents",
-     "system", "system_instruction", "systemInstruction", "instructions", "temperature",
-     "top_p", "top_k", "max_tokens", "max_output_tokens", "max_completion_tokens", "stop",
-     "response_format", "generationConfig", "generation_config", "options", "format", "n",
-     "content", "text", "parts"}
+    {
+        "model",
+        "messages",
+        "input",
+        "prompt",
+        "tools",
+        "tool_choice",
+        "stream",
+        "contents",
+        "system",
+        "system_instruction",
+        "systemInstruction",
+        "instructions",
+        "temperature",
+        "top_p",
+        "top_k",
+        "max_tokens",
+        "max_output_tokens",
+        "max_completion_tokens",
+        "stop",
+        "response_format",
+        "generationConfig",
+        "generation_config",
+        "options",
+        "format",
+        "n",
+        "content",
+        "text",
+        "parts",
+    }
 )
 
 
@@ -148,10 +173,15 @@ def build_rules(base: MatchRules, upstream: str, specs: Iterable[str]) -> MatchR
     for rule in map(parse_rule, specs):
         if rule.upstream not in {upstream, "*"}:
             continue
-        {"body": body.append, "query": query.add, "header": headers.add,
-         "key-header": key_headers.add}[rule.kind](rule.name)
-    return MatchRules(tuple(dict.fromkeys(body)), frozenset(query), frozenset(headers),
-                      frozenset(key_headers))
+        {
+            "body": body.append,
+            "query": query.add,
+            "header": headers.add,
+            "key-header": key_headers.add,
+        }[rule.kind](rule.name)
+    return MatchRules(
+        tuple(dict.fromkeys(body)), frozenset(query), frozenset(headers), frozenset(key_headers)
+    )
 
 
 @lru_cache(maxsize=1024)

@@ -10,6 +10,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from llmtape.errors import BadCassetteName, ConfigError
+from llmtape.providers import BUILTIN
+from llmtape.rules import parse_rule
+from llmtape.store.names import check_cassette_name
+from llmtape.timing import parse_timing
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -18,12 +23,6 @@ from pydantic import (
     ValidationInfo,
     field_validator,
 )
-
-from proxy.errors import BadCassetteName, ConfigError
-from proxy.providers import BUILTIN
-from proxy.rules import parse_rule
-from proxy.store.names import check_cassette_name
-from proxy.timing import parse_timing
 
 ENV_PREFIX = "LLMTAPE_"
 DEFAULT_CONFIG_FILE = "llmtape.toml"
@@ -233,8 +232,12 @@ def _from_file(config: Path | None, environ: Mapping[str, str]) -> dict[str, Any
     return values
 
 
-MATCH_KEYS = {"ignore_body": "body", "ignore_query": "query", "ignore_headers": "header",
-              "key_headers": "key-header"}
+MATCH_KEYS = {
+    "ignore_body": "body",
+    "ignore_query": "query",
+    "ignore_headers": "header",
+    "key_headers": "key-header",
+}
 
 
 def match_tables(tables: Any, path: Path) -> list[str]:

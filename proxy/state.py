@@ -9,12 +9,12 @@ from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.errors import LlmtapeError
-from proxy.matching import Recorded, pick_ordinal
-from proxy.misses import Candidate
-from proxy.pipeline import Replay
-from proxy.settings import Mode, RepeatPolicy
-from proxy.store.base import CassetteStore, exchange_file
+from llmtape.errors import LlmtapeError
+from llmtape.matching import Recorded, pick_ordinal
+from llmtape.misses import Candidate
+from llmtape.pipeline import Replay
+from llmtape.settings import Mode, RepeatPolicy
+from llmtape.store.base import CassetteStore, exchange_file
 
 MAX_LISTED = 50
 MAX_ENDED = 200  # ended runs kept for stats and the shutdown log (those with news only)
@@ -258,8 +258,12 @@ class Runs:
             self._store.delete(run.cassette, key, ordinal)
         if stale:
             names = ", ".join(exchange_file(k, o) for k, o in stale[:10])
-            log.info("cassette %r: removed %d recording(s) this run superseded: %s",
-                     run.cassette, len(stale), names)
+            log.info(
+                "cassette %r: removed %d recording(s) this run superseded: %s",
+                run.cassette,
+                len(stale),
+                names,
+            )
 
     def summary(self, run: Run) -> dict[str, Any]:
         """Counts for /__llmtape/stats and the shutdown log. Unused recordings count only for

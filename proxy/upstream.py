@@ -9,16 +9,23 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import aiohttp
-
-from proxy.errors import UpstreamCut, UpstreamError, UpstreamTimeout, UpstreamUnreachable
-from proxy.redact import redact_text, redact_url
+from llmtape.errors import UpstreamCut, UpstreamError, UpstreamTimeout, UpstreamUnreachable
+from llmtape.redact import redact_text, redact_url
 
 # RFC 9110 7.6.1: headers meant for one connection, never passed on; so is every header a
 # Connection header names.
 HOP_BY_HOP = frozenset(
     {
-        "connection", "keep-alive", "proxy-connection", "proxy-authenticate",
-        "proxy-authorization", "te", "trailer", "trailers", "transfer-encoding", "upgrade",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
     }
 )
 # What llmtape sets itself on the way up: the host, the length, the encodings it can decode;
@@ -70,8 +77,10 @@ class Upstream(Protocol):
 def _connection_named(headers: Sequence[tuple[str, str]]) -> frozenset[str]:
     return frozenset(
         token.strip().lower()
-        for k, v in headers if k.lower() == "connection"
-        for token in v.split(",") if token.strip()
+        for k, v in headers
+        if k.lower() == "connection"
+        for token in v.split(",")
+        if token.strip()
     )
 
 
@@ -80,7 +89,8 @@ def forward_headers(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]
     goes as it came), hop-by-hop and ours dropped."""
     dropped = HOP_BY_HOP | SET_ON_REQUEST | _connection_named(headers)
     kept = [
-        (k, v) for k, v in headers
+        (k, v)
+        for k, v in headers
         if k.lower() not in dropped and not k.lower().startswith("x-llmtape-")
     ]
     # We decompress for the client and the cassette; only ask for what aiohttp can decode.

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llmtape.settings import Settings
 
-from proxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream
 from tests.support import ProxyServer
 
@@ -37,7 +37,10 @@ def make_proxy(fake: FakeUpstream, cassettes: Path) -> Iterator[MakeProxy]:
         upstreams = {name: fake.url for name in ("openai", "anthropic", "gemini", "ollama")}
         upstreams.update(overrides.pop("upstream", {}))
         values: dict[str, Any] = {
-            "port": 0, "cassettes": cassettes, "upstream": upstreams, "shutdown_timeout": 2,
+            "port": 0,
+            "cassettes": cassettes,
+            "upstream": upstreams,
+            "shutdown_timeout": 2,
         }
         values.update(overrides)
         server = ProxyServer(Settings(**values)).start()

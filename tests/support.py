@@ -10,10 +10,9 @@ from types import TracebackType
 from typing import Any
 
 import httpx
-
-from cli.server import ReadyServer, uvicorn_config
-from proxy.app import create_app
-from proxy.settings import Settings
+from llmtape.app import create_app
+from llmtape.cli.server import ReadyServer, uvicorn_config
+from llmtape.settings import Settings
 
 SECRET_OPENAI = "sk-test-SECRET-openai-0123456789abcdef"
 SECRET_ANTHROPIC = "sk-ant-test-SECRET-anthropic-0123456789"
@@ -80,6 +79,7 @@ def closed_port() -> int:
 def files_under(folder: Path) -> dict[str, bytes]:
     """Every file below `folder`, by relative path, with its bytes."""
     return {
-        p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
         if p.is_file()
     }

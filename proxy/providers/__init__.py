@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from proxy.providers import anthropic, gemini, ollama, openai
-from proxy.providers.base import Provider
-from proxy.rules import MatchRules, build_rules
+from llmtape.providers import anthropic, gemini, ollama, openai
+from llmtape.providers.base import Provider
+from llmtape.rules import MatchRules, build_rules
 
 BUILTIN: Mapping[str, Provider] = {
     p.name: p for p in (openai.PROVIDER, anthropic.PROVIDER, gemini.PROVIDER, ollama.PROVIDER)
@@ -42,8 +42,9 @@ class Rulebook:
     @classmethod
     def build(cls, providers: Mapping[str, Provider], specs: Iterable[str]) -> Rulebook:
         specs = tuple(specs)
-        return cls({name: build_rules(p.rules, name, specs) for name, p in providers.items()},
-                   specs)
+        return cls(
+            {name: build_rules(p.rules, name, specs) for name, p in providers.items()}, specs
+        )
 
     def for_upstream(self, name: str) -> MatchRules:
         found = self.table.get(name)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from proxy.providers.base import Provider, Usage, pick_int, usage_of
-from proxy.rules import MatchRules
+from llmtape.providers.base import Provider, Usage, pick_int, usage_of
+from llmtape.rules import MatchRules
 
 
 def error_body(error_type: str, message: str, status: int) -> dict[str, Any]:

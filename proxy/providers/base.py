@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from proxy.rules import MatchRules
+from llmtape.rules import MatchRules
 
 Usage = dict[str, int]
 

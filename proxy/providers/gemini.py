@@ -5,18 +5,29 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from proxy.providers.base import Provider, Usage, pick_int, usage_of
+from llmtape.providers.base import Provider, Usage, pick_int, usage_of
 
 # Google's canonical status names, which its SDKs show beside the code.
 GOOGLE_STATUS = {
-    400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 422: "FAILED_PRECONDITION", 499: "CANCELLED",
-    500: "INTERNAL", 502: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED",
+    400: "INVALID_ARGUMENT",
+    404: "NOT_FOUND",
+    422: "FAILED_PRECONDITION",
+    499: "CANCELLED",
+    500: "INTERNAL",
+    502: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
 }
 
 
 def error_body(error_type: str, message: str, status: int) -> dict[str, Any]:
-    return {"error": {"code": status, "message": message,
-                      "status": GOOGLE_STATUS.get(status, "UNKNOWN"), "type": error_type}}
+    return {
+        "error": {
+            "code": status,
+            "message": message,
+            "status": GOOGLE_STATUS.get(status, "UNKNOWN"),
+            "type": error_type,
+        }
+    }
 
 
 def usage(payloads: Iterable[Any]) -> Usage | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from proxy.providers.base import Provider, Usage, generic_error, pick_int, usage_of
+from llmtape.providers.base import Provider, Usage, generic_error, pick_int, usage_of
 
 
 def usage(payloads: Iterable[Any]) -> Usage | None:

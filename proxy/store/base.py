@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Protocol
 
-from proxy.models import Exchange
+from llmtape.models import Exchange
 
 # Ordinal 1 is `<key>.json`; n >= 2 is `<key>.<n>.json`, with no leading zero, so each
 # recording has exactly one name.

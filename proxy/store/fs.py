@@ -6,12 +6,11 @@ import os
 import tempfile
 from pathlib import Path
 
+from llmtape.errors import CassetteCorrupt
+from llmtape.models import Exchange, Frame, dump_exchange, load_exchange
+from llmtape.store.base import exchange_file, parse_exchange_file
+from llmtape.store.names import check_folder_name
 from pydantic import ValidationError
-
-from proxy.errors import CassetteCorrupt
-from proxy.models import Exchange, Frame, dump_exchange, load_exchange
-from proxy.store.base import exchange_file, parse_exchange_file
-from proxy.store.names import check_folder_name
 
 
 class FileStore:
@@ -108,9 +107,9 @@ def _untimed(exchange: Exchange) -> bytes:
     """The exchange as bytes with its timings (frame arrivals, when a cut came) left out."""
     response = exchange.response
     frames = response.frames
-    untimed = None if frames is None else [
-        Frame(ms=0, text=f.text, base64=f.base64) for f in frames
-    ]
+    untimed = (
+        None if frames is None else [Frame(ms=0, text=f.text, base64=f.base64) for f in frames]
+    )
     response = response.model_copy(update={"frames": untimed, "end_ms": None})
     return dump_exchange(exchange.model_copy(update={"response": response}))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from proxy.errors import BadCassetteName
+from llmtape.errors import BadCassetteName
 
 _SEGMENT = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 MAX_NAME = 200
@@ -29,11 +29,7 @@ def check_cassette_name(name: str) -> str:
     Letters, digits and `._-`, with `/` between segments; no empty, `.` or `..` segment,
     no leading dot (temporary files start with one) and no absolute path."""
     segments = name.split("/")
-    if (
-        not name
-        or len(name) > MAX_NAME
-        or any(not _SEGMENT.fullmatch(s) for s in segments)
-    ):
+    if not name or len(name) > MAX_NAME or any(not _SEGMENT.fullmatch(s) for s in segments):
         raise BadCassetteName(
             f"cassette name {name!r} is not allowed: use letters, digits and ._- "
             f"(not starting with a dot), with / between segments, at most {MAX_NAME} characters"

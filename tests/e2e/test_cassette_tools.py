@@ -8,9 +8,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from llmtape.cli.main import app
 from typer.testing import CliRunner
 
-from cli.main import app
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream
 from tests.support import files_under
@@ -74,13 +74,13 @@ def test_verify_passes_a_sound_library_and_names_each_problem(tmp_path: Path) ->
 
 def test_verify_after_a_rules_change_points_to_rekey(tmp_path: Path) -> None:
     root = library(tmp_path)
-    code, out = run("verify", "example", "--cassettes", str(root),
-                    "--ignore", "openai:body:model")
+    code, out = run("verify", "example", "--cassettes", str(root), "--ignore", "openai:body:model")
     assert code == 1 and "llmtape rekey" in out
     rekeyed = run("rekey", "example", "--cassettes", str(root), "--ignore", "openai:body:model")
     assert rekeyed[0] == 0
-    assert run("verify", "example", "--cassettes", str(root),
-               "--ignore", "openai:body:model")[0] == 0
+    assert (
+        run("verify", "example", "--cassettes", str(root), "--ignore", "openai:body:model")[0] == 0
+    )
 
 
 def test_verify_of_an_empty_or_mistyped_library_fails_instead_of_passing(tmp_path: Path) -> None:
@@ -98,8 +98,9 @@ def test_rekey_without_serves_upstream_option_still_applies_star_rules_to_it(
     before = files_under(cassettes)
     # the cassette tools are run without --upstream search=...
     assert run("verify", "--cassettes", str(cassettes), "--ignore", "*:query:ts")[0] == 0
-    code, out = run("rekey", "default", "--cassettes", str(cassettes), "--ignore", "*:query:ts",
-                    "--json")
+    code, out = run(
+        "rekey", "default", "--cassettes", str(cassettes), "--ignore", "*:query:ts", "--json"
+    )
     assert code == 0 and json.loads(out)["moved"] == []
     assert files_under(cassettes) == before
     replayer = make_proxy(mode="replay", **served)
@@ -111,8 +112,9 @@ def test_rekey_names_the_recordings_a_new_key_header_leaves_behind(
 ) -> None:
     recorder = make_proxy(mode="record")
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-    httpx.post(recorder.url + "/openai/v1/chat/completions", json=body,
-               headers={"x-tenant": "acme"})
+    httpx.post(
+        recorder.url + "/openai/v1/chat/completions", json=body, headers={"x-tenant": "acme"}
+    )
     recorder.stop()
     [name] = files_under(cassettes)
     rule = ["--ignore", "openai:key-header:x-tenant"]
@@ -121,8 +123,7 @@ def test_rekey_names_the_recordings_a_new_key_header_leaves_behind(
     code, out = run("rekey", "default", "--cassettes", str(cassettes), *rule, "--json")
     [unstored] = json.loads(out)["unstored"]
     assert unstored == {"file": name.split("/")[-1], "headers": ["x-tenant"]}
-    again = json.loads(run("rekey", "default", "--cassettes", str(cassettes), *rule,
-                           "--json")[1])
+    again = json.loads(run("rekey", "default", "--cassettes", str(cassettes), *rule, "--json")[1])
     assert again["unstored"] == [unstored], "still named until it is recorded again"
 
 
@@ -130,22 +131,30 @@ def test_verify_names_recordings_that_lack_a_header_todays_rules_key_on(
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
 ) -> None:
     recorder = make_proxy(mode="record")
-    sent = httpx.post(recorder.url + "/openai/v1/embeddings", json={"model": "m", "input": "x"},
-                      headers={"x-tenant": "acme"})
+    sent = httpx.post(
+        recorder.url + "/openai/v1/embeddings",
+        json={"model": "m", "input": "x"},
+        headers={"x-tenant": "acme"},
+    )
     assert sent.status_code == 200
     recorder.stop()
     assert run("verify", "--cassettes", str(cassettes))[0] == 0
-    code, out = run("verify", "default", "--cassettes", str(cassettes), "--ignore",
-                    "openai:key-header:x-tenant", "--json")
+    code, out = run(
+        "verify",
+        "default",
+        "--cassettes",
+        str(cassettes),
+        "--ignore",
+        "openai:key-header:x-tenant",
+        "--json",
+    )
     assert code == 1
     [problem] = json.loads(out)[0]["problems"]
     assert "x-tenant" in problem["problem"] and "record it again" in problem["problem"]
 
 
 @pytest.mark.parametrize("odd", [".02.json", ".1.json"])
-def test_verify_flags_an_exchange_file_name_llmtape_does_not_read(
-    tmp_path: Path, odd: str
-) -> None:
+def test_verify_flags_an_exchange_file_name_llmtape_does_not_read(tmp_path: Path, odd: str) -> None:
     root = library(tmp_path)
     first = sorted((root / "example").glob("*.json"))[0]
     shutil.copy(first, first.with_name(first.name.removesuffix(".json") + odd))

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from llmtape.models import load_exchange
 
-from proxy.models import load_exchange
 from tests.fakes.upstream import FakeUpstream
 
-LLMTAPE = [sys.executable, "-m", "cli.main"]
+LLMTAPE = [sys.executable, "-m", "llmtape"]
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -28,8 +28,12 @@ class Serve:
         environ["PYTHONPATH"] = str(ROOT)
         environ.update(env or {})
         self.process = subprocess.Popen(
-            [*LLMTAPE, "serve", "--port", "0", *args], cwd=cwd, env=environ,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [*LLMTAPE, "serve", "--port", "0", *args],
+            cwd=cwd,
+            env=environ,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         assert self.process.stdout is not None
         self.ready = self.process.stdout.readline()
@@ -52,8 +56,11 @@ def test_serve_prints_its_url_and_exits_cleanly_on_signals_with_cassettes_on_dis
 ) -> None:
     serve = Serve(["--mode", "record", "--upstream", f"openai={fake.url}"], workdir)
     assert serve.url.startswith("http://127.0.0.1:"), serve.ready
-    response = httpx.post(serve.url + "/openai/v1/embeddings", json={"model": "m", "input": "x"},
-                          headers={"authorization": "Bearer sk-test-fake"})
+    response = httpx.post(
+        serve.url + "/openai/v1/embeddings",
+        json={"model": "m", "input": "x"},
+        headers={"authorization": "Bearer sk-test-fake"},
+    )
     assert response.status_code == 200
     code, err = serve.stop(sig)
     assert code == 0, err
@@ -89,8 +96,12 @@ def test_a_bad_value_fails_at_start_naming_the_option(
 ) -> None:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
     result = subprocess.run(
-        [*LLMTAPE, "serve", "--port", "0", *args], cwd=workdir, capture_output=True, text=True,
-        env={**environ, "PYTHONPATH": str(ROOT), **env}, timeout=30,
+        [*LLMTAPE, "serve", "--port", "0", *args],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        env={**environ, "PYTHONPATH": str(ROOT), **env},
+        timeout=30,
     )
     assert result.returncode == 2
     assert needle in result.stderr
@@ -99,12 +110,17 @@ def test_a_bad_value_fails_at_start_naming_the_option(
 
 def test_an_open_stream_cannot_hold_the_exit_forever(workdir: Path, fake: FakeUpstream) -> None:
     fake.frame_delay = 0.5
-    serve = Serve(["--mode", "record", "--shutdown-timeout", "1", "--upstream",
-                   f"openai={fake.url}"], workdir)
+    serve = Serve(
+        ["--mode", "record", "--shutdown-timeout", "1", "--upstream", f"openai={fake.url}"], workdir
+    )
     long_prompt = " ".join(["word"] * 60)  # about 30 s of frames
     body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": long_prompt}]}
-    with httpx.stream("POST", serve.url + "/openai/v1/chat/completions", json=body,
-                      headers={"authorization": "Bearer sk-test-fake"}) as response:
+    with httpx.stream(
+        "POST",
+        serve.url + "/openai/v1/chat/completions",
+        json=body,
+        headers={"authorization": "Bearer sk-test-fake"},
+    ) as response:
         next(response.iter_raw())
         code, err = serve.stop(signal.SIGTERM)
     assert code == 0, err
@@ -115,8 +131,9 @@ def test_an_open_stream_cannot_hold_the_exit_forever(workdir: Path, fake: FakeUp
 def test_a_killed_proxy_leaves_only_whole_readable_exchanges(
     workdir: Path, fake: FakeUpstream
 ) -> None:
-    serve = Serve(["--mode", "record", "--log-level", "warning", "--upstream",
-                   f"openai={fake.url}"], workdir)
+    serve = Serve(
+        ["--mode", "record", "--log-level", "warning", "--upstream", f"openai={fake.url}"], workdir
+    )
     stop = threading.Event()
     answered: list[int] = []
 
@@ -126,8 +143,10 @@ def test_a_killed_proxy_leaves_only_whole_readable_exchanges(
                 if stop.is_set():
                     return
                 try:
-                    client.post(serve.url + "/openai/v1/embeddings",
-                                json={"model": "m", "input": f"{worker}-{n}"})
+                    client.post(
+                        serve.url + "/openai/v1/embeddings",
+                        json={"model": "m", "input": f"{worker}-{n}"},
+                    )
                     answered.append(n)
                 except httpx.HTTPError:
                     return
@@ -155,8 +174,12 @@ def test_a_port_in_use_fails_at_start_with_status_1_and_says_so(workdir: Path) -
         taken.listen()
         port = str(taken.getsockname()[1])
         result = subprocess.run(
-            [*LLMTAPE, "serve", "--port", port], cwd=workdir, capture_output=True, text=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=30,
+            [*LLMTAPE, "serve", "--port", port],
+            cwd=workdir,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            timeout=30,
         )
     assert result.returncode == 1
     assert "address already in use" in result.stderr and "could not listen" in result.stderr
@@ -166,12 +189,13 @@ def run_cli(
     *args: str, columns: int = 80, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     environ = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": str(columns), **(env or {})}
-    return subprocess.run([*LLMTAPE, *args], capture_output=True, text=True, timeout=60,
-                          env=environ)
+    return subprocess.run(
+        [*LLMTAPE, *args], capture_output=True, text=True, timeout=60, env=environ
+    )
 
 
 def test_serve_help_shows_every_option_and_variable_whole_at_80_columns() -> None:
-    from proxy.settings import Settings, env_name, option_name
+    from llmtape.settings import Settings, env_name, option_name
 
     result = run_cli("serve", "--help")
     assert result.returncode == 0, result.stderr
@@ -211,8 +235,9 @@ def test_verify_finds_a_cassette_holding_only_a_torn_first_write(tmp_path: Path)
 def test_serve_warns_at_start_about_a_rule_that_ignores_what_changes_the_answer(
     workdir: Path,
 ) -> None:
-    serve = Serve(["--ignore", "openai:body:model", "--ignore", "openai:body:metadata.run"],
-                  workdir)
+    serve = Serve(
+        ["--ignore", "openai:body:model", "--ignore", "openai:body:metadata.run"], workdir
+    )
     code, err = serve.stop()
     assert code == 0, err
     assert "'openai:body:model'" in err and "changes the answer" in err
@@ -223,10 +248,12 @@ def test_a_shutdown_while_the_upstream_has_not_answered_is_quiet_and_exits_0(
     workdir: Path, hanging_upstream: tuple[str, threading.Event]
 ) -> None:
     url, hung_up = hanging_upstream
-    serve = Serve(["--mode", "record", "--upstream", f"tools={url}", "--shutdown-timeout",
-                   "0.5"], workdir)
-    waiting = threading.Thread(target=lambda: httpx.post(serve.url + "/tools/slow", json={},
-                                                         timeout=20), daemon=True)
+    serve = Serve(
+        ["--mode", "record", "--upstream", f"tools={url}", "--shutdown-timeout", "0.5"], workdir
+    )
+    waiting = threading.Thread(
+        target=lambda: httpx.post(serve.url + "/tools/slow", json={}, timeout=20), daemon=True
+    )
     waiting.start()
     assert hung_up.wait(0.5) is False  # the request is with the upstream
     code, err = serve.stop()

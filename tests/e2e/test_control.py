@@ -19,8 +19,7 @@ def embed(url: str, cassette: str | None = None, text: str = "hello") -> httpx.R
     headers = {"authorization": "Bearer sk-test-fake"}
     if cassette:
         headers["x-llmtape-cassette"] = cassette
-    return httpx.post(url + "/openai/v1/embeddings", json={**EMBED, "input": text},
-                      headers=headers)
+    return httpx.post(url + "/openai/v1/embeddings", json={**EMBED, "input": text}, headers=headers)
 
 
 def test_header_picks_the_cassette_for_one_request(
@@ -127,9 +126,10 @@ def test_recordings_a_run_left_unused_still_count_after_a_put_ends_it(
 def test_a_cassette_switch_leaves_another_clients_header_picked_run_alone(
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
 ) -> None:
-    fake.script("/v1/embeddings", *(
-        Reply(body={"object": "list", "data": [], "model": f"answer-{n}"}) for n in range(3)
-    ))
+    fake.script(
+        "/v1/embeddings",
+        *(Reply(body={"object": "list", "data": [], "model": f"answer-{n}"}) for n in range(3)),
+    )
     recorder = make_proxy(mode="record")
     for _ in range(3):
         embed(recorder.url, cassette="worker1/test_a")
@@ -149,8 +149,10 @@ def test_a_client_that_hangs_up_mid_upload_is_one_quiet_line(
     host, port = proxy.url.removeprefix("http://").split(":")
     for path in ("/openai/v1/embeddings", "/__llmtape/cassette"):
         with socket.create_connection((host, int(port))) as sock:
-            sock.sendall(f"PUT {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n"
-                         "content-type: application/json\r\n\r\n{\"a\": 1".encode())
+            sock.sendall(
+                f"PUT {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n"
+                'content-type: application/json\r\n\r\n{"a": 1'.encode()
+            )
     deadline = time.monotonic() + 10
     while proxy.stats["aborted"] < 2 and time.monotonic() < deadline:
         time.sleep(0.02)

@@ -17,8 +17,7 @@ import dockerfile
 import httpx
 import pytest
 import yaml
-
-from proxy.settings import Settings, env_name
+from llmtape.settings import Settings, env_name
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
@@ -101,16 +100,22 @@ def container_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], d
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
     env.update(image_env())
     env.update(
-        LLMTAPE_HOST="127.0.0.1", LLMTAPE_PORT=str(free_port()),
-        LLMTAPE_CASSETTES=str(ROOT / "cassettes"), LLMTAPE_CASSETTE="example",
+        LLMTAPE_HOST="127.0.0.1",
+        LLMTAPE_PORT=str(free_port()),
+        LLMTAPE_CASSETTES=str(ROOT / "cassettes"),
+        LLMTAPE_CASSETTE="example",
         PYTHONPATH=str(ROOT),
     )
     [entrypoint] = instructions("ENTRYPOINT")
     [cmd] = instructions("CMD")
     assert entrypoint.value == ("llmtape",)
     process = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", *cmd.value], cwd=tmp_path, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "llmtape", *cmd.value],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         yield process, env

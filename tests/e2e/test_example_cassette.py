@@ -8,11 +8,11 @@ from pathlib import Path
 
 import anthropic
 import openai
+from llmtape.models import load_exchange
+from llmtape.normalize import RequestParts, request_key
+from llmtape.providers import BUILTIN
+from llmtape.store.base import exchange_file
 
-from proxy.models import load_exchange
-from proxy.normalize import RequestParts, request_key
-from proxy.providers import BUILTIN
-from proxy.store.base import exchange_file
 from tests.conftest import MakeProxy
 from tests.support import SECRET_ANTHROPIC, SECRET_OPENAI
 
@@ -34,19 +34,28 @@ def test_every_example_file_is_named_by_the_key_of_its_request() -> None:
 def test_the_sdks_replay_the_example_offline(make_proxy: MakeProxy, cassettes: Path) -> None:
     shutil.copytree(EXAMPLE, cassettes / "example")
     before = {p.name: p.read_bytes() for p in (cassettes / "example").iterdir()}
-    proxy = make_proxy(mode="replay", cassette="example", upstream={
-        "openai": "http://127.0.0.1:9", "anthropic": "http://127.0.0.1:9"})
+    proxy = make_proxy(
+        mode="replay",
+        cassette="example",
+        upstream={"openai": "http://127.0.0.1:9", "anthropic": "http://127.0.0.1:9"},
+    )
     question = [{"role": "user", "content": "What is the capital of France?"}]
     oai = openai.OpenAI(base_url=proxy.url + "/openai/v1", api_key=SECRET_OPENAI, max_retries=0)
     chat = oai.chat.completions.create(model="gpt-4o-mini", messages=question)  # type: ignore[arg-type]
-    stream = oai.chat.completions.create(
-        model="gpt-4o-mini", messages=question, stream=True,  # type: ignore[arg-type]
+    stream = oai.chat.completions.create(  # type: ignore[call-overload]
+        model="gpt-4o-mini",
+        messages=question,
+        stream=True,
         stream_options={"include_usage": True},
     )
     streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     assert chat.choices[0].message.content == streamed == "echo: What is the capital of France?"
-    ant = anthropic.Anthropic(base_url=proxy.url + "/anthropic", api_key=SECRET_ANTHROPIC,
-                              max_retries=0, default_headers={"anthropic-version": "2023-06-01"})
+    ant = anthropic.Anthropic(
+        base_url=proxy.url + "/anthropic",
+        api_key=SECRET_ANTHROPIC,
+        max_retries=0,
+        default_headers={"anthropic-version": "2023-06-01"},
+    )
     with ant.messages.stream(model="claude-test-1", max_tokens=64, messages=question) as events:  # type: ignore[arg-type]
         text = events.get_final_text()
     assert text == chat.choices[0].message.content

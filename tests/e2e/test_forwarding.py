@@ -32,14 +32,17 @@ def test_every_method_query_and_body_reaches_a_generic_upstream(
     proxy = make_proxy(mode="passthrough", upstream={"tools": fake.url + "/base"})
     for method in ("GET", "POST", "PUT", "PATCH", "DELETE", "QUERY", "PROPFIND"):
         response = httpx.request(
-            method, proxy.url + "/tools/search/items?q=paris&page=2",
+            method,
+            proxy.url + "/tools/search/items?q=paris&page=2",
             json={"n": 1} if method != "GET" else None,
             headers={"x-custom": "yes", "connection": "keep-alive"},
         )
         assert response.status_code == 200, response.text
         hit = fake.hits[-1]
         assert (hit.method, hit.path, hit.query) == (
-            method, "/base/search/items", {"q": "paris", "page": "2"}
+            method,
+            "/base/search/items",
+            {"q": "paris", "page": "2"},
         )
         assert hit.headers["x-custom"] == "yes"
         assert hit.headers["host"] == fake.url.removeprefix("http://")
@@ -70,7 +73,8 @@ def test_bare_v1_goes_to_anthropic_with_anthropic_version_else_to_openai(
     proxy.stop()
     stored = [json.loads(p.read_text())["request"] for p in cassettes.rglob("*.json")]
     assert sorted((r["upstream"], r["path"]) for r in stored) == [
-        ("anthropic", "/v1/messages"), ("openai", "/v1/models")
+        ("anthropic", "/v1/messages"),
+        ("openai", "/v1/models"),
     ]
     assert [h.path for h in fake.hits] == ["/v1/messages", "/v1/models"]
 
@@ -92,11 +96,13 @@ def test_compressed_answers_reach_the_client_and_the_cassette_readable(
 def test_an_unreachable_upstream_is_a_502_in_the_provider_shape(make_proxy: MakeProxy) -> None:
     port = closed_port()
     proxy = make_proxy(mode="record", upstream={"anthropic": f"http://127.0.0.1:{port}"})
-    ant = anthropic.Anthropic(base_url=proxy.url + "/anthropic", api_key=SECRET_ANTHROPIC,
-                              max_retries=0)
+    ant = anthropic.Anthropic(
+        base_url=proxy.url + "/anthropic", api_key=SECRET_ANTHROPIC, max_retries=0
+    )
     with pytest.raises(anthropic.InternalServerError) as caught:
-        ant.messages.create(model="claude-test-1", max_tokens=8,
-                            messages=[{"role": "user", "content": "hi"}])
+        ant.messages.create(
+            model="claude-test-1", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+        )
     assert caught.value.status_code == 502
     body = caught.value.body
     assert isinstance(body, dict) and body["type"] == "error"
@@ -113,12 +119,17 @@ def test_gemini_shaped_errors_carry_the_real_status(make_proxy: MakeProxy) -> No
     unreachable = httpx.post(proxy.url + path, json={"contents": []})
     assert unreachable.status_code == 502
     assert unreachable.json()["error"] | {"message": ""} == {
-        "code": 502, "status": "UNAVAILABLE", "type": "upstream_unreachable", "message": "",
+        "code": 502,
+        "status": "UNAVAILABLE",
+        "type": "upstream_unreachable",
+        "message": "",
     }
     proxy.put_cassette(mode="replay")
     miss = httpx.post(proxy.url + path, json={"contents": []}).json()["error"]
     assert (miss["code"], miss["status"], miss["type"]) == (
-        422, "FAILED_PRECONDITION", "cassette_miss"
+        422,
+        "FAILED_PRECONDITION",
+        "cassette_miss",
     )
 
 
@@ -191,8 +202,10 @@ def test_headers_a_connection_header_names_are_hop_by_hop_both_ways(
     make_proxy: MakeProxy, fake: FakeUpstream
 ) -> None:
     proxy = make_proxy(mode="passthrough", upstream={"tools": fake.url})
-    response = httpx.get(proxy.url + "/tools/x", headers={
-        "connection": "keep-alive, x-hop", "x-hop": "only for llmtape", "x-end": "kept"})
+    response = httpx.get(
+        proxy.url + "/tools/x",
+        headers={"connection": "keep-alive, x-hop", "x-hop": "only for llmtape", "x-end": "kept"},
+    )
     assert response.status_code == 200
     hit = fake.hits[-1]
     assert "x-hop" not in hit.headers and hit.headers["x-end"] == "kept"
@@ -202,8 +215,9 @@ def test_expect_100_continue_is_not_passed_on_since_the_body_is_already_read(
     make_proxy: MakeProxy, fake: FakeUpstream
 ) -> None:
     proxy = make_proxy(mode="passthrough", upstream={"tools": fake.url})
-    response = httpx.post(proxy.url + "/tools/upload", content=b"x" * 100_000,
-                          headers={"expect": "100-continue"})
+    response = httpx.post(
+        proxy.url + "/tools/upload", content=b"x" * 100_000, headers={"expect": "100-continue"}
+    )
     assert response.status_code == 200
     assert "expect" not in fake.hits[-1].headers
 
@@ -211,13 +225,14 @@ def test_expect_100_continue_is_not_passed_on_since_the_body_is_already_read(
 def test_a_compressed_request_body_goes_upstream_with_its_content_encoding(
     make_proxy: MakeProxy, raw: RawUpstream
 ) -> None:
-    raw.answer(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-               b"content-length: 2\r\n\r\n{}")
+    raw.answer(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
     proxy = make_proxy(mode="passthrough", upstream={"tools": raw.url})
     body = gzip.compress(b'{"q": "paris"}')
-    response = httpx.post(proxy.url + "/tools/search", content=body,
-                          headers={"content-encoding": "gzip",
-                                   "content-type": "application/json"})
+    response = httpx.post(
+        proxy.url + "/tools/search",
+        content=body,
+        headers={"content-encoding": "gzip", "content-type": "application/json"},
+    )
     assert response.status_code == 200
     [request] = raw.requests
     assert b"\r\ncontent-encoding: gzip\r\n" in request.lower()
@@ -226,8 +241,7 @@ def test_a_compressed_request_body_goes_upstream_with_its_content_encoding(
 def test_a_head_answer_keeps_its_content_length_live_and_in_replay(
     make_proxy: MakeProxy, raw: RawUpstream
 ) -> None:
-    raw.answer(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-               b"content-length: 42\r\n\r\n")
+    raw.answer(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 42\r\n\r\n")
     recorder = make_proxy(mode="record", upstream={"tools": raw.url})
     live = httpx.head(recorder.url + "/tools/file")
     recorder.stop()

@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from llmtape.errors import ConfigError
+from llmtape.settings import load_settings
 
-from proxy.errors import ConfigError
-from proxy.settings import load_settings
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import SECRET_OPENAI, files_under
@@ -57,17 +57,23 @@ def test_a_changed_prompt_fails_with_a_diff_naming_the_exact_json_path(
 ) -> None:
     recorder = make_proxy(mode="record")
     ask = client(recorder.url).chat.completions.create
-    ask(model="gpt-4o-mini", messages=[
-        {"role": "system", "content": "You are a travel agent."},
-        {"role": "user", "content": "What is the weather in NYC today? Answer briefly."},
-    ])
+    ask(
+        model="gpt-4o-mini",
+        messages=[
+            {"role": "system", "content": "You are a travel agent."},
+            {"role": "user", "content": "What is the weather in NYC today? Answer briefly."},
+        ],
+    )
     recorder.stop()
     replayer = make_proxy(mode="replay")
     with pytest.raises(openai.UnprocessableEntityError) as caught:
-        client(replayer.url).chat.completions.create(model="gpt-4o-mini", messages=[
-            {"role": "system", "content": "You are a travel agent."},
-            {"role": "user", "content": "What is the weather in LA today? Answer briefly."},
-        ])
+        client(replayer.url).chat.completions.create(
+            model="gpt-4o-mini",
+            messages=[
+                {"role": "system", "content": "You are a travel agent."},
+                {"role": "user", "content": "What is the weather in LA today? Answer briefly."},
+            ],
+        )
     error = caught.value.body
     assert isinstance(error, dict) and error["type"] == "cassette_miss"
     shown = re.search(r'body\.messages\[1\]\.content: "(.*?)" -> "(.*?)"', error["message"])
@@ -91,11 +97,20 @@ def test_an_ignore_rule_from_the_settings_makes_a_field_not_count(
 
 def record_three_answers(make_proxy: MakeProxy, fake: FakeUpstream, **settings: Any) -> str:
     vector = [{"object": "embedding", "index": 0, "embedding": [0.5]}]
-    fake.script("/v1/embeddings", *(
-        Reply(body={"object": "list", "data": vector, "model": name,
-                    "usage": {"prompt_tokens": 1, "total_tokens": 1}})
-        for name in ("one", "two", "three")
-    ))
+    fake.script(
+        "/v1/embeddings",
+        *(
+            Reply(
+                body={
+                    "object": "list",
+                    "data": vector,
+                    "model": name,
+                    "usage": {"prompt_tokens": 1, "total_tokens": 1},
+                }
+            )
+            for name in ("one", "two", "three")
+        ),
+    )
     recorder = make_proxy(mode="record")
     for _ in range(3):
         embed(recorder.url, "same")
@@ -140,8 +155,11 @@ def test_strict_order_catches_a_swapped_pair(make_proxy: MakeProxy, fake: FakeUp
 def serve(args: list[str], cwd: Path) -> tuple[subprocess.Popen[str], str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
     process = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "serve", "--port", "0", *args], cwd=cwd,
-        env={**env, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [sys.executable, "-m", "llmtape", "serve", "--port", "0", *args],
+        cwd=cwd,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
     )
     assert process.stdout is not None
@@ -176,9 +194,15 @@ def tool() -> Any:
 
 def agent_step(url: str, query: str, **headers: str) -> tuple[str, Any]:
     """One step of an agent: ask the model, then call the tool."""
-    answer = chat(url) if not headers else client(url).with_options(
-        default_headers=headers).chat.completions.create(
-        model="gpt-4o-mini", messages=USER).choices[0].message.content
+    answer = (
+        chat(url)
+        if not headers
+        else client(url)
+        .with_options(default_headers=headers)
+        .chat.completions.create(model="gpt-4o-mini", messages=USER)
+        .choices[0]
+        .message.content
+    )
     found = httpx.get(url + "/search/v1/find", params={"q": query}, headers=headers)
     return str(answer), found.json() if found.status_code == 200 else found.status_code
 
@@ -194,8 +218,9 @@ def test_partial_replay_runs_the_model_live_against_a_frozen_tool_api(
     model_hits = fake.count("/v1/chat/completions")
     tool.stop()
 
-    replayer = make_proxy(mode="replay", cassette="trip", live=("openai",),
-                          upstream={"search": tool.url})
+    replayer = make_proxy(
+        mode="replay", cassette="trip", live=("openai",), upstream={"search": tool.url}
+    )
     assert agent_step(replayer.url, "hotels in paris") == recorded
     assert fake.count("/v1/chat/completions") == model_hits + 1, "the model ran live"
     assert agent_step(replayer.url, "museums in paris")[1] == 422, "a new tool call is a miss"
@@ -228,8 +253,11 @@ def test_the_live_header_names_a_known_upstream_and_uses_up_nothing_when_wrong(
     embed(recorder.url, "once")
     recorder.stop()
     replayer = make_proxy(mode="replay")
-    typo = httpx.post(replayer.url + "/openai/v1/embeddings", json={"model": "m", "input": "once"},
-                      headers={"x-llmtape-live": "opneai"})
+    typo = httpx.post(
+        replayer.url + "/openai/v1/embeddings",
+        json={"model": "m", "input": "once"},
+        headers={"x-llmtape-live": "opneai"},
+    )
     assert typo.status_code == 400
     assert "'opneai'" in typo.json()["error"]["message"]
     assert "openai" in typo.json()["error"]["message"]
@@ -260,9 +288,23 @@ def test_rekey_moves_recordings_to_their_keys_under_new_rules(
     before = files_under(cassettes)
     rule = "openai:body:temperature"
     result = subprocess.run(
-        [sys.executable, "-m", "cli.main", "rekey", "default", "--cassettes", str(cassettes),
-         "--ignore", rule, "--json"], capture_output=True, text=True, timeout=60,
-        env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=cassettes.parent,
+        [
+            sys.executable,
+            "-m",
+            "llmtape",
+            "rekey",
+            "default",
+            "--cassettes",
+            str(cassettes),
+            "--ignore",
+            rule,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=cassettes.parent,
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -279,8 +321,9 @@ def test_match_tables_in_llmtape_toml_become_rules(
     make_proxy: MakeProxy, fake: FakeUpstream, tmp_path: Path
 ) -> None:
     config = tmp_path / "llmtape.toml"
-    config.write_text('[match.openai]\nignore_body = ["temperature"]\n'
-                      '[match."*"]\nignore_query = ["ts"]\n')
+    config.write_text(
+        '[match.openai]\nignore_body = ["temperature"]\n[match."*"]\nignore_query = ["ts"]\n'
+    )
     settings = load_settings({}, environ={}, config=config)
     assert settings.ignore == ("openai:body:temperature", "*:query:ts")
     recorder = make_proxy(mode="record", ignore=settings.ignore)
@@ -312,8 +355,12 @@ def test_a_derived_cassette_is_output_so_its_files_never_count_as_unused(
 
 
 def post_chat(url: str, raw: bytes) -> httpx.Response:
-    return httpx.post(url + "/openai/v1/chat/completions", content=raw, timeout=10,
-                      headers={"content-type": "application/json"})
+    return httpx.post(
+        url + "/openai/v1/chat/completions",
+        content=raw,
+        timeout=10,
+        headers={"content-type": "application/json"},
+    )
 
 
 def test_a_float_recorded_by_python_replays_for_a_client_that_writes_it_as_an_integer(
@@ -345,8 +392,7 @@ def test_a_miss_over_nan_or_infinity_is_a_422_and_the_misses_list_stays_readable
     missed = post_chat(replayer.url, raw % b"Infinity")
     assert missed.status_code == 422, missed.text
     [difference] = missed.json()["error"]["details"]["closest"]["differences"]
-    assert difference == {"path": "body.logit_bias.1", "recorded": "NaN",
-                          "requested": "Infinity"}
+    assert difference == {"path": "body.logit_bias.1", "recorded": "NaN", "requested": "Infinity"}
     listed = httpx.get(replayer.url + "/__llmtape/misses", timeout=10)
     assert listed.status_code == 200 and len(listed.json()["misses"]) == 1
 
@@ -371,8 +417,9 @@ def test_a_key_in_a_json_or_form_body_goes_upstream_but_is_never_stored_keyed_or
     other_key = {**search, "api_key": "tvly-NEWSECRET222"}
     replayed = httpx.post(replayer.url + "/search/search", json=other_key)
     assert replayed.status_code == 200 and replayed.json() == {"results": ["Hotel Lutetia"]}
-    token = httpx.post(replayer.url + "/search/oauth/token",
-                       data={**form, "client_secret": "FORMSECRET2"})
+    token = httpx.post(
+        replayer.url + "/search/oauth/token", data={**form, "client_secret": "FORMSECRET2"}
+    )
     assert token.status_code == 200
     missed = httpx.post(replayer.url + "/search/search", json={**other_key, "query": "museums"})
     assert missed.status_code == 422 and "NEWSECRET" not in missed.text
@@ -388,15 +435,17 @@ def test_a_key_header_rule_counts_whatever_the_header_is_called(
     body = json.dumps({"model": "m", "messages": USER}).encode()
 
     def key(value: str) -> str:
-        return httpx.post(proxy.url + "/openai/v1/chat/completions", content=body, timeout=10,
-                          headers={header: value, "content-type": "application/json"},
-                          ).headers["x-llmtape-key"]
+        return httpx.post(
+            proxy.url + "/openai/v1/chat/completions",
+            content=body,
+            timeout=10,
+            headers={header: value, "content-type": "application/json"},
+        ).headers["x-llmtape-key"]
 
     assert key("one-HEADERVALUE") != key("two-HEADERVALUE")
     assert key("one-HEADERVALUE") == key("one-HEADERVALUE")
     proxy.stop()
-    stored = [json.loads(b)["request"]["headers"][header]
-              for b in files_under(cassettes).values()]
+    stored = [json.loads(b)["request"]["headers"][header] for b in files_under(cassettes).values()]
     if header == "x-tenant":
         assert sorted(set(stored)) == ["one-HEADERVALUE", "two-HEADERVALUE"]
     else:
@@ -421,19 +470,47 @@ def test_after_a_rule_change_the_recorded_request_itself_misses_pointing_to_reke
 def mcp_requests(url: str, token: str) -> list[httpx.Response]:
     """An Anthropic request with an MCP server and an OpenAI Responses request with an MCP
     tool, each carrying `token` as the MCP server's credential."""
-    anthropic = httpx.post(url + "/anthropic/v1/messages", timeout=10, headers={
-        "x-api-key": "sk-ant-x", "anthropic-version": "2023-06-01",
-        "anthropic-beta": "mcp-client-2025-04-04"}, json={
-        "model": "claude-sonnet-4-5", "max_tokens": 64,
-        "messages": [{"role": "user", "content": "list my repos"}],
-        "mcp_servers": [{"type": "url", "url": "https://mcp.example.com/sse", "name": "gh",
-                         "authorization_token": token}]})
-    responses = httpx.post(url + "/openai/v1/responses", timeout=10, headers={
-        "authorization": f"Bearer {SECRET_OPENAI}"}, json={
-        "model": "gpt-4.1", "input": "list my repos", "tools": [
-            {"type": "mcp", "server_label": "gh", "server_url": "https://mcp.example.com",
-             "headers": {"Authorization": f"Bearer {token}"}, "authorization": token,
-             "require_approval": "never"}]})
+    anthropic = httpx.post(
+        url + "/anthropic/v1/messages",
+        timeout=10,
+        headers={
+            "x-api-key": "sk-ant-x",
+            "anthropic-version": "2023-06-01",
+            "anthropic-beta": "mcp-client-2025-04-04",
+        },
+        json={
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 64,
+            "messages": [{"role": "user", "content": "list my repos"}],
+            "mcp_servers": [
+                {
+                    "type": "url",
+                    "url": "https://mcp.example.com/sse",
+                    "name": "gh",
+                    "authorization_token": token,
+                }
+            ],
+        },
+    )
+    responses = httpx.post(
+        url + "/openai/v1/responses",
+        timeout=10,
+        headers={"authorization": f"Bearer {SECRET_OPENAI}"},
+        json={
+            "model": "gpt-4.1",
+            "input": "list my repos",
+            "tools": [
+                {
+                    "type": "mcp",
+                    "server_label": "gh",
+                    "server_url": "https://mcp.example.com",
+                    "headers": {"Authorization": f"Bearer {token}"},
+                    "authorization": token,
+                    "require_approval": "never",
+                }
+            ],
+        },
+    )
     return [anthropic, responses]
 
 
@@ -456,14 +533,34 @@ def test_a_tool_schema_tool_result_or_form_field_named_like_a_secret_keeps_reque
     make_proxy: MakeProxy, tool: FakeUpstream
 ) -> None:
     def schema(min_length: int) -> dict[str, Any]:
-        return {"model": "gpt-4o-mini", "messages": USER, "tools": [{"type": "function",
-                "function": {"name": "create_user", "parameters": {"type": "object",
-                             "properties": {"password": {"type": "string",
-                                                         "minLength": min_length}}}}}]}
+        return {
+            "model": "gpt-4o-mini",
+            "messages": USER,
+            "tools": [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "create_user",
+                        "parameters": {
+                            "type": "object",
+                            "properties": {"password": {"type": "string", "minLength": min_length}},
+                        },
+                    },
+                }
+            ],
+        }
 
     def vault(code: str) -> dict[str, Any]:
-        return {"contents": [{"role": "user", "parts": [{"functionResponse": {
-            "name": "get_vault", "response": {"secret": code}}}]}]}
+        return {
+            "contents": [
+                {
+                    "role": "user",
+                    "parts": [
+                        {"functionResponse": {"name": "get_vault", "response": {"secret": code}}}
+                    ],
+                }
+            ]
+        }
 
     gemini = "/gemini/v1beta/models/gemini-2.0-flash:generateContent"
     pairs: list[tuple[str, dict[str, Any]]] = [
@@ -496,8 +593,11 @@ def test_a_key_in_a_multipart_upload_goes_upstream_but_is_never_stored_or_keyed(
     import base64
 
     def upload(url: str, key: str) -> httpx.Response:
-        return httpx.post(url + "/ocr/parse/image", data={"apikey": key, "language": "eng"},
-                          files={"file": ("a.png", b"\x89PNG image bytes", "image/png")})
+        return httpx.post(
+            url + "/ocr/parse/image",
+            data={"apikey": key, "language": "eng"},
+            files={"file": ("a.png", b"\x89PNG image bytes", "image/png")},
+        )
 
     tool.script("/parse/image", Reply(body={"text": "hello"}))
     recorder = make_proxy(mode="record", upstream={"ocr": tool.url})
@@ -521,8 +621,12 @@ def test_a_gzip_request_body_keys_and_is_stored_as_the_json_it_holds(
     headers = {"content-type": "application/json", "content-encoding": "gzip"}
 
     def send(url: str, mtime: int) -> httpx.Response:
-        return httpx.post(url + "/openai/v1/chat/completions", headers=headers, timeout=10,
-                          content=gzip.compress(doc.encode(), mtime=mtime))
+        return httpx.post(
+            url + "/openai/v1/chat/completions",
+            headers=headers,
+            timeout=10,
+            content=gzip.compress(doc.encode(), mtime=mtime),
+        )
 
     recorder = make_proxy(mode="record")
     recorded = send(recorder.url, 1000)
@@ -540,8 +644,8 @@ def test_a_gzip_request_body_keys_and_is_stored_as_the_json_it_holds(
 def test_rekey_masks_a_form_key_an_older_llmtape_stored_in_clear(
     make_proxy: MakeProxy, tool: FakeUpstream, cassettes: Path
 ) -> None:
-    from proxy.normalize import RequestParts, request_key
-    from proxy.rules import MatchRules
+    from llmtape.normalize import RequestParts, request_key
+    from llmtape.rules import MatchRules
 
     form = {"content-type": "application/x-www-form-urlencoded"}
     body = "q=hello&target=de&key=AIzaOLDSECRET"
@@ -555,9 +659,22 @@ def test_rekey_masks_a_form_key_an_older_llmtape_stored_in_clear(
     (cassettes / name).unlink()
     (cassettes / "default" / f"{old['key']}.json").write_text(json.dumps(old))
     result = subprocess.run(
-        [sys.executable, "-m", "cli.main", "rekey", "default", "--cassettes", str(cassettes),
-         "--upstream", f"translate={tool.url}"], capture_output=True, text=True, timeout=60,
-        env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=cassettes.parent,
+        [
+            sys.executable,
+            "-m",
+            "llmtape",
+            "rekey",
+            "default",
+            "--cassettes",
+            str(cassettes),
+            "--upstream",
+            f"translate={tool.url}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=cassettes.parent,
     )
     assert result.returncode == 0, result.stderr
     assert b"OLDSECRET" not in b"".join(files_under(cassettes).values())

@@ -28,8 +28,10 @@ def test_python_recording_replays_for_the_node_sdk_chat_and_stream(
     recorder = make_proxy(mode="record")
     client = openai.OpenAI(base_url=recorder.url + "/openai/v1", api_key=SECRET_OPENAI)
     text = client.chat.completions.create(model="gpt-4o-mini", messages=MESSAGES)  # type: ignore[arg-type]
-    stream = client.chat.completions.create(
-        model="gpt-4o-mini", messages=MESSAGES, stream=True,  # type: ignore[arg-type]
+    stream = client.chat.completions.create(  # type: ignore[call-overload]
+        model="gpt-4o-mini",
+        messages=MESSAGES,
+        stream=True,
         stream_options={"include_usage": True},
     )
     deltas = [chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices]
@@ -39,7 +41,9 @@ def test_python_recording_replays_for_the_node_sdk_chat_and_stream(
     replayer = make_proxy(mode="replay")
     result = subprocess.run(
         ["node", str(NODE_DIR / "chat.mjs"), replayer.url + "/openai/v1"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     node = json.loads(result.stdout)

@@ -29,11 +29,20 @@ def anthropic_client(url: str, **kwargs: object) -> anthropic.Anthropic:
 def script_embeddings(fake: FakeUpstream, models: list[str]) -> None:
     """The next embeddings answers, told apart by their `model` field."""
     vector = [{"object": "embedding", "index": 0, "embedding": [0.5, 0.25]}]
-    fake.script("/v1/embeddings", *(
-        Reply(body={"object": "list", "data": vector, "model": model,
-                    "usage": {"prompt_tokens": 1, "total_tokens": 1}})
-        for model in models
-    ))
+    fake.script(
+        "/v1/embeddings",
+        *(
+            Reply(
+                body={
+                    "object": "list",
+                    "data": vector,
+                    "model": model,
+                    "usage": {"prompt_tokens": 1, "total_tokens": 1},
+                }
+            )
+            for model in models
+        ),
+    )
 
 
 def run_agent(url: str) -> dict[str, object]:
@@ -221,8 +230,10 @@ def test_passthrough_writes_nothing(
 def test_failure_answers_pass_through_but_are_recorded_only_with_record_failures(
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
 ) -> None:
-    overloaded = Reply(status=529, body={"type": "error", "error": {"type": "overloaded_error",
-                                                                     "message": "Overloaded"}})
+    overloaded = Reply(
+        status=529,
+        body={"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+    )
     for record_failures, cassette in ((False, "strict"), (True, "failures")):
         fake.script("/v1/messages", overloaded)
         proxy = make_proxy(mode="record", cassette=cassette, record_failures=record_failures)
@@ -273,12 +284,16 @@ def test_concurrent_identical_requests_get_distinct_ordinals_and_lose_nothing(
         live = list(pool.map(send, range(12)))
     recorder.stop()
     assert sorted(live) == answers
-    stored = {json.loads(p.read_text())["response"]["body"]["json"]["model"]: p.name
-              for p in (cassettes / "default").glob("*.json")}
+    stored = {
+        json.loads(p.read_text())["response"]["body"]["json"]["model"]: p.name
+        for p in (cassettes / "default").glob("*.json")
+    }
     assert sorted(stored) == answers, "no answer overwrote another"
     assert len({name.split(".")[0] for name in stored.values()}) == 1, "one key, 12 ordinals"
     fake.stop()
     replayer = make_proxy(mode="replay")
-    replayed = [httpx.post(replayer.url + "/openai/v1/embeddings", json=body).json()["model"]
-                for _ in answers]
+    replayed = [
+        httpx.post(replayer.url + "/openai/v1/embeddings", json=body).json()["model"]
+        for _ in answers
+    ]
     assert sorted(replayed) == answers

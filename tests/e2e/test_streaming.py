@@ -15,8 +15,8 @@ import anthropic
 import httpx
 import openai
 import pytest
+from llmtape.responses import GRACE_AFTER_FINAL_FRAME
 
-from proxy.responses import GRACE_AFTER_FINAL_FRAME
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import SECRET_ANTHROPIC, SECRET_GEMINI, SECRET_OPENAI, ProxyServer
@@ -42,13 +42,15 @@ def oai(url: str) -> openai.OpenAI:
 
 
 def ant(url: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=url + "/anthropic", api_key=SECRET_ANTHROPIC,
-                               max_retries=0)
+    return anthropic.Anthropic(base_url=url + "/anthropic", api_key=SECRET_ANTHROPIC, max_retries=0)
 
 
 def openai_chat_with_tools(url: str) -> dict[str, Any]:
     stream = oai(url).chat.completions.create(
-        model="gpt-4o-mini", messages=USER, tools=[OPENAI_TOOL], stream=True,
+        model="gpt-4o-mini",
+        messages=USER,
+        tools=[OPENAI_TOOL],
+        stream=True,
         stream_options={"include_usage": True},
     )
     calls: dict[int, dict[str, str]] = {}
@@ -284,8 +286,9 @@ def test_an_error_event_mid_stream_is_recorded_only_with_record_failures_then_re
 def replay_duration(proxy: ProxyServer, timing: str) -> float:
     body = {"model": "gpt-4o-mini", "messages": USER, "stream": True}
     started = time.monotonic()
-    response = httpx.post(proxy.url + "/openai/v1/chat/completions", json=body,
-                          headers={"x-llmtape-timing": timing})
+    response = httpx.post(
+        proxy.url + "/openai/v1/chat/completions", json=body, headers={"x-llmtape-timing": timing}
+    )
     assert response.status_code == 200
     return time.monotonic() - started
 
@@ -303,9 +306,11 @@ def test_replay_timing_recorded_waits_the_recorded_gaps_and_a_factor_scales_them
     replayer = make_proxy(mode="replay", repeat="repeat-last")
     assert replay_duration(replayer, "recorded") >= recorded * 0.95
     assert replay_duration(replayer, "2") >= recorded * 2 * 0.95
-    bad = httpx.post(replayer.url + "/openai/v1/chat/completions", headers={
-        "x-llmtape-timing": "soon"}, json={"model": "gpt-4o-mini", "messages": USER,
-                                           "stream": True})
+    bad = httpx.post(
+        replayer.url + "/openai/v1/chat/completions",
+        headers={"x-llmtape-timing": "soon"},
+        json={"model": "gpt-4o-mini", "messages": USER, "stream": True},
+    )
     assert bad.status_code == 400 and "recorded" in bad.json()["error"]["message"]
 
 
@@ -320,20 +325,42 @@ ANTHROPIC_HEADERS = {"x-api-key": SECRET_ANTHROPIC, "anthropic-version": "2023-0
 GEMINI_STREAM = f"/gemini/v1beta/models/gemini-test:streamGenerateContent?key={SECRET_GEMINI}"
 # route, body, headers, what the final frame holds, how it ends
 FINAL_FRAMES: dict[str, tuple[str, dict[str, Any], dict[str, str], bytes, bytes]] = {
-    "openai-chat": ("/openai/v1/chat/completions",
-                    {"model": "gpt-4o-mini", "messages": USER, "stream": True}, {},
-                    b"data: [DONE]", b"\n\n"),
-    "openai-responses": ("/openai/v1/responses",
-                         {"model": "gpt-4o-mini", "input": "hi", "stream": True}, {},
-                         b"event: response.completed", b"\n\n"),
-    "anthropic": ("/anthropic/v1/messages",
-                  {"model": "claude-test-1", "max_tokens": 64, "messages": USER, "stream": True},
-                  ANTHROPIC_HEADERS, b"event: message_stop", b"\n\n"),
-    "gemini-sse": (GEMINI_STREAM + "&alt=sse", {"contents": [{"parts": [{"text": "hi"}]}]}, {},
-                   b'"finishReason"', b"\r\n\r\n"),
+    "openai-chat": (
+        "/openai/v1/chat/completions",
+        {"model": "gpt-4o-mini", "messages": USER, "stream": True},
+        {},
+        b"data: [DONE]",
+        b"\n\n",
+    ),
+    "openai-responses": (
+        "/openai/v1/responses",
+        {"model": "gpt-4o-mini", "input": "hi", "stream": True},
+        {},
+        b"event: response.completed",
+        b"\n\n",
+    ),
+    "anthropic": (
+        "/anthropic/v1/messages",
+        {"model": "claude-test-1", "max_tokens": 64, "messages": USER, "stream": True},
+        ANTHROPIC_HEADERS,
+        b"event: message_stop",
+        b"\n\n",
+    ),
+    "gemini-sse": (
+        GEMINI_STREAM + "&alt=sse",
+        {"contents": [{"parts": [{"text": "hi"}]}]},
+        {},
+        b'"finishReason"',
+        b"\r\n\r\n",
+    ),
     "gemini-json": (GEMINI_STREAM, {"contents": [{"parts": [{"text": "hi"}]}]}, {}, b"]", b"]"),
-    "ollama": ("/ollama/api/chat", {"model": "llama3", "messages": USER}, {},
-               b'"done":true', b"\n"),
+    "ollama": (
+        "/ollama/api/chat",
+        {"model": "llama3", "messages": USER},
+        {},
+        b'"done":true',
+        b"\n",
+    ),
 }
 
 
@@ -431,8 +458,9 @@ def test_a_generic_sse_error_event_is_a_stream_error(
     plain.stop()
     assert not (cassettes / "plain").exists()
 
-    keeper = make_proxy(mode="record", cassette="kept", record_failures=True,
-                        upstream={"tool": fake.url})
+    keeper = make_proxy(
+        mode="record", cassette="kept", record_failures=True, upstream={"tool": fake.url}
+    )
     assert generic_events(keeper.url).text == GENERIC_ERROR
     keeper.stop()
     [exchange] = stored(cassettes / "kept")
@@ -459,8 +487,12 @@ def cut_stream_ends(url: str, timing: str) -> tuple[float, str | None]:
     body = {"model": "gpt-4o-mini", "messages": USER, "stream": True}
     started = time.monotonic()
     try:
-        with httpx.stream("POST", url + "/openai/v1/chat/completions", json=body,
-                          headers={"x-llmtape-timing": timing}) as response:
+        with httpx.stream(
+            "POST",
+            url + "/openai/v1/chat/completions",
+            json=body,
+            headers={"x-llmtape-timing": timing},
+        ) as response:
             for _ in response.iter_raw():
                 pass
     except httpx.RemoteProtocolError as exc:
@@ -514,8 +546,13 @@ def stream_through_shutdown(
     def client() -> None:
         body = {"model": "gpt-4o-mini", "messages": USER, "stream": True}
         try:
-            with httpx.stream("POST", proxy.url + "/openai/v1/chat/completions", json=body,
-                              headers={"x-llmtape-timing": timing}, timeout=30) as response:
+            with httpx.stream(
+                "POST",
+                proxy.url + "/openai/v1/chat/completions",
+                json=body,
+                headers={"x-llmtape-timing": timing},
+                timeout=30,
+            ) as response:
                 for _ in response.iter_raw():
                     first.set()
             ends.append(None)
@@ -542,8 +579,9 @@ def test_a_live_stream_cut_by_shutdown_logs_one_line_and_no_traceback(
     fake.frame_delay = 1.0
     proxy = make_proxy(mode="record", shutdown_timeout=0.5)  # open streams get 1 s
     assert stream_through_shutdown(proxy, caplog) == ["RemoteProtocolError"]
-    lines = [r.getMessage() for r in caplog.records if r.name == "llmtape" and "key=" in
-             r.getMessage()]
+    lines = [
+        r.getMessage() for r in caplog.records if r.name == "llmtape" and "key=" in r.getMessage()
+    ]
     assert len(lines) == 1 and "nothing recorded" in lines[0], lines
     assert [r.getMessage() for r in caplog.records if r.exc_info] == []
     assert stored(cassettes) == []
@@ -569,7 +607,10 @@ def test_a_bad_timing_header_is_refused_before_it_uses_up_the_recording(
     recorder.stop()
     replayer = make_proxy(mode="replay")
     body = {"model": "gpt-4o-mini", "messages": USER, "stream": True}
-    bad = httpx.post(replayer.url + "/openai/v1/chat/completions", json=body,
-                     headers={"x-llmtape-timing": "fast"})
+    bad = httpx.post(
+        replayer.url + "/openai/v1/chat/completions",
+        json=body,
+        headers={"x-llmtape-timing": "fast"},
+    )
     assert bad.status_code == 400
     assert openai_chat_text(replayer.url) == recorded

@@ -34,8 +34,9 @@ def test_user_and_password_in_an_upstream_url_never_show(
     make_proxy: MakeProxy, caplog: pytest.LogCaptureFixture
 ) -> None:
     closed = closed_port()
-    proxy = make_proxy(mode="record",
-                       upstream={"tool": f"http://apiuser:UserInfoPass@127.0.0.1:{closed}"})
+    proxy = make_proxy(
+        mode="record", upstream={"tool": f"http://apiuser:UserInfoPass@127.0.0.1:{closed}"}
+    )
     with caplog.at_level("INFO", logger="llmtape"):
         response = httpx.get(proxy.url + "/tool/x", timeout=10)
     assert response.status_code == 502
@@ -48,9 +49,13 @@ def test_user_and_password_in_an_upstream_url_never_show(
 def test_an_answer_in_an_encoding_llmtape_cannot_decode_is_a_502_that_says_so(
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path, encoding: str, named: str
 ) -> None:
-    fake.script("/enc", Reply(body=b"\x0b\x02\x80{}\x03",
-                              headers={"content-encoding": encoding,
-                                       "content-type": "application/json"}))
+    fake.script(
+        "/enc",
+        Reply(
+            body=b"\x0b\x02\x80{}\x03",
+            headers={"content-encoding": encoding, "content-type": "application/json"},
+        ),
+    )
     proxy = make_proxy(mode="record", upstream={"tool": fake.url})
     response = httpx.get(proxy.url + "/tool/enc", timeout=10)
     assert response.status_code == 502

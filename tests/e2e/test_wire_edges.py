@@ -26,8 +26,10 @@ def raw() -> Iterator[RawUpstream]:
 def test_a_body_cut_short_is_recorded_with_record_failures_and_replays_cut(
     make_proxy: MakeProxy, raw: RawUpstream
 ) -> None:
-    raw.answer(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-               b"content-length: 100\r\nconnection: close\r\n\r\n{\"partial\": tr")
+    raw.answer(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+        b'content-length: 100\r\nconnection: close\r\n\r\n{"partial": tr'
+    )
     recorder = make_proxy(mode="record", record_failures=True, upstream={"tools": raw.url})
     with pytest.raises(httpx.RemoteProtocolError):
         httpx.get(recorder.url + "/tools/item")
@@ -40,17 +42,19 @@ def test_a_body_cut_short_is_recorded_with_record_failures_and_replays_cut(
 def test_repeated_and_non_latin1_headers_pass_through_and_replay_unchanged(
     make_proxy: MakeProxy, raw: RawUpstream, cassettes: Path
 ) -> None:
-    raw.answer(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-               b"link: <a>; rel=next\r\nlink: <b>; rel=last\r\n"
-               b"x-note: caf\xc3\xa9 \xe2\x82\xac\r\ncontent-length: 2\r\n\r\n{}")
+    raw.answer(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+        b"link: <a>; rel=next\r\nlink: <b>; rel=last\r\n"
+        b"x-note: caf\xc3\xa9 \xe2\x82\xac\r\ncontent-length: 2\r\n\r\n{}"
+    )
     recorder = make_proxy(mode="record", upstream={"tools": raw.url})
-    live = httpx.get(recorder.url + "/tools/page", headers={"x-title": "Café".encode()})
+    live = httpx.get(recorder.url + "/tools/page", headers=[(b"x-title", "Café".encode())])
     recorder.stop()
     assert b"x-title: Caf\xc3\xa9\r\n" in raw.requests[-1], "UTF-8 header sent as sent"
     [stored] = files_under(cassettes).values()
     assert json.loads(stored)["response"]["headers"]["link"] == ["<a>; rel=next", "<b>; rel=last"]
     replayer = make_proxy(mode="replay", upstream={"tools": raw.url})
-    again = httpx.get(replayer.url + "/tools/page", headers={"x-title": "Café".encode()})
+    again = httpx.get(replayer.url + "/tools/page", headers=[(b"x-title", "Café".encode())])
     for response in (live, again):
         assert response.headers.get_list("link") == ["<a>; rel=next", "<b>; rel=last"]
         assert response.headers.raw.count((b"x-note", b"caf\xc3\xa9 \xe2\x82\xac")) == 1
@@ -90,12 +94,16 @@ def test_a_re_record_with_fewer_repeats_leaves_no_stale_repeat_to_replay(
 def test_a_429_that_the_sdk_retried_leaves_the_recording_under_its_first_name(
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
 ) -> None:
-    fake.script("/v1/chat/completions", Reply(
-        status=429, body={"error": {"type": "rate_limit", "message": "slow down"}},
-        headers={"retry-after-ms": "10"}))
+    fake.script(
+        "/v1/chat/completions",
+        Reply(
+            status=429,
+            body={"error": {"type": "rate_limit", "message": "slow down"}},
+            headers={"retry-after-ms": "10"},
+        ),
+    )
     proxy = make_proxy(mode="record")
-    client = openai.OpenAI(base_url=proxy.url + "/openai/v1", api_key=SECRET_OPENAI,
-                           max_retries=2)
+    client = openai.OpenAI(base_url=proxy.url + "/openai/v1", api_key=SECRET_OPENAI, max_retries=2)
     answer = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
     assert answer.choices[0].message.content == "echo: x"
     proxy.stop()
@@ -122,13 +130,16 @@ def test_frames_that_arrive_with_the_cut_still_reach_the_client_and_the_cassette
     frames = [b'data: {"n": %d}\n\n' % n for n in range(3)]
     chunked = b"".join(b"%x\r\n%s\r\n" % (len(f), f) for f in frames)
     # Everything in one write, then the connection closes without the chunked terminator.
-    raw.answer(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-               b"transfer-encoding: chunked\r\n\r\n" + chunked)
+    raw.answer(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+        b"transfer-encoding: chunked\r\n\r\n" + chunked
+    )
     recorder = make_proxy(mode="record", record_failures=True, upstream={"tools": raw.url})
     got = b""
-    with pytest.raises(httpx.RemoteProtocolError), httpx.stream(
-        "GET", recorder.url + "/tools/events"
-    ) as response:
+    with (
+        pytest.raises(httpx.RemoteProtocolError),
+        httpx.stream("GET", recorder.url + "/tools/events") as response,
+    ):
         for chunk in response.iter_raw():
             got += chunk
     recorder.stop()

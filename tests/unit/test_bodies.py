@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from proxy.bodies import (
+from llmtape.bodies import (
     EMPTY,
     Payload,
     decode_content,
@@ -100,9 +99,12 @@ def test_json_that_does_not_round_trip_falls_back_to_text_byte_exact(raw: bytes)
     assert replayed(raw, "application/json") == raw
 
 
-@given(raw=st.binary(min_size=1), content_type=st.sampled_from(
-    ["application/json", "text/plain", "application/octet-stream", "image/png", "", "text/html"]
-))
+@given(
+    raw=st.binary(min_size=1),
+    content_type=st.sampled_from(
+        ["application/json", "text/plain", "application/octet-stream", "image/png", "", "text/html"]
+    ),
+)
 def test_any_response_body_replays_byte_exact(raw: bytes, content_type: str) -> None:
     assert replayed(raw, content_type) == raw
 
@@ -186,12 +188,15 @@ def test_a_lone_surrogate_escape_in_a_response_replays_byte_exact() -> None:
 
 
 def test_nan_and_infinity_survive_a_trip_through_the_exchange_file() -> None:
-    from proxy.models import Exchange, StoredRequest, StoredResponse, dump_exchange, load_exchange
+    from llmtape.models import Exchange, StoredRequest, StoredResponse, dump_exchange, load_exchange
 
     raw = b'{"score": NaN, "max": Infinity}'
     payload = response_payload(raw, "application/json")
     exchange = Exchange(
-        key="k" * 64, ordinal=1, seq=0, rules="r",
+        key="k" * 64,
+        ordinal=1,
+        seq=0,
+        rules="r",
         request=StoredRequest(method="POST", upstream="t", path="/x"),
         response=StoredResponse(status=200, body=payload.to_dict()),
     )
@@ -251,9 +256,9 @@ def test_a_body_that_cannot_be_decoded_is_kept_as_sent(raw: bytes, encoding: str
 
 
 def test_a_body_that_would_unpack_beyond_the_bound_is_kept_as_sent(
-    monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("proxy.bodies.MAX_DECODED", 1000)
+    monkeypatch.setattr("llmtape.bodies.MAX_DECODED", 1000)
     small, big = gzip.compress(b"a" * 1000), gzip.compress(b"a" * 1001)
     assert decode_content(small, "gzip") == b"a" * 1000
     assert decode_content(big, "gzip") == big

@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from proxy.framing import (
+from llmtape.framing import (
     Dialect,
     FrameSplitter,
     dialect_for,
@@ -62,8 +61,10 @@ def test_sse_splits_on_a_blank_line(stream: bytes, frames: list[bytes]) -> None:
     [
         # A line ends with CRLF, LF or CR, and the blank line after it may end another way.
         (b"data: 1\n\r\ndata: 2", [b"data: 1\n\r\n", b"data: 2"]),
-        (b"data: 1\r\n\ndata: 2\n\r\ndata: 3\r\n\r\n",
-         [b"data: 1\r\n\n", b"data: 2\n\r\n", b"data: 3\r\n\r\n"]),
+        (
+            b"data: 1\r\n\ndata: 2\n\r\ndata: 3\r\n\r\n",
+            [b"data: 1\r\n\n", b"data: 2\n\r\n", b"data: 3\r\n\r\n"],
+        ),
         (b"data: 1\r\r\ndata: 2\r\r", [b"data: 1\r\r\n", b"data: 2\r\r"]),
         (b"data: 1\r\n\rdata: 2", [b"data: 1\r\n\r", b"data: 2"]),
         (b"data: 1\rdata: 2\r\r", [b"data: 1\rdata: 2\r\r"]),
@@ -93,7 +94,9 @@ def test_sse_frame_waits_for_its_blank_line_across_chunks() -> None:
 
 def test_ndjson_splits_after_each_newline() -> None:
     assert split("ndjson", [b'{"a":1}\n{"b"', b':2}\n{"c":3}']) == [
-        b'{"a":1}\n', b'{"b":2}\n', b'{"c":3}',
+        b'{"a":1}\n',
+        b'{"b":2}\n',
+        b'{"c":3}',
     ]
 
 
@@ -107,7 +110,10 @@ def test_chunks_keep_a_character_split_across_reads_whole_in_the_next_frame(
 ) -> None:
     text = "Grüße — 日本 ✓".encode()
     assert split(dialect, [text[:3], text[3:9], text[9:13], text[13:]]) == [
-        b"Gr", "üße ".encode(), "— ".encode(), "日本 ✓".encode(),
+        b"Gr",
+        "üße ".encode(),
+        "— ".encode(),
+        "日本 ✓".encode(),
     ]
     assert split(dialect, [b"ok\xe2\x82"]) == [b"ok", b"\xe2\x82"], "the rest at the end"
 
@@ -151,8 +157,10 @@ def test_sse_frames_are_the_events_of_the_spec_however_the_stream_is_split(
 
 @pytest.mark.parametrize(
     ("dialect", "frame"),
-    [("sse", b'data: {"b64":"' + b"A" * (4 << 20) + b'"}\n\n'),
-     ("ndjson", b'{"b64":"' + b"A" * (4 << 20) + b'"}\n')],
+    [
+        ("sse", b'data: {"b64":"' + b"A" * (4 << 20) + b'"}\n\n'),
+        ("ndjson", b'{"b64":"' + b"A" * (4 << 20) + b'"}\n'),
+    ],
 )
 def test_a_big_frame_in_small_reads_is_split_in_linear_time(dialect: Dialect, frame: bytes) -> None:
     # Rescanning the whole pending frame on every read took seconds here (quadratic).
@@ -247,17 +255,19 @@ def test_frame_payload(dialect: Dialect, frame: str, payload: Any) -> None:
         ("sse", 'event: message_stop\ndata: {"type":"message_stop"}\n\n', False, True),
         ("sse", 'event: error\ndata: {"type":"error","error":{}}\n\n', True, True),
         ("sse", 'event: response.output_text.delta\ndata: {"type":"x"}\n\n', False, False),
-        ("sse", 'event: response.completed\ndata: {"type":"response.completed"}\n\n',
-         False, True),
-        ("sse", 'event: response.incomplete\ndata: {"type":"response.incomplete"}\n\n',
-         False, True),
+        ("sse", 'event: response.completed\ndata: {"type":"response.completed"}\n\n', False, True),
+        (
+            "sse",
+            'event: response.incomplete\ndata: {"type":"response.incomplete"}\n\n',
+            False,
+            True,
+        ),
         ("sse", 'event: response.failed\ndata: {"type":"response.failed"}\n\n', True, True),
         ("sse", 'data: {"type":"response.completed"}\n\n', False, True),
         # A generic `event: error`, whatever its data says.
         ("sse", 'event: error\ndata: {"message":"model overloaded","code":503}\n\n', True, True),
         ("sse", "event: error\r\ndata: upstream overloaded\r\n\r\n", True, True),
-        ("sse", 'data: {"candidates":[{"content":{},"finishReason":"STOP"}]}\r\n\r\n',
-         False, True),
+        ("sse", 'data: {"candidates":[{"content":{},"finishReason":"STOP"}]}\r\n\r\n', False, True),
         ("sse", 'data: {"candidates":[{"content":{"parts":[]}}]}\r\n\r\n', False, False),
         ("sse", 'data: {"text":"an error event, [DONE]"}\n\n', False, False),
         ("sse", ": keep-alive\n\n", False, False),
@@ -296,8 +306,11 @@ def test_json_document_is_the_items_of_a_whole_document_only(
     [
         ("sse", ["data: [DONE]\n\n"], True),
         ("sse", [": keep-alive\n\n", "\n", "data: [DONE]\n\n"], True),
-        ("sse", ['event: ping\ndata: {"type": "ping"}\n\n', 'data: {"type":"message_stop"}\n\n'],
-         True),
+        (
+            "sse",
+            ['event: ping\ndata: {"type": "ping"}\n\n', 'data: {"type":"message_stop"}\n\n'],
+            True,
+        ),
         ("sse", ['data: {"choices": []}\n\n', "data: [DONE]\n\n"], False),
         ("sse", [], False),
         ("ndjson", ["\n", '{"done": true}\n'], True),

@@ -11,27 +11,36 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from proxy.bodies import Payload
-from proxy.library import Place, rekey, write_steps
-from proxy.models import Exchange, StoredRequest, StoredResponse
-from proxy.normalize import RequestParts, request_key, request_parts
-from proxy.providers import BUILTIN
-from proxy.rules import MatchRules, build_rules
-from proxy.store.base import exchange_file
-from proxy.store.fs import FileStore
+from llmtape.bodies import Payload
+from llmtape.library import Place, rekey, write_steps
+from llmtape.models import Exchange, StoredRequest, StoredResponse
+from llmtape.normalize import RequestParts, request_key, request_parts
+from llmtape.providers import BUILTIN
+from llmtape.rules import MatchRules, build_rules
+from llmtape.store.base import exchange_file
+from llmtape.store.fs import FileStore
 
 DEFAULTS = BUILTIN["openai"].rules
 HI = [{"role": "user", "content": "hi"}]
 
 
-def recording(body: Any, seq: int, rules: MatchRules = DEFAULTS, ordinal: int = 1,
-              key: str | None = None, headers: tuple[tuple[str, str], ...] = ()) -> Exchange:
+def recording(
+    body: Any,
+    seq: int,
+    rules: MatchRules = DEFAULTS,
+    ordinal: int = 1,
+    key: str | None = None,
+    headers: tuple[tuple[str, str], ...] = (),
+) -> Exchange:
     """An exchange as the server writes it; its answer's id is `answer-<seq>`."""
-    parts = RequestParts("POST", "openai", "/v1/chat/completions", (), headers,
-                         Payload("json", body))
+    parts = RequestParts(
+        "POST", "openai", "/v1/chat/completions", (), headers, Payload("json", body)
+    )
     return Exchange(
-        key=key or request_key(parts, rules), ordinal=ordinal, seq=seq, rules=rules.fingerprint(),
+        key=key or request_key(parts, rules),
+        ordinal=ordinal,
+        seq=seq,
+        rules=rules.fingerprint(),
         request=StoredRequest.model_validate(parts.to_dict()),
         response=StoredResponse(status=200, body={"json": {"id": f"answer-{seq}"}}),
     )
@@ -46,8 +55,10 @@ def answers(root: Path) -> list[str]:
 
 
 def by_file(root: Path) -> dict[str, str]:
-    return {p.name: json.loads(p.read_text())["response"]["body"]["json"]["id"]
-            for p in (root / "default").glob("*.json")}
+    return {
+        p.name: json.loads(p.read_text())["response"]["body"]["json"]["id"]
+        for p in (root / "default").glob("*.json")
+    }
 
 
 class CrashingStore(FileStore):
@@ -85,10 +96,13 @@ def cycle_library(root: Path) -> None:
     store.write("default", two.model_copy(update={"key": one.key}))
 
 
-@pytest.mark.parametrize(("make", "rules_for", "writes"), [
-    (chain_library, run_id_rules, 3),
-    (cycle_library, lambda upstream: DEFAULTS, 3),  # the spare, then the two moves
-])
+@pytest.mark.parametrize(
+    ("make", "rules_for", "writes"),
+    [
+        (chain_library, run_id_rules, 3),
+        (cycle_library, lambda upstream: DEFAULTS, 3),  # the spare, then the two moves
+    ],
+)
 def test_a_crash_at_any_write_of_rekey_loses_no_recording(
     tmp_path: Path, make: Any, rules_for: Any, writes: int
 ) -> None:
@@ -116,8 +130,10 @@ def test_a_crash_at_any_write_of_rekey_loses_no_recording(
 def test_the_chain_keeps_recorded_order_when_two_keys_merge(tmp_path: Path) -> None:
     chain_library(tmp_path)
     report = rekey(FileStore(tmp_path), "default", run_id_rules)
-    key = request_key(RequestParts.from_dict(recording(
-        {"model": "m", "messages": HI}, 0).request.model_dump()), run_id_rules("openai"))
+    key = request_key(
+        RequestParts.from_dict(recording({"model": "m", "messages": HI}, 0).request.model_dump()),
+        run_id_rules("openai"),
+    )
     files = by_file(tmp_path)
     assert files[exchange_file(key, 1)] == "answer-0" and files[exchange_file(key, 2)] == "answer-2"
     assert report.merged == 1
@@ -143,32 +159,44 @@ def test_merged_counts_recordings_that_now_repeat_another_request_not_old_repeat
 ) -> None:
     store = FileStore(tmp_path)
     for ordinal, seq in ((1, 0), (2, 5)):
-        store.write("default", recording({"model": "m", "messages": HI, "run_id": "a"}, seq,
-                                         ordinal=ordinal))
+        store.write(
+            "default",
+            recording({"model": "m", "messages": HI, "run_id": "a"}, seq, ordinal=ordinal),
+        )
     store.write("default", recording({"model": "m", "messages": HI, "run_id": "b"}, 3))
     for ordinal in (1, 2, 3):
-        store.write("default", recording({"model": "m", "messages": []}, 10 + ordinal,
-                                         ordinal=ordinal))
+        store.write(
+            "default", recording({"model": "m", "messages": []}, 10 + ordinal, ordinal=ordinal)
+        )
     report = rekey(store, "default", run_id_rules)
     assert report.merged == 1
-    merged = [v for k, v in sorted(by_file(tmp_path).items()) if v in {"answer-0", "answer-3",
-                                                                       "answer-5"}]
-    assert sorted(merged) == ["answer-0", "answer-3", "answer-5"]
-    key = request_key(RequestParts("POST", "openai", "/v1/chat/completions", (), (),
-                                   Payload("json", {"model": "m", "messages": HI})),
-                      run_id_rules("openai"))
-    files = by_file(tmp_path)
-    assert [files[exchange_file(key, n)] for n in (1, 2, 3)] == [
-        "answer-0", "answer-3", "answer-5"
+    merged = [
+        v for k, v in sorted(by_file(tmp_path).items()) if v in {"answer-0", "answer-3", "answer-5"}
     ]
+    assert sorted(merged) == ["answer-0", "answer-3", "answer-5"]
+    key = request_key(
+        RequestParts(
+            "POST",
+            "openai",
+            "/v1/chat/completions",
+            (),
+            (),
+            Payload("json", {"model": "m", "messages": HI}),
+        ),
+        run_id_rules("openai"),
+    )
+    files = by_file(tmp_path)
+    assert [files[exchange_file(key, n)] for n in (1, 2, 3)] == ["answer-0", "answer-3", "answer-5"]
 
 
 def test_rekey_names_recordings_that_lack_a_header_keyed_on_since(tmp_path: Path) -> None:
     store = FileStore(tmp_path)
     tenant = build_rules(DEFAULTS, "openai", ["openai:key-header:x-tenant"])
     store.write("default", recording({"model": "m", "messages": HI}, 0))
-    store.write("default", recording({"model": "m", "messages": []}, 1, rules=tenant,
-                                     headers=(("x-tenant", "acme"),)))
+    store.write(
+        "default",
+        recording({"model": "m", "messages": []}, 1, rules=tenant, headers=(("x-tenant", "acme"),)),
+    )
     report = rekey(store, "default", lambda upstream: tenant)
     [item] = report.unstored
     assert item["headers"] == ["x-tenant"]
@@ -180,6 +208,7 @@ def test_rekey_names_recordings_that_lack_a_header_keyed_on_since(tmp_path: Path
 
 # --- write order, as a property -----------------------------------------------------------
 
+
 def content(seq: int, place: Place) -> Exchange:
     return recording({"n": seq}, seq=seq, key=place[0], ordinal=place[1])
 
@@ -188,8 +217,9 @@ def content(seq: int, place: Place) -> Exchange:
 def move_sets(draw: st.DrawFn) -> tuple[set[Place], list[tuple[Exchange, Exchange]]]:
     """Files on disk, and a one-to-one move of some of them to places old or new."""
     keys = ["a" * 64, "b" * 64, "c" * 64]
-    places = sorted(draw(st.sets(st.tuples(st.sampled_from(keys), st.integers(1, 4)),
-                                 min_size=1, max_size=8)))
+    places = sorted(
+        draw(st.sets(st.tuples(st.sampled_from(keys), st.integers(1, 4)), min_size=1, max_size=8))
+    )
     movers = draw(st.lists(st.sampled_from(places), unique=True))
     staying = set(places) - set(movers)
     free = sorted({(k, o) for k in keys for o in range(1, 6)} - staying)
@@ -202,7 +232,7 @@ def move_sets(draw: st.DrawFn) -> tuple[set[Place], list[tuple[Exchange, Exchang
 
 @given(case=move_sets())
 def test_write_steps_never_overwrite_or_delete_the_last_copy_of_a_recording(
-    case: tuple[set[Place], list[tuple[Exchange, Exchange]]]
+    case: tuple[set[Place], list[tuple[Exchange, Exchange]]],
 ) -> None:
     places, moves = case
     disk = {place: n for n, place in enumerate(sorted(places))}
@@ -230,6 +260,13 @@ def test_rekey_masks_a_credential_an_older_llmtape_stored_and_keys_it_as_served_
     report = rekey(store, "default", lambda upstream: DEFAULTS)
     [(_, new_file)] = report.moved
     assert b"OLDSECRET" not in (tmp_path / "default" / new_file).read_bytes()
-    today = request_parts("POST", "openai", "/v1/chat/completions", "", {},
-                          b'{"api_key": "tvly-MINE", "query": "hotels"}', DEFAULTS)
+    today = request_parts(
+        "POST",
+        "openai",
+        "/v1/chat/completions",
+        "",
+        {},
+        b'{"api_key": "tvly-MINE", "query": "hotels"}',
+        DEFAULTS,
+    )
     assert new_file == exchange_file(request_key(today, DEFAULTS), 1)

@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from proxy.bodies import Payload
-from proxy.matching import (
+from llmtape.bodies import Payload
+from llmtape.matching import (
     MISSING,
     Difference,
     Recorded,
@@ -25,7 +24,7 @@ from proxy.matching import (
     request_view,
     same,
 )
-from proxy.misses import (
+from llmtape.misses import (
     MAX_CANDIDATES,
     MAX_SKETCH,
     SHORTLIST,
@@ -36,9 +35,9 @@ from proxy.misses import (
     similarity,
     sketch,
 )
-from proxy.normalize import RequestParts, canonical
-from proxy.rules import MatchRules
-from proxy.settings import RepeatPolicy
+from llmtape.normalize import RequestParts, canonical
+from llmtape.rules import MatchRules
+from llmtape.settings import RepeatPolicy
 
 ERROR, LAST, CYCLE = RepeatPolicy.ERROR, RepeatPolicy.REPEAT_LAST, RepeatPolicy.CYCLE
 
@@ -85,27 +84,33 @@ def chat(*contents: str, **extra: Any) -> dict[str, Any]:
     ("recorded", "requested", "expected"),
     [
         (
-            chat("a", "b", "c"), chat("a", "b", "C"),
+            chat("a", "b", "c"),
+            chat("a", "b", "C"),
             [Difference("body.messages[2].content", "c", "C")],
         ),
         (
-            chat("a"), chat("a", temperature=0.5),
+            chat("a"),
+            chat("a", temperature=0.5),
             [Difference("body.temperature", MISSING, 0.5)],
         ),
         (
-            chat("a", temperature=0.5), chat("a"),
+            chat("a", temperature=0.5),
+            chat("a"),
             [Difference("body.temperature", 0.5, MISSING)],
         ),
         (
-            chat("a"), chat("a", "b"),
+            chat("a"),
+            chat("a", "b"),
             [Difference("body.messages[1]", MISSING, {"role": "user", "content": "b"})],
         ),
         (
-            chat("a", "b"), chat("a"),
+            chat("a", "b"),
+            chat("a"),
             [Difference("body.messages[1]", {"role": "user", "content": "b"}, MISSING)],
         ),
         (
-            chat("a", tools=[1]), chat("b", tools={"x": 1}),
+            chat("a", tools=[1]),
+            chat("b", tools={"x": 1}),
             [
                 Difference("body.messages[0].content", "a", "b"),
                 Difference("body.tools", [1], {"x": 1}),
@@ -252,8 +257,11 @@ NEW = {"role": "user", "content": "My budget is 500 EUR."}
         ([*M[:2], NEW, *M[2:]], M, [Difference("[2]", NEW, MISSING)]),
         (M, [NEW, *M], [Difference("[0]", MISSING, NEW)]),
         (M, [*M[:3], NEW, *M[4:]], [Difference("[3].content", "message 3", NEW["content"])]),
-        (M[:3], [*M[:3], NEW, NEW], [Difference("[3]", MISSING, NEW),
-                                     Difference("[4]", MISSING, NEW)]),
+        (
+            M[:3],
+            [*M[:3], NEW, NEW],
+            [Difference("[3]", MISSING, NEW), Difference("[4]", MISSING, NEW)],
+        ),
         ([1, 2, 3], [1, True, 3], [Difference("[1]", 2, True)]),
     ],
 )
@@ -263,8 +271,7 @@ def test_lists_are_aligned_so_an_insertion_is_one_difference(
     assert diff(recorded, requested) == expected
 
 
-@given(items=st.lists(st.integers(0, 5), max_size=8), extra=st.integers(6, 9),
-       at=st.integers(0, 8))
+@given(items=st.lists(st.integers(0, 5), max_size=8), extra=st.integers(6, 9), at=st.integers(0, 8))
 def test_an_inserted_item_is_always_exactly_one_addition(
     items: list[int], extra: int, at: int
 ) -> None:
@@ -275,7 +282,7 @@ def test_an_inserted_item_is_always_exactly_one_addition(
 @given(items=st.lists(st.integers(0, 5), min_size=1, max_size=8), at=st.integers(0, 7))
 def test_a_removed_item_is_always_exactly_one_removal(items: list[int], at: int) -> None:
     at = min(at, len(items) - 1)
-    [found] = diff(items, [*items[:at], *items[at + 1:]])
+    [found] = diff(items, [*items[:at], *items[at + 1 :]])
     assert found.requested is MISSING and found.recorded == items[at]
 
 
@@ -312,8 +319,9 @@ def test_json_safe_writes_non_finite_numbers_as_strings() -> None:
 
 RULES = MatchRules()
 SYSTEM = {"role": "system", "content": "You are a travel agent for ACME."}
-TRIP = [SYSTEM] + [{"role": "user" if i % 2 else "assistant", "content": f"turn {i} " * 5}
-                   for i in range(1, 7)]
+TRIP = [SYSTEM] + [
+    {"role": "user" if i % 2 else "assistant", "content": f"turn {i} " * 5} for i in range(1, 7)
+]
 
 
 def candidates(
@@ -330,10 +338,15 @@ def candidates(
 
 def miss(wanted: Any, found: dict[str, tuple[Candidate, RequestParts]], **extra: Any) -> Miss:
     return Miss(
-        cassette="trip", mode="replay", key="f" * 64, ask=1, recorded=0,
+        cassette="trip",
+        mode="replay",
+        key="f" * 64,
+        ask=1,
+        recorded=0,
         request=canonical(parts(wanted), RULES),
         candidates=[c for c, _ in found.values()],
-        load=lambda c: found[c.key][1], **extra,
+        load=lambda c: found[c.key][1],
+        **extra,
     )
 
 
@@ -342,9 +355,7 @@ def test_a_message_inserted_in_the_middle_finds_its_conversation_and_shows_one_l
     found = candidates(chat_of([SYSTEM, {"role": "user", "content": "hi"}]), chat_of(TRIP))
     details = miss(asked, found).explain()
     assert details["closest"]["file"] == "1" * 64 + ".json"
-    assert details["closest"]["differences"] == [
-        {"path": "body.messages[1]", "requested": NEW}
-    ]
+    assert details["closest"]["differences"] == [{"path": "body.messages[1]", "requested": NEW}]
     assert 'body.messages[1]: added {"role": "user"' in details["message"]
 
 
@@ -353,8 +364,10 @@ def chat_of(messages: list[Any]) -> dict[str, Any]:
 
 
 def test_the_shortlist_finds_the_origin_among_many_by_shared_messages() -> None:
-    bodies = [chat_of([SYSTEM] + [{"role": "user", "content": f"c{n} t{i}"} for i in range(20)])
-              for n in range(300)]
+    bodies = [
+        chat_of([SYSTEM] + [{"role": "user", "content": f"c{n} t{i}"} for i in range(20)])
+        for n in range(300)
+    ]
     found = candidates(*bodies)
     asked = json.loads(json.dumps(bodies[217]))
     asked["messages"][7]["content"] = "changed"
@@ -384,10 +397,15 @@ def test_a_recording_without_a_header_keyed_on_since_says_to_record_it_again() -
     stored = parts(chat_of(TRIP))
     found = candidate_of("a" * 64, 1, stored, RULES.fingerprint(), tenant, MatchRules())
     assert found.unstored == ("x-tenant",)
-    wanted = canonical(RequestParts("POST", "openai", "/v1/chat/completions", (),
-                                    (("x-tenant", "acme"),), stored.body), tenant)
-    details = Miss("trip", "replay", "f" * 64, 1, 0, wanted, [found],
-                   lambda c: canonical(stored, tenant)).explain()
+    wanted = canonical(
+        RequestParts(
+            "POST", "openai", "/v1/chat/completions", (), (("x-tenant", "acme"),), stored.body
+        ),
+        tenant,
+    )
+    details = Miss(
+        "trip", "replay", "f" * 64, 1, 0, wanted, [found], lambda c: canonical(stored, tenant)
+    ).explain()
     assert 'headers.x-tenant: added "acme"' in details["message"]
     assert "x-tenant" in details["message"] and "record it again" in details["message"]
 
@@ -409,8 +427,16 @@ def test_a_search_cut_short_says_so() -> None:
 
 def test_a_recording_that_cannot_be_read_again_is_skipped() -> None:
     found = candidates(chat_of(TRIP))
-    gone = Miss("trip", "replay", "f" * 64, 1, 0, canonical(parts(chat_of(TRIP)), RULES),
-                [c for c, _ in found.values()], lambda c: None)
+    gone = Miss(
+        "trip",
+        "replay",
+        "f" * 64,
+        1,
+        0,
+        canonical(parts(chat_of(TRIP)), RULES),
+        [c for c, _ in found.values()],
+        lambda c: None,
+    )
     assert "no recordings to compare with" in gone.explain()["message"]
 
 
@@ -430,8 +456,7 @@ def test_a_recording_differing_in_one_content_block_of_thirty_is_found_wherever_
     found = candidates(*bodies)
     details = miss(chat_of([SYSTEM, blocks(FACTS)]), found).explain()
     assert details["closest"]["differences"] == [
-        {"path": "body.messages[1].content[0].text", "recorded": "fact X",
-         "requested": "fact 0"}
+        {"path": "body.messages[1].content[0].text", "recorded": "fact X", "requested": "fact 0"}
     ]
 
 
@@ -448,8 +473,10 @@ def test_candidates_alike_to_the_sketch_are_ranked_nearest_in_size_first() -> No
     mine = sketch(wanted)
     same = array("q", sorted(mine)[:MAX_SKETCH])
     route = ("POST", "openai", "/v1/chat/completions")
-    found = [Candidate(key * 64, 1, route, same, True, size=len(mine) + gap)
-             for key, gap in (("a", 40), ("b", -3), ("c", 9), ("d", 0))]
+    found = [
+        Candidate(key * 64, 1, route, same, True, size=len(mine) + gap)
+        for key, gap in (("a", 40), ("b", -3), ("c", 9), ("d", 0))
+    ]
     assert [c.key[0] for c in shortlist(wanted, found)] == ["d", "b", "c", "a"]
 
 

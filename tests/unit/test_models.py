@@ -8,9 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pydantic import ValidationError
-
-from proxy.models import (
+from llmtape.models import (
     SCHEMA_VERSION,
     Exchange,
     Frame,
@@ -20,11 +18,17 @@ from proxy.models import (
     dump_exchange,
     load_exchange,
 )
+from pydantic import ValidationError
 
 KEY = "ab" * 32
-RESPONSE_JSON = {"id": "chatcmpl-1", "object": "chat.completion", "choices": [
-    {"message": {"role": "assistant", "content": "héllo", "refusal": None}, "index": 0},
-], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+RESPONSE_JSON = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "choices": [
+        {"message": {"role": "assistant", "content": "héllo", "refusal": None}, "index": 0},
+    ],
+    "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+}
 
 
 def exchange(
@@ -106,7 +110,10 @@ def test_load_of_dump_gives_back_the_same_exchange(made: Exchange) -> None:
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=8)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text(max_size=8)
     | st.floats(allow_nan=False, allow_infinity=False),
     lambda inner: (
         st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=4)
@@ -151,9 +158,7 @@ def test_an_unknown_field_is_refused() -> None:
 def test_a_cut_keeps_when_it_came_and_a_file_without_it_still_loads() -> None:
     frames = [Frame(ms=5, text="data: {}\n\n")]
     made = exchange(frames=frames, outcome=Outcome.UPSTREAM_CUT)
-    cut = made.model_copy(
-        update={"response": made.response.model_copy(update={"end_ms": 1250})}
-    )
+    cut = made.model_copy(update={"response": made.response.model_copy(update={"end_ms": 1250})})
     raw = dump_exchange(cut)
     assert json.loads(raw)["response"]["end_ms"] == 1250
     assert load_exchange(raw) == cut

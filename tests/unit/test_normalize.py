@@ -13,11 +13,10 @@ from urllib.parse import urlencode
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
-
-from proxy.bodies import Payload
-from proxy.errors import ConfigError
-from proxy.models import StoredRequest
-from proxy.normalize import (
+from llmtape.bodies import Payload
+from llmtape.errors import ConfigError
+from llmtape.models import StoredRequest
+from llmtape.normalize import (
     RequestParts,
     canonical,
     redacted,
@@ -25,7 +24,7 @@ from proxy.normalize import (
     request_parts,
     stored_request,
 )
-from proxy.rules import MatchRules, build_rules, parse_path
+from llmtape.rules import MatchRules, build_rules, parse_path
 
 RULES = MatchRules(
     ignore_body=("user", "metadata.request_id", "messages[*].name"),
@@ -149,8 +148,9 @@ def test_a_credential_a_rule_keys_on_is_stored_and_keyed_as_its_digest_only(
     assert request_key(parts, rules) != key_of(rules=rules)
 
 
-@pytest.mark.parametrize("name", ["x-tenant", "x-session-id", "x-author", "X-Tokenizer",
-                                  "authorization"])
+@pytest.mark.parametrize(
+    "name", ["x-tenant", "x-session-id", "x-author", "X-Tokenizer", "authorization"]
+)
 def test_a_key_header_rule_keys_requests_apart_whatever_the_header_is_called(name: str) -> None:
     rules = MatchRules(key_headers=frozenset({name.lower()}))
     one, two = (key_of(headers={name: value}, rules=rules) for value in ("one", "two"))
@@ -190,8 +190,13 @@ def test_provider_key_header_changes_the_key() -> None:
         headers={"anthropic-version": "2024-01-01"}
     )
     without = request_parts(
-        "POST", "anthropic", "/v1/messages", "", {"content-type": "application/json"},
-        json.dumps(BASE).encode(), RULES,
+        "POST",
+        "anthropic",
+        "/v1/messages",
+        "",
+        {"content-type": "application/json"},
+        json.dumps(BASE).encode(),
+        RULES,
     )
     assert request_key(without, RULES) != key_of()
 
@@ -377,8 +382,9 @@ def test_repeated_query_parameters_keep_their_order_in_the_key() -> None:
 def test_a_lone_surrogate_escape_in_a_json_body_keys_like_any_string() -> None:
     rules = MatchRules()
     raw = b'{"text": "cut \\ud83d"}'
-    parts = request_parts("POST", "openai", "/v1/x", "", {"content-type": "application/json"},
-                          raw, rules)
+    parts = request_parts(
+        "POST", "openai", "/v1/x", "", {"content-type": "application/json"}, raw, rules
+    )
     assert request_key(parts, rules) == request_key(parts, rules)
     other = request_parts("POST", "openai", "/v1/x", "", {}, b'{"text": "cut \\ud83e"}', rules)
     assert request_key(other, rules) != request_key(parts, rules)
@@ -388,11 +394,18 @@ def test_the_same_upload_keys_the_same_whatever_multipart_boundary_the_client_pi
     rules = MatchRules()
 
     def key(boundary: str, data: bytes = b"RIFF-audio-bytes") -> str:
-        body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
-                f"filename=\"a.wav\"\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
+        body = (
+            (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
+                f'filename="a.wav"\r\n\r\n'
+            ).encode()
+            + data
+            + f"\r\n--{boundary}--\r\n".encode()
+        )
         headers = {"content-type": f"multipart/form-data; boundary={boundary}"}
-        return request_key(request_parts("POST", "openai", "/v1/audio", "", headers, body,
-                                         rules), rules)
+        return request_key(
+            request_parts("POST", "openai", "/v1/audio", "", headers, body, rules), rules
+        )
 
     assert key("a1b2c3") == key("zz9988")
     assert key("a1b2c3") != key("a1b2c3", b"other-audio")
@@ -443,10 +456,12 @@ def test_numbers_key_by_value_not_by_how_they_are_written(
     ("raw", "content_type", "secret"),
     [
         (b'{"api_key": "tvly-SECRET1", "query": "hotels"}', "application/json", b"SECRET1"),
-        (b'{"auth": {"client_secret": "SECRET1"}, "q": "hotels"}', "application/json",
-         b"SECRET1"),
-        (b"grant_type=client_credentials&client_id=me&client_secret=SECRET1",
-         "application/x-www-form-urlencoded", b"SECRET1"),
+        (b'{"auth": {"client_secret": "SECRET1"}, "q": "hotels"}', "application/json", b"SECRET1"),
+        (
+            b"grant_type=client_credentials&client_id=me&client_secret=SECRET1",
+            "application/x-www-form-urlencoded",
+            b"SECRET1",
+        ),
     ],
 )
 def test_a_credential_in_a_body_is_neither_stored_nor_keyed(
@@ -473,35 +488,89 @@ def as_stored(parts: RequestParts) -> RequestParts:
 
 def test_a_credential_an_older_llmtape_stored_keys_as_if_it_had_been_masked() -> None:
     rules = MatchRules()
-    old = as_stored(RequestParts("GET", "tool", "/find", (("appid", "OWM-OLD"), ("q", "x")), (),
-                       Payload("json", {"api_key": "tvly-OLD", "query": "hotels"})))
-    new = request_parts("GET", "tool", "/find", "appid=OWM-NEW&q=x", {},
-                        b'{"api_key": "tvly-NEW", "query": "hotels"}', rules)
+    old = as_stored(
+        RequestParts(
+            "GET",
+            "tool",
+            "/find",
+            (("appid", "OWM-OLD"), ("q", "x")),
+            (),
+            Payload("json", {"api_key": "tvly-OLD", "query": "hotels"}),
+        )
+    )
+    new = request_parts(
+        "GET",
+        "tool",
+        "/find",
+        "appid=OWM-NEW&q=x",
+        {},
+        b'{"api_key": "tvly-NEW", "query": "hotels"}',
+        rules,
+    )
     assert request_key(old, rules) == request_key(new, rules)
     assert "OLD" not in json.dumps(canonical(old, rules).to_dict())
 
 
 def mcp_anthropic(token: str) -> dict[str, Any]:
-    return {"model": "claude-x", "messages": [{"role": "user", "content": "list my repos"}],
-            "mcp_servers": [{"type": "url", "url": "https://mcp.example.com/sse", "name": "gh",
-                             "authorization_token": token}]}
+    return {
+        "model": "claude-x",
+        "messages": [{"role": "user", "content": "list my repos"}],
+        "mcp_servers": [
+            {
+                "type": "url",
+                "url": "https://mcp.example.com/sse",
+                "name": "gh",
+                "authorization_token": token,
+            }
+        ],
+    }
 
 
 def mcp_openai(token: str) -> dict[str, Any]:
-    return {"model": "gpt-4.1", "input": "list my repos", "tools": [
-        {"type": "mcp", "server_label": "gh", "server_url": "https://mcp.example.com",
-         "headers": {"Authorization": f"Bearer {token}"}, "authorization": token}]}
+    return {
+        "model": "gpt-4.1",
+        "input": "list my repos",
+        "tools": [
+            {
+                "type": "mcp",
+                "server_label": "gh",
+                "server_url": "https://mcp.example.com",
+                "headers": {"Authorization": f"Bearer {token}"},
+                "authorization": token,
+            }
+        ],
+    }
 
 
 def password_tool(min_length: int) -> dict[str, Any]:
-    return {"model": "m", "tools": [{"type": "function", "function": {"name": "create_user",
-            "parameters": {"type": "object", "properties": {
-                "password": {"type": "string", "minLength": min_length}}}}}]}
+    return {
+        "model": "m",
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "create_user",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"password": {"type": "string", "minLength": min_length}},
+                    },
+                },
+            }
+        ],
+    }
 
 
 def vault_answer(code: str) -> dict[str, Any]:
-    return {"contents": [{"role": "user", "parts": [
-        {"functionResponse": {"name": "get_vault", "response": {"secret": code}}}]}]}
+    return {
+        "contents": [
+            {
+                "role": "user",
+                "parts": [
+                    {"functionResponse": {"name": "get_vault", "response": {"secret": code}}}
+                ],
+            }
+        ]
+    }
 
 
 @pytest.mark.parametrize(
@@ -533,19 +602,29 @@ def test_a_form_keys_apart_on_fields_named_like_secrets_but_alike_on_credentials
     one: str, other: str, same: bool
 ) -> None:
     form = {"content-type": "application/x-www-form-urlencoded"}
-    assert (key_of(raw=one.encode(), headers=form) == key_of(raw=other.encode(), headers=form)) \
-        is same
+    assert (
+        key_of(raw=one.encode(), headers=form) == key_of(raw=other.encode(), headers=form)
+    ) is same
 
 
 def upload(boundary: str, apikey: str, language: str = "eng") -> tuple[dict[str, str], bytes]:
     """An ocr.space-style multipart upload: the key travels as a form field."""
-    def part(name: str, content: bytes, extra: str = "") -> bytes:
-        return (f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"{extra}'
-                "\r\n\r\n").encode() + content + b"\r\n"
 
-    body = (part("apikey", apikey.encode()) + part("language", language.encode())
-            + part("file", b"\x89PNG bytes", '; filename="a.png"\r\nContent-Type: image/png')
-            + f"--{boundary}--\r\n".encode())
+    def part(name: str, content: bytes, extra: str = "") -> bytes:
+        return (
+            (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"{extra}\r\n\r\n'
+            ).encode()
+            + content
+            + b"\r\n"
+        )
+
+    body = (
+        part("apikey", apikey.encode())
+        + part("language", language.encode())
+        + part("file", b"\x89PNG bytes", '; filename="a.png"\r\nContent-Type: image/png')
+        + f"--{boundary}--\r\n".encode()
+    )
     return {"content-type": f"multipart/form-data; boundary={boundary}"}, body
 
 
@@ -561,19 +640,18 @@ def test_a_credential_part_of_a_multipart_upload_is_neither_stored_nor_keyed() -
     raw = base64.b64decode(stored.body.value)
     assert b"K8SECRET1" not in raw and b"\x89PNG bytes" in raw and b"eng" in raw
     assert request_key(stored, rules) == request_key(parts("other2", "K8SECRET2"), rules)
-    assert request_key(stored, rules) != request_key(parts("b0undary1", "K8SECRET1", "deu"),
-                                                     rules)
+    assert request_key(stored, rules) != request_key(parts("b0undary1", "K8SECRET1", "deu"), rules)
 
 
 @pytest.mark.parametrize(
     ("encoding", "encode"),
-    [("gzip", lambda raw: gzip.compress(raw, mtime=1000)),
-     ("gzip", lambda raw: gzip.compress(raw, mtime=2000)),
-     ("deflate", zlib.compress)],
+    [
+        ("gzip", lambda raw: gzip.compress(raw, mtime=1000)),
+        ("gzip", lambda raw: gzip.compress(raw, mtime=2000)),
+        ("deflate", zlib.compress),
+    ],
 )
-def test_a_compressed_body_is_keyed_and_stored_as_what_it_holds(
-    encoding: str, encode: Any
-) -> None:
+def test_a_compressed_body_is_keyed_and_stored_as_what_it_holds(encoding: str, encode: Any) -> None:
     raw = json.dumps({**BASE, "api_key": "sk-BODYSECRET"}).encode()
     packed = parts_of(raw=encode(raw), headers={"content-encoding": encoding})
     assert packed.body == parts_of(raw=raw).body
@@ -583,10 +661,19 @@ def test_a_compressed_body_is_keyed_and_stored_as_what_it_holds(
 
 def test_a_form_an_older_llmtape_stored_in_clear_is_masked_and_keys_as_today() -> None:
     rules = MatchRules()
-    old = as_stored(RequestParts("POST", "translate", "/v2", (), (),
-                       Payload("text", "q=hello&target=de&key=AIzaOLD")))
-    new = request_parts("POST", "translate", "/v2", "",
-                        {"content-type": "application/x-www-form-urlencoded"},
-                        b"q=hello&target=de&key=AIzaNEW", rules)
+    old = as_stored(
+        RequestParts(
+            "POST", "translate", "/v2", (), (), Payload("text", "q=hello&target=de&key=AIzaOLD")
+        )
+    )
+    new = request_parts(
+        "POST",
+        "translate",
+        "/v2",
+        "",
+        {"content-type": "application/x-www-form-urlencoded"},
+        b"q=hello&target=de&key=AIzaNEW",
+        rules,
+    )
     assert redacted(old).body == Payload("text", "q=hello&target=de&key=[redacted]")
     assert request_key(old, rules) == request_key(new, rules)

@@ -6,11 +6,10 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-
-from proxy.bodies import Payload
-from proxy.models import Outcome
-from proxy.normalize import RequestParts
-from proxy.pipeline import (
+from llmtape.bodies import Payload
+from llmtape.models import Outcome
+from llmtape.normalize import RequestParts
+from llmtape.pipeline import (
     Action,
     Recorder,
     Replay,
@@ -20,12 +19,15 @@ from proxy.pipeline import (
     plan,
     stored_headers,
 )
-from proxy.providers import gemini, openai
-from proxy.providers.base import Provider
-from proxy.settings import Mode
+from llmtape.providers import gemini, openai
+from llmtape.providers.base import Provider
+from llmtape.settings import Mode
 
 SERVE, RECORD, FORWARD, REFUSE = (
-    Action.SERVE, Action.FORWARD_RECORD, Action.FORWARD, Action.REFUSE,
+    Action.SERVE,
+    Action.FORWARD_RECORD,
+    Action.FORWARD,
+    Action.REFUSE,
 )
 
 # mode, hit, live -> action. `live` (--live NAME) only changes replay: that upstream goes live
@@ -74,12 +76,28 @@ def test_stored_headers_keeps_what_describes_the_answer() -> None:
     "name",
     [
         # volatile: different on every call, so a re-record would show a diff
-        "date", "server", "x-request-id", "request-id", "openai-processing-ms", "cf-ray", "etag",
-        "x-ratelimit-remaining-tokens", "anthropic-ratelimit-requests-remaining", "x-llmtape-key",
+        "date",
+        "server",
+        "x-request-id",
+        "request-id",
+        "openai-processing-ms",
+        "cf-ray",
+        "etag",
+        "x-ratelimit-remaining-tokens",
+        "anthropic-ratelimit-requests-remaining",
+        "x-llmtape-key",
         # hop-by-hop or reset by the proxy
-        "connection", "transfer-encoding", "content-length", "content-encoding", "keep-alive",
+        "connection",
+        "transfer-encoding",
+        "content-length",
+        "content-encoding",
+        "keep-alive",
         # secrets
-        "set-cookie", "authorization", "x-api-key", "openai-organization", "x-session-token",
+        "set-cookie",
+        "authorization",
+        "x-api-key",
+        "openai-organization",
+        "x-session-token",
     ],
 )
 def test_stored_headers_drops_volatile_hop_by_hop_and_secret_headers(name: str) -> None:
@@ -90,8 +108,16 @@ def test_stored_headers_drops_volatile_hop_by_hop_and_secret_headers(name: str) 
 
 @pytest.mark.parametrize(
     ("status", "failure"),
-    [(200, False), (201, False), (400, False), (404, False), (422, False), (429, True),
-     (500, True), (503, True)],
+    [
+        (200, False),
+        (201, False),
+        (400, False),
+        (404, False),
+        (422, False),
+        (429, True),
+        (500, True),
+        (503, True),
+    ],
 )
 def test_is_failure_status(status: int, failure: bool) -> None:
     assert is_failure_status(status) is failure
@@ -112,8 +138,14 @@ def recorder(
     provider: Provider = openai.PROVIDER,
 ) -> Recorder:
     made = Recorder(
-        provider=provider, request=req or request(), key="k" * 64, seq=0, rules="r",
-        status=status, headers=[("content-type", content_type)], chunked=chunked,
+        provider=provider,
+        request=req or request(),
+        key="k" * 64,
+        seq=0,
+        rules="r",
+        status=status,
+        headers=[("content-type", content_type)],
+        chunked=chunked,
     )
     for chunk in chunks:
         made.add(chunk)
@@ -147,17 +179,21 @@ def test_asks_to_stream(body: Any, path: str, asks: bool) -> None:
 
 
 def test_a_chunked_json_answer_to_a_plain_request_is_stored_as_one_json_body() -> None:
-    exchange = recorder([b'{"id": "x",', b' "usage": {"prompt_tokens": 3}}'],
-                        "application/json").finish(cut=False)
+    exchange = recorder(
+        [b'{"id": "x",', b' "usage": {"prompt_tokens": 3}}'], "application/json"
+    ).finish(cut=False)
     assert exchange.response.frames is None
-    assert exchange.response.body == {"json": {"id": "x", "usage": {"prompt_tokens": 3}},
-                                      "style": "spaced"}
+    assert exchange.response.body == {
+        "json": {"id": "x", "usage": {"prompt_tokens": 3}},
+        "style": "spaced",
+    }
 
 
 def test_a_chunked_json_stream_is_kept_as_timed_pieces_with_its_usage() -> None:
     req = request("/v1beta/models/g:streamGenerateContent", {"contents": []})
-    made = recorder(GEMINI_ARRAY, "application/json; charset=UTF-8", req=req,
-                    provider=gemini.PROVIDER)
+    made = recorder(
+        GEMINI_ARRAY, "application/json; charset=UTF-8", req=req, provider=gemini.PROVIDER
+    )
     exchange = made.finish(cut=False)
     assert exchange.response.dialect == "json"
     assert [frame_bytes(f) for f in exchange.response.frames or []] == GEMINI_ARRAY
@@ -167,8 +203,9 @@ def test_a_chunked_json_stream_is_kept_as_timed_pieces_with_its_usage() -> None:
 
 def test_an_error_answered_chunked_to_a_stream_request_stays_a_json_body() -> None:
     req = request(body={"model": "m", "stream": True})
-    exchange = recorder([b'{"error": {"message": "bad"}}'], "application/json", status=400,
-                        req=req).finish(cut=False)
+    exchange = recorder(
+        [b'{"error": {"message": "bad"}}'], "application/json", status=400, req=req
+    ).finish(cut=False)
     assert exchange.response.frames is None
     assert exchange.response.body == {"json": {"error": {"message": "bad"}}, "style": "spaced"}
 
@@ -239,9 +276,14 @@ def test_a_replayed_answer_has_a_content_length_only_where_http_allows_one(
     method: str, status: int, headers: list[tuple[str, str]], length: str | None
 ) -> None:
     made = Recorder(
-        provider=openai.PROVIDER, request=replace(request(), method=method), key="k" * 64,
-        seq=0, rules="r", status=status,
-        headers=[("content-type", "application/json"), *headers], chunked=False,
+        provider=openai.PROVIDER,
+        request=replace(request(), method=method),
+        key="k" * 64,
+        seq=0,
+        rules="r",
+        status=status,
+        headers=[("content-type", "application/json"), *headers],
+        chunked=False,
     )
     if status == 200 and method == "POST":
         made.add(b"{}")

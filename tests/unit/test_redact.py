@@ -9,9 +9,8 @@ from urllib.parse import parse_qsl, urlencode
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
-
-from proxy.bodies import MULTIPART_BOUNDARY, Payload
-from proxy.redact import (
+from llmtape.bodies import MULTIPART_BOUNDARY, Payload
+from llmtape.redact import (
     MARKER,
     is_secret_field,
     is_secret_form_field,
@@ -29,7 +28,12 @@ from proxy.redact import (
 )
 
 KNOWN_SECRET_HEADERS = [
-    "authorization", "x-api-key", "api-key", "cookie", "set-cookie", "proxy-authorization",
+    "authorization",
+    "x-api-key",
+    "api-key",
+    "cookie",
+    "set-cookie",
+    "proxy-authorization",
     "x-goog-api-key",
 ]
 SAFE_HEADERS = {
@@ -74,8 +78,12 @@ def test_redacted_headers_never_contain_a_secret(names: list[str], secret: str) 
 
 
 @given(
-    names=st.lists(secret_names(["key", "api_key", "token", "sig", "access_token"],
-                                ["secret", "password", "signature", "apikey"])),
+    names=st.lists(
+        secret_names(
+            ["key", "api_key", "token", "sig", "access_token"],
+            ["secret", "password", "signature", "apikey"],
+        )
+    ),
     secret=secret_values,
 )
 def test_redacted_query_never_contains_a_secret(names: list[str], secret: str) -> None:
@@ -115,21 +123,46 @@ def test_is_secret_header(name: str, secret: bool) -> None:
 
 @pytest.mark.parametrize(
     ("name", "secret"),
-    [("key", True), ("KEY", True), ("api_key", True), ("X-Amz-Signature", True),
-     ("X-Amz-Credential", True), ("access_token", True), ("token", True),
-     ("client_secret", True), ("access_key", True), ("auth_key", True),
-     ("subscription-key", True), ("private_token", True), ("appid", True), ("app_key", True),
-     ("secret_key", True), ("private_key", True), ("session_key", True), ("hapikey", True),
-     ("alt", False), ("model", False), ("limit", False), ("code", False),
-     ("page_token", False), ("pageToken", False), ("nextPageToken", False),
-     ("author", False), ("max_tokens", False), ("app", False), ("keyword", False)],
+    [
+        ("key", True),
+        ("KEY", True),
+        ("api_key", True),
+        ("X-Amz-Signature", True),
+        ("X-Amz-Credential", True),
+        ("access_token", True),
+        ("token", True),
+        ("client_secret", True),
+        ("access_key", True),
+        ("auth_key", True),
+        ("subscription-key", True),
+        ("private_token", True),
+        ("appid", True),
+        ("app_key", True),
+        ("secret_key", True),
+        ("private_key", True),
+        ("session_key", True),
+        ("hapikey", True),
+        ("alt", False),
+        ("model", False),
+        ("limit", False),
+        ("code", False),
+        ("page_token", False),
+        ("pageToken", False),
+        ("nextPageToken", False),
+        ("author", False),
+        ("max_tokens", False),
+        ("app", False),
+        ("keyword", False),
+    ],
 )
 def test_is_secret_query(name: str, secret: bool) -> None:
     assert is_secret_query(name) is secret
 
 
-@pytest.mark.parametrize("name", ["api_token", "apiToken", "accessToken", "access-token",
-                                  "auth", "X-Api-Key", "client_secret"])
+@pytest.mark.parametrize(
+    "name",
+    ["api_token", "apiToken", "accessToken", "access-token", "auth", "X-Api-Key", "client_secret"],
+)
 def test_common_credential_spellings_in_queries_are_secret(name: str) -> None:
     assert is_secret_query(name)
 
@@ -168,18 +201,64 @@ def test_redact_text_hides_secrets_of_every_url_in_a_message(text: str) -> None:
 # --- request bodies ------------------------------------------------------------------------
 
 BODY_SECRET_NAMES = [
-    "api_key", "apiKey", "API-KEY", "x_api_key", "access_token", "refresh_token", "id_token",
-    "client_secret", "clientSecret", "password", "new_password", "secret", "secret_key",
-    "private_key", "auth_token", "session_token", "openai_api_key", "passwd",
-    "authorization", "Authorization", "authorization_token", "bot_token", "slackBotToken",
-    "oauth_token", "bearer_token", "token", "Token",
+    "api_key",
+    "apiKey",
+    "API-KEY",
+    "x_api_key",
+    "access_token",
+    "refresh_token",
+    "id_token",
+    "client_secret",
+    "clientSecret",
+    "password",
+    "new_password",
+    "secret",
+    "secret_key",
+    "private_key",
+    "auth_token",
+    "session_token",
+    "openai_api_key",
+    "passwd",
+    "authorization",
+    "Authorization",
+    "authorization_token",
+    "bot_token",
+    "slackBotToken",
+    "oauth_token",
+    "bearer_token",
+    "token",
+    "Token",
 ]
-ORDINARY_FIELDS = ["key", "max_tokens", "auth", "author", "tokens", "page_token",
-                   "nextPageToken", "keywords", "model", "messages", "secretary",
-                   "password_hint", "prompt_cache_key", "top_k", "max_output_tokens",
-                   "secret_santa", "authorized", "tokenizer", "token_limit"]
-CONVERSATION = ["messages", "contents", "input", "prompt", "system", "instructions",
-                "systemInstruction"]
+ORDINARY_FIELDS = [
+    "key",
+    "max_tokens",
+    "auth",
+    "author",
+    "tokens",
+    "page_token",
+    "nextPageToken",
+    "keywords",
+    "model",
+    "messages",
+    "secretary",
+    "password_hint",
+    "prompt_cache_key",
+    "top_k",
+    "max_output_tokens",
+    "secret_santa",
+    "authorized",
+    "tokenizer",
+    "token_limit",
+]
+CONVERSATION = [
+    "messages",
+    "contents",
+    "input",
+    "prompt",
+    "system",
+    "instructions",
+    "systemInstruction",
+]
 
 
 @pytest.mark.parametrize("name", BODY_SECRET_NAMES)
@@ -193,8 +272,9 @@ def test_ordinary_body_field_names_are_not(name: str) -> None:
 
 
 json_scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=8)
-plain_names = (st.sampled_from([n for n in ORDINARY_FIELDS if n not in CONVERSATION])
-               | st.text(alphabet="xyzq_", max_size=5))
+plain_names = st.sampled_from([n for n in ORDINARY_FIELDS if n not in CONVERSATION]) | st.text(
+    alphabet="xyzq_", max_size=5
+)
 
 
 @st.composite
@@ -203,50 +283,77 @@ def bodies_with_secrets(draw: st.DrawFn) -> tuple[Any, str]:
     it (a string, or in a list, or under a credential name of an object held there), or as
     a credential header of a `headers` object, and the secret."""
     secret = draw(secret_values)
-    hidden: Any = draw(st.sampled_from([
-        secret, [secret], [[secret], "x"], {"api_key": secret}, [{"token": [secret]}],
-    ]))
-    value: Any = draw(st.sampled_from([
-        {draw(st.sampled_from(BODY_SECRET_NAMES)): hidden},
-        {"headers": {draw(st.sampled_from(KNOWN_SECRET_HEADERS)): secret}},
-    ]))
+    hidden: Any = draw(
+        st.sampled_from(
+            [
+                secret,
+                [secret],
+                [[secret], "x"],
+                {"api_key": secret},
+                [{"token": [secret]}],
+            ]
+        )
+    )
+    value: Any = draw(
+        st.sampled_from(
+            [
+                {draw(st.sampled_from(BODY_SECRET_NAMES)): hidden},
+                {"headers": {draw(st.sampled_from(KNOWN_SECRET_HEADERS)): secret}},
+            ]
+        )
+    )
     for _ in range(draw(st.integers(0, 4))):  # bury it
         siblings = draw(st.dictionaries(plain_names, json_scalars, max_size=3))
-        value = draw(st.sampled_from([
-            {**siblings, draw(plain_names): value},
-            [*siblings.values(), value],
-        ]))
+        value = draw(
+            st.sampled_from(
+                [
+                    {**siblings, draw(plain_names): value},
+                    [*siblings.values(), value],
+                ]
+            )
+        )
     return value, secret
 
 
 @given(case=bodies_with_secrets())
 def test_redacted_json_never_contains_a_secret_placed_under_a_credential_name(
-    case: tuple[Any, str]
+    case: tuple[Any, str],
 ) -> None:
     value, secret = case
     assert secret not in repr(redact_json(value))
 
 
-@given(value=st.recursive(
-    json_scalars,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(plain_names, inner, max_size=3),
-    max_leaves=12,
-))
+@given(
+    value=st.recursive(
+        json_scalars,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(plain_names, inner, max_size=3),
+        max_leaves=12,
+    )
+)
 def test_a_body_without_credential_names_is_left_as_it_is(value: Any) -> None:
     assert redact_json(value) == value
 
 
 def test_a_boolean_named_like_a_secret_is_a_flag_and_stays() -> None:
     body = {"secret": True, "public": False, "api_key": None, "password": 1234}
-    assert redact_json(body) == {"secret": True, "public": False, "api_key": None,
-                                 "password": MARKER}
+    assert redact_json(body) == {
+        "secret": True,
+        "public": False,
+        "api_key": None,
+        "password": MARKER,
+    }
 
 
 @given(
-    pairs=st.lists(st.tuples(st.sampled_from(["grant_type", "scope", "code", "q"]),
-                             st.text(max_size=6)), max_size=4),
-    names=st.lists(st.sampled_from(["client_secret", "password", "refresh_token", "api_key",
-                                    "token", "key"]), min_size=1, max_size=3),
+    pairs=st.lists(
+        st.tuples(st.sampled_from(["grant_type", "scope", "code", "q"]), st.text(max_size=6)),
+        max_size=4,
+    ),
+    names=st.lists(
+        st.sampled_from(["client_secret", "password", "refresh_token", "api_key", "token", "key"]),
+        min_size=1,
+        max_size=3,
+    ),
     secret=secret_values,
 )
 def test_redacted_form_never_contains_a_secret_and_keeps_the_rest(
@@ -266,30 +373,66 @@ def test_redact_payload_handles_json_and_form_bodies_only() -> None:
     )
     text = "client_secret=S3 is not a form"
     assert redact_payload(Payload("text", text), "text/plain").value == text
-    assert redact_payload(Payload("json", {"api_key": "tvly-1"}), "").value == {
-        "api_key": MARKER
-    }
+    assert redact_payload(Payload("json", {"api_key": "tvly-1"}), "").value == {"api_key": MARKER}
 
 
 # --- what a body may hold that is not a secret, and credentials in MCP and headers --------
 
-MCP_ANTHROPIC = {"model": "claude-x", "mcp_servers": [
-    {"type": "url", "url": "https://mcp.example.com/sse", "name": "gh",
-     "authorization_token": "ghp_SECRET1"}]}
-MCP_OPENAI = {"model": "gpt-4.1", "input": "list my repos", "tools": [
-    {"type": "mcp", "server_label": "gh", "server_url": "https://mcp.example.com",
-     "authorization": "ghp_SECRET1", "require_approval": "never",
-     "headers": {"Authorization": "Bearer ghp_SECRET1", "X-Region": "eu"}}]}
-SCHEMA = {"model": "m", "tools": [{"type": "function", "function": {"name": "create_user",
-          "parameters": {"type": "object", "properties": {
-              "password": {"type": "string", "minLength": 8, "description": "8 chars"},
-              "api_key": {"type": "string", "enum": ["a", "b"]}},
-              "required": ["password"]}}}]}
+MCP_ANTHROPIC: dict[str, Any] = {
+    "model": "claude-x",
+    "mcp_servers": [
+        {
+            "type": "url",
+            "url": "https://mcp.example.com/sse",
+            "name": "gh",
+            "authorization_token": "ghp_SECRET1",
+        }
+    ],
+}
+MCP_OPENAI: dict[str, Any] = {
+    "model": "gpt-4.1",
+    "input": "list my repos",
+    "tools": [
+        {
+            "type": "mcp",
+            "server_label": "gh",
+            "server_url": "https://mcp.example.com",
+            "authorization": "ghp_SECRET1",
+            "require_approval": "never",
+            "headers": {"Authorization": "Bearer ghp_SECRET1", "X-Region": "eu"},
+        }
+    ],
+}
+SCHEMA = {
+    "model": "m",
+    "tools": [
+        {
+            "type": "function",
+            "function": {
+                "name": "create_user",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "password": {"type": "string", "minLength": 8, "description": "8 chars"},
+                        "api_key": {"type": "string", "enum": ["a", "b"]},
+                    },
+                    "required": ["password"],
+                },
+            },
+        }
+    ],
+}
 
 
 def gemini_tool_result(result: Any) -> dict[str, Any]:
-    return {"contents": [{"role": "user", "parts": [
-        {"functionResponse": {"name": "get_vault", "response": result}}]}]}
+    return {
+        "contents": [
+            {
+                "role": "user",
+                "parts": [{"functionResponse": {"name": "get_vault", "response": result}}],
+            }
+        ]
+    }
 
 
 @pytest.mark.parametrize(
@@ -297,13 +440,34 @@ def gemini_tool_result(result: Any) -> dict[str, Any]:
     [
         SCHEMA,
         gemini_tool_result({"secret": "1234", "password": 5, "token": ["t1", "t2"]}),
-        {"messages": [{"role": "assistant", "content": [
-            {"type": "tool_use", "name": "login", "input": {"password": "hunter2"}}]}]},
+        {
+            "messages": [
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "tool_use", "name": "login", "input": {"password": "hunter2"}}
+                    ],
+                }
+            ]
+        },
         {"input": [{"type": "function_call_output", "output": {"api_key": "k1"}}]},
-        {"system": [{"type": "text", "text": "x", "secret": "s"}], "prompt": {"token": "t"},
-         "instructions": {"password": "p"}, "systemInstruction": {"secret": "s"}},
-        {"model": "m", "max_tokens": 5, "key": "k", "auth": "a", "page_token": "p",
-         "prompt_cache_key": "c", "top_k": 3, "tokens": [1, 2], "author": "ann"},
+        {
+            "system": [{"type": "text", "text": "x", "secret": "s"}],
+            "prompt": {"token": "t"},
+            "instructions": {"password": "p"},
+            "systemInstruction": {"secret": "s"},
+        },
+        {
+            "model": "m",
+            "max_tokens": 5,
+            "key": "k",
+            "auth": "a",
+            "page_token": "p",
+            "prompt_cache_key": "c",
+            "top_k": 3,
+            "tokens": [1, 2],
+            "author": "ann",
+        },
         {"password": {"type": "string"}, "secret": {"enum": ["x"]}, "token": {"id": 3}},
     ],
 )
@@ -314,19 +478,42 @@ def test_what_changes_the_answer_is_never_masked(body: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("body", "masked"),
     [
-        (MCP_ANTHROPIC, {**MCP_ANTHROPIC, "mcp_servers": [
-            {**MCP_ANTHROPIC["mcp_servers"][0], "authorization_token": MARKER}]}),
-        (MCP_OPENAI, {**MCP_OPENAI, "tools": [{
-            **MCP_OPENAI["tools"][0], "authorization": MARKER,
-            "headers": {"Authorization": MARKER, "X-Region": "eu"}}]}),
-        ({"password": {"api_key": "k", "type": "string"}},
-         {"password": {"api_key": MARKER, "type": "string"}}),
-        ({"password": ["a", ["b", 1], True, None, {"x": "c"}]},
-         {"password": [MARKER, [MARKER, MARKER], True, None, {"x": "c"}]}),
-        ({"a": [{"headers": {"x-api-key": "k", "Cookie": "c", "accept": "*/*"}}]},
-         {"a": [{"headers": {"x-api-key": MARKER, "Cookie": MARKER, "accept": "*/*"}}]}),
-        ({"messages": [{"content": {"api_key": "k", "headers": {"authorization": "k"}}}]},
-         {"messages": [{"content": {"api_key": "k", "headers": {"authorization": MARKER}}}]}),
+        (
+            MCP_ANTHROPIC,
+            {
+                **MCP_ANTHROPIC,
+                "mcp_servers": [{**MCP_ANTHROPIC["mcp_servers"][0], "authorization_token": MARKER}],
+            },
+        ),
+        (
+            MCP_OPENAI,
+            {
+                **MCP_OPENAI,
+                "tools": [
+                    {
+                        **MCP_OPENAI["tools"][0],
+                        "authorization": MARKER,
+                        "headers": {"Authorization": MARKER, "X-Region": "eu"},
+                    }
+                ],
+            },
+        ),
+        (
+            {"password": {"api_key": "k", "type": "string"}},
+            {"password": {"api_key": MARKER, "type": "string"}},
+        ),
+        (
+            {"password": ["a", ["b", 1], True, None, {"x": "c"}]},
+            {"password": [MARKER, [MARKER, MARKER], True, None, {"x": "c"}]},
+        ),
+        (
+            {"a": [{"headers": {"x-api-key": "k", "Cookie": "c", "accept": "*/*"}}]},
+            {"a": [{"headers": {"x-api-key": MARKER, "Cookie": MARKER, "accept": "*/*"}}]},
+        ),
+        (
+            {"messages": [{"content": {"api_key": "k", "headers": {"authorization": "k"}}}]},
+            {"messages": [{"content": {"api_key": "k", "headers": {"authorization": MARKER}}}]},
+        ),
         ({"x": {"messages": {"api_key": "k"}}}, {"x": {"messages": {"api_key": MARKER}}}),
     ],
 )
@@ -338,10 +525,24 @@ def test_credentials_outside_the_conversation_and_in_headers_objects_are_masked(
 
 @pytest.mark.parametrize(
     ("name", "secret"),
-    [("apikey", True), ("api_key", True), ("key", True), ("token", True), ("auth", True),
-     ("client_secret", True), ("password", True), ("access_token", True), ("sig", True),
-     ("secret_santa", False), ("password_hint", False), ("page_token", False),
-     ("author", False), ("language", False), ("keyword", False), ("file", False)],
+    [
+        ("apikey", True),
+        ("api_key", True),
+        ("key", True),
+        ("token", True),
+        ("auth", True),
+        ("client_secret", True),
+        ("password", True),
+        ("access_token", True),
+        ("sig", True),
+        ("secret_santa", False),
+        ("password_hint", False),
+        ("page_token", False),
+        ("author", False),
+        ("language", False),
+        ("keyword", False),
+        ("file", False),
+    ],
 )
 def test_is_secret_form_field(name: str, secret: bool) -> None:
     assert is_secret_form_field(name) is secret
@@ -357,9 +558,19 @@ def test_a_form_masks_credential_names_only_not_names_holding_a_telltale_word() 
 
 @pytest.mark.parametrize(
     ("text", "form"),
-    [("q=hello&target=de&key=K1", True), ("a=", True), ("a=b=c&d=e", True),
-     ("q=%20x+y&z=1", True), ("hello", False), ("a=b c", False), ("a=b&", False),
-     ("=b", False), ("a=b\n", False), ("key=K1 and more", False), ("", False)],
+    [
+        ("q=hello&target=de&key=K1", True),
+        ("a=", True),
+        ("a=b=c&d=e", True),
+        ("q=%20x+y&z=1", True),
+        ("hello", False),
+        ("a=b c", False),
+        ("a=b&", False),
+        ("=b", False),
+        ("a=b\n", False),
+        ("key=K1 and more", False),
+        ("", False),
+    ],
 )
 def test_looks_form(text: str, form: bool) -> None:
     assert looks_form(text) is form
@@ -381,20 +592,41 @@ def multipart(*parts: tuple[str, bytes]) -> bytes:
     out = b""
     for name, content in parts:
         upload = b'; filename="a.png"\r\nContent-Type: image/png' if name == "file" else b""
-        out += (DELIMITER + b'\r\nContent-Disposition: form-data; name="' + name.encode()
-                + b'"' + upload + b"\r\n\r\n" + content + b"\r\n")
+        out += (
+            DELIMITER
+            + b'\r\nContent-Disposition: form-data; name="'
+            + name.encode()
+            + b'"'
+            + upload
+            + b"\r\n\r\n"
+            + content
+            + b"\r\n"
+        )
     return out + DELIMITER + b"--\r\n"
 
 
 @given(
-    parts=st.lists(st.tuples(
-        st.sampled_from(["apikey", "api_key", "key", "password", "language", "file", "model",
-                         "secret_santa"]),
-        st.binary(max_size=30).filter(lambda b: DELIMITER not in b),
-    ), max_size=5),
+    parts=st.lists(
+        st.tuples(
+            st.sampled_from(
+                [
+                    "apikey",
+                    "api_key",
+                    "key",
+                    "password",
+                    "language",
+                    "file",
+                    "model",
+                    "secret_santa",
+                ]
+            ),
+            st.binary(max_size=30).filter(lambda b: DELIMITER not in b),
+        ),
+        max_size=5,
+    ),
 )
 def test_a_multipart_body_masks_the_content_of_credential_parts_and_keeps_every_other_byte(
-    parts: list[tuple[str, bytes]]
+    parts: list[tuple[str, bytes]],
 ) -> None:
     secret = {"apikey", "api_key", "key", "password"}
     expected = [(n, MARKER.encode() if n in secret else c) for n, c in parts]
@@ -402,15 +634,17 @@ def test_a_multipart_body_masks_the_content_of_credential_parts_and_keeps_every_
 
 
 def test_a_multipart_part_name_is_read_from_its_content_disposition_not_its_file_name() -> None:
-    body = (DELIMITER + b'\r\ncontent-disposition: form-data; filename="key"; name="doc"'
-            b"\r\n\r\nDATA\r\n" + DELIMITER + b"\r\nContent-Disposition: form-data; name=apikey"
-            b"\r\n\r\nK8SECRET\r\n" + DELIMITER + b"--\r\n")
+    body = (
+        DELIMITER + b'\r\ncontent-disposition: form-data; filename="key"; name="doc"'
+        b"\r\n\r\nDATA\r\n" + DELIMITER + b"\r\nContent-Disposition: form-data; name=apikey"
+        b"\r\n\r\nK8SECRET\r\n" + DELIMITER + b"--\r\n"
+    )
     assert redact_multipart(body) == body.replace(b"K8SECRET", MARKER.encode())
 
 
 @pytest.mark.parametrize("content_type", ["multipart/form-data; boundary=x", ""])
 def test_redact_payload_masks_a_stored_multipart_body_whatever_the_content_type_says(
-    content_type: str
+    content_type: str,
 ) -> None:
     raw = multipart(("apikey", b"K8SECRET"), ("file", b"\x89PNG"))
     payload = Payload("base64", base64.b64encode(raw).decode())

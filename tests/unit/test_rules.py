@@ -4,10 +4,9 @@ header leaves without the header it keys on."""
 from __future__ import annotations
 
 import pytest
-
-from proxy.errors import ConfigError
-from proxy.providers import BUILTIN, Rulebook, provider_table
-from proxy.rules import MatchRules, build_rules, parse_rule, rule_warnings, unstored_headers
+from llmtape.errors import ConfigError
+from llmtape.providers import BUILTIN, Rulebook, provider_table
+from llmtape.rules import MatchRules, build_rules, parse_rule, rule_warnings, unstored_headers
 
 
 @pytest.mark.parametrize(
@@ -35,8 +34,14 @@ def test_a_rule_that_would_do_nothing_or_everything_is_refused_saying_why(
 
 @pytest.mark.parametrize(
     "spec",
-    ["openai:body:messages[*].name", "openai:body:metadata.*", "openai:body:a[0].b",
-     "openai:key-header:X-Tenant", "*:header:x_weird.name~1", "openai:body:[*].id"],
+    [
+        "openai:body:messages[*].name",
+        "openai:body:metadata.*",
+        "openai:body:a[0].b",
+        "openai:key-header:X-Tenant",
+        "*:header:x_weird.name~1",
+        "openai:body:[*].id",
+    ],
 )
 def test_ordinary_rules_are_accepted(spec: str) -> None:
     parse_rule(spec)
@@ -82,9 +87,14 @@ DEFAULTS = BUILTIN["openai"].rules
         # it holds it: it was keyed on then too
         ({"x-tenant": "acme"}, BEFORE.fingerprint(), TENANT, ()),
         # a header of the provider's own, un-ignored since
-        ({}, MatchRules(ignore_headers=frozenset({"openai-beta"}),
-                        key_headers=frozenset({"openai-beta"})).fingerprint(), BEFORE,
-         ("openai-beta",)),
+        (
+            {},
+            MatchRules(
+                ignore_headers=frozenset({"openai-beta"}), key_headers=frozenset({"openai-beta"})
+            ).fingerprint(),
+            BEFORE,
+            ("openai-beta",),
+        ),
         # other rules changed as well: the user's headers are named, not the provider's
         ({}, MatchRules(ignore_body=("seed",)).fingerprint(), TENANT, ("x-tenant",)),
         # other rules changed only: a request without openai-beta is the common case

@@ -7,12 +7,10 @@ from typing import Any
 
 import pytest
 import typer.main
-from typer.testing import CliRunner
-
-import cli.main
-import cli.server
-from proxy.errors import ConfigError
-from proxy.settings import (
+from llmtape.cli import main as cli_main
+from llmtape.cli import server as cli_server
+from llmtape.errors import ConfigError
+from llmtape.settings import (
     Mode,
     RepeatPolicy,
     Settings,
@@ -21,6 +19,7 @@ from proxy.settings import (
     option_name,
     parse_pairs,
 )
+from typer.testing import CliRunner
 
 # field -> (LLMTAPE_* value, command-line arguments, the value both must give). Every field of
 # Settings must be here, with a value other than its default.
@@ -32,7 +31,12 @@ SAMPLES: dict[str, tuple[str, list[str], Any]] = {
     "cassette": ("suite/test_a", ["--cassette", "suite/test_a"], "suite/test_a"),
     "upstream": (
         "local=http://127.0.0.1:1234/, openai=https://proxy.example",
-        ["--upstream", "local=http://127.0.0.1:1234/", "--upstream", "openai=https://proxy.example"],
+        [
+            "--upstream",
+            "local=http://127.0.0.1:1234/",
+            "--upstream",
+            "openai=https://proxy.example",
+        ],
         {"local": "http://127.0.0.1:1234", "openai": "https://proxy.example"},
     ),
     "live": ("openai, ,gemini", ["--live", "openai", "--live", "gemini"], ("openai", "gemini")),
@@ -61,7 +65,7 @@ def no_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def serve_options() -> dict[str, str]:
     """`--option` -> parameter name, read off the command Typer builds (it vendors click)."""
-    command: Any = typer.main.get_command(cli.main.app)
+    command: Any = typer.main.get_command(cli_main.app)
     params = command.commands["serve"].params
     return {opt: p.name for p in params if p.param_type_name == "option" for opt in p.opts}
 
@@ -74,8 +78,8 @@ def run_serve(args: list[str], env: dict[str, str], monkeypatch: pytest.MonkeyPa
         seen.append(settings)
         return 0
 
-    monkeypatch.setattr(cli.server, "serve", fake_serve)
-    result = CliRunner().invoke(cli.main.app, ["serve", *args], env=env)
+    monkeypatch.setattr(cli_server, "serve", fake_serve)
+    result = CliRunner().invoke(cli_main.app, ["serve", *args], env=env)
     assert result.exit_code == 0, result.output
     return seen[0]
 
@@ -113,7 +117,9 @@ def test_negative_flags_turn_an_option_off(monkeypatch: pytest.MonkeyPatch) -> N
     off = ["--no-record-failures", "--any-order", "--allow-unused"]
     settings = run_serve(off, on, monkeypatch)
     assert (settings.record_failures, settings.strict_order, settings.fail_on_unused) == (
-        False, False, False,
+        False,
+        False,
+        False,
     )
 
 
@@ -182,7 +188,9 @@ def test_config_file_takes_dashed_keys_lists_and_tables(tmp_path: Path) -> None:
     )
     settings = load_settings({}, environ={})
     assert (settings.log_level, settings.live, settings.record_failures) == (
-        "warning", ("openai",), True,
+        "warning",
+        ("openai",),
+        True,
     )
     assert settings.upstream == {"local": "http://127.0.0.1:9"}
     (tmp_path / "llmtape.toml").write_text('[upstream]\nlocal = "http://127.0.0.1:9"\n')
@@ -196,8 +204,12 @@ def test_match_tables_in_the_config_file_become_ignore_rules(tmp_path: Path) -> 
         '[match."*"]\nignore_headers = ["x-trace"]\nignore_query = ["sig2"]\n'
     )
     assert load_settings({}, environ={}).ignore == (
-        "*:query:ts", "openai:body:user", "openai:body:metadata.id", "openai:key-header:X-Tenant",
-        "*:header:x-trace", "*:query:sig2",
+        "*:query:ts",
+        "openai:body:user",
+        "openai:body:metadata.id",
+        "openai:key-header:X-Tenant",
+        "*:header:x-trace",
+        "*:query:sig2",
     )
 
 
@@ -243,15 +255,26 @@ def test_an_unknown_config_key_lists_the_known_ones(tmp_path: Path) -> None:
         ({}, {"LLMTAPE_STRICT_ORDER": "maybe"}, "", ["--strict-order", "LLMTAPE_STRICT_ORDER"]),
         ({}, {"LLMTAPE_CONNECT_TIMEOUT": "0"}, "", ["--connect-timeout", "greater than 0"]),
         ({"live": ("opneai",)}, {}, "", ["--live", "no upstream named 'opneai'", "openai"]),
-        ({"ignore": ("opneai:body:user",)}, {}, "", ["--ignore", "'opneai:body:user'",
-                                                     "known upstreams"]),
-        ({}, {"LLMTAPE_REPEAT": "cycle", "LLMTAPE_STRICT_ORDER": "1"}, "",
-         ["--strict-order", "--repeat cycle"]),
+        (
+            {"ignore": ("opneai:body:user",)},
+            {},
+            "",
+            ["--ignore", "'opneai:body:user'", "known upstreams"],
+        ),
+        (
+            {},
+            {"LLMTAPE_REPEAT": "cycle", "LLMTAPE_STRICT_ORDER": "1"},
+            "",
+            ["--strict-order", "--repeat cycle"],
+        ),
         ({}, {"LLMTAPE_UPSTREAM": "search"}, "", ["LLMTAPE_UPSTREAM", "'search' is not NAME=URL"]),
     ],
 )
 def test_a_bad_value_names_the_option_the_source_and_what_is_allowed(
-    cli_given: dict[str, Any], environ: dict[str, str], file: str, expected: list[str],
+    cli_given: dict[str, Any],
+    environ: dict[str, str],
+    file: str,
+    expected: list[str],
     tmp_path: Path,
 ) -> None:
     if file:
@@ -264,8 +287,8 @@ def test_a_bad_value_names_the_option_the_source_and_what_is_allowed(
 def test_a_bad_value_on_the_command_line_exits_2_with_the_message(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(cli.server, "serve", lambda settings: pytest.fail("server started"))
-    result = CliRunner().invoke(cli.main.app, ["serve"], env={"LLMTAPE_PORT": "nope"})
+    monkeypatch.setattr(cli_server, "serve", lambda settings: pytest.fail("server started"))
+    result = CliRunner().invoke(cli_main.app, ["serve"], env={"LLMTAPE_PORT": "nope"})
     assert result.exit_code == 2
     assert "LLMTAPE_PORT" in result.output and "--port" in result.output
 
@@ -318,7 +341,12 @@ def test_upstream_urls_lose_their_trailing_slash() -> None:
         ("LLMTAPE_LIVE", "openai", "live", ("openai",)),
         ("LLMTAPE_LIVE", " openai ,gemini,, ", "live", ("openai", "gemini")),
         ("LLMTAPE_IGNORE", "*:query:ts , *:body:user", "ignore", ("*:query:ts", "*:body:user")),
-        ("LLMTAPE_UPSTREAM", "a=http://a, b=http://b", "upstream", {"a": "http://a", "b": "http://b"}),
+        (
+            "LLMTAPE_UPSTREAM",
+            "a=http://a, b=http://b",
+            "upstream",
+            {"a": "http://a", "b": "http://b"},
+        ),
         ("LLMTAPE_LIVE", "", "live", ()),
     ],
 )
@@ -345,7 +373,9 @@ def test_upstreams_from_each_layer_merge_by_name_with_the_command_line_winning(
         config=config,
     )
     assert settings.upstream == {
-        "search": "http://file:1", "openai": "http://cli:3", "tools": "http://env:4"
+        "search": "http://file:1",
+        "openai": "http://cli:3",
+        "tools": "http://env:4",
     }
 
 

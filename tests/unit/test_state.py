@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from proxy.models import Exchange, StoredRequest, StoredResponse
-from proxy.pipeline import Replay
-from proxy.state import ReplayCache, Run, Runs
-from proxy.store.fs import FileStore
+from llmtape.models import Exchange, StoredRequest, StoredResponse
+from llmtape.pipeline import Replay
+from llmtape.state import ReplayCache, Run, Runs
+from llmtape.store.fs import FileStore
 
 MODEL, TOOL = "a" * 64, "b" * 64
 
@@ -19,7 +19,10 @@ def replay(size: int) -> Replay:
 
 def stored(upstream: str, key: str) -> Exchange:
     return Exchange(
-        key=key, ordinal=1, seq=0, rules="r",
+        key=key,
+        ordinal=1,
+        seq=0,
+        rules="r",
         request=StoredRequest(method="POST", upstream=upstream, path="/v1/x"),
         response=StoredResponse(status=200, body={"json": {"ok": True}, "style": "compact"}),
     )

@@ -7,19 +7,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from proxy.errors import BadCassetteName, CassetteCorrupt
-from proxy.models import Exchange, Frame, StoredRequest, StoredResponse, dump_exchange
-from proxy.store.base import exchange_file, parse_exchange_file
-from proxy.store.fs import FileStore
-from proxy.store.names import MAX_NAME, check_cassette_name
+from llmtape.errors import BadCassetteName, CassetteCorrupt
+from llmtape.models import Exchange, Frame, StoredRequest, StoredResponse, dump_exchange
+from llmtape.store.base import exchange_file, parse_exchange_file
+from llmtape.store.fs import FileStore
+from llmtape.store.names import MAX_NAME, check_cassette_name
 
 KEY_A, KEY_B = "a" * 64, "0123456789abcdef" * 4
 OLD_NS = 1_000_000_000_000_000_000  # an mtime far from now, so any rewrite would move it
 
 
-def exchange(key: str = KEY_A, ordinal: int = 1, text: str = "data: hi\n\n", ms: int = 5,
-             **extra: Any) -> Exchange:
+def exchange(
+    key: str = KEY_A, ordinal: int = 1, text: str = "data: hi\n\n", ms: int = 5, **extra: Any
+) -> Exchange:
     values: dict[str, Any] = {"seq": 0, "rules": "r", **extra}
     return Exchange(
         key=key,
@@ -165,8 +165,24 @@ def test_good_cassette_names_pass(name: str) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["..", "../x", "a/../b", "/abs", "a//b", "a/", ".hidden", "a/.hidden", "a/./b", ".", "",
-     "x" * (MAX_NAME + 1), "a b", "a\\b", "a:b", "ä"],
+    [
+        "..",
+        "../x",
+        "a/../b",
+        "/abs",
+        "a//b",
+        "a/",
+        ".hidden",
+        "a/.hidden",
+        "a/./b",
+        ".",
+        "",
+        "x" * (MAX_NAME + 1),
+        "a b",
+        "a\\b",
+        "a:b",
+        "ä",
+    ],
 )
 def test_bad_cassette_names_are_refused(name: str, store: FileStore) -> None:
     with pytest.raises(BadCassetteName, match="is not allowed"):
@@ -182,6 +198,6 @@ def test_names_with_control_characters_are_refused(name: str) -> None:
 
 
 def test_the_derived_cassette_of_a_longest_name_is_valid() -> None:
-    from proxy.store.names import MAX_NAME, derived_name
+    from llmtape.store.names import MAX_NAME, derived_name
 
     assert derived_name("a" * MAX_NAME) == "a" * MAX_NAME + ".derived"

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
 from llmtape.errors import ConfigError, LlmtapeError
 from llmtape.rules import MatchRules
 from llmtape.settings import (

@@ -6,10 +6,11 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from llmtape.catalog import Row, Summary, Verdict
-from llmtape.library import RekeyReport
 from rich.console import Console
 from rich.table import Table
+
+from llmtape.catalog import Row, Summary, Verdict
+from llmtape.library import RekeyReport
 
 
 def print_json(data: object) -> None:

@@ -8,13 +8,14 @@ import math
 import socket
 import sys
 from collections.abc import Callable
-from typing import Any
 
 import uvicorn
-from llmtape.app import create_app
+from starlette.applications import Starlette
+
+from llmtape.app import Server
 from llmtape.rules import rule_warnings
 from llmtape.settings import Settings
-from starlette.applications import Starlette
+from llmtape.stats import Snapshot
 
 log = logging.getLogger("llmtape")
 
@@ -70,9 +71,9 @@ def serve(settings: Settings) -> int:
     configure_logging(settings.log_level)
     for warning in rule_warnings(settings.ignore):
         log.warning("%s", warning)
-    app = create_app(settings)
+    llmtape = Server(settings)
     server = ReadyServer(
-        uvicorn_config(app, settings),
+        uvicorn_config(llmtape.app, settings),
         lambda url: print(f"llmtape {settings.mode.value} ready on {url}", flush=True),
     )
     # uvicorn raises SystemExit when it cannot start; its reason is already logged.
@@ -81,31 +82,33 @@ def serve(settings: Settings) -> int:
     if not server.started:
         log.error("could not listen on %s:%d; see the error above", settings.host, settings.port)
         return 1
-    final: dict[str, Any] = getattr(app.state, "final_stats", {})
-    return report(final, settings)
+    if llmtape.final is None:
+        log.error("llmtape stopped before its cassettes were closed; see the error above")
+        return 1
+    return report(llmtape.final, settings)
 
 
-def report(final: dict[str, Any], settings: Settings) -> int:
+def report(final: Snapshot, settings: Settings) -> int:
     """The end-of-run summary: totals, then each run (ended by a PUT or by shutdown) that
     recorded something or left recordings unused."""
-    unused = final.get("unused_total", 0)
+    counts, unused = final.counters, final.unused_total
     log.info(
         "stopped: %d replayed, %d recorded, %d misses, %d errors, %d upstream calls",
-        final.get("replayed", 0),
-        final.get("recorded", 0),
-        final.get("misses", 0),
-        final.get("errors", 0),
-        final.get("upstream_calls", 0),
+        counts.replayed,
+        counts.recorded,
+        counts.misses,
+        counts.errors,
+        counts.upstream_calls,
     )
-    for run in [*final.get("ended_runs", []), *final.get("runs", [])]:
-        if run["recorded_count"]:
-            log.info("cassette %r: %d new recording(s)", run["cassette"], run["recorded_count"])
-        if run["unused_count"]:
+    for run in [*final.ended_runs, *final.runs]:
+        if run.recorded_count:
+            log.info("cassette %r: %d new recording(s)", run.cassette, run.recorded_count)
+        if run.unused_count:
             log.warning(
                 "cassette %r: %d recording(s) never used in a run: %s",
-                run["cassette"],
-                run["unused_count"],
-                ", ".join(run["unused"][:10]),
+                run.cassette,
+                run.unused_count,
+                ", ".join(run.unused[:10]),
             )
     if settings.fail_on_unused and unused:
         log.error("--fail-on-unused: %d recording(s) went unused", unused)

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from llmtape.errors import CassetteCorrupt
 from llmtape.models import Exchange, load_exchange
 from llmtape.normalize import request_key, stored_request
@@ -15,7 +17,6 @@ from llmtape.providers import default_rules
 from llmtape.rules import MatchRules, unstored_headers
 from llmtape.store.base import LIKE_EXCHANGE_FILE, exchange_file, parse_exchange_file
 from llmtape.store.fs import FileStore, is_leftover
-from pydantic import ValidationError
 
 RulesFor = Callable[[str], MatchRules]
 

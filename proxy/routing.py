@@ -1,4 +1,4 @@
-"""Pure routing: a request path -> (provider, upstream path); the upstreams run live."""
+"""Pure routing: a request path -> (provider, upstream path); the per-request header names."""
 
 from __future__ import annotations
 
@@ -8,12 +8,17 @@ from llmtape.errors import ConfigError, UnknownUpstream
 from llmtape.providers.base import Provider
 
 LIVE_HEADER = "x-llmtape-live"
+CASSETTE_HEADER = "x-llmtape-cassette"
 
 
-def live_names(value: str, providers: Mapping[str, Provider]) -> frozenset[str]:
-    """The upstreams an `x-llmtape-live` header names; a name that is no upstream is refused,
-    so a typo does not quietly replay what was meant to run live."""
-    names = frozenset(n.strip().lower() for n in value.split(",") if n.strip())
+def live_names(value: str) -> frozenset[str]:
+    """The upstreams an `x-llmtape-live` header names."""
+    return frozenset(n.strip().lower() for n in value.split(",") if n.strip())
+
+
+def check_live(names: frozenset[str], providers: Mapping[str, Provider]) -> frozenset[str]:
+    """`names` if each is an upstream: a typo must not quietly replay what was meant to run
+    live."""
     unknown = sorted(names - set(providers))
     if unknown:
         raise ConfigError(

@@ -10,11 +10,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from llmtape.errors import BadCassetteName, ConfigError
-from llmtape.providers import BUILTIN
-from llmtape.rules import parse_rule
-from llmtape.store.names import check_cassette_name
-from llmtape.timing import parse_timing
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -23,6 +18,12 @@ from pydantic import (
     ValidationInfo,
     field_validator,
 )
+
+from llmtape.errors import BadCassetteName, ConfigError
+from llmtape.providers import BUILTIN
+from llmtape.rules import parse_rule
+from llmtape.store.names import check_cassette_name
+from llmtape.timing import parse_timing
 
 ENV_PREFIX = "LLMTAPE_"
 DEFAULT_CONFIG_FILE = "llmtape.toml"
@@ -34,6 +35,7 @@ class Mode(StrEnum):
     RECORD = "record"
     REPLAY = "replay"
     AUTO = "auto"
+    ONCE = "once"
     PASSTHROUGH = "passthrough"
 
 
@@ -51,7 +53,7 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    mode: Mode = Field(Mode.REPLAY, description="record, replay, auto or passthrough.")
+    mode: Mode = Field(Mode.REPLAY, description="record, replay, auto, once or passthrough.")
     host: str = Field("127.0.0.1", description="Address to bind.")
     port: int = Field(8787, ge=0, le=65535, description="Port to bind (0 picks a free one).")
     cassettes: Path = Field(Path("cassettes"), description="The cassette library folder.")

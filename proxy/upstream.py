@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import aiohttp
+
 from llmtape.errors import UpstreamCut, UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from llmtape.redact import redact_text, redact_url
 

@@ -9,12 +9,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llmtape.settings import Settings
+from hypothesis import HealthCheck, settings
 
+from llmtape.settings import Settings
 from tests.fakes.upstream import FakeUpstream
 from tests.support import ProxyServer
 
 MakeProxy = Callable[..., ProxyServer]
+
+# These machines are shared and noisy: Hypothesis checks properties here, not speed.
+settings.register_profile("shared", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("shared")
 
 
 @pytest.fixture

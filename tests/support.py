@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import Any
 
 import httpx
+
 from llmtape.app import create_app
 from llmtape.cli.server import ReadyServer, uvicorn_config
 from llmtape.settings import Settings

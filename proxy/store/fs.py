@@ -6,11 +6,12 @@ import os
 import tempfile
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from llmtape.errors import CassetteCorrupt
 from llmtape.models import Exchange, Frame, dump_exchange, load_exchange
 from llmtape.store.base import exchange_file, parse_exchange_file
 from llmtape.store.names import check_folder_name
-from pydantic import ValidationError
 
 
 class FileStore:

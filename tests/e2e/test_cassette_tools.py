@@ -8,9 +8,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from llmtape.cli.main import app
 from typer.testing import CliRunner
 
+from llmtape.cli.main import app
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream
 from tests.support import files_under

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from llmtape.models import load_exchange
 
+from llmtape.models import load_exchange
 from tests.fakes.upstream import FakeUpstream
 
 LLMTAPE = [sys.executable, "-m", "llmtape"]

@@ -84,7 +84,7 @@ def test_put_with_a_bad_mode_or_body_is_a_400_that_lists_the_modes(
     for body in ({"mode": "rewind"}, {"cassete": "typo"}):
         response = proxy.put_cassette(**body)
         assert response.status_code == 400
-        assert "record, replay, auto, passthrough" in response.json()["error"]["message"]
+        assert "record, replay, auto, once, passthrough" in response.json()["error"]["message"]
     bad_json = httpx.put(proxy.url + "/__llmtape/cassette", content=b"{not json")
     assert bad_json.status_code == 400
 

@@ -17,6 +17,7 @@ import dockerfile
 import httpx
 import pytest
 import yaml
+
 from llmtape.settings import Settings, env_name
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
+
 from llmtape.errors import ConfigError
 from llmtape.settings import load_settings
-
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import SECRET_OPENAI, files_under

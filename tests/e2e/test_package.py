@@ -10,6 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
 from llmtape import __version__
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +44,7 @@ def test_the_wheel_holds_one_top_level_package(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert tops == {"llmtape"}
-    assert "llmtape/cli/main.py" in names and "llmtape/app.py" in names
+    assert "llmtape/cli/main.py" in names and "llmtape/engine.py" in names
 
 
 def test_installed_wheel_imports_as_llmtape_only(wheel: Path, tmp_path: Path) -> None:
@@ -69,7 +70,7 @@ def test_installed_wheel_imports_as_llmtape_only(wheel: Path, tmp_path: Path) ->
             [python, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
         )
 
-    assert run("import llmtape.app, llmtape.cli.main").returncode == 0
+    assert run("import llmtape.engine, llmtape.cli.main").returncode == 0
     for shadow in ("proxy", "cli"):
         failed = run(f"import {shadow}")
         assert "ModuleNotFoundError" in failed.stderr, f"`import {shadow}` must fail"

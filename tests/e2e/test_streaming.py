@@ -15,8 +15,8 @@ import anthropic
 import httpx
 import openai
 import pytest
-from llmtape.responses import GRACE_AFTER_FINAL_FRAME
 
+from llmtape.responses import GRACE_AFTER_FINAL_FRAME
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import SECRET_ANTHROPIC, SECRET_GEMINI, SECRET_OPENAI, ProxyServer

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from llmtape.bodies import Payload
 from llmtape.library import Place, rekey, write_steps
 from llmtape.models import Exchange, StoredRequest, StoredResponse

@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
+
 from llmtape.models import (
     SCHEMA_VERSION,
     Exchange,
@@ -18,7 +20,6 @@ from llmtape.models import (
     dump_exchange,
     load_exchange,
 )
-from pydantic import ValidationError
 
 KEY = "ab" * 32
 RESPONSE_JSON = {

@@ -13,6 +13,7 @@ from urllib.parse import urlencode
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
+
 from llmtape.bodies import Payload
 from llmtape.errors import ConfigError
 from llmtape.models import StoredRequest

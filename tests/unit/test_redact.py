@@ -9,6 +9,7 @@ from urllib.parse import parse_qsl, urlencode
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
+
 from llmtape.bodies import MULTIPART_BOUNDARY, Payload
 from llmtape.redact import (
     MARKER,

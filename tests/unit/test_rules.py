@@ -4,6 +4,7 @@ header leaves without the header it keys on."""
 from __future__ import annotations
 
 import pytest
+
 from llmtape.errors import ConfigError
 from llmtape.providers import BUILTIN, Rulebook, provider_table
 from llmtape.rules import MatchRules, build_rules, parse_rule, rule_warnings, unstored_headers

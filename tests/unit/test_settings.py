@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 import typer.main
+from typer.testing import CliRunner
+
 from llmtape.cli import main as cli_main
 from llmtape.cli import server as cli_server
 from llmtape.errors import ConfigError
@@ -19,7 +21,6 @@ from llmtape.settings import (
     option_name,
     parse_pairs,
 )
-from typer.testing import CliRunner
 
 # field -> (LLMTAPE_* value, command-line arguments, the value both must give). Every field of
 # Settings must be here, with a value other than its default.

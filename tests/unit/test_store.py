@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from llmtape.errors import BadCassetteName, CassetteCorrupt
 from llmtape.models import Exchange, Frame, StoredRequest, StoredResponse, dump_exchange
 from llmtape.store.base import exchange_file, parse_exchange_file

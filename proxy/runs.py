@@ -1,77 +1,25 @@
-"""Server state owned by one app: the current cassette and mode, per-cassette runs, counters."""
+"""Per-cassette runs: what each cassette holds, what a run of it asked, served and recorded, and
+what the runs that ended left unused."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections import Counter, OrderedDict, deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Any
 
 from llmtape.errors import LlmtapeError
 from llmtape.matching import Recorded, pick_ordinal
 from llmtape.misses import Candidate
-from llmtape.pipeline import Replay
-from llmtape.settings import Mode, RepeatPolicy
+from llmtape.settings import RepeatPolicy
+from llmtape.stats import RunSummary
 from llmtape.store.base import CassetteStore, exchange_file
 
 MAX_LISTED = 50
 MAX_ENDED = 200  # ended runs kept for stats and the shutdown log (those with news only)
 SETTLE_SECONDS = 5.0  # how long ending a run waits for answers still being recorded into it
-REPLAY_CACHE_BYTES = 64 * 1024 * 1024
 log = logging.getLogger("llmtape")
-
-CacheKey = tuple[str, str, int]  # (cassette, key, ordinal)
-
-
-class ReplayCache:
-    """Recordings ready to send, shared by every run and bounded by their bytes, so replaying
-    a recording again reads and renders nothing, and a large library does not fill memory."""
-
-    def __init__(self, limit: int = REPLAY_CACHE_BYTES) -> None:
-        self.limit = limit
-        self.size = 0
-        self._entries: OrderedDict[CacheKey, tuple[Replay, int]] = OrderedDict()
-
-    def get(self, key: CacheKey) -> Replay | None:
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
-        self._entries.move_to_end(key)
-        return entry[0]
-
-    def put(self, key: CacheKey, replay: Replay) -> None:
-        self.discard(key)
-        size = sum(len(data) for _, data in replay.frames) + 512
-        if size > self.limit // 8:
-            return  # one huge answer would evict everything else; read it from disk each time
-        self._entries[key] = (replay, size)
-        self.size += size
-        while self.size > self.limit:
-            _, (_, evicted) = self._entries.popitem(last=False)
-            self.size -= evicted
-
-    def discard(self, key: CacheKey) -> None:
-        entry = self._entries.pop(key, None)
-        if entry is not None:
-            self.size -= entry[1]
-
-    def clear(self) -> None:
-        """Forget everything: a new run reads its cassette from disk again (another llmtape
-        may have re-recorded it)."""
-        self._entries.clear()
-        self.size = 0
-
-
-@dataclass
-class Stats:
-    upstream_calls: int = 0
-    replayed: int = 0
-    recorded: int = 0
-    misses: int = 0
-    errors: int = 0
-    aborted: int = 0  # clients that left mid-answer
 
 
 @dataclass
@@ -91,6 +39,7 @@ class Run:
     recording: int = 0  # answers being recorded into this run right now
     settled: asyncio.Event = field(default_factory=asyncio.Event)
     anew: bool = False  # recorded the cassette anew (record mode, a .derived cassette)
+    held: bool = False  # the cassette held recordings when this run began (`once` mode)
     requests: int = 0
     replayed_from: bool = False  # answered a request from disk, or refused one: it is an input
     live: set[str] = field(default_factory=set)  # upstreams that ran live in this replay run
@@ -186,8 +135,7 @@ class Runs:
         self._runs: dict[str, Run] = {}
         self._loading: dict[str, asyncio.Task[Run]] = {}
         self._pending: dict[str, dict[str, set[int]]] = {}  # per cassette, see Run.pending
-        self.replays = ReplayCache()
-        self.ended: deque[dict[str, Any]] = deque(maxlen=MAX_ENDED)
+        self.ended: deque[RunSummary] = deque(maxlen=MAX_ENDED)
         self.ended_unused = 0  # unused recordings over every ended run, listed or not
 
     async def get(self, cassette: str) -> Run:
@@ -210,7 +158,8 @@ class Runs:
             order = await asyncio.to_thread(self._recorded_order, cassette, ordinals)
         pending = self._pending.setdefault(cassette, {})
         return self._runs.setdefault(
-            cassette, Run(cassette, ordinals, order=order, pending=pending)
+            cassette,
+            Run(cassette, ordinals, order=order, pending=pending, held=bool(ordinals)),
         )
 
     def _recorded_order(self, cassette: str, ordinals: dict[str, list[int]]) -> list[Recorded]:
@@ -238,9 +187,8 @@ class Runs:
         await asyncio.gather(*(run.settle() for run in runs))
         for run in runs:
             await asyncio.to_thread(self._finish, run)
-        self.replays.clear()
 
-    async def summaries(self) -> list[dict[str, Any]]:
+    async def summaries(self) -> list[RunSummary]:
         return await asyncio.to_thread(lambda: [self.summary(run) for run in self.all()])
 
     def _finish(self, run: Run) -> None:
@@ -248,8 +196,8 @@ class Runs:
         if run.anew:
             self._drop_superseded(run)
         summary = self.summary(run)
-        self.ended_unused += summary["unused_count"]
-        if summary["unused_count"] or summary["recorded_count"]:
+        self.ended_unused += summary.unused_count
+        if summary.unused_count or summary.recorded_count:
             self.ended.append(summary)
 
     def _drop_superseded(self, run: Run) -> None:
@@ -265,22 +213,22 @@ class Runs:
                 names,
             )
 
-    def summary(self, run: Run) -> dict[str, Any]:
+    def summary(self, run: Run) -> RunSummary:
         """Counts for /__llmtape/stats and the shutdown log. Unused recordings count only for
         a cassette replayed from (not for a `.derived` one that was only written), and not
         for upstreams that ran live (partial replay), whose recordings could not be used.
         May read files (to learn a recording's upstream): call it off the event loop."""
         unused = self._unused(run) if run.replayed_from else []
         names = [exchange_file(k, o) for k, o in unused]
-        return {
-            "cassette": run.cassette,
-            "requests": run.requests,
-            "served": len(run.served),
-            "recorded": [exchange_file(k, o) for k, o in run.recorded[:MAX_LISTED]],
-            "recorded_count": len(run.recorded),
-            "unused": names[:MAX_LISTED],
-            "unused_count": len(names),
-        }
+        return RunSummary(
+            cassette=run.cassette,
+            requests=run.requests,
+            served=len(run.served),
+            recorded=[exchange_file(k, o) for k, o in run.recorded[:MAX_LISTED]],
+            recorded_count=len(run.recorded),
+            unused=names[:MAX_LISTED],
+            unused_count=len(names),
+        )
 
     def _unused(self, run: Run) -> list[tuple[str, int]]:
         unused = run.unused()
@@ -299,10 +247,3 @@ class Runs:
 
     def all(self) -> list[Run]:
         return list(self._runs.values())
-
-
-@dataclass
-class ServerState:
-    cassette: str
-    mode: Mode
-    stats: Stats = field(default_factory=Stats)

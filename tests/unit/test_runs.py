@@ -6,8 +6,8 @@ import asyncio
 from pathlib import Path
 
 from llmtape.models import Exchange, StoredRequest, StoredResponse
-from llmtape.pipeline import Replay
-from llmtape.state import ReplayCache, Run, Runs
+from llmtape.replays import Replay, ReplayCache
+from llmtape.runs import Run, Runs
 from llmtape.store.fs import FileStore
 
 MODEL, TOOL = "a" * 64, "b" * 64
@@ -65,7 +65,7 @@ def test_recordings_of_a_live_upstream_do_not_count_as_unused(tmp_path: Path) ->
         run.replayed_from = True
         run.live |= seen
         [summary] = await runs.summaries()
-        return list(summary["unused"])
+        return list(summary.unused)
 
     assert asyncio.run(unused_with(frozenset(), set())) == [f"{MODEL}.json", f"{TOOL}.json"]
     assert asyncio.run(unused_with(frozenset({"openai"}), set())) == [f"{TOOL}.json"]
@@ -82,7 +82,7 @@ def test_a_restart_keeps_what_the_ended_run_left_unused(tmp_path: Path) -> None:
         run.replayed_from = True
         await runs.restart_all()
         fresh = await runs.get("suite")
-        return runs.ended_unused, len(fresh.served), [r["cassette"] for r in runs.ended]
+        return runs.ended_unused, len(fresh.served), [r.cassette for r in runs.ended]
 
     assert asyncio.run(scenario()) == (1, 0, ["suite"])
 
@@ -93,15 +93,27 @@ def test_a_new_run_never_reuses_an_ordinal_the_run_before_is_still_writing(
     store = FileStore(tmp_path)
     store.write("c", stored("openai", MODEL))
 
-    async def scenario() -> tuple[int, int, int, bool]:
+    async def scenario() -> tuple[int, int, int]:
         runs = Runs(store)
         old = await runs.get("c")
         in_flight = old.next_ordinal(MODEL, anew=False)  # its write has not landed yet
-        runs.replays.put(("c", MODEL, 1), replay(10))
         await runs.restart("c")
         new = await runs.get("c")
         adding = new.next_ordinal(MODEL, anew=False)
         anew = new.next_ordinal(TOOL, anew=True)
-        return in_flight, adding, anew, runs.replays.get(("c", MODEL, 1)) is None
+        return in_flight, adding, anew
 
-    assert asyncio.run(scenario()) == (2, 3, 1, True), "and the cache is read afresh"
+    assert asyncio.run(scenario()) == (2, 3, 1)
+
+
+def test_a_run_knows_whether_its_cassette_held_recordings_when_it_began(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    store.write("full", stored("openai", MODEL))
+
+    async def held() -> tuple[bool, bool, bool]:
+        runs = Runs(store)
+        empty = await runs.get("empty")
+        empty.add(MODEL, empty.next_ordinal(MODEL, anew=True))  # recorded into since
+        return (await runs.get("full")).held, empty.held, bool(empty.ordinals)
+
+    assert asyncio.run(held()) == (True, False, True), "a run records on in `once` mode"

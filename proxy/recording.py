@@ -1,16 +1,17 @@
-"""The mode table as a pure function, and the Recorder that turns a live answer into an Exchange."""
+"""A live answer on its way to a cassette: the Capture that turns its chunks into an Exchange,
+and the Recording that the engine hands a door (feed, final frame seen, commit, abort)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import itertools
 import re
 import time
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
-from llmtape.bodies import Payload, payload_bytes, response_payload
+from llmtape.bodies import response_payload
 from llmtape.framing import (
     Dialect,
     FrameSplitter,
@@ -24,29 +25,10 @@ from llmtape.models import Exchange, Frame, Outcome, StoredRequest, StoredRespon
 from llmtape.normalize import RequestParts
 from llmtape.providers.base import Provider
 from llmtape.redact import is_secret_header
-from llmtape.settings import Mode
+from llmtape.replays import frame_bytes
+from llmtape.runs import Run
+from llmtape.stats import Counters, Trace
 from llmtape.upstream import answer_headers
-
-
-class Action(Enum):
-    SERVE = "serve"  # answer from the cassette
-    FORWARD_RECORD = "record"  # go live and write the exchange
-    FORWARD = "forward"  # go live, write nothing
-    REFUSE = "refuse"  # cassette miss: no upstream call
-
-
-def plan(mode: Mode, hit: bool, live: bool) -> Action:
-    """CONTRACT.md's mode table. `live` is partial replay: that upstream runs live in replay."""
-    if mode is Mode.RECORD:
-        return Action.FORWARD_RECORD
-    if mode is Mode.PASSTHROUGH:
-        return Action.FORWARD
-    if mode is Mode.REPLAY and live:
-        return Action.FORWARD_RECORD
-    if hit:
-        return Action.SERVE
-    return Action.FORWARD_RECORD if mode is Mode.AUTO else Action.REFUSE
-
 
 # Headers that differ on every call: kept out of the file so a re-record shows no diff.
 VOLATILE_HEADERS = frozenset(
@@ -94,10 +76,6 @@ def stored_headers(
     return kept
 
 
-def header_pairs(headers: dict[str, str | list[str]]) -> list[tuple[str, str]]:
-    return [(k, one) for k, v in headers.items() for one in (v if isinstance(v, list) else [v])]
-
-
 def is_failure_status(status: int) -> bool:
     return status == 429 or status >= 500
 
@@ -116,7 +94,7 @@ def asks_to_stream(request: RequestParts) -> bool:
 
 
 @dataclass
-class Recorder:
+class Capture:
     """Captures a live answer, chunk by chunk with its arrival time, into one Exchange."""
 
     provider: Provider
@@ -226,53 +204,84 @@ def _frame(ms: int, raw: bytes) -> Frame:
         return Frame(ms=ms, base64=base64.b64encode(raw).decode("ascii"))
 
 
-def frame_bytes(frame: Frame) -> bytes:
-    if frame.text is not None:
-        return frame.text.encode("utf-8")
-    return base64.b64decode(frame.base64 or "")
-
-
-def _needs_length(exchange: Exchange, cut: bool) -> bool:
-    """Whether a replayed body gets a Content-Length: not a cut one (it goes chunked, so the
-    client sees it end short), not one recorded with its own (HEAD), and never on an answer
-    that may not carry one or had none (1xx, 204, 304, a HEAD answered chunked)."""
-    status = exchange.response.status
-    return not (
-        cut
-        or "content-length" in exchange.response.headers
-        or status < 200
-        or status in (204, 304)
-        or exchange.request.method == "HEAD"
-    )
-
-
 @dataclass(frozen=True)
-class Replay:
-    """A recording made ready to send: built once per run from its file, sent many times."""
+class Target:
+    """Where a live answer is recorded: a cassette's run, its seq there, and whether the run
+    records the cassette anew (record mode, a .derived cassette) or adds to it (auto)."""
 
-    status: int
-    headers: tuple[tuple[bytes, bytes], ...]
-    frames: tuple[tuple[int, bytes], ...]  # (ms from the start of the answer, bytes)
-    cut: bool
-    end_ms: int | None = None  # when a recorded cut came, if known
+    run: Run
+    seq: int
+    anew: bool
 
-    @classmethod
-    def of(cls, exchange: Exchange, key: str) -> Replay:
-        response = exchange.response
-        headers = [*header_pairs(response.headers), ("x-llmtape-key", key)]
-        frames: tuple[tuple[int, bytes], ...]
-        cut = exchange.outcome is Outcome.UPSTREAM_CUT
-        if response.frames is None:
-            body = payload_bytes(Payload.from_dict(response.body))
-            if _needs_length(exchange, cut):
-                headers.append(("content-length", str(len(body))))
-            frames = ((0, body),) if body else ()
-        else:
-            frames = tuple((frame.ms, frame_bytes(frame)) for frame in response.frames)
-        return cls(
-            status=response.status,
-            headers=tuple((k.encode("latin-1"), v.encode("latin-1")) for k, v in headers),
-            frames=frames,
-            cut=cut,
-            end_ms=response.end_ms if cut else None,
-        )
+
+class Keeper(Protocol):
+    """Who numbers, writes and counts a finished recording: the engine."""
+
+    counters: Counters
+
+    async def keep(self, target: Target, exchange: Exchange) -> str:
+        """Write the exchange into its target's cassette; the outcome for the log line."""
+        ...
+
+
+class Recording:
+    """One live answer passing through to its client. The door feeds it every chunk, asks it
+    whether the stream's final frame has come (a client may hang up after it), and then ends
+    it exactly once: `commit(cut)` once the upstream is done (before the client sees the end,
+    so the exchange is on disk first), or `abort(why)` when the answer will not be whole.
+    Without a target (passthrough) nothing is captured or written; the log line is the same."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        status: int,
+        keeper: Keeper,
+        capture: Capture | None = None,
+        target: Target | None = None,
+    ) -> None:
+        self._trace = trace
+        self._status = status
+        self._keeper = keeper
+        self._capture = capture if target is not None else None
+        self._target = target
+        self._ended = False
+        if target is not None:
+            target.run.begin_recording()  # a PUT that ends the run waits for this answer
+
+    def feed(self, chunk: bytes) -> None:
+        if self._capture is not None:
+            self._capture.add(chunk)
+
+    def final_seen(self) -> bool:
+        return self._capture is not None and self._capture.final_seen()
+
+    async def commit(self, cut: bool) -> None:
+        """The upstream finished (`cut`: it stopped mid-answer). Capturing, rendering and
+        writing run off the event loop."""
+        if not self._end():
+            return
+        outcome = "cut" if cut else "live"
+        if cut:
+            self._keeper.counters.errors += 1
+        try:
+            if self._capture is not None and self._target is not None:
+                exchange = await asyncio.to_thread(self._capture.finish, cut)
+                outcome = await self._keeper.keep(self._target, exchange)
+        finally:
+            self._close(outcome)
+
+    def abort(self, why: str, client_left: bool = True) -> None:
+        """Nothing is recorded: the client left mid-answer, or a shutdown cut it."""
+        if self._end():
+            if client_left:
+                self._keeper.counters.aborted += 1
+            self._close(why)
+
+    def _end(self) -> bool:
+        ended, self._ended = self._ended, True
+        return not ended
+
+    def _close(self, outcome: str) -> None:
+        if self._target is not None:
+            self._target.run.end_recording()
+        self._trace.log(outcome, self._status)

@@ -1,4 +1,4 @@
-"""plan() follows the mode table; stored headers; what the Recorder makes of an answer."""
+"""Stored headers, and what the Capture makes of a live answer."""
 
 from __future__ import annotations
 
@@ -6,60 +6,14 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+
 from llmtape.bodies import Payload
 from llmtape.models import Outcome
 from llmtape.normalize import RequestParts
-from llmtape.pipeline import (
-    Action,
-    Recorder,
-    Replay,
-    asks_to_stream,
-    frame_bytes,
-    is_failure_status,
-    plan,
-    stored_headers,
-)
 from llmtape.providers import gemini, openai
 from llmtape.providers.base import Provider
-from llmtape.settings import Mode
-
-SERVE, RECORD, FORWARD, REFUSE = (
-    Action.SERVE,
-    Action.FORWARD_RECORD,
-    Action.FORWARD,
-    Action.REFUSE,
-)
-
-# mode, hit, live -> action. `live` (--live NAME) only changes replay: that upstream goes live
-# and is written (to the derived cassette) whether or not the cassette has the request.
-MODE_TABLE = [
-    (Mode.REPLAY, True, False, SERVE),
-    (Mode.REPLAY, False, False, REFUSE),
-    (Mode.REPLAY, True, True, RECORD),
-    (Mode.REPLAY, False, True, RECORD),
-    (Mode.RECORD, True, False, RECORD),
-    (Mode.RECORD, False, False, RECORD),
-    (Mode.RECORD, True, True, RECORD),
-    (Mode.RECORD, False, True, RECORD),
-    (Mode.AUTO, True, False, SERVE),
-    (Mode.AUTO, False, False, RECORD),
-    (Mode.AUTO, True, True, SERVE),
-    (Mode.AUTO, False, True, RECORD),
-    (Mode.PASSTHROUGH, True, False, FORWARD),
-    (Mode.PASSTHROUGH, False, False, FORWARD),
-    (Mode.PASSTHROUGH, True, True, FORWARD),
-    (Mode.PASSTHROUGH, False, True, FORWARD),
-]
-
-
-def test_mode_table_covers_every_combination() -> None:
-    combos = {(mode, hit, live) for mode, hit, live, _ in MODE_TABLE}
-    assert combos == {(m, h, lv) for m in Mode for h in (True, False) for lv in (True, False)}
-
-
-@pytest.mark.parametrize(("mode", "hit", "live", "action"), MODE_TABLE)
-def test_plan_follows_the_mode_table(mode: Mode, hit: bool, live: bool, action: Action) -> None:
-    assert plan(mode, hit, live) is action
+from llmtape.recording import Capture, asks_to_stream, is_failure_status, stored_headers
+from llmtape.replays import Replay, frame_bytes
 
 
 def test_stored_headers_keeps_what_describes_the_answer() -> None:
@@ -136,8 +90,8 @@ def recorder(
     chunked: bool = True,
     req: RequestParts | None = None,
     provider: Provider = openai.PROVIDER,
-) -> Recorder:
-    made = Recorder(
+) -> Capture:
+    made = Capture(
         provider=provider,
         request=req or request(),
         key="k" * 64,
@@ -275,7 +229,7 @@ def test_a_cut_keeps_when_it_came_and_replays_it() -> None:
 def test_a_replayed_answer_has_a_content_length_only_where_http_allows_one(
     method: str, status: int, headers: list[tuple[str, str]], length: str | None
 ) -> None:
-    made = Recorder(
+    made = Capture(
         provider=openai.PROVIDER,
         request=replace(request(), method=method),
         key="k" * 64,

@@ -1,0 +1,329 @@
+"""The record/replay engine: one request in (`Inbound`), one answer out (`Serve`, `Refuse` or
+`Live`). It keys the request, asks its cassette's run, follows `plan()`, and counts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from llmtape.candidates import candidates, recorded_request
+from llmtape.errors import (
+    CassetteMiss,
+    ClientGone,
+    ConfigError,
+    LlmtapeError,
+    OutOfOrder,
+    UnknownUpstream,
+    UpstreamError,
+)
+from llmtape.hangup import unless_gone
+from llmtape.inbound import Answer, Inbound, Live, Refuse, Serve
+from llmtape.matching import follow_order
+from llmtape.misses import Miss
+from llmtape.models import Exchange, Outcome
+from llmtape.normalize import RequestParts, canonical, request_key, request_parts
+from llmtape.plan import Action, Step, plan
+from llmtape.providers import Rulebook
+from llmtape.providers.base import Provider
+from llmtape.recording import Capture, Recording, Target
+from llmtape.replays import Replay, ReplayCache
+from llmtape.routing import check_live
+from llmtape.rules import MatchRules
+from llmtape.runs import Run, Runs
+from llmtape.settings import Mode, Settings
+from llmtape.stats import Counters, Snapshot, Trace
+from llmtape.store.base import CassetteStore, exchange_file
+from llmtape.store.names import check_cassette_name, derived_name
+from llmtape.timing import TIMING_HEADER, parse_timing
+from llmtape.upstream import Outbound, Upstream, answer_headers
+
+MAX_MISSES = 50
+log = logging.getLogger("llmtape")
+
+
+@dataclass
+class Current:
+    """The cassette and mode a request gets when it names none: switched by the control API."""
+
+    cassette: str
+    mode: Mode
+
+
+@dataclass(frozen=True)
+class Keyed:
+    """What one request resolved to."""
+
+    inbound: Inbound
+    provider: Provider
+    cassette: str
+    mode: Mode
+    live: frozenset[str]  # --live, plus this request's own
+    rules: MatchRules
+    parts: RequestParts
+    key: str
+    timing: float | None
+    trace: Trace
+
+    @property
+    def runs_live(self) -> bool:
+        return self.provider.name in self.live
+
+
+class Engine:
+    """Owns the runs, the replay cache, the counters and the miss journal of one server."""
+
+    def __init__(
+        self, settings: Settings, providers: Mapping[str, Provider], store: CassetteStore
+    ) -> None:
+        self.settings = settings
+        self.providers = providers
+        self.rules = Rulebook.build(providers, settings.ignore)
+        self.store = store
+        self.current = Current(settings.cassette, settings.mode)
+        self.counters = Counters()
+        self.runs = Runs(store, strict_order=settings.strict_order, live=frozenset(settings.live))
+        self.replays = ReplayCache()
+        self.misses: deque[dict[str, Any]] = deque(maxlen=MAX_MISSES)
+        self.upstream: Upstream | None = None  # set while the server runs
+
+    async def exchange(self, inbound: Inbound) -> Answer:
+        """Serve it from the cassette, refuse it, or go live (and record, as planned)."""
+        try:
+            keyed = self._key(inbound)
+            run = await self.runs.get(keyed.cassette)
+            ask, seq = run.ask(keyed.key)
+            ordinal = run.pick(keyed.key, ask, self.settings.repeat)
+            step = plan(keyed.mode, ordinal is not None, keyed.runs_live, run.held)
+            run.replayed_from |= step.action in {Action.SERVE, Action.REFUSE}
+            if step.action is Action.SERVE and ordinal is not None:
+                return await self._serve(keyed, run, ordinal)
+            if step.action is Action.REFUSE:
+                return await self._refuse(keyed, run, ask)
+            return await self._forward(keyed, await self._target(keyed, step, run, seq))
+        except LlmtapeError as exc:
+            if exc.status >= 500:
+                self.counters.errors += 1
+            raise
+
+    def abandoned(self, inbound_path: str, method: str) -> None:
+        """A client that hung up while sending its request: counted, nothing sent upstream."""
+        self.counters.aborted += 1
+        log.info(
+            "%s %s: the client hung up before its request was whole; nothing sent upstream",
+            method,
+            inbound_path,
+        )
+
+    def _key(self, inbound: Inbound) -> Keyed:
+        # Every override is checked before the run counts the request, so a bad one uses up
+        # no recording.
+        cassette = check_cassette_name(inbound.cassette or self.current.cassette)
+        live = check_live(inbound.live, self.providers)
+        try:
+            timing = parse_timing(inbound.timing or self.settings.replay_timing)
+        except ValueError as exc:
+            raise ConfigError(f"{TIMING_HEADER}: {exc}") from exc
+        provider = self.providers.get(inbound.upstream)
+        if provider is None:
+            raise UnknownUpstream(
+                f"no upstream named {inbound.upstream!r}; known upstreams: "
+                f"{', '.join(sorted(self.providers))}"
+            )
+        rules = self.rules.for_upstream(provider.name)
+        parts = request_parts(
+            inbound.method,
+            provider.name,
+            inbound.path,
+            inbound.query,
+            inbound.header_map,
+            inbound.body,
+            rules,
+        )
+        key = request_key(parts, rules)
+        mode = self.current.mode
+        trace = Trace(mode.value, provider.name, parts.method, inbound.path, key)
+        return Keyed(
+            inbound,
+            provider,
+            cassette,
+            mode,
+            frozenset(self.settings.live) | live,
+            rules,
+            parts,
+            key,
+            timing,
+            trace,
+        )
+
+    async def _target(self, keyed: Keyed, step: Step, run: Run, seq: int) -> Target | None:
+        if step.action is not Action.RECORD:
+            return None
+        if step.derived:
+            # Partial replay: live answers go beside the cassette, never into it, and this
+            # upstream's recordings are neither expected in order nor counted as unused.
+            run.live.add(keyed.provider.name)
+            run = await self.runs.get(derived_name(keyed.cassette))
+            _, seq = run.ask(keyed.key)
+        return Target(run, seq, step.anew)
+
+    async def _serve(self, keyed: Keyed, run: Run, ordinal: int) -> Serve:
+        if run.order is not None:
+            self._check_order(keyed, run, ordinal)
+        cached = (keyed.cassette, keyed.key, ordinal)
+        replay = self.replays.get(cached)
+        if replay is None:
+            exchange = await asyncio.to_thread(self.store.read, keyed.cassette, keyed.key, ordinal)
+            replay = Replay.of(exchange, keyed.key)
+            self.replays.put(cached, replay)
+        run.served.add((keyed.key, ordinal))
+        self.counters.replayed += 1
+        keyed.trace.log("replayed", replay.status)
+        return Serve(replay, ordinal, keyed.timing)
+
+    def _check_order(self, keyed: Keyed, run: Run, ordinal: int) -> None:
+        live = keyed.live | run.live
+        verdict = follow_order(run.order or [], run.cursor, live, keyed.key, ordinal)
+        if isinstance(verdict, int):
+            run.cursor = verdict
+            return
+        self.counters.misses += 1
+        position, expected = verdict
+        here = exchange_file(keyed.key, ordinal)
+        came = f"{keyed.parts.method} {keyed.provider.name} {keyed.inbound.path} ({here})"
+        wanted = (
+            f"{expected.summary} ({exchange_file(expected.key, expected.ordinal)})"
+            if expected is not None
+            else "no further request"
+        )
+        raise OutOfOrder(
+            f"--strict-order: request #{run.requests} of this run in cassette "
+            f"{keyed.cassette!r} should have been recording #{position + 1} in recorded order, "
+            f"{wanted}, but {came} came. Replay the requests in the recorded order, or drop "
+            "--strict-order."
+        )
+
+    async def _refuse(self, keyed: Keyed, run: Run, ask: int) -> Refuse:
+        self.counters.misses += 1
+        found = run.candidates
+        if found is None:
+            found = run.candidates = await asyncio.to_thread(
+                candidates, self.store, self.rules, run.cassette, run.ordinals
+            )
+        miss = Miss(
+            cassette=keyed.cassette,
+            mode=keyed.mode.value,
+            key=keyed.key,
+            ask=ask,
+            recorded=len(run.ordinals.get(keyed.key, ())),
+            request=canonical(keyed.parts, keyed.rules),
+            candidates=found,
+            load=partial(recorded_request, self.store, self.rules, run.cassette),
+            listed=len(run.ordinals),
+        )
+        # Off the event loop: a diff of large bodies must not stall the requests being served.
+        details = await asyncio.to_thread(miss.explain)
+        self.misses.appendleft(details)
+        log.warning("%s", details["message"])
+        error = CassetteMiss(details["message"])
+        body = keyed.provider.error_body(error.error_type, error.message, error.status)
+        body["error"]["details"] = {k: v for k, v in details.items() if k != "message"}
+        return Refuse(error, body)
+
+    async def _forward(self, keyed: Keyed, target: Target | None) -> Live:
+        if self.upstream is None:
+            raise UpstreamError("llmtape is not started: no upstream client yet")
+        self.counters.upstream_calls += 1
+        inbound = keyed.inbound
+        query = f"?{inbound.query}" if inbound.query else ""
+        outbound = Outbound.of(
+            keyed.provider.name,
+            inbound.method,
+            keyed.provider.base_url + inbound.path + query,
+            inbound.headers,
+            inbound.body,
+        )
+        opening = self.upstream.open(outbound)
+        try:
+            answer = await (opening if inbound.gone is None else unless_gone(opening, inbound.gone))
+        except ClientGone:
+            self.counters.aborted += 1
+            raise
+        capture = None
+        if target is not None:
+            capture = Capture(
+                provider=keyed.provider,
+                request=keyed.parts,
+                key=keyed.key,
+                seq=target.seq,
+                rules=keyed.rules.fingerprint(),
+                status=answer.status,
+                headers=list(answer.headers),
+                chunked=answer.chunked,
+            )
+        headers = answer_headers(answer.headers, keep_length=keyed.parts.method == "HEAD")
+        headers.append(("x-llmtape-key", keyed.key))
+        raw = tuple((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers)
+        recording = Recording(keyed.trace, answer.status, self, capture, target)
+        return Live(answer, raw, recording)
+
+    async def keep(self, target: Target, exchange: Exchange) -> str:
+        """Write a finished exchange. Its ordinal is given here, not when it was asked, so an
+        answer that is not kept (a 429 the SDK retried) leaves no gap in the numbering."""
+        if exchange.outcome is not Outcome.COMPLETE and not self.settings.record_failures:
+            return f"not recorded ({exchange.outcome.value})"
+        run = target.run
+        ordinal = run.next_ordinal(exchange.key, target.anew)
+        exchange = exchange.model_copy(update={"ordinal": ordinal})
+        try:
+            await asyncio.to_thread(self.store.write, run.cassette, exchange)
+        except OSError as exc:
+            self.counters.errors += 1
+            log.error("could not write to cassette %r: %s", run.cassette, exc)
+            return "not recorded (write failed)"
+        run.add(exchange.key, ordinal)
+        self.replays.discard((run.cassette, exchange.key, ordinal))
+        self.counters.recorded += 1
+        failed = exchange.outcome is not Outcome.COMPLETE
+        return f"recorded {exchange.outcome.value}" if failed else "recorded"
+
+    async def switch(self, cassette: str | None, mode: Mode | None) -> None:
+        """Make `cassette` and `mode` current (None keeps either). It ends the run of the
+        cassette it leaves and starts a new one of the cassette it names: replay positions and
+        used/unused accounting start afresh. A new mode starts a new run of every cassette
+        (those picked by header too), since a run does not carry from one mode into another;
+        otherwise other clients' header-picked runs are left alone."""
+        before = self.current.cassette
+        if cassette is not None:
+            self.current.cassette = check_cassette_name(cassette)
+        new_mode = mode is not None and mode is not self.current.mode
+        if mode is not None:
+            self.current.mode = mode
+        if new_mode:
+            await self.runs.restart_all()
+        else:
+            names = {before, self.current.cassette}
+            await self.runs.restart(*names, *(derived_name(name) for name in names))
+        self.replays.clear()  # another llmtape may have re-recorded what the new runs read
+
+    async def snapshot(self) -> Snapshot:
+        runs = await self.runs.summaries()
+        return Snapshot(
+            counters=Counters(**vars(self.counters)),
+            cassette=self.current.cassette,
+            mode=self.current.mode.value,
+            runs=runs,
+            ended_runs=list(self.runs.ended),
+            unused_total=self.runs.ended_unused + sum(run.unused_count for run in runs),
+        )
+
+    async def close(self) -> Snapshot:
+        """End every run (dropping what record runs superseded); the final snapshot."""
+        self.upstream = None
+        await self.runs.restart_all()
+        self.replays.clear()
+        return await self.snapshot()

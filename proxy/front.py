@@ -1,0 +1,76 @@
+"""The ASGI door: an HTTP request -> `Inbound` -> the engine -> its answer on the wire."""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+
+from starlette.types import Receive, Scope, Send
+
+from llmtape.engine import Engine
+from llmtape.errors import LlmtapeError, UpstreamCut
+from llmtape.hangup import cut_on_shutdown
+from llmtape.inbound import Inbound, Live, Refuse, Serve
+from llmtape.providers.base import Provider, generic_error
+from llmtape.responses import send_json, send_live, send_replay, until_disconnect
+from llmtape.routing import CASSETTE_HEADER, LIVE_HEADER, live_names, resolve
+from llmtape.timing import TIMING_HEADER
+
+log = logging.getLogger("llmtape")
+
+
+class Front:
+    """Every request that is not for the control API: routed by its path's first segment."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        provider: Provider | None = None
+        try:
+            raw_path = scope.get("raw_path") or scope["path"].encode("utf-8")
+            headers = tuple(scope["headers"])
+            names = {k.decode("latin-1"): v.decode("latin-1") for k, v in reversed(headers)}
+            provider, path = resolve(raw_path.decode("latin-1"), names, self.engine.providers)
+            body = await read_body(receive)
+            if body is None:
+                self.engine.abandoned(scope["path"], scope["method"])
+                return
+            inbound = Inbound(
+                upstream=provider.name,
+                method=scope["method"],
+                path=path,
+                query=scope.get("query_string", b"").decode("latin-1"),
+                headers=headers,
+                body=body,
+                cassette=names.get(CASSETTE_HEADER),
+                live=live_names(names.get(LIVE_HEADER, "")),
+                timing=names.get(TIMING_HEADER),
+                gone=partial(until_disconnect, receive),
+            )
+            answer = await cut_on_shutdown(self.engine.exchange(inbound))
+        except UpstreamCut:
+            raise  # a shutdown: the connection just drops, quietly (see QuietCuts)
+        except LlmtapeError as exc:
+            log.warning("%s", exc.message)
+            shape = provider.error_body if provider is not None else generic_error
+            await send_json(send, exc.status, shape(exc.error_type, exc.message, exc.status))
+            return
+        if isinstance(answer, Serve):
+            await send_replay(answer, receive, send)
+        elif isinstance(answer, Refuse):
+            await send_json(send, answer.error.status, answer.body)
+        elif isinstance(answer, Live):
+            await send_live(answer, receive, send)
+
+
+async def read_body(receive: Receive) -> bytes | None:
+    """The whole request body, or None when the client hung up while sending it."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)

@@ -1,0 +1,70 @@
+"""What a door hands the engine (`Inbound`) and what it gets back: `Serve`, `Refuse` or `Live`.
+Plain values: no web framework type crosses this line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from llmtape.errors import CassetteMiss
+from llmtape.hangup import Gone
+from llmtape.recording import Recording
+from llmtape.replays import Replay
+from llmtape.upstream import UpstreamResponse
+
+RawHeaders = tuple[tuple[bytes, bytes], ...]
+
+
+@dataclass(frozen=True)
+class Inbound:
+    """One request, routed: the upstream it goes to, its path there, its raw query and headers
+    as they came, its body, and the overrides a door sets for this request alone."""
+
+    upstream: str
+    method: str
+    path: str
+    query: str
+    headers: RawHeaders
+    body: bytes
+    cassette: str | None = None  # else the server's current cassette
+    live: frozenset[str] = frozenset()  # upstreams that run live for this request
+    timing: str | None = None  # replay timing (`none`, `recorded`, a factor); else --replay-timing
+    gone: Gone | None = None  # returns when the client has hung up: the upstream call is dropped
+
+    @cached_property
+    def header_map(self) -> dict[str, str]:
+        """Headers by lowercase name (the first of repeated ones), values as latin-1 text."""
+        found: dict[str, str] = {}
+        for name, value in self.headers:
+            found.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
+        return found
+
+
+@dataclass(frozen=True)
+class Serve:
+    """Answer from the cassette: recording `ordinal` of the request, ready to send."""
+
+    replay: Replay
+    ordinal: int
+    timing: float | None  # None sends every frame at once; else the factor on recorded gaps
+
+
+@dataclass(frozen=True)
+class Refuse:
+    """No answer: a cassette miss, or a request out of the recorded order."""
+
+    error: CassetteMiss
+    body: dict[str, Any] = field(default_factory=dict)  # in the upstream's error shape
+
+
+@dataclass(frozen=True)
+class Live:
+    """The upstream's answer, to pass on chunk by chunk through its `recording`."""
+
+    answer: UpstreamResponse
+    headers: RawHeaders
+    recording: Recording
+
+
+Answer = Serve | Refuse | Live

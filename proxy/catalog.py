@@ -13,8 +13,13 @@ from llmtape.models import Exchange, load_exchange
 from llmtape.normalize import request_key, stored_request
 from llmtape.providers import default_rules
 from llmtape.rules import MatchRules, unstored_headers
-from llmtape.store.base import LIKE_EXCHANGE_FILE, exchange_file, parse_exchange_file
-from llmtape.store.fs import FileStore, is_leftover
+from llmtape.store.base import (
+    LIKE_EXCHANGE_FILE,
+    exchange_file,
+    is_leftover,
+    parse_exchange_file,
+)
+from llmtape.store.fs import FileStore
 from pydantic import ValidationError
 
 RulesFor = Callable[[str], MatchRules]

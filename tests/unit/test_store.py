@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llmtape.errors import BadCassetteName, CassetteCorrupt
+from llmtape.errors import BadCassetteName, CassetteCorrupt, ConfigError
 from llmtape.models import Exchange, Frame, StoredRequest, StoredResponse, dump_exchange
-from llmtape.store.base import exchange_file, parse_exchange_file, same_recording
+from llmtape.store import BACKENDS, open_store
+from llmtape.store.base import CassetteStore, exchange_file, parse_exchange_file, same_recording
 from llmtape.store.fs import FileStore
 from llmtape.store.names import MAX_NAME, check_cassette_name
 
@@ -240,3 +241,23 @@ def test_same_recording_ignores_timings_only() -> None:
     assert same_recording(exchange(), exchange().model_copy(update={"response": cut_later}))
     assert not same_recording(exchange(), exchange(text="data: bye\n\n"))
     assert not same_recording(exchange(), exchange(seq=3))
+
+
+def test_every_backend_in_the_table_implements_the_protocol(tmp_path: Path) -> None:
+    for make in BACKENDS.values():
+        opened: CassetteStore = make(str(tmp_path / "lib"))
+        assert opened.write("default", exchange())
+        assert opened.entries("default") == {KEY_A: [1]}
+
+
+@pytest.mark.parametrize("given", ["{root}", "file://{root}"])
+def test_open_store_opens_a_folder_or_a_file_url(tmp_path: Path, given: str) -> None:
+    FileStore(tmp_path).write("default", exchange())
+    opened = open_store(given.format(root=tmp_path))
+    assert opened.where() == str(tmp_path) and opened.entries("default") == {KEY_A: [1]}
+    assert open_store(tmp_path).where() == str(tmp_path)
+
+
+def test_open_store_refuses_an_unknown_backend_and_names_the_known_ones() -> None:
+    with pytest.raises(ConfigError, match="file://"):
+        open_store("s3://bucket/cassettes")

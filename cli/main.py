@@ -204,7 +204,7 @@ def rekey(
     Run it after changing --ignore rules or [match.*] tables, so that no recording is
     orphaned. Requests that now match each other become ordinals in recorded order."""
     from llmtape.cli.output import print_rekey
-    from llmtape.library import rekey as rekey_cassette
+    from llmtape.rekey import rekey as rekey_cassette
 
     try:
         library = open_library(cassettes, upstream, ignore, config)
@@ -219,8 +219,8 @@ def list_cassettes(
     cassettes: CassettesOption = None, config: ConfigOption = None, as_json: JsonOption = False
 ) -> None:
     """List the cassettes: exchanges, streams, failures kept, tokens."""
-    from llmtape.catalog import summarize
     from llmtape.cli.output import print_summaries
+    from llmtape.listing import summarize
 
     try:
         library = open_library(cassettes, None, None, config, rules=False)
@@ -238,8 +238,8 @@ def show(
     as_json: JsonOption = False,
 ) -> None:
     """List the exchanges of one cassette in recorded order."""
-    from llmtape.catalog import show as show_cassette
     from llmtape.cli.output import print_rows
+    from llmtape.listing import show as show_cassette
 
     try:
         library = open_library(cassettes, None, None, config, rules=False)
@@ -262,8 +262,8 @@ def verify(
 
     Each file must parse under the schema, carry the key and ordinal its name says, and have
     that key under today's match rules. Leftover temporary files are reported too."""
-    from llmtape.catalog import verify as verify_cassette
     from llmtape.cli.output import print_verdicts
+    from llmtape.verification import verify as verify_cassette
 
     try:
         library = open_library(cassettes, upstream, ignore, config)

@@ -6,8 +6,9 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from llmtape.catalog import Row, Summary, Verdict
-from llmtape.library import RekeyReport
+from llmtape.listing import Row, Summary
+from llmtape.rekey import RekeyReport
+from llmtape.verification import Verdict
 from rich.console import Console
 from rich.table import Table
 

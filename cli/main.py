@@ -20,12 +20,12 @@ from llmtape.settings import (
     option_name,
     parse_pairs,
 )
-from llmtape.store.fs import FileStore
+from llmtape.store.base import CassetteStore
 
 
 @dataclass(frozen=True)
 class Library:
-    store: FileStore
+    store: CassetteStore
     rules: Callable[[str], MatchRules]
 
 
@@ -164,9 +164,9 @@ def open_library(
     rules: bool = True,
 ) -> Library:
     """The cassette library and the match rules, from the same sources as `serve` (only the
-    folder when the command needs no `rules`)."""
+    folder when the command needs no `rules`); a library that is not there is an error."""
     from llmtape.providers import Rulebook, provider_table
-    from llmtape.store.fs import FileStore
+    from llmtape.store import open_store
 
     settings = load_settings(
         {
@@ -177,16 +177,22 @@ def open_library(
         config=config,
         fields={"cassettes", "upstream", "ignore"} if rules else {"cassettes"},
     )
+    store = open_store(settings.cassettes)
+    if not store.exists():
+        raise ConfigError(
+            f"no cassette library at {store.where()} (--cassettes / LLMTAPE_CASSETTES): no "
+            "cassettes there; check the path, or record some with `llmtape serve --mode record`"
+        )
     book = Rulebook.build(provider_table(settings.upstream), settings.ignore)
-    return Library(FileStore(settings.cassettes), book.for_upstream)
+    return Library(store, book.for_upstream)
 
 
 def existing(library: Library, name: str, folder_will_do: bool = False) -> str:
     """`name` if the cassette has recordings (or, for verify, at least a folder)."""
-    if folder_will_do and library.store.folder(name).is_dir():
+    if folder_will_do and library.store.exists(name):
         return name
     if not library.store.entries(name):
-        raise ConfigError(f"cassette {name!r} has no recordings under {library.store.root}")
+        raise ConfigError(f"cassette {name!r} has no recordings under {library.store.where()}")
     return name
 
 
@@ -205,7 +211,7 @@ def rekey(
     Run it after changing --ignore rules or [match.*] tables, so that no recording is
     orphaned. Requests that now match each other become ordinals in recorded order."""
     from llmtape.cli.output import print_rekey
-    from llmtape.library import rekey as rekey_cassette
+    from llmtape.rekey import rekey as rekey_cassette
 
     try:
         library = open_library(cassettes, upstream, ignore, config)
@@ -220,8 +226,8 @@ def list_cassettes(
     cassettes: CassettesOption = None, config: ConfigOption = None, as_json: JsonOption = False
 ) -> None:
     """List the cassettes: exchanges, streams, failures kept, tokens."""
-    from llmtape.catalog import summarize
     from llmtape.cli.output import print_summaries
+    from llmtape.listing import summarize
 
     try:
         library = open_library(cassettes, None, None, config, rules=False)
@@ -239,8 +245,8 @@ def show(
     as_json: JsonOption = False,
 ) -> None:
     """List the exchanges of one cassette in recorded order."""
-    from llmtape.catalog import show as show_cassette
     from llmtape.cli.output import print_rows
+    from llmtape.listing import show as show_cassette
 
     try:
         library = open_library(cassettes, None, None, config, rules=False)
@@ -263,8 +269,8 @@ def verify(
 
     Each file must parse under the schema, carry the key and ordinal its name says, and have
     that key under today's match rules. Leftover temporary files are reported too."""
-    from llmtape.catalog import verify as verify_cassette
     from llmtape.cli.output import print_verdicts
+    from llmtape.verification import verify as verify_cassette
 
     try:
         library = open_library(cassettes, upstream, ignore, config)
@@ -272,7 +278,7 @@ def verify(
             [existing(library, name, folder_will_do=True)] if name else (library.store.cassettes())
         )
         if not names:
-            raise ConfigError(f"no cassettes under {library.store.root} to verify")
+            raise ConfigError(f"no cassettes under {library.store.where()} to verify")
         verdicts = [verify_cassette(library.store, n, library.rules) for n in names]
     except LlmtapeError as exc:
         raise fail(exc.message) from exc

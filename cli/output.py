@@ -9,8 +9,9 @@ from dataclasses import asdict
 from rich.console import Console
 from rich.table import Table
 
-from llmtape.catalog import Row, Summary, Verdict
-from llmtape.library import RekeyReport
+from llmtape.listing import Row, Summary
+from llmtape.rekey import RekeyReport
+from llmtape.verification import Verdict
 
 
 def print_json(data: object) -> None:

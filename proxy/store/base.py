@@ -1,11 +1,12 @@
-"""The CassetteStore protocol and the file naming shared by every backend."""
+"""The CassetteStore protocol, the file naming shared by every backend, and what makes two
+recordings the same."""
 
 from __future__ import annotations
 
 import re
 from typing import Protocol
 
-from llmtape.models import Exchange
+from llmtape.models import Exchange, Frame, dump_exchange
 
 # Ordinal 1 is `<key>.json`; n >= 2 is `<key>.<n>.json`, with no leading zero, so each
 # recording has exactly one name.
@@ -25,12 +26,39 @@ def parse_exchange_file(name: str) -> tuple[str, int] | None:
     return match.group(1), int(match.group(2) or 1)
 
 
+def is_leftover(name: str) -> bool:
+    """A write set aside as `.<file>.<random>.tmp` that was never renamed into place: what an
+    interrupted write leaves behind."""
+    return name.startswith(".") and name.endswith(".tmp")
+
+
+def untimed(exchange: Exchange) -> Exchange:
+    """The exchange with its timings (frame arrivals, when a cut came) left out."""
+    response = exchange.response
+    frames = response.frames
+    frames = None if frames is None else [Frame(ms=0, text=f.text, base64=f.base64) for f in frames]
+    response = response.model_copy(update={"frames": frames, "end_ms": None})
+    return exchange.model_copy(update={"response": response})
+
+
+def same_recording(stored: Exchange, new: Exchange) -> bool:
+    """True when `new` is what `stored` holds but for timing, so a re-record of the same
+    answers leaves the stored one (and git) untouched."""
+    return dump_exchange(untimed(stored)) == dump_exchange(untimed(new))
+
+
 class CassetteStore(Protocol):
+    """A cassette library. The server records and replays through the first five methods;
+    the cassette tools (ls, show, verify, rekey) also list, locate and check."""
+
     def entries(self, cassette: str) -> dict[str, list[int]]:
         """Every recorded key of a cassette with its ordinals, ascending; no file is read."""
         ...
 
-    def read(self, cassette: str, key: str, ordinal: int) -> Exchange: ...
+    def read(self, cassette: str, key: str, ordinal: int) -> Exchange:
+        """One recording; CassetteCorrupt, caused by the backend's own error, when it cannot
+        be read back."""
+        ...
 
     def write(self, cassette: str, exchange: Exchange) -> bool:
         """Store atomically; False when an equal recording (timing aside) is already there."""
@@ -38,4 +66,19 @@ class CassetteStore(Protocol):
 
     def delete(self, cassette: str, key: str, ordinal: int) -> None: ...
 
-    def cassettes(self) -> list[str]: ...
+    def cassettes(self) -> list[str]:
+        """Every cassette holding exchanges, or what an interrupted write left behind."""
+        ...
+
+    def files(self, cassette: str) -> list[str]:
+        """Every file name of a cassette, sorted: exchanges, leftovers of interrupted writes,
+        and names llmtape does not read; [] when there is no such cassette."""
+        ...
+
+    def exists(self, cassette: str | None = None) -> bool:
+        """Whether the library (None) or one cassette of it is there, recordings or not."""
+        ...
+
+    def where(self, cassette: str | None = None) -> str:
+        """Where the library (None) or one cassette lives, for messages: a folder, a URL."""
+        ...

@@ -9,33 +9,24 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from llmtape.errors import CassetteCorrupt
-from llmtape.models import Exchange, Frame, dump_exchange, load_exchange
-from llmtape.store.base import exchange_file, parse_exchange_file
+from llmtape.models import Exchange, dump_exchange, load_exchange
+from llmtape.store.base import exchange_file, is_leftover, parse_exchange_file, same_recording
 from llmtape.store.names import check_folder_name
 
 
 class FileStore:
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
 
     def folder(self, cassette: str) -> Path:
         return self.root / check_folder_name(cassette)
 
     def entries(self, cassette: str) -> dict[str, list[int]]:
         found: dict[str, list[int]] = {}
-        try:
-            with os.scandir(self.folder(cassette)) as listing:
-                for entry in listing:
-                    parsed = parse_exchange_file(entry.name)
-                    if parsed is not None and entry.is_file():
-                        found.setdefault(parsed[0], []).append(parsed[1])
-        except FileNotFoundError:
-            return {}
-        except NotADirectoryError as exc:
-            raise CassetteCorrupt(
-                f"{self.folder(cassette)} is a file, not a folder: a cassette is a folder of "
-                "exchange files; move the file away or pick another cassette name"
-            ) from exc
+        for name in self._names(cassette):
+            parsed = parse_exchange_file(name)
+            if parsed is not None:
+                found.setdefault(parsed[0], []).append(parsed[1])
         for ordinals in found.values():
             ordinals.sort()
         return found
@@ -54,7 +45,8 @@ class FileStore:
 
     def write(self, cassette: str, exchange: Exchange) -> bool:
         path = self.path(cassette, exchange.key, exchange.ordinal)
-        if _same_recording(path, exchange):
+        stored = _stored(path)
+        if stored is not None and same_recording(stored, exchange):
             return False
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, dump_exchange(exchange))
@@ -73,15 +65,44 @@ class FileStore:
                 names.append(Path(folder).relative_to(self.root).as_posix())
         return sorted(names)
 
+    def files(self, cassette: str) -> list[str]:
+        return sorted(self._names(cassette))
 
-def is_leftover(name: str) -> bool:
-    """A temp file of `write_atomic` that a killed process never renamed."""
-    return name.startswith(".") and name.endswith(".tmp")
+    def exists(self, cassette: str | None = None) -> bool:
+        return self._place(cassette).is_dir()
+
+    def where(self, cassette: str | None = None) -> str:
+        return str(self._place(cassette))
+
+    def _place(self, cassette: str | None) -> Path:
+        return self.root if cassette is None else self.folder(cassette)
+
+    def _names(self, cassette: str) -> list[str]:
+        """The files (not folders: those are nested cassettes) of a cassette's folder."""
+        try:
+            with os.scandir(self.folder(cassette)) as listing:
+                return [entry.name for entry in listing if entry.is_file()]
+        except FileNotFoundError:
+            return []
+        except NotADirectoryError as exc:
+            raise CassetteCorrupt(
+                f"{self.folder(cassette)} is a file, not a folder: a cassette is a folder of "
+                "exchange files; move the file away or pick another cassette name"
+            ) from exc
+
+
+def _stored(path: Path) -> Exchange | None:
+    """What `path` holds, or None when there is nothing readable there to keep."""
+    try:
+        return load_exchange(path.read_bytes())
+    except (OSError, ValueError, ValidationError):
+        return None
 
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Temp file in the same folder, flush, fsync, rename over, fsync the folder: a crash
-    leaves the old file or the new one, never a torn one."""
+    leaves the old file or the new one, never a torn one. The temp name is one that
+    `is_leftover` knows."""
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -102,24 +123,3 @@ def _fsync_folder(folder: Path) -> None:
         os.fsync(handle)
     finally:
         os.close(handle)
-
-
-def _untimed(exchange: Exchange) -> bytes:
-    """The exchange as bytes with its timings (frame arrivals, when a cut came) left out."""
-    response = exchange.response
-    frames = response.frames
-    untimed = (
-        None if frames is None else [Frame(ms=0, text=f.text, base64=f.base64) for f in frames]
-    )
-    response = response.model_copy(update={"frames": untimed, "end_ms": None})
-    return dump_exchange(exchange.model_copy(update={"response": response}))
-
-
-def _same_recording(path: Path, exchange: Exchange) -> bool:
-    """True when `path` already holds this exchange but for frame timing, so a re-record
-    of the same answers leaves the file (and git) untouched."""
-    try:
-        existing = load_exchange(path.read_bytes())
-    except (OSError, ValueError, ValidationError):
-        return False
-    return _untimed(existing) == _untimed(exchange)

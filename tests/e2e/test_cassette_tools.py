@@ -163,3 +163,25 @@ def test_verify_flags_an_exchange_file_name_llmtape_does_not_read(tmp_path: Path
     [problem] = json.loads(out)[0]["problems"]
     assert problem["file"].endswith(odd) and "not a name llmtape reads" in problem["problem"]
     assert run("rekey", "example", "--cassettes", str(root), "--dry-run")[0] == 0
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("ls",), ("show", "example"), ("verify",), ("verify", "example"), ("rekey", "example")],
+)
+def test_every_tool_refuses_a_library_folder_that_is_not_there(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    missing = tmp_path / "typo"
+    code, out = run(*command, "--cassettes", str(missing))
+    assert code == 2, out
+    assert f"no cassette library at {missing}" in out
+    assert "--cassettes / LLMTAPE_CASSETTES" in out
+    assert not missing.exists(), "looking did not create it"
+
+
+def test_ls_of_an_empty_library_says_so_and_passes(tmp_path: Path) -> None:
+    code, out = run("ls", "--cassettes", str(tmp_path))
+    assert code == 0 and "no cassettes yet" in out
+    code, out = run("ls", "--cassettes", str(tmp_path), "--json")
+    assert code == 0 and json.loads(out) == []

@@ -1,4 +1,5 @@
-"""The filesystem cassette store: file names, atomic and idempotent writes, safe cassette names."""
+"""The filesystem cassette store: file names, atomic and idempotent writes, safe cassette names,
+the listing the cassette tools need, and the table of backends."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from llmtape.errors import BadCassetteName, CassetteCorrupt
+from llmtape.errors import BadCassetteName, CassetteCorrupt, ConfigError
 from llmtape.models import Exchange, Frame, StoredRequest, StoredResponse, dump_exchange
-from llmtape.store.base import exchange_file, parse_exchange_file
+from llmtape.store import BACKENDS, open_store
+from llmtape.store.base import CassetteStore, exchange_file, parse_exchange_file, same_recording
 from llmtape.store.fs import FileStore
 from llmtape.store.names import MAX_NAME, check_cassette_name
 
@@ -108,6 +110,36 @@ def test_entries_of_a_missing_cassette_is_empty(store: FileStore) -> None:
     assert store.entries("never/recorded") == {}
 
 
+def test_files_lists_every_file_of_a_cassette_exchange_or_not(
+    store: FileStore, tmp_path: Path
+) -> None:
+    store.write("default", exchange(ordinal=2))
+    folder = tmp_path / "default"
+    leftover, odd = f".{KEY_A}.json.x1y2.tmp", f"{KEY_A}.02.json"
+    (folder / leftover).write_text("partial")
+    (folder / odd).write_text("{}")
+    (folder / "nested").mkdir()
+    assert store.files("default") == sorted([leftover, f"{KEY_A}.2.json", odd])
+    assert store.files("never/recorded") == []
+
+
+def test_a_cassette_that_is_a_file_is_reported_not_listed(store: FileStore, tmp_path: Path) -> None:
+    (tmp_path / "flat").write_text("not a folder")
+    for listed in (store.files, store.entries):
+        with pytest.raises(CassetteCorrupt, match="is a file, not a folder"):
+            listed("flat")
+
+
+def test_exists_and_where_name_the_library_and_its_cassettes(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "library")
+    assert not store.exists() and not store.exists("default")
+    store.write("default", exchange())
+    (tmp_path / "library" / "empty").mkdir()
+    assert store.exists() and store.exists("default") and store.exists("empty")
+    assert store.where() == str(tmp_path / "library")
+    assert store.where("suite/a") == str(tmp_path / "library" / "suite" / "a")
+
+
 def test_cassettes_lists_every_folder_holding_exchanges(store: FileStore, tmp_path: Path) -> None:
     store.write("default", exchange())
     store.write("suite/test_a", exchange())
@@ -202,3 +234,31 @@ def test_the_derived_cassette_of_a_longest_name_is_valid() -> None:
     from llmtape.store.names import MAX_NAME, derived_name
 
     assert derived_name("a" * MAX_NAME) == "a" * MAX_NAME + ".derived"
+
+
+def test_same_recording_ignores_timings_only() -> None:
+    cut_later = exchange().response.model_copy(update={"end_ms": 12})
+    assert same_recording(exchange(ms=5), exchange(ms=999))
+    assert same_recording(exchange(), exchange().model_copy(update={"response": cut_later}))
+    assert not same_recording(exchange(), exchange(text="data: bye\n\n"))
+    assert not same_recording(exchange(), exchange(seq=3))
+
+
+def test_every_backend_in_the_table_implements_the_protocol(tmp_path: Path) -> None:
+    for make in BACKENDS.values():
+        opened: CassetteStore = make(str(tmp_path / "lib"))
+        assert opened.write("default", exchange())
+        assert opened.entries("default") == {KEY_A: [1]}
+
+
+@pytest.mark.parametrize("given", ["{root}", "file://{root}"])
+def test_open_store_opens_a_folder_or_a_file_url(tmp_path: Path, given: str) -> None:
+    FileStore(tmp_path).write("default", exchange())
+    opened = open_store(given.format(root=tmp_path))
+    assert opened.where() == str(tmp_path) and opened.entries("default") == {KEY_A: [1]}
+    assert open_store(tmp_path).where() == str(tmp_path)
+
+
+def test_open_store_refuses_an_unknown_backend_and_names_the_known_ones() -> None:
+    with pytest.raises(ConfigError, match="file://"):
+        open_store("s3://bucket/cassettes")

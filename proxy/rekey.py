@@ -1,4 +1,4 @@
-"""Work on a cassette library without a server: recompute keys after the match rules change."""
+"""The rekey: every recording of a cassette moves to its key under today's rules, crash-safe."""
 
 from __future__ import annotations
 

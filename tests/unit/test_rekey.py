@@ -13,10 +13,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from llmtape.bodies import Payload
-from llmtape.library import Place, rekey, write_steps
 from llmtape.models import Exchange, StoredRequest, StoredResponse
 from llmtape.normalize import RequestParts, request_key, request_parts
 from llmtape.providers import BUILTIN
+from llmtape.rekey import Place, rekey, write_steps
 from llmtape.rules import MatchRules, build_rules
 from llmtape.store.base import exchange_file
 from llmtape.store.fs import FileStore

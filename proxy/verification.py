@@ -1,0 +1,88 @@
+"""Whether every file of a cassette is sound, as `llmtape verify` checks: schema, name, key."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmtape.errors import CassetteCorrupt
+from llmtape.normalize import request_key, stored_request
+from llmtape.providers import default_rules
+from llmtape.rules import MatchRules, unstored_headers
+from llmtape.store.base import (
+    LIKE_EXCHANGE_FILE,
+    CassetteStore,
+    exchange_file,
+    is_leftover,
+    parse_exchange_file,
+)
+
+RulesFor = Callable[[str], MatchRules]
+
+
+@dataclass
+class Verdict:
+    cassette: str
+    checked: int = 0
+    problems: list[dict[str, Any]] = field(default_factory=list)
+
+    def flag(self, file: str, problem: str) -> None:
+        self.problems.append({"file": file, "problem": problem})
+
+
+def verify(store: CassetteStore, cassette: str, rules_for: RulesFor) -> Verdict:
+    """Each file must parse under the schema, carry the key and ordinal its name says, and
+    have that key under today's rules (else `llmtape rekey` is due)."""
+    verdict = Verdict(cassette)
+    for name in store.files(cassette):
+        if is_leftover(name):
+            verdict.flag(name, "left over from an interrupted write; safe to delete")
+            continue
+        parsed = parse_exchange_file(name)
+        if parsed is None:
+            if LIKE_EXCHANGE_FILE.match(name):
+                verdict.flag(
+                    name,
+                    "not a name llmtape reads (ordinal 1 is KEY.json, n is "
+                    "KEY.n.json, no leading zeros): rename it, or delete a copy",
+                )
+            continue
+        verdict.checked += 1
+        problem = _check_file(store, cassette, parsed, rules_for)
+        if problem:
+            verdict.flag(name, problem)
+    return verdict
+
+
+def _check_file(
+    store: CassetteStore, cassette: str, parsed: tuple[str, int], rules_for: RulesFor
+) -> str | None:
+    try:
+        exchange = store.read(cassette, *parsed)
+    except CassetteCorrupt as exc:
+        # The backend's own error says what is wrong; the message around it says to verify.
+        cause = exc.__cause__ or exc
+        first = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
+        return f"unreadable: {first}"
+    if (exchange.key, exchange.ordinal) != parsed:
+        return f"names {exchange_file(exchange.key, exchange.ordinal)} inside; renamed by hand?"
+    parts = stored_request(exchange.request)
+    rules = rules_for(parts.upstream)
+    missing = unstored_headers(
+        dict(parts.headers), exchange.rules, rules, default_rules(parts.upstream)
+    )
+    if missing:
+        return (
+            f"today's rules key on the header(s) {', '.join(missing)}, which this recording "
+            "does not hold (it was made under other match rules): a request sending them "
+            "misses it; record it again"
+        )
+    if request_key(parts, rules) == exchange.key:
+        return None
+    if exchange.rules != rules.fingerprint():
+        return f"recorded under other match rules: run `llmtape rekey {cassette}`"
+    return (
+        f"its request does not hash to its key: run `llmtape rekey {cassette}` (an older "
+        "llmtape keyed some requests differently), or record it again if it was edited by hand"
+    )

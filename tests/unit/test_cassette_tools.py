@@ -1,0 +1,179 @@
+"""The cassette tools (show, ls's summary, verify, rekey) work on any CassetteStore: here a
+dict-backed one, with no folder and no file behind it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from llmtape.bodies import Payload
+from llmtape.errors import CassetteCorrupt
+from llmtape.listing import show, summarize
+from llmtape.models import (
+    Exchange,
+    Frame,
+    StoredRequest,
+    StoredResponse,
+    dump_exchange,
+    load_exchange,
+)
+from llmtape.normalize import RequestParts, request_key
+from llmtape.providers import BUILTIN
+from llmtape.rekey import rekey
+from llmtape.rules import MatchRules, build_rules
+from llmtape.store.base import (
+    CassetteStore,
+    exchange_file,
+    is_leftover,
+    parse_exchange_file,
+    same_recording,
+)
+from llmtape.verification import verify
+
+DEFAULTS = BUILTIN["openai"].rules
+HI = [{"role": "user", "content": "hi"}]
+
+
+class MemoryStore:
+    """A CassetteStore in a dict: cassette name -> file name -> the file's bytes."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, dict[str, bytes]] = {}
+
+    def entries(self, cassette: str) -> dict[str, list[int]]:
+        found: dict[str, list[int]] = {}
+        for parsed in map(parse_exchange_file, self.data.get(cassette, {})):
+            if parsed is not None:
+                found.setdefault(parsed[0], []).append(parsed[1])
+        return {key: sorted(ordinals) for key, ordinals in found.items()}
+
+    def read(self, cassette: str, key: str, ordinal: int) -> Exchange:
+        name = exchange_file(key, ordinal)
+        try:
+            return load_exchange(self.data[cassette][name])
+        except (KeyError, ValueError, ValidationError) as exc:
+            raise CassetteCorrupt(f"cannot read {self.where(cassette)}/{name}: {exc}") from exc
+
+    def write(self, cassette: str, exchange: Exchange) -> bool:
+        name = exchange_file(exchange.key, exchange.ordinal)
+        files = self.data.setdefault(cassette, {})
+        if name in files and same_recording(load_exchange(files[name]), exchange):
+            return False
+        files[name] = dump_exchange(exchange)
+        return True
+
+    def delete(self, cassette: str, key: str, ordinal: int) -> None:
+        self.data.get(cassette, {}).pop(exchange_file(key, ordinal), None)
+
+    def cassettes(self) -> list[str]:
+        return sorted(
+            name
+            for name, files in self.data.items()
+            if any(parse_exchange_file(file) or is_leftover(file) for file in files)
+        )
+
+    def files(self, cassette: str) -> list[str]:
+        return sorted(self.data.get(cassette, {}))
+
+    def exists(self, cassette: str | None = None) -> bool:
+        return cassette is None or cassette in self.data
+
+    def where(self, cassette: str | None = None) -> str:
+        return f"memory://{cassette or ''}"
+
+
+@pytest.fixture
+def memory() -> MemoryStore:
+    return MemoryStore()
+
+
+def recording(body: Any, seq: int, rules: MatchRules = DEFAULTS, **extra: Any) -> Exchange:
+    """An exchange as the server writes it, keyed under `rules`."""
+    parts = RequestParts("POST", "openai", "/v1/chat/completions", (), (), Payload("json", body))
+    values: dict[str, Any] = {
+        "ordinal": 1,
+        "response": StoredResponse(status=200, body={"json": {"id": f"answer-{seq}"}}),
+        **extra,
+    }
+    return Exchange(
+        key=request_key(parts, rules),
+        seq=seq,
+        rules=rules.fingerprint(),
+        request=StoredRequest.model_validate(parts.to_dict()),
+        **values,
+    )
+
+
+def streamed(seq: int) -> Exchange:
+    frames = [Frame(ms=0, text="data: hi\n\n"), Frame(ms=7, text="data: [DONE]\n\n")]
+    answer = StoredResponse(status=200, dialect="sse", frames=frames)
+    return recording({"model": "m", "messages": HI, "stream": True}, seq, response=answer)
+
+
+def test_show_and_summarize_read_through_the_store(memory: MemoryStore) -> None:
+    store: CassetteStore = memory
+    store.write("trip", recording({"model": "m", "messages": HI}, 1, usage={"input_tokens": 3}))
+    store.write("trip", streamed(0))
+    torn = exchange_file("f" * 64, 1)
+    memory.data["trip"][torn] = b'{"schema_version": 1, "ke'
+    rows = show(store, "trip")
+    assert [(row.seq, row.outcome) for row in rows] == [
+        (-1, "unreadable"),
+        (0, "complete"),
+        (1, "complete"),
+    ]
+    assert rows[0].file == torn and rows[1].kind == "sse: 2 frames"
+    summary = summarize(store, "trip")
+    assert (summary.exchanges, summary.streams, summary.unreadable) == (3, 1, 1)
+    assert summary.input_tokens == 3
+
+
+def test_verify_lists_the_store_and_names_each_problem(memory: MemoryStore) -> None:
+    sound, edited = recording({"model": "m", "messages": HI}, 0), streamed(1)
+    for exchange in (sound, edited):
+        memory.write("trip", exchange)
+    files = memory.data["trip"]
+    moved = files.pop(exchange_file(edited.key, 1))
+    files[exchange_file("0" * 64, 1)] = moved  # renamed by hand
+    files[exchange_file("1" * 64, 1)] = b"{not json"
+    files[f".{sound.key}.json.x1y2.tmp"] = b'{"sche'  # an interrupted write
+    files[f"{sound.key}.02.json"] = files[exchange_file(sound.key, 1)]  # a name never read
+    files["notes.md"] = b"ours, not llmtape's"
+    verdict = verify(memory, "trip", lambda upstream: DEFAULTS)
+    problems = {p["file"]: p["problem"] for p in verdict.problems}
+    assert verdict.checked == 3
+    assert set(problems) == {
+        exchange_file("0" * 64, 1),
+        exchange_file("1" * 64, 1),
+        f".{sound.key}.json.x1y2.tmp",
+        f"{sound.key}.02.json",
+    }
+    assert "renamed by hand" in problems[exchange_file("0" * 64, 1)]
+    unreadable = problems[exchange_file("1" * 64, 1)]
+    assert unreadable.startswith("unreadable: ") and "memory://" not in unreadable
+    assert "interrupted write" in problems[f".{sound.key}.json.x1y2.tmp"]
+    assert "not a name llmtape reads" in problems[f"{sound.key}.02.json"]
+
+
+def test_rekey_moves_recordings_within_the_store_and_verify_then_passes(
+    memory: MemoryStore,
+) -> None:
+    store: CassetteStore = memory
+    for seq, run_id in enumerate(["1", "2"]):
+        store.write("trip", recording({"model": "m", "messages": HI, "run_id": run_id}, seq))
+    ignoring_run_id = build_rules(DEFAULTS, "openai", ["openai:body:run_id"])
+
+    def rules_for(upstream: str) -> MatchRules:
+        return ignoring_run_id
+
+    assert verify(store, "trip", rules_for).problems, "due for a rekey"
+    report = rekey(store, "trip", rules_for)
+    assert len(report.moved) == 2 and report.merged == 1
+    key = recording({"model": "m", "messages": HI}, 0, rules=ignoring_run_id).key
+    assert store.files("trip") == [exchange_file(key, 2), exchange_file(key, 1)]
+    answers = [store.read("trip", key, n).response.body for n in (1, 2)]
+    assert answers == [{"json": {"id": "answer-0"}}, {"json": {"id": "answer-1"}}]
+    assert verify(store, "trip", rules_for).problems == []
+    assert store.cassettes() == ["trip"] and store.exists("trip")

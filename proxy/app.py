@@ -22,7 +22,7 @@ from llmtape.providers import provider_table
 from llmtape.responses import QuietCuts
 from llmtape.settings import Settings
 from llmtape.stats import Snapshot
-from llmtape.store.fs import FileStore
+from llmtape.store import open_store
 from llmtape.upstream import AiohttpUpstream
 
 log = logging.getLogger("llmtape")
@@ -34,7 +34,7 @@ class Server:
 
     def __init__(self, settings: Settings) -> None:
         self.engine = Engine(
-            settings, provider_table(settings.upstream), FileStore(settings.cassettes)
+            settings, provider_table(settings.upstream), open_store(settings.cassettes)
         )
         self.final: Snapshot | None = None
         self.app = self._app(settings)

@@ -56,7 +56,10 @@ def json_answer() -> Scripted:
 
 
 def chat(content: str, stream: bool = False) -> Inbound:
-    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": content}]}
+    body: dict[str, object] = {
+        "model": "gpt-4o-mini",
+        "messages": [{"role": "user", "content": content}],
+    }
     if stream:
         body["stream"] = True
     return Inbound(

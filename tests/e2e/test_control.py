@@ -158,3 +158,21 @@ def test_a_client_that_hangs_up_mid_upload_is_one_quiet_line(
         time.sleep(0.02)
     assert proxy.stats["aborted"] == 2
     assert not [r for r in caplog.records if r.exc_info], "no traceback"
+
+
+def test_once_mode_records_a_new_cassette_then_replays_it_after_a_put(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    proxy = make_proxy(mode="once", cassette="suite/test_new")
+    assert [embed(proxy.url, text=t).status_code for t in ("a", "b")] == [200, 200]
+    assert len(list((cassettes / "suite" / "test_new").glob("*.json"))) == 2
+    assert proxy.put_cassette(cassette="suite/test_new").json()["mode"] == "once"
+    assert embed(proxy.url, text="a").status_code == 200
+    miss = embed(proxy.url, text="c")
+    assert miss.status_code == 422, "a cassette with recordings replays: no new episodes"
+    stats = proxy.stats
+    assert (stats["recorded"], stats["replayed"], stats["upstream_calls"]) == (2, 1, 2)
+    # Another test's empty cassette, picked by the control API, records on its first run.
+    proxy.put_cassette(cassette="suite/test_other")
+    assert embed(proxy.url, text="c").status_code == 200
+    assert proxy.stats["upstream_calls"] == 3

@@ -7,12 +7,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from llmtape.framing import FrameSigns
-from llmtape.providers import anthropic, gemini, ollama, openai
+from llmtape.providers import anthropic, gemini, mistral, ollama, openai
 from llmtape.providers.base import Provider
 from llmtape.rules import MatchRules, build_rules
 
 BUILTIN: Mapping[str, Provider] = {
-    p.name: p for p in (openai.PROVIDER, anthropic.PROVIDER, gemini.PROVIDER, ollama.PROVIDER)
+    p.name: p
+    for p in (
+        openai.PROVIDER,
+        anthropic.PROVIDER,
+        gemini.PROVIDER,
+        ollama.PROVIDER,
+        mistral.PROVIDER,
+    )
 }
 # Where a bare `/v1` request goes when no built-in claims it.
 BARE_V1_DEFAULT = "openai"

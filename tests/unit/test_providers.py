@@ -9,7 +9,7 @@ import pytest
 from llmtape.bodies import Payload
 from llmtape.framing import Dialect, never, read_frame
 from llmtape.normalize import RequestParts
-from llmtape.providers import BUILTIN, generic, provider_table
+from llmtape.providers import BUILTIN, generic, mistral, openai, provider_table
 from llmtape.providers.base import HTTP_VOLATILE_HEADERS, Provider
 from llmtape.routing import resolve
 
@@ -49,6 +49,9 @@ FRAMES: list[tuple[str, Dialect, str, bool, bool]] = [
     ("ollama", "ndjson", '{"response":"","done":true,"eval_count":4}\n', False, True),
     ("ollama", "ndjson", '{"error":"model not found"}\n', True, True),
     ("ollama", "ndjson", '{"candidates":[{"finishReason":"STOP"}]}\n', False, False),
+    ("mistral", "sse", "data: [DONE]\n\n", False, True),
+    ("mistral", "sse", 'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n', False, False),
+    ("mistral", "sse", 'data: {"error":{"message":"overloaded"}}\n\n', True, True),
 ]
 
 
@@ -147,6 +150,9 @@ OWN_VOLATILE = {
     "openai-processing-ms": {"openai"},
     "anthropic-organization-id": {"anthropic"},
     "anthropic-ratelimit-requests-remaining": {"anthropic"},
+    "mistral-correlation-id": {"mistral"},
+    "x-kong-request-id": {"mistral"},
+    "x-kong-upstream-latency": {"mistral"},
     "content-type": set(),
     "openai-model": set(),
     "anthropic-version": set(),
@@ -169,6 +175,7 @@ ANTHROPIC_VERSION = {"anthropic-version": "2023-06-01"}
         ("/v1/messages", ANTHROPIC_VERSION, "anthropic", "/v1/messages"),
         ("/v1/chat/completions", {}, "openai", "/v1/chat/completions"),
         ("/v1/models", {"authorization": "Bearer x"}, "openai", "/v1/models"),
+        ("/mistral/v1/chat/completions", {}, "mistral", "/v1/chat/completions"),
         ("/openai/v1/messages", ANTHROPIC_VERSION, "openai", "/v1/messages"),
         ("/tool/v1/search", ANTHROPIC_VERSION, "tool", "/v1/search"),
     ],
@@ -198,3 +205,14 @@ def test_an_overridden_builtin_keeps_all_it_knows_but_its_url() -> None:
     assert table["gemini"].base_url == "http://127.0.0.1:9"
     assert table["gemini"].stream_path is BUILTIN["gemini"].stream_path
     assert table["gemini"].frame_signs is BUILTIN["gemini"].frame_signs
+
+
+def test_mistral_speaks_openais_chat_shape_at_its_own_url() -> None:
+    provider = mistral.PROVIDER
+    assert provider.base_url == "https://api.mistral.ai"
+    assert provider.error_body("cassette_miss", "m", 422) == openai.error_body(
+        "cassette_miss", "m", 422
+    )
+    chunk = {"usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}
+    assert provider.usage([chunk]) == {"input_tokens": 5, "output_tokens": 2}
+    assert provider.frame_signs == openai.PROVIDER.frame_signs

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llmtape.providers import BUILTIN
 from llmtape.settings import Settings
 
 from tests.fakes.upstream import FakeUpstream
@@ -34,7 +35,7 @@ def make_proxy(fake: FakeUpstream, cassettes: Path) -> Iterator[MakeProxy]:
     started: list[ProxyServer] = []
 
     def make(**overrides: Any) -> ProxyServer:
-        upstreams = {name: fake.url for name in ("openai", "anthropic", "gemini", "ollama")}
+        upstreams = {name: fake.url for name in BUILTIN}
         upstreams.update(overrides.pop("upstream", {}))
         values: dict[str, Any] = {
             "port": 0,

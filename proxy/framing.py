@@ -1,10 +1,10 @@
-"""Stream framing: an answer cut into its dialect's frames, every byte kept; what a frame means."""
+"""Stream framing: an answer cut into its dialect's frames, every byte kept; what a frame says."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -15,10 +15,45 @@ Dialect = Literal["sse", "ndjson", "chunks", "json"]
 _LINE_END = re.compile(rb"[\r\n]")
 _SSE_LINES = re.compile(r"\r\n|\r|\n")
 _CR, _LF = 13, 10
-# Event types after which an SDK has the whole answer (Anthropic, OpenAI Responses).
-_FINAL_TYPES = frozenset(
-    {"message_stop", "response.completed", "response.failed", "response.incomplete", "error"}
-)
+
+# A test of one frame, given what it says: its SSE event type (`message` when it names none,
+# and for an NDJSON line or a JSON document's item), its decoded JSON (None when it is no
+# JSON) and its data text (an SSE event's data lines, an NDJSON line; "" when it has none).
+FrameTest = Callable[[str, Any, str], bool]
+
+
+def never(event: str, payload: Any, data: str) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    """A FrameTest that holds when one of its tests does."""
+
+    tests: tuple[FrameTest, ...]
+
+    def __call__(self, event: str, payload: Any, data: str) -> bool:
+        return any(test(event, payload, data) for test in self.tests)
+
+
+@dataclass(frozen=True)
+class FrameSigns:
+    """How a provider's frames tell that the answer is whole (`final`: a client may hang up),
+    that it failed in-band (`error`, final too) or that they only keep the line alive (`idle`)."""
+
+    final: FrameTest = never
+    error: FrameTest = never
+    idle: FrameTest = never
+
+    @classmethod
+    def union(cls, signs: Iterable[FrameSigns]) -> FrameSigns:
+        """The signs of an upstream that may speak any of these providers' dialects."""
+        every = tuple(signs)
+        return cls(
+            final=AnyOf(tuple(s.final for s in every)),
+            error=AnyOf(tuple(s.error for s in every)),
+            idle=AnyOf(tuple(s.idle for s in every)),
+        )
 
 
 def dialect_for(content_type: str, chunked: bool, asks_stream: bool = False) -> Dialect | None:
@@ -123,28 +158,27 @@ def _sse_event(frame: str) -> tuple[str, str | None]:
     return event, "\n".join(data) if data else None
 
 
+def frame_data(dialect: Dialect, frame: str) -> tuple[str, str | None]:
+    """A frame's event type and the data it carries (an SSE event's data, an NDJSON line), or
+    None when it carries none (a comment, a keep-alive, a blank line, a raw chunk)."""
+    if dialect == "sse":
+        return _sse_event(frame)
+    text = frame.strip() if dialect == "ndjson" else ""
+    return "message", text or None
+
+
 def frame_payload(dialect: Dialect, frame: str) -> Any:
     """The JSON a frame carries (an SSE event's data, an NDJSON line), or None."""
-    if dialect == "ndjson":
-        text = frame.strip()
-    elif dialect == "sse":
-        text = _sse_event(frame)[1] or ""
-    else:
-        return None
-    if not text or text == "[DONE]":
+    return _decoded(frame_data(dialect, frame)[1])
+
+
+def _decoded(text: str | None) -> Any:
+    if not text:
         return None
     try:
         return json.loads(text)
     except ValueError:
         return None
-
-
-def is_error_payload(payload: Any) -> bool:
-    """An in-band failure: Anthropic's and Responses' `error` events, `response.failed`,
-    and the `{"error": {...}}` frames of OpenAI chat, Gemini and Ollama."""
-    if not isinstance(payload, dict):
-        return False
-    return payload.get("type") in {"error", "response.failed"} or bool(payload.get("error"))
 
 
 @dataclass(frozen=True)
@@ -156,48 +190,34 @@ class Meaning:
     final: bool
 
 
-def read_frame(dialect: Dialect, frame: str) -> Meaning:
-    """A frame's meaning. Final frames are the ones after which a client has the whole answer
-    and may hang up: `[DONE]`, `message_stop`, `response.completed` / `.failed` /
-    `.incomplete`, Ollama's `"done": true`, a Gemini chunk with a `finishReason`, an error."""
-    payload = frame_payload(dialect, frame)
-    event, data = _sse_event(frame) if dialect == "sse" else ("message", None)
-    error = event == "error" or is_error_payload(payload)
-    final = error or event in _FINAL_TYPES or (data or "").strip() == "[DONE]"
-    if isinstance(payload, dict) and not final:
-        final = (
-            payload.get("type") in _FINAL_TYPES
-            or payload.get("done") is True
-            or any(
-                isinstance(c, dict) and c.get("finishReason")
-                for c in _list(payload.get("candidates"))
-            )
-        )
-    return Meaning(payload=payload, error=error, final=final)
+def read_frame(dialect: Dialect, frame: str, signs: FrameSigns) -> Meaning:
+    """A frame's meaning by the provider's `signs`. Final frames are the ones after which a
+    client has the whole answer and may hang up; an error frame is final too."""
+    event, data = frame_data(dialect, frame)
+    return _judged(signs, event, _decoded(data), data or "")
 
 
-def ends_answer(dialect: Dialect, newest_first: Iterable[str]) -> bool:
+def read_item(payload: Any, signs: FrameSigns) -> Meaning:
+    """The meaning of one item of a streamed JSON document (it has no event or data text)."""
+    return _judged(signs, "message", payload, "")
+
+
+def _judged(signs: FrameSigns, event: str, payload: Any, data: str) -> Meaning:
+    error = signs.error(event, payload, data)
+    return Meaning(payload=payload, error=error, final=error or signs.final(event, payload, data))
+
+
+def ends_answer(dialect: Dialect, newest_first: Iterable[str], signs: FrameSigns) -> bool:
     """Whether the last frame that says anything is final (a ping, a comment or a blank line
     after it does not count). It stops at that frame: O(1), not a parse of the stream."""
     for frame in newest_first:
-        meaning = read_frame(dialect, frame)
+        event, data = frame_data(dialect, frame)
+        meaning = _judged(signs, event, _decoded(data), data or "")
         if meaning.final:
             return True
-        if not _idle(dialect, frame, meaning.payload):
+        if data is not None and not signs.idle(event, meaning.payload, data):
             return False
     return False
-
-
-def _idle(dialect: Dialect, frame: str, payload: Any) -> bool:
-    if isinstance(payload, dict) and payload.get("type") == "ping":
-        return True
-    if dialect == "sse":
-        return _sse_event(frame)[1] is None
-    return not frame.strip()
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
 def json_document(body: bytes) -> list[Any] | None:

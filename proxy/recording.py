@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import itertools
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -17,9 +16,9 @@ from llmtape.framing import (
     FrameSplitter,
     dialect_for,
     ends_answer,
-    is_error_payload,
     json_document,
     read_frame,
+    read_item,
 )
 from llmtape.models import Exchange, Frame, Outcome, StoredRequest, StoredResponse
 from llmtape.normalize import RequestParts
@@ -30,43 +29,15 @@ from llmtape.runs import Run
 from llmtape.stats import Counters, Trace
 from llmtape.upstream import answer_headers
 
-# Headers that differ on every call: kept out of the file so a re-record shows no diff.
-VOLATILE_HEADERS = frozenset(
-    {
-        "date",
-        "server",
-        "x-request-id",
-        "request-id",
-        "openai-processing-ms",
-        "cf-ray",
-        "cf-cache-status",
-        "alt-svc",
-        "via",
-        "x-envoy-upstream-service-time",
-        "server-timing",
-        "x-cloud-trace-context",
-        "retry-after",
-        "report-to",
-        "nel",
-        "age",
-        "expires",
-        "etag",
-        "last-modified",
-        "anthropic-organization-id",
-        "x-amzn-requestid",
-        "x-amzn-trace-id",
-    }
-)
-VOLATILE_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-", "x-llmtape-")
-
 
 def stored_headers(
-    headers: list[tuple[str, str]], keep_length: bool = False
+    headers: list[tuple[str, str]], provider: Provider, keep_length: bool = False
 ) -> dict[str, str | list[str]]:
-    """The response headers worth keeping; a repeated one (`link`, `vary`) as a list."""
+    """The response headers worth keeping: not the provider's volatile ones, nor secrets; a
+    repeated one (`link`, `vary`) as a list."""
     kept: dict[str, str | list[str]] = {}
     for k, v in answer_headers(headers, keep_length):
-        if k in VOLATILE_HEADERS or k.startswith(VOLATILE_PREFIXES) or is_secret_header(k):
+        if provider.is_volatile(k) or is_secret_header(k):
             continue
         previous = kept.get(k)
         if previous is None:
@@ -78,19 +49,6 @@ def stored_headers(
 
 def is_failure_status(status: int) -> bool:
     return status == 429 or status >= 500
-
-
-# A Google-style streaming method at the end of a path: Gemini's `:streamGenerateContent`.
-_STREAM_METHOD = re.compile(r":stream[A-Za-z]*$")
-
-
-def asks_to_stream(request: RequestParts) -> bool:
-    """Whether a request asked for a streamed answer: `"stream": true` in its JSON body, or a
-    streaming method in its path."""
-    body = request.body
-    if body.kind == "json" and isinstance(body.value, dict) and body.value.get("stream") is True:
-        return True
-    return _STREAM_METHOD.search(request.path) is not None
 
 
 @dataclass
@@ -112,7 +70,7 @@ class Capture:
 
     def __post_init__(self) -> None:
         # An error answer to a stream request is a plain body, even when sent chunked.
-        asks = 200 <= self.status < 300 and asks_to_stream(self.request)
+        asks = 200 <= self.status < 300 and self.provider.asks_to_stream(self.request)
         dialect = dialect_for(self.content_type, self.chunked, asks)
         self._splitter = FrameSplitter(dialect) if dialect else None
 
@@ -140,7 +98,8 @@ class Capture:
         pending = splitter.pending
         held = pending.decode("utf-8", "replace") if pending.endswith(b"\r") else ""
         frames = (frame.text or "" for frame in reversed(self._frames))
-        return ends_answer(splitter.dialect, itertools.chain([held], frames))
+        signs = self.provider.frame_signs
+        return ends_answer(splitter.dialect, itertools.chain([held], frames), signs)
 
     def finish(self, cut: bool) -> Exchange:
         """The exchange as captured; `cut` marks an upstream that stopped mid-answer, and keeps
@@ -167,7 +126,7 @@ class Capture:
             request=StoredRequest.model_validate(self.request.to_dict()),
             response=StoredResponse(
                 status=self.status,
-                headers=stored_headers(self.headers, self.request.method == "HEAD"),
+                headers=stored_headers(self.headers, self.provider, self.request.method == "HEAD"),
                 body=body,
                 dialect=dialect,
                 frames=frames,
@@ -183,10 +142,11 @@ class Capture:
 
     def _stream_meaning(self, dialect: Dialect) -> tuple[list[Any], bool]:
         """The JSON payloads of a stream, in order, and whether one of its frames is an error."""
+        signs = self.provider.frame_signs
         if dialect == "json":
             payloads = json_document(self._joined()) or []
-            return payloads, any(is_error_payload(p) for p in payloads)
-        meanings = [read_frame(dialect, f.text or "") for f in self._frames]
+            return payloads, any(read_item(p, signs).error for p in payloads)
+        meanings = [read_frame(dialect, f.text or "", signs) for f in self._frames]
         return [m.payload for m in meanings], any(m.error for m in meanings)
 
     def _outcome(self, cut: bool, error: bool) -> Outcome:

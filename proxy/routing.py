@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from llmtape.errors import ConfigError, UnknownUpstream
+from llmtape.providers import bare_v1
 from llmtape.providers.base import Provider
 
 LIVE_HEADER = "x-llmtape-live"
@@ -32,7 +33,8 @@ def resolve(
     path: str, headers: Mapping[str, str], providers: Mapping[str, Provider]
 ) -> tuple[Provider, str]:
     """`/openai/v1/chat/completions` -> (openai, `/v1/chat/completions`). A bare `/v1/...` goes
-    to anthropic when the request carries `anthropic-version`, else to openai."""
+    to the built-in that claims it (anthropic when the request carries `anthropic-version`),
+    else to openai."""
     first, _, rest = path.lstrip("/").partition("/")
     if first == "__llmtape":
         raise UnknownUpstream(
@@ -42,7 +44,7 @@ def resolve(
     if first in providers:
         return providers[first], "/" + rest
     if first == "v1":
-        return providers["anthropic" if "anthropic-version" in headers else "openai"], path
+        return bare_v1(headers, providers), path
     raise UnknownUpstream(
         f"no upstream named {first!r} in path {path!r}; known upstreams: "
         f"{', '.join(sorted(providers))} (route as /<upstream>/<path>, or add one with "

@@ -59,7 +59,8 @@ class Settings(BaseModel):
     cassettes: Path = Field(Path("cassettes"), description="The cassette library folder.")
     cassette: str = Field("default", description="Cassette used when a request names none.")
     upstream: dict[str, str] = Field(
-        default_factory=dict, description="Add an upstream or override a built-in; repeatable."
+        default_factory=dict,
+        description=f"Add an upstream or override a built-in ({', '.join(BUILTIN)}); repeatable.",
     )
     live: tuple[str, ...] = Field(
         (), description="An upstream that runs live in replay mode (partial replay); repeatable."

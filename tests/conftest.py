@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+from llmtape.providers import BUILTIN
 from llmtape.settings import Settings
 from tests.fakes.upstream import FakeUpstream
 from tests.support import ProxyServer
@@ -39,7 +40,7 @@ def make_proxy(fake: FakeUpstream, cassettes: Path) -> Iterator[MakeProxy]:
     started: list[ProxyServer] = []
 
     def make(**overrides: Any) -> ProxyServer:
-        upstreams = {name: fake.url for name in ("openai", "anthropic", "gemini", "ollama")}
+        upstreams = {name: fake.url for name in BUILTIN}
         upstreams.update(overrides.pop("upstream", {}))
         values: dict[str, Any] = {
             "port": 0,

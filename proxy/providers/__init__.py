@@ -1,27 +1,58 @@
-"""The provider table: the built-in upstreams, and `--upstream NAME=URL` on top of them; and the
-one lookup of each upstream's match rules."""
+"""The provider table: the built-in upstreams, and `--upstream NAME=URL` on top of them; the
+provider a bare `/v1` request goes to; the one lookup of each upstream's match rules."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from llmtape.providers import anthropic, gemini, ollama, openai
+from llmtape.framing import FrameSigns
+from llmtape.providers import anthropic, gemini, mistral, ollama, openai
 from llmtape.providers.base import Provider
 from llmtape.rules import MatchRules, build_rules
 
 BUILTIN: Mapping[str, Provider] = {
-    p.name: p for p in (openai.PROVIDER, anthropic.PROVIDER, gemini.PROVIDER, ollama.PROVIDER)
+    p.name: p
+    for p in (
+        openai.PROVIDER,
+        anthropic.PROVIDER,
+        gemini.PROVIDER,
+        ollama.PROVIDER,
+        mistral.PROVIDER,
+    )
 }
+# Where a bare `/v1` request goes when no built-in claims it.
+BARE_V1_DEFAULT = "openai"
+
+
+def generic(name: str, url: str) -> Provider:
+    """An upstream of the user's. It may be any API, or a gateway speaking any built-in
+    dialect: it knows every built-in's stream frames, streaming paths and volatile headers."""
+    builtins = BUILTIN.values()
+    return Provider(
+        name=name,
+        base_url=url.rstrip("/"),
+        frame_signs=FrameSigns.union(p.frame_signs for p in builtins),
+        volatile_headers=frozenset().union(*(p.volatile_headers for p in builtins)),
+        volatile_prefixes=tuple(x for p in builtins for x in p.volatile_prefixes),
+        stream_path=lambda path: any(p.stream_path(path) for p in builtins),
+    )
 
 
 def provider_table(overrides: Mapping[str, str]) -> dict[str, Provider]:
     """Built-ins with their URLs overridden, plus generic upstreams for new names."""
     table = dict(BUILTIN)
     for name, url in overrides.items():
-        base = table.get(name) or Provider(name=name, base_url=url)
-        table[name] = base.with_url(url)
+        known = table.get(name)
+        table[name] = known.with_url(url) if known is not None else generic(name, url)
     return table
+
+
+def bare_v1(headers: Mapping[str, str], providers: Mapping[str, Provider]) -> Provider:
+    """The upstream of a `/v1/...` request with no upstream prefix: the first built-in that
+    claims it, else BARE_V1_DEFAULT (with the URL `--upstream` may have given it)."""
+    claimed = (name for name, p in BUILTIN.items() if p.claims_bare_v1(headers))
+    return providers[next(claimed, BARE_V1_DEFAULT)]
 
 
 def default_rules(upstream: str) -> MatchRules:

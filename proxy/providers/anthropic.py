@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from llmtape.providers.base import Provider, Usage, pick_int, usage_of
+from llmtape.framing import FrameSigns
+from llmtape.providers.base import Provider, Usage, error_frame, pick_int, type_of, usage_of
 from llmtape.rules import MatchRules
 
 
@@ -26,6 +27,23 @@ def usage(payloads: Iterable[Any]) -> Usage | None:
     return usage_of(input_tokens, output_tokens)
 
 
+def final_frame(event: str, payload: Any, data: str) -> bool:
+    return event == "message_stop" or type_of(payload) == "message_stop"
+
+
+def stream_error(event: str, payload: Any, data: str) -> bool:
+    return error_frame(event, payload, data) or type_of(payload) == "error"
+
+
+def ping(event: str, payload: Any, data: str) -> bool:
+    return type_of(payload) == "ping"
+
+
+def claims_bare_v1(headers: Mapping[str, str]) -> bool:
+    """The Anthropic SDKs send `anthropic-version` on every request; OpenAI's never do."""
+    return "anthropic-version" in headers
+
+
 PROVIDER = Provider(
     name="anthropic",
     base_url="https://api.anthropic.com",
@@ -35,4 +53,8 @@ PROVIDER = Provider(
     ),
     error_body=error_body,
     usage=usage,
+    frame_signs=FrameSigns(final=final_frame, error=stream_error, idle=ping),
+    volatile_headers=frozenset({"anthropic-organization-id"}),
+    volatile_prefixes=("anthropic-ratelimit-",),
+    claims_bare_v1=claims_bare_v1,
 )

@@ -1,14 +1,45 @@
-"""What a provider is to llmtape: where it lives, what keys a request, how errors and usage look."""
+"""What a provider is to llmtape: where it lives, what keys a request, how its answers look."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from llmtape.framing import FrameSigns
+from llmtape.normalize import RequestParts
 from llmtape.rules import MatchRules
 
 Usage = dict[str, int]
+
+# Response headers any HTTP server, CDN or gateway sends that differ on every call: kept out
+# of the file so a re-record shows no diff. A provider adds its own on top.
+HTTP_VOLATILE_HEADERS = frozenset(
+    {
+        "date",
+        "server",
+        "x-request-id",
+        "request-id",
+        "cf-ray",
+        "cf-cache-status",
+        "alt-svc",
+        "via",
+        "x-envoy-upstream-service-time",
+        "server-timing",
+        "x-cloud-trace-context",
+        "retry-after",
+        "report-to",
+        "nel",
+        "age",
+        "expires",
+        "etag",
+        "last-modified",
+        "x-amzn-requestid",
+        "x-amzn-trace-id",
+    }
+)
+# `x-ratelimit-*` is the rate-limit convention of most HTTP APIs; `x-llmtape-*` are our own.
+HTTP_VOLATILE_PREFIXES = ("x-ratelimit-", "x-llmtape-")
 
 
 def generic_error(error_type: str, message: str, status: int) -> dict[str, Any]:
@@ -19,8 +50,33 @@ def no_usage(payloads: Iterable[Any]) -> Usage | None:
     return None
 
 
+def no_stream_path(path: str) -> bool:
+    return False
+
+
+def claims_nothing(headers: Mapping[str, str]) -> bool:
+    return False
+
+
+def error_frame(event: str, payload: Any, data: str) -> bool:
+    """The in-band failure most APIs send: an SSE `event: error`, whatever its data says, or a
+    frame holding an `error` member (OpenAI chat, Gemini, Ollama)."""
+    return event == "error" or (isinstance(payload, dict) and bool(payload.get("error")))
+
+
+# The signs of a provider that declares none: only the common error frames.
+ERROR_ONLY = FrameSigns(error=error_frame)
+
+
+def type_of(payload: Any) -> object:
+    """A frame's `type` member (Anthropic's and OpenAI Responses' events carry one), or None."""
+    return payload.get("type") if isinstance(payload, dict) else None
+
+
 @dataclass(frozen=True)
 class Provider:
+    """One upstream: its name and URL, and what llmtape knows of its requests and answers."""
+
     name: str
     base_url: str
     # Default match rules: the headers that change the answer, the body fields that never do.
@@ -29,9 +85,33 @@ class Provider:
     error_body: Callable[[str, str, int], dict[str, Any]] = generic_error
     # Token usage from the decoded JSON payloads of a body or of every stream frame, in order.
     usage: Callable[[Iterable[Any]], Usage | None] = no_usage
+    # Which stream frames end the answer, report a failure, or only keep the line alive.
+    frame_signs: FrameSigns = ERROR_ONLY
+    # Response headers of its own that differ on every call, on top of the HTTP ones.
+    volatile_headers: frozenset[str] = frozenset()
+    volatile_prefixes: tuple[str, ...] = ()
+    # Whether a request path asks for a stream by itself, whatever the body says.
+    stream_path: Callable[[str], bool] = no_stream_path
+    # Whether a request on a bare `/v1/...` path (no upstream prefix) is this provider's.
+    claims_bare_v1: Callable[[Mapping[str, str]], bool] = claims_nothing
 
     def with_url(self, url: str) -> Provider:
         return replace(self, base_url=url.rstrip("/"))
+
+    def is_volatile(self, header: str) -> bool:
+        """Whether a (lowercase) response header differs on every call of this provider."""
+        return (
+            header in HTTP_VOLATILE_HEADERS
+            or header in self.volatile_headers
+            or header.startswith(HTTP_VOLATILE_PREFIXES + self.volatile_prefixes)
+        )
+
+    def asks_to_stream(self, request: RequestParts) -> bool:
+        """Whether a request asked for a streamed answer: `"stream": true` in its JSON body,
+        or a streaming path (Gemini's `:streamGenerateContent`)."""
+        body = request.body
+        flag = body.value.get("stream") if isinstance(body.value, dict) else None
+        return (body.kind == "json" and flag is True) or self.stream_path(request.path)
 
 
 def pick_int(source: Any, *names: str) -> int | None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
-from llmtape.providers.base import Provider, Usage, pick_int, usage_of
+from llmtape.framing import FrameSigns
+from llmtape.providers.base import Provider, Usage, error_frame, pick_int, usage_of
 
 # Google's canonical status names, which its SDKs show beside the code.
 GOOGLE_STATUS = {
@@ -17,6 +19,10 @@ GOOGLE_STATUS = {
     502: "UNAVAILABLE",
     504: "DEADLINE_EXCEEDED",
 }
+
+
+# A Google-style streaming method at the end of a path: `:streamGenerateContent`.
+_STREAM_METHOD = re.compile(r":stream[A-Za-z]*$")
 
 
 def error_body(error_type: str, message: str, status: int) -> dict[str, Any]:
@@ -41,9 +47,23 @@ def usage(payloads: Iterable[Any]) -> Usage | None:
     return found
 
 
+def final_frame(event: str, payload: Any, data: str) -> bool:
+    """The chunk whose candidate has a `finishReason`: no `[DONE]` follows it."""
+    candidates = payload.get("candidates") if isinstance(payload, dict) else None
+    return isinstance(candidates, list) and any(
+        isinstance(c, dict) and c.get("finishReason") for c in candidates
+    )
+
+
+def stream_path(path: str) -> bool:
+    return _STREAM_METHOD.search(path) is not None
+
+
 PROVIDER = Provider(
     name="gemini",
     base_url="https://generativelanguage.googleapis.com",
     error_body=error_body,
     usage=usage,
+    frame_signs=FrameSigns(final=final_frame, error=error_frame),
+    stream_path=stream_path,
 )

@@ -5,8 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from llmtape.providers.base import Provider, Usage, pick_int, usage_of
+from llmtape.framing import FrameSigns
+from llmtape.providers.base import Provider, Usage, error_frame, pick_int, type_of, usage_of
 from llmtape.rules import MatchRules
+
+# The Responses API's last event; chat completions end with `data: [DONE]`.
+RESPONSES_FINAL = frozenset({"response.completed", "response.failed", "response.incomplete"})
 
 
 def error_body(error_type: str, message: str, status: int) -> dict[str, Any]:
@@ -29,6 +33,20 @@ def usage(payloads: Iterable[Any]) -> Usage | None:
     return found
 
 
+def final_frame(event: str, payload: Any, data: str) -> bool:
+    return (
+        data.strip() == "[DONE]" or event in RESPONSES_FINAL or type_of(payload) in RESPONSES_FINAL
+    )
+
+
+def stream_error(event: str, payload: Any, data: str) -> bool:
+    """Chat's `{"error": {...}}` frame; the Responses API's `error` and `response.failed`."""
+    return error_frame(event, payload, data) or type_of(payload) in ("error", "response.failed")
+
+
+FRAME_SIGNS = FrameSigns(final=final_frame, error=stream_error)
+
+
 PROVIDER = Provider(
     name="openai",
     base_url="https://api.openai.com",
@@ -38,4 +56,6 @@ PROVIDER = Provider(
     ),
     error_body=error_body,
     usage=usage,
+    frame_signs=FRAME_SIGNS,
+    volatile_headers=frozenset({"openai-processing-ms"}),
 )

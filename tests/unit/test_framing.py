@@ -1,4 +1,4 @@
-"""Stream framing: the same frames however the bytes arrive, every byte kept; what a frame means."""
+"""Stream framing: the same frames however the bytes arrive, every byte kept; what a frame says."""
 
 from __future__ import annotations
 
@@ -14,12 +14,15 @@ from hypothesis import strategies as st
 
 from llmtape.framing import (
     Dialect,
+    FrameSigns,
     FrameSplitter,
     dialect_for,
     ends_answer,
+    frame_data,
     frame_payload,
     json_document,
     read_frame,
+    read_item,
 )
 
 
@@ -247,43 +250,85 @@ def test_frame_payload(dialect: Dialect, frame: str, payload: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    ("dialect", "frame", "error", "final"),
+    ("dialect", "frame", "said"),
     [
-        ("sse", "data: [DONE]\n\n", False, True),
-        ("sse", 'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\n', False, False),
-        ("sse", 'data: {"error":{"message":"overloaded"}}\n\n', True, True),
-        ("sse", 'event: message_delta\ndata: {"type":"message_delta"}\n\n', False, False),
-        ("sse", 'event: message_stop\ndata: {"type":"message_stop"}\n\n', False, True),
-        ("sse", 'event: error\ndata: {"type":"error","error":{}}\n\n', True, True),
-        ("sse", 'event: response.output_text.delta\ndata: {"type":"x"}\n\n', False, False),
-        ("sse", 'event: response.completed\ndata: {"type":"response.completed"}\n\n', False, True),
-        (
-            "sse",
-            'event: response.incomplete\ndata: {"type":"response.incomplete"}\n\n',
-            False,
-            True,
-        ),
-        ("sse", 'event: response.failed\ndata: {"type":"response.failed"}\n\n', True, True),
-        ("sse", 'data: {"type":"response.completed"}\n\n', False, True),
-        # A generic `event: error`, whatever its data says.
-        ("sse", 'event: error\ndata: {"message":"model overloaded","code":503}\n\n', True, True),
-        ("sse", "event: error\r\ndata: upstream overloaded\r\n\r\n", True, True),
-        ("sse", 'data: {"candidates":[{"content":{},"finishReason":"STOP"}]}\r\n\r\n', False, True),
-        ("sse", 'data: {"candidates":[{"content":{"parts":[]}}]}\r\n\r\n', False, False),
-        ("sse", 'data: {"text":"an error event, [DONE]"}\n\n', False, False),
-        ("sse", ": keep-alive\n\n", False, False),
-        ("ndjson", '{"response":"hi","done":false}\n', False, False),
-        ("ndjson", '{"response":"","done":true,"eval_count":4}\n', False, True),
-        ("ndjson", '{"error":"model not found"}\n', True, True),
-        ("chunks", "data: [DONE]\n\n", False, False),
+        ("sse", 'event: message_stop\ndata: {"type":"x"}\n\n', ("message_stop", '{"type":"x"}')),
+        ("sse", "data: [DONE]\r\n\r\n", ("message", "[DONE]")),
+        ("sse", "event: error\ndata: a\ndata: b\n\n", ("error", "a\nb")),
+        ("sse", "data:\n\n", ("message", "")),
+        ("sse", ": keep-alive\n\n", ("message", None)),
+        ("sse", "event: ping\n\n", ("ping", None)),
+        ("ndjson", ' {"done": true}\r\n', ("message", '{"done": true}')),
+        ("ndjson", "\n", ("message", None)),
+        ("chunks", "data: [DONE]\n\n", ("message", None)),
+        ("json", '[{"a": 1}', ("message", None)),
     ],
 )
-def test_read_frame_tells_error_and_final_frames(
+def test_frame_data_is_the_event_type_and_the_data_text(
+    dialect: Dialect, frame: str, said: tuple[str, str | None]
+) -> None:
+    assert frame_data(dialect, frame) == said
+
+
+def said_end(event: str, payload: Any, data: str) -> bool:
+    return event == "end" or data == "END" or payload == {"end": True}
+
+
+def said_bad(event: str, payload: Any, data: str) -> bool:
+    return event == "bad" or payload == {"bad": True}
+
+
+def said_ping(event: str, payload: Any, data: str) -> bool:
+    return bool(payload == {"ping": True})
+
+
+# A made-up provider's signs: framing knows none of its own.
+SIGNS = FrameSigns(final=said_end, error=said_bad, idle=said_ping)
+
+
+@pytest.mark.parametrize(
+    ("dialect", "frame", "error", "final"),
+    [
+        ("sse", "event: end\ndata: {}\n\n", False, True),
+        ("sse", "data: END\n\n", False, True),
+        ("sse", 'data: {"end": true}\r\n\r\n', False, True),
+        ("sse", "event: bad\ndata: not json\n\n", True, True),
+        ("sse", 'data: {"bad": true}\n\n', True, True),
+        ("sse", 'data: {"more": true}\n\n', False, False),
+        ("sse", "data: [DONE]\n\n", False, False),
+        ("ndjson", '{"end": true}\n', False, True),
+        ("ndjson", "END\n", False, True),
+        ("ndjson", '{"bad": true}\n', True, True),
+        ("ndjson", '{"end": false}\n', False, False),
+        ("chunks", "END", False, False),
+    ],
+)
+def test_read_frame_asks_the_providers_signs_and_an_error_is_final(
     dialect: Dialect, frame: str, error: bool, final: bool
 ) -> None:
-    meaning = read_frame(dialect, frame)
+    meaning = read_frame(dialect, frame, SIGNS)
     assert (meaning.error, meaning.final) == (error, final)
     assert meaning.payload == frame_payload(dialect, frame)
+
+
+def test_a_json_documents_item_is_read_by_its_payload_alone() -> None:
+    assert read_item({"bad": True}, SIGNS).error is True
+    assert read_item({"end": True}, SIGNS).final is True
+    assert read_item({"more": 1}, SIGNS).final is False
+
+
+def test_frame_signs_with_none_declared_see_nothing() -> None:
+    meaning = read_frame("sse", "event: error\ndata: [DONE]\n\n", FrameSigns())
+    assert (meaning.error, meaning.final) == (False, False)
+
+
+def test_a_union_of_signs_holds_where_one_of_them_does() -> None:
+    other = FrameSigns(final=said_bad)
+    union = FrameSigns.union([SIGNS, other])
+    assert union.final("bad", None, "") and union.final("end", None, "")
+    assert union.error("bad", None, "") and not union.error("end", None, "")
+    assert union.idle("message", {"ping": True}, "") and not union.idle("message", None, "")
+    assert not FrameSigns.union([]).final("end", None, "END")
 
 
 @pytest.mark.parametrize(
@@ -305,29 +350,27 @@ def test_json_document_is_the_items_of_a_whole_document_only(
 @pytest.mark.parametrize(
     ("dialect", "newest_first", "ends"),
     [
-        ("sse", ["data: [DONE]\n\n"], True),
-        ("sse", [": keep-alive\n\n", "\n", "data: [DONE]\n\n"], True),
-        (
-            "sse",
-            ['event: ping\ndata: {"type": "ping"}\n\n', 'data: {"type":"message_stop"}\n\n'],
-            True,
-        ),
-        ("sse", ['data: {"choices": []}\n\n', "data: [DONE]\n\n"], False),
+        ("sse", ["data: END\n\n"], True),
+        ("sse", [": keep-alive\n\n", "\n", "event: ping\n\n", "data: END\n\n"], True),
+        ("sse", ['data: {"ping": true}\n\n', 'data: {"end": true}\n\n'], True),
+        ("sse", ["event: bad\ndata: x\n\n"], True),
+        ("sse", ['data: {"more": 1}\n\n', "data: END\n\n"], False),
+        ("sse", ["data:\n\n", "data: END\n\n"], False),  # an empty data line says something
         ("sse", [], False),
-        ("ndjson", ["\n", '{"done": true}\n'], True),
-        ("ndjson", ['{"done": false}\n', '{"done": true}\n'], False),
+        ("ndjson", ["\n", '{"end": true}\n'], True),
+        ("ndjson", ['{"end": false}\n', '{"end": true}\n'], False),
     ],
 )
 def test_the_answer_ends_with_the_last_frame_that_says_anything(
     dialect: Dialect, newest_first: list[str], ends: bool
 ) -> None:
-    assert ends_answer(dialect, newest_first) is ends
+    assert ends_answer(dialect, newest_first, SIGNS) is ends
 
 
 def test_ends_answer_stops_at_the_last_meaningful_frame_however_long_the_stream() -> None:
     def newest_first() -> Iterator[str]:
         yield ": keep-alive\n\n"
-        yield 'data: {"choices": [{"delta": {"content": "x"}}]}\n\n'
+        yield 'data: {"more": 1}\n\n'
         raise AssertionError("read past the last meaningful frame")
 
-    assert ends_answer("sse", newest_first()) is False
+    assert ends_answer("sse", newest_first(), SIGNS) is False

@@ -10,9 +10,9 @@ import pytest
 from llmtape.bodies import Payload
 from llmtape.models import Outcome
 from llmtape.normalize import RequestParts
-from llmtape.providers import gemini, openai
+from llmtape.providers import anthropic, gemini, generic, ollama, openai
 from llmtape.providers.base import Provider
-from llmtape.recording import Capture, asks_to_stream, is_failure_status, stored_headers
+from llmtape.recording import Capture, is_failure_status, stored_headers
 from llmtape.replays import Replay, frame_bytes
 
 
@@ -23,7 +23,11 @@ def test_stored_headers_keeps_what_describes_the_answer() -> None:
         ("anthropic-version", "2023-06-01"),
         ("x-custom", "1"),
     ]
-    assert stored_headers(headers) == dict(headers)
+    assert stored_headers(headers, openai.PROVIDER) == dict(headers)
+
+
+# An upstream of the user's, which knows every built-in's volatile headers.
+TOOL = generic("tool", "http://127.0.0.1:9")
 
 
 @pytest.mark.parametrize(
@@ -55,7 +59,7 @@ def test_stored_headers_keeps_what_describes_the_answer() -> None:
     ],
 )
 def test_stored_headers_drops_volatile_hop_by_hop_and_secret_headers(name: str) -> None:
-    assert stored_headers([(name, "value"), ("content-type", "text/plain")]) == {
+    assert stored_headers([(name, "value"), ("content-type", "text/plain")], TOOL) == {
         "content-type": "text/plain"
     }
 
@@ -107,6 +111,8 @@ def recorder(
 
 
 CHAT = [b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n', b"data: [DONE]\n\n"]
+MESSAGE_STOP = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+ANTHROPIC_PING = b'event: ping\ndata: {"type": "ping"}\n\n'
 GEMINI_ARRAY = [
     b'[{"candidates":[{"content":{"parts":[{"text":"Hel"}]}}],'
     b'"usageMetadata":{"promptTokenCount":4}}\n',
@@ -114,22 +120,6 @@ GEMINI_ARRAY = [
     b'"usageMetadata":{"promptTokenCount":4,"candidatesTokenCount":2}}\n',
     b"]",
 ]
-
-
-@pytest.mark.parametrize(
-    ("body", "path", "asks"),
-    [
-        ({"model": "m", "stream": True}, "/v1/chat/completions", True),
-        ({"model": "m", "stream": False}, "/v1/chat/completions", False),
-        ({"model": "m", "stream": "yes"}, "/v1/chat/completions", False),
-        ({"model": "m"}, "/v1/chat/completions", False),
-        ({"contents": []}, "/v1beta/models/gemini-2.0-flash:streamGenerateContent", True),
-        ({"contents": []}, "/v1beta/models/gemini-2.0-flash:generateContent", False),
-        (None, "/v1/models", False),
-    ],
-)
-def test_asks_to_stream(body: Any, path: str, asks: bool) -> None:
-    assert asks_to_stream(request(path, body)) is asks
 
 
 def test_a_chunked_json_answer_to_a_plain_request_is_stored_as_one_json_body() -> None:
@@ -178,26 +168,35 @@ def test_an_error_event_in_a_stream_marks_it_a_stream_error(error_frame: bytes) 
 
 
 @pytest.mark.parametrize(
-    ("chunks", "content_type", "final"),
+    ("provider", "chunks", "content_type", "final"),
     [
-        (CHAT[:1], "text/event-stream", False),
-        (CHAT, "text/event-stream", True),
-        ([*CHAT, b": keep-alive\n\n"], "text/event-stream", True),
-        ([b"data: [DONE]\n"], "text/event-stream", False),  # not an event until its blank line
-        ([b"data: [DONE]\r\r"], "text/event-stream", True),  # held back for a possible LF
-        ([*CHAT, b'event: ping\ndata: {"type": "ping"}\n\n'], "text/event-stream", True),
-        ([b'{"done":false}\n'], "application/x-ndjson", False),
-        ([b'{"done":false}\n', b'{"done":true}\n'], "application/x-ndjson", True),
-        (GEMINI_ARRAY[:2], "application/json", False),
-        (GEMINI_ARRAY, "application/json", True),
-        ([b"all of it"], "text/plain", False),
+        (openai.PROVIDER, CHAT[:1], "text/event-stream", False),
+        (openai.PROVIDER, CHAT, "text/event-stream", True),
+        (openai.PROVIDER, [*CHAT, b": keep-alive\n\n"], "text/event-stream", True),
+        # not an event until its blank line
+        (openai.PROVIDER, [b"data: [DONE]\n"], "text/event-stream", False),
+        # held back for a possible LF
+        (openai.PROVIDER, [b"data: [DONE]\r\r"], "text/event-stream", True),
+        (anthropic.PROVIDER, [MESSAGE_STOP, ANTHROPIC_PING], "text/event-stream", True),
+        (ollama.PROVIDER, [b'{"done":false}\n'], "application/x-ndjson", False),
+        (ollama.PROVIDER, [b'{"done":false}\n', b'{"done":true}\n'], "application/x-ndjson", True),
+        (gemini.PROVIDER, GEMINI_ARRAY[:2], "application/json", False),
+        (gemini.PROVIDER, GEMINI_ARRAY, "application/json", True),
+        (openai.PROVIDER, [b"all of it"], "text/plain", False),
     ],
 )
-def test_final_seen_once_the_dialects_final_frame_came(
-    chunks: list[bytes], content_type: str, final: bool
+def test_final_seen_once_the_providers_final_frame_came(
+    provider: Provider, chunks: list[bytes], content_type: str, final: bool
 ) -> None:
     req = request("/v1beta/models/g:streamGenerateContent", {"stream": True})
-    assert recorder(chunks, content_type, req=req).final_seen() is final
+    assert recorder(chunks, content_type, req=req, provider=provider).final_seen() is final
+
+
+def test_final_seen_goes_by_the_providers_own_final_frames() -> None:
+    # An Ollama `done` line ends an Ollama stream, not an OpenAI one.
+    lines = [b'{"done":true}\n']
+    assert recorder(lines, "application/x-ndjson", provider=openai.PROVIDER).final_seen() is False
+    assert recorder(lines, "application/x-ndjson", provider=TOOL).final_seen() is True
 
 
 def test_a_plain_body_never_has_a_final_frame() -> None:

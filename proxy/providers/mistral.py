@@ -1,0 +1,17 @@
+"""Mistral: the OpenAI chat shape (errors, usage, `data: [DONE]`) at api.mistral.ai."""
+
+from __future__ import annotations
+
+from llmtape.providers import openai
+from llmtape.providers.base import Provider
+
+PROVIDER = Provider(
+    name="mistral",
+    base_url="https://api.mistral.ai",
+    error_body=openai.error_body,
+    usage=openai.usage,
+    frame_signs=openai.FRAME_SIGNS,
+    # Its gateway's request id and latencies (`x-kong-request-id`, `x-kong-proxy-latency`).
+    volatile_headers=frozenset({"mistral-correlation-id"}),
+    volatile_prefixes=("x-kong-",),
+)

@@ -32,7 +32,7 @@ class Front:
             headers = tuple(scope["headers"])
             names = {k.decode("latin-1"): v.decode("latin-1") for k, v in reversed(headers)}
             provider, path = resolve(raw_path.decode("latin-1"), names, self.engine.providers)
-            body = await read_body(receive)
+            body = await cut_on_shutdown(read_body(receive))
             if body is None:
                 self.engine.abandoned(scope["path"], scope["method"])
                 return

@@ -33,12 +33,25 @@ class Inbound:
     gone: Gone | None = None  # returns when the client has hung up: the upstream call is dropped
 
     @cached_property
-    def header_map(self) -> dict[str, str]:
-        """Headers by lowercase name (the first of repeated ones), values as latin-1 text."""
-        found: dict[str, str] = {}
-        for name, value in self.headers:
-            found.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
-        return found
+    def header_map(self) -> HeaderView:
+        return HeaderView(self.headers)
+
+
+class HeaderView:
+    """Headers by lowercase name, as latin-1 text: `get()` gives the first of repeated ones,
+    `items()` every pair as sent (so a key header sent twice keys on both, as it always has)."""
+
+    def __init__(self, raw: RawHeaders) -> None:
+        self._pairs = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in raw]
+        self._first: dict[str, str] = {}
+        for name, value in self._pairs:
+            self._first.setdefault(name, value)
+
+    def items(self) -> list[tuple[str, str]]:
+        return self._pairs
+
+    def get(self, name: str, default: str = "", /) -> str:
+        return self._first.get(name, default)
 
 
 @dataclass(frozen=True)

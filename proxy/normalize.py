@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl
 
 from llmtape.bodies import Payload, decode_content, request_payload
@@ -52,12 +52,20 @@ class RequestParts:
         )
 
 
+class HeaderSource(Protocol):
+    """Request headers by lowercase name: `items()` gives every pair as sent (repeats too),
+    `get()` the first value of a name. A dict will do; so will starlette's Headers."""
+
+    def items(self) -> Iterable[tuple[str, str]]: ...
+    def get(self, name: str, default: str, /) -> str: ...
+
+
 def request_parts(
     method: str,
     upstream: str,
     path: str,
     raw_query: str,
-    headers: Mapping[str, str],
+    headers: HeaderSource,
     body: bytes,
     rules: MatchRules,
 ) -> RequestParts:

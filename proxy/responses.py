@@ -15,6 +15,7 @@ from starlette.types import Receive, Send
 from llmtape.errors import UpstreamCut
 from llmtape.hangup import cut_on_shutdown, run_unless_gone
 from llmtape.inbound import Live, Serve
+from llmtape.replays import Replay
 
 # How long a recording goes on reading the upstream after its client left, when the client
 # had the stream's final frame: the end-of-body marker is usually a few ms behind it.
@@ -94,11 +95,7 @@ async def send_replay(serve: Serve, receive: Receive, send: Send) -> None:
     replay, factor = serve.replay, serve.timing
     if factor is None and not replay.cut and len(replay.frames) <= 1:
         # The common case, an answer sent at once: no task to watch for the client leaving.
-        await send(
-            {"type": "http.response.start", "status": replay.status, "headers": replay.headers}
-        )
-        body = replay.frames[0][1] if replay.frames else b""
-        await send({"type": "http.response.body", "body": body})
+        await cut_on_shutdown(_send_whole(replay, send))
         return
 
     async def until(started: float, ms: int) -> None:
@@ -121,6 +118,12 @@ async def send_replay(serve: Serve, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     await cut_on_shutdown(run_unless_gone(play(), partial(until_disconnect, receive)))
+
+
+async def _send_whole(replay: Replay, send: Send) -> None:
+    await send({"type": "http.response.start", "status": replay.status, "headers": replay.headers})
+    body = replay.frames[0][1] if replay.frames else b""
+    await send({"type": "http.response.body", "body": body})
 
 
 class QuietCuts(logging.Filter):

@@ -8,8 +8,11 @@ import json
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
+from starlette.datastructures import Headers
+
 from llmtape.engine import Engine
 from llmtape.inbound import Inbound, Live, Refuse, Serve
+from llmtape.normalize import request_key, request_parts
 from llmtape.providers import provider_table
 from llmtape.settings import Mode, Settings
 from llmtape.store.fs import FileStore
@@ -192,3 +195,26 @@ def test_once_records_an_empty_cassette_then_replays_it(tmp_path: Path) -> None:
 
     assert asyncio.run(scenario()) == ["Live", "Live", "Serve", "Refuse"]
     assert len(upstream.sent) == 2
+
+
+def test_a_key_header_sent_twice_keys_as_it_did_through_starlette(tmp_path: Path) -> None:
+    """Both values of a repeated key header count, whatever their order (recordings made
+    before the engine had its own door keep their keys)."""
+    engine = engine_for(tmp_path, Mode.REPLAY, ScriptedUpstream())
+    betas = [(b"anthropic-beta", b"computer-use-2024-10-22"), (b"anthropic-beta", b"tools-2024")]
+    raw = ((b"anthropic-version", b"2023-06-01"), *betas)
+    rules = engine.rules.for_upstream("anthropic")
+    old = request_parts(
+        "POST", "anthropic", "/v1/messages", "", Headers(raw=list(raw)), b"{}", rules
+    )
+
+    async def keys() -> set[str]:
+        found = set()
+        for headers in (raw, (raw[0], *reversed(betas))):
+            inbound = Inbound("anthropic", "POST", "/v1/messages", "", headers, b"{}")
+            refused = await engine.exchange(inbound)
+            assert isinstance(refused, Refuse)
+            found.add(refused.body["error"]["details"]["key"])
+        return found
+
+    assert asyncio.run(keys()) == {request_key(old, rules)}

@@ -12,6 +12,7 @@ import typer
 from llmtape.errors import ConfigError, LlmtapeError
 from llmtape.rules import MatchRules
 from llmtape.settings import (
+    MIB,
     Mode,
     RepeatPolicy,
     Settings,
@@ -73,6 +74,9 @@ METAVARS = {
     "read_timeout": "SECONDS",
     "shutdown_timeout": "SECONDS",
     "log_level": "LEVEL",
+    "max_body": "SIZE",
+    "max_record": "SIZE",
+    "admin_token": "TOKEN",
 }
 
 
@@ -87,6 +91,10 @@ def option(field: str, off_flag: str | None = None) -> Any:
     )
     if isinstance(default, bool):
         shown = "on" if default else "off"
+    elif default is None:
+        shown = ""
+    elif field in ("max_body", "max_record"):
+        shown = f"{default // MIB}MiB"
     flags = [option_name(field) + (f"/{off_flag}" if off_flag else "")]
     text = f"{info.description} Env: {env_name(field)}."
     return typer.Option(
@@ -123,6 +131,9 @@ def serve(
     read_timeout: Annotated[float | None, option("read_timeout")] = None,
     shutdown_timeout: Annotated[float | None, option("shutdown_timeout")] = None,
     log_level: Annotated[str | None, option("log_level")] = None,
+    max_body: Annotated[str | None, option("max_body")] = None,
+    max_record: Annotated[str | None, option("max_record")] = None,
+    admin_token: Annotated[str | None, option("admin_token")] = None,
     config: Annotated[
         Path | None,
         typer.Option(help="Config file. Default: ./llmtape.toml if present.", metavar="FILE"),

@@ -10,11 +10,11 @@ import sys
 from collections.abc import Callable
 
 import uvicorn
-from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 from llmtape.app import Server
 from llmtape.rules import rule_warnings
-from llmtape.settings import Settings
+from llmtape.settings import Settings, is_loopback
 from llmtape.stats import Snapshot
 
 log = logging.getLogger("llmtape")
@@ -42,7 +42,7 @@ class ReadyServer(uvicorn.Server):
             captured.clear()
 
 
-def uvicorn_config(app: Starlette, settings: Settings) -> uvicorn.Config:
+def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
     return uvicorn.Config(
         app,
         host=settings.host,
@@ -71,6 +71,16 @@ def serve(settings: Settings) -> int:
     configure_logging(settings.log_level)
     for warning in rule_warnings(settings.ignore):
         log.warning("%s", warning)
+    if not is_loopback(settings.host):
+        log.warning(
+            "binding %s, which is not loopback: anyone who reaches this address can use this "
+            "proxy and read what it replays. %s",
+            settings.host,
+            "Control requests that change state need the admin token."
+            if settings.admin_token
+            else "Control requests that change state are off; enable them with --admin-token TOKEN "
+            "(or LLMTAPE_ADMIN_TOKEN) and `Authorization: Bearer TOKEN`.",
+        )
     llmtape = Server(settings)
     server = ReadyServer(
         uvicorn_config(llmtape.app, settings),

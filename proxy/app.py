@@ -12,9 +12,9 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from llmtape.control import control_routes
+from llmtape.control import CONTROL_PREFIX, control_routes
 from llmtape.engine import Engine
 from llmtape.errors import BadCassetteName
 from llmtape.front import Front
@@ -39,7 +39,7 @@ class Server:
         self.final: Snapshot | None = None
         self.app = self._app(settings)
 
-    def _app(self, settings: Settings) -> Starlette:
+    def _app(self, settings: Settings) -> ASGIApp:
         engine = self.engine
 
         @asynccontextmanager
@@ -58,9 +58,8 @@ class Server:
             return Response(status_code=400)  # nobody is left to read it
 
         _quiet_cuts()
-        return Starlette(
-            # No method list: every method an upstream may take (QUERY, PROPFIND...) is forwarded.
-            routes=[*control_routes(engine), Route("/{path:path}", Front(engine))],
+        control = Starlette(
+            routes=control_routes(engine),
             lifespan=lifespan,
             exception_handlers={
                 BadCassetteName: _bad_name,
@@ -68,9 +67,26 @@ class Server:
                 ClientDisconnect: gone,
             },
         )
+        return Doors(control, Front(engine))
 
 
-def create_app(settings: Settings) -> Starlette:
+class Doors:
+    """Splits by path: `/__llmtape/...` (and lifespan) to the control API, every other request
+    to the front as its bytes came, with no router in between (every method is forwarded,
+    and a path holding `%0a` is not refused by a route pattern)."""
+
+    def __init__(self, control: ASGIApp, front: ASGIApp) -> None:
+        self.control = control
+        self.front = front
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not scope["path"].startswith(CONTROL_PREFIX):
+            await self.front(scope, receive, send)
+        else:
+            await self.control(scope, receive, send)
+
+
+def create_app(settings: Settings) -> ASGIApp:
     """The ASGI app of a new server (see `Server` for its engine and final report)."""
     return Server(settings).app
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import json
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -10,7 +11,10 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
 from llmtape.engine import Engine
-from llmtape.settings import Mode
+from llmtape.settings import Mode, Settings, is_loopback
+
+CONTROL_PREFIX = "/__llmtape/"
+ENDPOINTS = ("health", "stats", "misses", "cassette")
 
 
 class CassetteSwitch(BaseModel):
@@ -21,7 +25,35 @@ class CassetteSwitch(BaseModel):
 
 
 def _bad_request(message: str) -> JSONResponse:
-    return JSONResponse({"error": {"type": "bad_request", "message": message}}, status_code=400)
+    return _error(400, "bad_request", message)
+
+
+def refusal(request: Request, settings: Settings) -> JSONResponse | None:
+    """Why a control request that changes state may not, or None when it may: with an admin
+    token it must carry `Authorization: Bearer TOKEN`; without one, only on loopback."""
+    token = settings.admin_token
+    if token is None:
+        if is_loopback(settings.host):
+            return None
+        return _error(
+            403,
+            "forbidden",
+            f"llmtape binds {settings.host}, not loopback, and has no admin token, so control "
+            "requests that change state are off: start it with --admin-token TOKEN (or "
+            "LLMTAPE_ADMIN_TOKEN) and send `Authorization: Bearer TOKEN`",
+        )
+    given = request.headers.get("authorization", "").encode("latin-1", "replace")
+    if hmac.compare_digest(given, f"Bearer {token}".encode()):
+        return None
+    return _error(
+        401,
+        "unauthorized",
+        "this control request needs `Authorization: Bearer TOKEN` with the server's --admin-token",
+    )
+
+
+def _error(status: int, kind: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status)
 
 
 def control_routes(engine: Engine) -> list[BaseRoute]:
@@ -46,6 +78,9 @@ def control_routes(engine: Engine) -> list[BaseRoute]:
         return current()
 
     async def put_cassette(request: Request) -> JSONResponse:
+        refused = refusal(request, engine.settings)
+        if refused is not None:
+            return refused
         try:
             change = CassetteSwitch.model_validate(json.loads(await request.body() or b"{}"))
         except (ValueError, ValidationError) as exc:
@@ -56,10 +91,17 @@ def control_routes(engine: Engine) -> list[BaseRoute]:
         await engine.switch(change.cassette, change.mode)
         return current()
 
+    async def unknown(request: Request) -> JSONResponse:
+        listed = ", ".join(CONTROL_PREFIX + name for name in ENDPOINTS)
+        return _error(
+            404, "unknown_endpoint", f"no control endpoint {request.url.path!r}; there are {listed}"
+        )
+
     return [
         Route("/__llmtape/health", health, methods=["GET"]),
         Route("/__llmtape/stats", stats, methods=["GET"]),
         Route("/__llmtape/misses", misses, methods=["GET"]),
         Route("/__llmtape/cassette", get_cassette, methods=["GET"]),
         Route("/__llmtape/cassette", put_cassette, methods=["PUT"]),
+        Route("/__llmtape/{rest:path}", unknown),
     ]

@@ -264,6 +264,7 @@ class Engine:
                 status=answer.status,
                 headers=list(answer.headers),
                 chunked=answer.chunked,
+                limit=self.settings.max_record,
             )
         headers = answer_headers(answer.headers, keep_length=keyed.parts.method == "HEAD")
         headers.append(("x-llmtape-key", keyed.key))

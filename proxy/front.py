@@ -8,7 +8,7 @@ from functools import partial
 from starlette.types import Receive, Scope, Send
 
 from llmtape.engine import Engine
-from llmtape.errors import LlmtapeError, UpstreamCut
+from llmtape.errors import BodyTooLarge, LlmtapeError, UpstreamCut
 from llmtape.hangup import cut_on_shutdown
 from llmtape.inbound import Inbound, Live, Refuse, Serve
 from llmtape.providers.base import Provider, generic_error
@@ -32,7 +32,8 @@ class Front:
             headers = tuple(scope["headers"])
             names = {k.decode("latin-1"): v.decode("latin-1") for k, v in reversed(headers)}
             provider, path = resolve(raw_path.decode("latin-1"), names, self.engine.providers)
-            body = await cut_on_shutdown(read_body(receive))
+            limit = self.engine.settings.max_body
+            body = await cut_on_shutdown(read_body(receive, names.get("content-length"), limit))
             if body is None:
                 self.engine.abandoned(scope["path"], scope["method"])
                 return
@@ -64,13 +65,28 @@ class Front:
             await send_live(answer, receive, send)
 
 
-async def read_body(receive: Receive) -> bytes | None:
-    """The whole request body, or None when the client hung up while sending it."""
-    chunks = []
+async def read_body(receive: Receive, length: str | None, limit: int) -> bytes | None:
+    """The whole request body, or None when the client hung up while sending it. A body over
+    `limit` is refused as soon as its Content-Length says so, or once that much has come:
+    nothing past the limit is held, forwarded or written."""
+    if length is not None and length.strip().isdigit() and int(length) > limit:
+        raise too_large(limit, f"its Content-Length is {int(length):,}")
+    chunks, size = [], 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             return None
-        chunks.append(message.get("body", b""))
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise too_large(limit, f"{size:,} bytes came before it was refused")
+        chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+def too_large(limit: int, how: str) -> BodyTooLarge:
+    return BodyTooLarge(
+        f"request body over the limit of {limit:,} bytes ({how}); raise it with --max-body or "
+        "LLMTAPE_MAX_BODY. Nothing was forwarded or recorded."
+    )

@@ -63,7 +63,10 @@ class Capture:
     status: int
     headers: list[tuple[str, str]]
     chunked: bool
+    limit: int = 64 * 1024 * 1024  # --max-record: past this many bytes nothing is kept
     started: float = field(default_factory=time.monotonic)
+    size: int = 0
+    over: bool = False  # the answer passed `limit`: it goes on to the client, unrecorded
     _chunks: list[bytes] = field(default_factory=list)
     _frames: list[Frame] = field(default_factory=list)
     _splitter: FrameSplitter | None = None
@@ -79,6 +82,15 @@ class Capture:
         return next((v for k, v in self.headers if k == "content-type"), "")
 
     def add(self, chunk: bytes) -> None:
+        if self.over:
+            return
+        self.size += len(chunk)
+        if self.size > self.limit:
+            self.over = True  # what was held goes now: memory stays bounded by the limit
+            self._chunks.clear()
+            self._frames.clear()
+            self._splitter = None
+            return
         if self._splitter is None:
             self._chunks.append(chunk)
             return
@@ -224,7 +236,11 @@ class Recording:
         if cut:
             self._keeper.counters.errors += 1
         try:
-            if self._capture is not None and self._target is not None:
+            if self._capture is not None and self._capture.over:
+                self._keeper.counters.too_large += 1
+                limit = self._capture.limit
+                outcome = f"passed on, not recorded: over --max-record ({limit:,} bytes)"
+            elif self._capture is not None and self._target is not None:
                 exchange = await asyncio.to_thread(self._capture.finish, cut)
                 outcome = await self._keeper.keep(self._target, exchange)
         finally:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
-from llmtape.errors import ConfigError, UnknownUpstream
+from llmtape.errors import BadPath, ConfigError, UnknownUpstream
 from llmtape.providers import bare_v1
 from llmtape.providers.base import Provider
 
@@ -29,6 +30,26 @@ def check_live(names: frozenset[str], providers: Mapping[str, Provider]) -> froz
     return names
 
 
+_DOT = re.compile(r"%2e", re.IGNORECASE)
+
+
+def check_path(path: str) -> str:
+    """`path` if it stays below its upstream's base path: a `..` segment (`%2e%2e` and its
+    mixes too) or a backslash (`\\`, `%5c`), which a server may read as a separator, is
+    refused. The path then goes upstream byte for byte as it came."""
+    if "\\" in path or "%5c" in path.lower():
+        raise BadPath(
+            f"request path {path!r} holds a backslash, which some servers read as "
+            "a path separator: send the path with / only"
+        )
+    if any(_DOT.sub(".", segment) == ".." for segment in path.split("/")):
+        raise BadPath(
+            f"request path {path!r} has a `..` segment, which could reach above the "
+            "upstream's base path: send the path as the upstream should see it"
+        )
+    return path
+
+
 def resolve(
     path: str, headers: Mapping[str, str], providers: Mapping[str, Provider]
 ) -> tuple[Provider, str]:
@@ -42,9 +63,9 @@ def resolve(
             "/__llmtape/misses and /__llmtape/cassette"
         )
     if first in providers:
-        return providers[first], "/" + rest
+        return providers[first], check_path("/" + rest)
     if first == "v1":
-        return bare_v1(headers, providers), path
+        return bare_v1(headers, providers), check_path(path)
     raise UnknownUpstream(
         f"no upstream named {first!r} in path {path!r}; known upstreams: "
         f"{', '.join(sorted(providers))} (route as /<upstream>/<path>, or add one with "

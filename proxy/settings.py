@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import tomllib
@@ -26,6 +27,9 @@ from llmtape.store.names import check_cassette_name
 from llmtape.timing import parse_timing
 
 ENV_PREFIX = "LLMTAPE_"
+MIB = 1024 * 1024
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?)?\s*$", re.IGNORECASE)
+_UNITS = {"k": 1024, "m": MIB, "g": 1024 * MIB}
 DEFAULT_CONFIG_FILE = "llmtape.toml"
 UPSTREAM_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 RESERVED_NAMES = frozenset({"v1", "__llmtape"})
@@ -89,6 +93,31 @@ class Settings(BaseModel):
         5.0, ge=0, description="Seconds open connections get to finish at shutdown."
     )
     log_level: str = Field("info", description="debug, info, warning or error.")
+    max_body: int = Field(
+        32 * MIB, gt=0, description="Largest request body (bytes, or 32MiB, 512KiB); more is a 413."
+    )
+    max_record: int = Field(
+        64 * MIB,
+        gt=0,
+        description="Largest answer recorded (bytes, or 64MiB); a larger one passes, unrecorded.",
+    )
+    admin_token: str | None = Field(
+        None,
+        description="Bearer token that control requests changing state (PUT) must carry.",
+        repr=False,
+    )
+
+    @field_validator("max_body", "max_record", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> Any:
+        return parse_size(value) if isinstance(value, str) else value
+
+    @field_validator("admin_token")
+    @classmethod
+    def _token(cls, value: str | None) -> str | None:
+        if value is not None and (len(value) < 16 or any(c.isspace() for c in value)):
+            raise ValueError("use at least 16 characters, with no spaces")
+        return value
 
     @field_validator("cassette")
     @classmethod
@@ -150,6 +179,25 @@ class Settings(BaseModel):
         if value.lower() not in {"debug", "info", "warning", "error"}:
             raise ValueError("must be one of debug, info, warning, error")
         return value.lower()
+
+
+def is_loopback(host: str) -> bool:
+    """Whether an address to bind is reachable from this machine only."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_size(text: str) -> int:
+    """`1048576`, `512KiB`, `32MiB`, `1GB` (powers of 1024 either way) -> bytes."""
+    match = _SIZE.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a size: write bytes, or a number with KiB, MiB or GiB")
+    number, unit = int(match.group(1)), (match.group(2) or "").lower()
+    return number * _UNITS.get(unit[:1], 1)
 
 
 def _check_known(names: Iterable[str], info: ValidationInfo, context: str = "") -> None:
@@ -302,6 +350,6 @@ def _explain(exc: ValidationError, origin: Mapping[str, str]) -> str:
         where = {"environment": env_name(field), "llmtape.toml": f"{field} in llmtape.toml"}.get(
             source, option_name(field)
         )
-        given = error.get("input")
+        given = "(hidden)" if field == "admin_token" else error.get("input")
         lines.append(f"{option_name(field)} (from {where}): {given!r}: {error['msg']}")
     return "invalid settings:\n  " + "\n  ".join(lines)

@@ -21,6 +21,7 @@ class Counters:
     misses: int = 0
     errors: int = 0
     aborted: int = 0  # clients that left before their answer was whole
+    too_large: int = 0  # answers over --max-record, passed on but not recorded
 
 
 @dataclass(frozen=True)

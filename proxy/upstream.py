@@ -3,12 +3,14 @@ aiohttp errors translated to llmtape's at this boundary."""
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import aiohttp
+from yarl import URL
 
 from llmtape.errors import UpstreamCut, UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from llmtape.redact import redact_text, redact_url
@@ -159,10 +161,11 @@ class AiohttpUpstream:
     async def open(self, request: Outbound) -> AiohttpResponse:
         where = f"upstream {request.upstream!r} at {redact_url(request.url)}"
         try:
+            url, headers = _userinfo_as_auth(request)
             response = await self._session.request(
                 request.method,
-                request.url,
-                headers=request.headers,
+                url,
+                headers=headers,
                 data=request.body or None,
                 allow_redirects=False,
                 timeout=self._timeout,
@@ -183,6 +186,20 @@ class AiohttpUpstream:
         except aiohttp.ClientError as exc:
             raise UpstreamUnreachable(f"{where} is unreachable: {_told(exc)}") from exc
         return AiohttpResponse(request.upstream, response)
+
+
+def _userinfo_as_auth(request: Outbound) -> tuple[URL, Sequence[tuple[str, str]]]:
+    """The URL as it came (no re-quoting: `%zz` stays `%zz`), and the headers. An upstream URL's
+    `user:pass@` goes as basic auth, unless the client sent its own Authorization."""
+    url = URL(request.url, encoded=True)
+    if url.user is None:
+        return url, request.headers
+    bare = url.with_user(None)
+    if any(name.lower() == "authorization" for name, _ in request.headers):
+        return bare, request.headers
+    pair = f"{url.user}:{url.password or ''}".encode()
+    auth = "Basic " + base64.b64encode(pair).decode("ascii")
+    return bare, [*request.headers, ("Authorization", auth)]
 
 
 # aiohttp's words for an answer in an encoding it has no decoder for (br, zstd).

@@ -55,6 +55,13 @@ SAMPLES: dict[str, tuple[str, list[str], Any]] = {
     "read_timeout": ("30", ["--read-timeout", "30"], 30.0),
     "shutdown_timeout": ("0", ["--shutdown-timeout", "0"], 0.0),
     "log_level": ("DEBUG", ["--log-level", "DEBUG"], "debug"),
+    "max_body": ("512KiB", ["--max-body", "512KiB"], 512 * 1024),
+    "max_record": ("1048576", ["--max-record", "1MiB"], 1024 * 1024),
+    "admin_token": (
+        "0123456789abcdef-x",
+        ["--admin-token", "0123456789abcdef-x"],
+        "0123456789abcdef-x",
+    ),
 }
 
 

@@ -1,0 +1,149 @@
+"""Limits and exposure: request bodies over --max-body, answers over --max-record, the admin
+token, paths that climb above an upstream's base, paths sent byte for byte, userinfo."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from starlette.requests import Request
+
+from llmtape.control import refusal
+from llmtape.settings import Settings
+from tests.conftest import MakeProxy
+from tests.fakes.raw import RawUpstream
+from tests.fakes.upstream import FakeUpstream, Reply
+
+TOKEN = "an-admin-token-0123456789"
+
+
+@pytest.fixture
+def raw() -> Iterator[RawUpstream]:
+    with RawUpstream() as upstream:
+        yield upstream
+
+
+def test_a_body_over_max_body_is_a_413_before_anything_is_forwarded(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    proxy = make_proxy(mode="record", max_body=1024)
+    url = proxy.url + "/openai/v1/embeddings"
+    told = httpx.post(url, content=b"x" * 2048, headers={"content-type": "application/json"})
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: refused once 1 KiB has come
+        yield from (b"y" * 512 for _ in range(8))
+
+    streamed = httpx.post(url, content=chunks())
+    for response in (told, streamed):
+        assert response.status_code == 413
+        error = response.json()["error"]
+        assert error["type"] == "request_too_large" and "--max-body" in error["message"]
+    assert fake.count() == 0 and not cassettes.exists()
+    assert httpx.post(url, json={"model": "m", "input": "ok"}).status_code == 200
+
+
+def test_the_body_cap_holds_in_replay_too(make_proxy: MakeProxy) -> None:
+    proxy = make_proxy(mode="replay", max_body=100)
+    response = httpx.post(proxy.url + "/anthropic/v1/messages", content=b"{" + b" " * 200)
+    assert response.status_code == 413
+    assert response.json()["type"] == "error", "in the provider's error shape"
+
+
+def test_an_answer_over_max_record_reaches_the_client_but_is_not_recorded(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    big = "z" * (3 * 1024 * 1024)
+    fake.script("/big", Reply(body=big, headers={"content-type": "text/plain"}, chunked=True))
+    proxy = make_proxy(mode="record", max_record="1MiB", upstream={"tool": fake.url})
+    response = httpx.get(proxy.url + "/tool/big", timeout=30)
+    assert response.status_code == 200 and response.text == big
+    stats = proxy.stats
+    assert (stats["too_large"], stats["recorded"]) == (1, 0)
+    assert not list(cassettes.rglob("*.json"))
+
+
+def test_state_changing_control_requests_need_the_admin_token(make_proxy: MakeProxy) -> None:
+    proxy = make_proxy(mode="replay", admin_token=TOKEN)
+    url = proxy.url + "/__llmtape/cassette"
+    body = {"cassette": "other"}
+    assert httpx.put(url, json=body).status_code == 401
+    wrong = httpx.put(url, json=body, headers={"authorization": "Bearer nope"})
+    assert wrong.status_code == 401 and TOKEN not in wrong.text
+    right = httpx.put(url, json=body, headers={"authorization": f"Bearer {TOKEN}"})
+    assert right.status_code == 200 and right.json()["cassette"] == "other"
+    assert httpx.get(proxy.url + "/__llmtape/health").status_code == 200, "health stays open"
+
+
+def put_request(headers: list[tuple[bytes, bytes]]) -> Request:
+    return Request(
+        {"type": "http", "method": "PUT", "path": "/__llmtape/cassette", "headers": headers}
+    )
+
+
+def test_off_loopback_without_a_token_state_changing_control_requests_are_refused() -> None:
+    exposed = Settings.model_validate({"host": "0.0.0.0"})
+    refused = refusal(put_request([]), exposed)
+    assert refused is not None and refused.status_code == 403
+    assert b"--admin-token" in refused.body
+    for host in ("127.0.0.1", "localhost", "::1", "127.0.0.2"):
+        assert refusal(put_request([]), Settings.model_validate({"host": host})) is None
+    guarded = Settings.model_validate({"host": "0.0.0.0", "admin_token": TOKEN})
+    auth = [(b"authorization", f"Bearer {TOKEN}".encode())]
+    assert refusal(put_request(auth), guarded) is None
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/../../admin",
+        "/api/%2e%2e/%2e%2e/admin",
+        "/api/.%2E/admin",
+        "/api/a\\b",
+        "/api/a%5Cb",
+        "/v1/../admin",
+    ],
+)
+def test_a_path_that_could_climb_above_the_upstream_base_is_a_400(
+    make_proxy: MakeProxy, fake: FakeUpstream, path: str
+) -> None:
+    proxy = make_proxy(mode="record", upstream={"api": fake.url + "/api/v2"})
+    host, port = proxy.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".encode())
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    assert b"bad_path" in answer
+    assert fake.count() == 0
+
+
+def test_a_path_goes_upstream_byte_for_byte(make_proxy: MakeProxy, raw: RawUpstream) -> None:
+    ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}"
+    raw.answer(ok, ok)
+    proxy = make_proxy(mode="passthrough", upstream={"tool": raw.url})
+    host, port = proxy.url.removeprefix("http://").split(":")
+    for path in ("/tool/v1/%zz?q=%zz", "/tool/v1/a%0ab"):
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(f"GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".encode())
+            while sock.recv(65536):
+                pass
+    sent = [request.split(b"\r\n")[0] for request in raw.requests]
+    assert sent == [b"GET /v1/%zz?q=%zz HTTP/1.1", b"GET /v1/a%0ab HTTP/1.1"]
+
+
+def test_userinfo_in_an_upstream_url_is_basic_auth_unless_the_client_sends_its_own(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    url = fake.url.replace("http://", "http://svc:s3cret@")
+    proxy = make_proxy(mode="passthrough", upstream={"tool": url})
+    assert httpx.get(proxy.url + "/tool/x").status_code != 500
+    assert (
+        httpx.get(proxy.url + "/tool/y", headers={"authorization": "Bearer mine"}).status_code
+        != 500
+    )
+    seen = [hit.headers.get("authorization") for hit in fake.hits]
+    assert seen == ["Basic c3ZjOnMzY3JldA==", "Bearer mine"]

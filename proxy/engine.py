@@ -36,7 +36,7 @@ from llmtape.routing import check_live
 from llmtape.rules import MatchRules
 from llmtape.runs import Run, Runs
 from llmtape.settings import Mode, Settings
-from llmtape.stats import Counters, Snapshot, Trace
+from llmtape.stats import Counters, RunSummary, Snapshot, Trace
 from llmtape.store.base import CassetteStore, exchange_file
 from llmtape.store.names import check_cassette_name, derived_name
 from llmtape.timing import TIMING_HEADER, parse_timing
@@ -310,6 +310,12 @@ class Engine:
             names = {before, self.current.cassette}
             await self.runs.restart(*names, *(derived_name(name) for name in names))
         self.replays.clear()  # another llmtape may have re-recorded what the new runs read
+
+    async def end_run(self, cassette: str, prune: bool = False) -> RunSummary | None:
+        """End the run of `cassette` and of its derived cassette: the summary of the first
+        (None when it had no run). `prune` deletes the recordings the run did not use."""
+        await self.runs.end(derived_name(cassette))
+        return await self.runs.end(check_cassette_name(cassette), prune)
 
     async def snapshot(self) -> Snapshot:
         runs = await self.runs.summaries()

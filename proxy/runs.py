@@ -188,29 +188,42 @@ class Runs:
         for run in runs:
             await asyncio.to_thread(self._finish, run)
 
+    async def end(self, cassette: str, prune: bool = False) -> RunSummary | None:
+        """End the run of one cassette, if it has one: its summary. `prune` also deletes the
+        recordings the run neither served nor wrote, so a record run leaves the cassette
+        holding exactly what it recorded (the pytest plugin's `record` mode)."""
+        run = self._runs.pop(cassette, None)
+        if run is None:
+            return None
+        await run.settle()
+        return await asyncio.to_thread(self._finish, run, prune)
+
     async def summaries(self) -> list[RunSummary]:
         return await asyncio.to_thread(lambda: [self.summary(run) for run in self.all()])
 
-    def _finish(self, run: Run) -> None:
-        """Close a run: drop the repeats a record run superseded, keep its summary."""
+    def _finish(self, run: Run, prune: bool = False) -> RunSummary:
+        """Close a run: drop the repeats a record run superseded (with `prune`, every
+        recording it did not use), keep its summary."""
         if run.anew:
             self._drop_superseded(run)
         summary = self.summary(run)
         self.ended_unused += summary.unused_count
         if summary.unused_count or summary.recorded_count:
             self.ended.append(summary)
+        if prune:
+            self._drop(run, run.unused(), "it did not make")
+        return summary
 
     def _drop_superseded(self, run: Run) -> None:
-        stale = run.superseded()
+        self._drop(run, run.superseded(), "this run superseded")
+
+    def _drop(self, run: Run, stale: list[tuple[str, int]], why: str) -> None:
         for key, ordinal in stale:
             self._store.delete(run.cassette, key, ordinal)
         if stale:
             names = ", ".join(exchange_file(k, o) for k, o in stale[:10])
             log.info(
-                "cassette %r: removed %d recording(s) this run superseded: %s",
-                run.cassette,
-                len(stale),
-                names,
+                "cassette %r: removed %d recording(s) %s: %s", run.cassette, len(stale), why, names
             )
 
     def summary(self, run: Run) -> RunSummary:

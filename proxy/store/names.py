@@ -1,12 +1,15 @@
-"""Cassette names: the one check that keeps every cassette inside the library folder."""
+"""Cassette names: the one check that keeps every cassette inside the library folder, and the
+name of a test's cassette (the pytest plugin)."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from llmtape.errors import BadCassetteName
 
 _SEGMENT = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 MAX_NAME = 200
 DERIVED = ".derived"
 
@@ -34,4 +37,25 @@ def check_cassette_name(name: str) -> str:
             f"cassette name {name!r} is not allowed: use letters, digits and ._- "
             f"(not starting with a dot), with / between segments, at most {MAX_NAME} characters"
         )
+    return name
+
+
+def cassette_for_test(nodeid: str, prefix: str | None = None) -> str:
+    """A cassette name for a test: `tests/test_chat.py::TestA::test_b[x]` ->
+    `test_chat/TestA/test_b.x` when the library is under `tests` (`prefix`). Characters a
+    cassette name cannot hold become `_`, and then, as does a name cut to MAX_NAME, it gets a
+    short hash of the node id so two tests never share a cassette."""
+    path, *names = nodeid.split("::")
+    path = path.removesuffix(".py")
+    if prefix and prefix != "." and path.startswith(prefix + "/"):
+        path = path[len(prefix) + 1 :]
+    segments = [*path.split("/"), *names]
+    if segments[-1].endswith("]") and "[" in segments[-1]:
+        test, _, param = segments[-1][:-1].partition("[")
+        segments[-1] = f"{test}.{param}"
+    safe = [(_UNSAFE.sub("_", segment).lstrip(".") or "_") for segment in segments]
+    name = "/".join(safe)
+    digest = hashlib.sha256(nodeid.encode()).hexdigest()[:8]
+    if safe != segments or len(name) > MAX_NAME:
+        name = name[: MAX_NAME - len(digest) - 1].rstrip("/") + "-" + digest
     return name

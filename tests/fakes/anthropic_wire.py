@@ -8,6 +8,8 @@ named-event sequence: ``message_start``, ``content_block_start``, one ``ping``,
 
 from __future__ import annotations
 
+from typing import Any
+
 from .wire import (
     JsonObj,
     JsonOut,
@@ -55,6 +57,19 @@ def _first_tool_name(body: JsonObj) -> str | None:
     return None
 
 
+def _tool_results(content: Any) -> str | None:
+    """The text of the tool_result blocks of a message's content; None when it has none."""
+    if not isinstance(content, list):
+        return None
+    results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+    if not results:
+        return None
+    return " ".join(
+        r["content"] if isinstance(r.get("content"), str) else text_of(r.get("content"))
+        for r in results
+    )
+
+
 def _usage(input_tokens: int, output_tokens: int) -> JsonObj:
     return {
         "input_tokens": input_tokens,
@@ -82,13 +97,16 @@ def _message(
 
 
 def messages(req: WireRequest) -> Out:
-    """``POST /v1/messages``: echo the last user message, or call the first tool."""
+    """``POST /v1/messages``: echo the last user message, or call the first tool (unless the
+    last message holds tool results: then echo those, so an agent's loop ends)."""
     problem = _auth_error(dict(req.headers))
     if problem is not None:
         return JsonOut(error_body("authentication_error", problem), status=401)
     messages_ = req.body.get("messages")
-    text = "echo: " + text_of(last_dict(messages_).get("content"))
-    tool = _first_tool_name(req.body)
+    content = last_dict(messages_).get("content")
+    results = _tool_results(content)
+    text = "echo: " + (results if results is not None else text_of(content))
+    tool = None if results is not None else _first_tool_name(req.body)
     tool_id = req.ident("toolu_", "tool", length=24)
     input_tokens = count_tokens(all_text(messages_))
     output_tokens = count_tokens(TOOL_INPUT_JSON if tool else text)

@@ -81,10 +81,12 @@ def _envelope(req: WireRequest, kind: str, choices: list[JsonObj]) -> JsonObj:
 
 
 def chat_completions(req: WireRequest) -> Out:
-    """``POST /v1/chat/completions``: echo the last message, or call the first tool."""
+    """``POST /v1/chat/completions``: echo the last message, or call the first tool (unless
+    the last message is a tool's result: then echo that, so an agent's loop ends)."""
     messages = req.body.get("messages")
-    text = "echo: " + text_of(last_dict(messages).get("content"))
-    tool = _first_tool_name(req.body)
+    last = last_dict(messages)
+    text = "echo: " + text_of(last.get("content"))
+    tool = None if last.get("role") == "tool" else _first_tool_name(req.body)
     call_id = req.ident("call_", "call")
     usage = _chat_usage(
         count_tokens(all_text(messages)), count_tokens(TOOL_ARGUMENTS if tool else text)

@@ -1,0 +1,64 @@
+"""Each example agent replays its committed cassette offline (the upstream unreachable), and
+recording it today gives that cassette again, file for file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmtape.models import load_exchange
+from llmtape.providers import BUILTIN
+from llmtape.settings import Settings
+from llmtape.store.base import same_recording
+from tests.e2e.examples import EXAMPLES, ROOT, Example, record
+from tests.fakes.upstream import FakeUpstream
+from tests.support import ProxyServer, closed_port
+
+LIBRARY = ROOT / "cassettes"
+ids = pytest.mark.parametrize("example", EXAMPLES, ids=[e.name for e in EXAMPLES])
+
+
+def usable(example: Example) -> Example:
+    why = example.missing()
+    if why:
+        pytest.skip(f"{example.name}: {why}")
+    return example
+
+
+@ids
+def test_the_example_replays_its_cassette_offline(example: Example) -> None:
+    usable(example)
+    assert sorted((LIBRARY / example.cassette).glob("*.json")), "no committed cassette"
+    dead = f"http://127.0.0.1:{closed_port()}"
+    settings = Settings.model_validate(
+        {
+            "port": 0,
+            "cassettes": LIBRARY,
+            "cassette": example.cassette,
+            "upstream": {name: dead for name in BUILTIN},
+        }
+    )
+    with ProxyServer(settings) as proxy:
+        output = example.run(proxy.url)
+        stats = proxy.stats
+    assert output.strip().splitlines()[-1] == example.answer
+    assert stats["misses"] == 0 and stats["upstream_calls"] == 0
+    assert stats["replayed"] == len(list((LIBRARY / example.cassette).glob("*.json")))
+    assert [run["unused_count"] for run in stats["runs"]] == [0]
+
+
+@ids
+def test_recording_the_example_today_gives_its_committed_cassette(
+    example: Example, fake: FakeUpstream, tmp_path: Path
+) -> None:
+    usable(example)
+    output = record(example, tmp_path, fake)
+    assert output.strip().splitlines()[-1] == example.answer
+    committed = {p.name: p for p in (LIBRARY / example.cassette).glob("*.json")}
+    recorded = {p.name: p for p in (tmp_path / example.cassette).glob("*.json")}
+    assert sorted(recorded) == sorted(committed)
+    for name, path in recorded.items():
+        new, old = load_exchange(path.read_bytes()), load_exchange(committed[name].read_bytes())
+        assert same_recording(old, new), f"{example.cassette}/{name} differs from the commit"
+        assert b"sk-llmtape-recording" not in path.read_bytes()

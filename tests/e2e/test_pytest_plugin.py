@@ -1,0 +1,226 @@
+"""The pytest plugin, run by pytester on test files that drive the openai SDK: record with
+`once`, replay offline, fail on a miss (caught or not), rewrite, unused recordings, xdist."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from llmtape.store.base import parse_exchange_file
+from tests.fakes.upstream import FakeUpstream
+from tests.support import SECRET_OPENAI, files_under
+
+pytest_plugins = ["pytester"]
+
+CHAT_TEST = """
+import openai
+
+def ask(prompt):
+    client = openai.OpenAI(max_retries=0)
+    answer = client.chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": prompt}]
+    )
+    return answer.choices[0].message.content
+
+def test_capital(llmtape):
+    assert ask(PROMPT) == "echo: " + PROMPT
+"""
+
+
+def chat_test(prompt: str, body: str = "") -> str:
+    return f"PROMPT = {prompt!r}\n" + CHAT_TEST + body
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """A project with its tests under tests/ and no llmtape settings of the outer session."""
+    for name in list(os.environ):
+        if name.startswith(("LLMTAPE_", "OPENAI_", "ANTHROPIC_")):
+            monkeypatch.delenv(name)
+    pytester.mkdir("tests")
+    return pytester
+
+
+def write_test(project: pytest.Pytester, source: str, name: str = "test_chat") -> Path:
+    path = project.path / "tests" / f"{name}.py"
+    path.write_text(source, encoding="utf-8")
+    return path
+
+
+def recordings(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.glob("*.json") if parse_exchange_file(p.name))
+
+
+def upstream_at(monkeypatch: pytest.MonkeyPatch, fake: FakeUpstream) -> None:
+    """Record against the fake, with a key as a real recording needs one."""
+    monkeypatch.setenv("LLMTAPE_UPSTREAM", f"openai={fake.url},anthropic={fake.url}")
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET_OPENAI)
+
+
+def test_once_records_a_new_test_then_it_replays_offline(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fake: FakeUpstream
+) -> None:
+    upstream_at(monkeypatch, fake)
+    write_test(project, chat_test("What is the capital of France?"))
+
+    first = project.runpytest("--llmtape-mode", "once")
+    first.assert_outcomes(passed=1)
+    first.stdout.fnmatch_lines(["llmtape: 0 replayed, 1 recorded, 0 missed*"])
+    cassette = project.path / "tests" / "cassettes" / "test_chat" / "test_capital"
+    assert len(recordings(cassette)) == 1
+    assert len(fake.hits) == 1
+
+    assert not any(SECRET_OPENAI.encode() in data for data in files_under(cassette).values())
+
+    fake.stop()
+    monkeypatch.delenv("OPENAI_API_KEY")  # replay needs none: the plugin sets a placeholder
+    second = project.runpytest()  # replay, the default; the upstream is gone
+    second.assert_outcomes(passed=1)
+    second.stdout.fnmatch_lines(["llmtape: 1 replayed, 0 recorded, 0 missed*"])
+    assert len(fake.hits) == 1
+
+
+def test_a_diverging_request_fails_with_the_field_diff_even_when_caught(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fake: FakeUpstream
+) -> None:
+    upstream_at(monkeypatch, fake)
+    write_test(project, chat_test("Say hello"))
+    project.runpytest("--llmtape-mode", "record").assert_outcomes(passed=1)
+    fake.stop()
+
+    swallowing = """
+@pytest.mark.llmtape(cassette="test_chat/test_capital")
+def test_swallows_the_error():
+    try:
+        ask(PROMPT)
+    except openai.APIStatusError:
+        pass  # the code under test catches it: the plugin still fails the test
+"""
+    write_test(project, "import pytest\n" + chat_test("Say goodbye", swallowing))
+    result = project.runpytest()
+    result.assert_outcomes(failed=2)
+    out = result.stdout.str()
+    failure = out[out.index("_ test_swallows_the_error _") :]
+    assert "llmtape: 1 request(s) missed cassette 'test_chat/test_capital' (mode replay" in failure
+    assert 'body.messages[0].content: "Say hello" -> "Say goodbye"' in failure
+    assert "--llmtape-mode record" in failure
+    result.stdout.fnmatch_lines(["llmtape: 0 replayed, 0 recorded, 2 missed*"])
+
+
+def test_record_mode_rewrites_a_tests_cassette_to_what_it_asks_now(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fake: FakeUpstream
+) -> None:
+    upstream_at(monkeypatch, fake)
+    twice = "\ndef test_two(llmtape):\n    ask('one'); ask('two')\n"
+    write_test(project, chat_test("x", twice))
+    project.runpytest("--llmtape-mode", "record", "-k", "test_two").assert_outcomes(passed=1)
+    cassette = project.path / "tests" / "cassettes" / "test_chat" / "test_two"
+    assert len(recordings(cassette)) == 2
+
+    write_test(project, chat_test("x", "\ndef test_two(llmtape):\n    ask('one')\n"))
+    project.runpytest("--llmtape-mode", "record", "-k", "test_two").assert_outcomes(passed=1)
+    assert len(recordings(cassette)) == 1
+
+    fake.stop()
+    project.runpytest("-k", "test_two").assert_outcomes(passed=1)
+
+
+def test_fail_on_unused_fails_a_test_that_left_recordings_unused(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fake: FakeUpstream
+) -> None:
+    upstream_at(monkeypatch, fake)
+    write_test(project, chat_test("x", "\ndef test_two(llmtape):\n    ask('one'); ask('two')\n"))
+    project.runpytest("--llmtape-mode", "record", "-k", "test_two").assert_outcomes(passed=1)
+    fake.stop()
+
+    write_test(project, chat_test("x", "\ndef test_two(llmtape):\n    ask('one')\n"))
+    project.runpytest("-k", "test_two").assert_outcomes(passed=1)
+    strict = project.runpytest("-k", "test_two", "--llmtape-fail-on-unused")
+    strict.assert_outcomes(failed=1)
+    strict.stdout.fnmatch_lines(["*1 recording(s) of cassette 'test_chat/test_two' went unused*"])
+
+
+def test_the_fixture_gives_urls_and_sets_the_environment_only_during_the_test(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://before.invalid/v1")
+    write_test(
+        project,
+        """
+import os
+import pytest
+
+def test_fixture(llmtape):
+    assert llmtape.url.startswith("http://127.0.0.1:")
+    assert os.environ["OPENAI_BASE_URL"] == llmtape.base_url("openai") == llmtape.url + "/openai/v1"
+    assert os.environ["ANTHROPIC_BASE_URL"] == llmtape.url + "/anthropic"
+    assert llmtape.cassette == "test_urls/test_fixture"
+    assert llmtape.mode == "replay"
+    assert os.environ["OPENAI_API_KEY"]  # a placeholder in replay: the SDK wants one
+    with pytest.raises(ValueError, match="no upstream named 'nope'"):
+        llmtape.base_url("nope")
+
+@pytest.mark.llmtape(cassette="shared/one", mode="auto")
+def test_marker(llmtape):
+    assert llmtape.cassette == "shared/one"
+    assert llmtape.mode == os.environ.get("EXPECTED_MODE", "auto")
+
+@pytest.mark.llmtape
+def test_marker_alone():
+    assert os.environ["OPENAI_BASE_URL"].endswith("/openai/v1")
+
+def test_after():
+    assert os.environ["OPENAI_BASE_URL"] == "http://before.invalid/v1"
+""",
+        name="test_urls",
+    )
+    project.runpytest().assert_outcomes(passed=4)
+
+    # The command line wins over the marker.
+    monkeypatch.setenv("EXPECTED_MODE", "passthrough")
+    project.runpytest("--llmtape-mode", "passthrough", "-k", "test_marker").assert_outcomes(
+        passed=2
+    )
+
+
+def test_a_bad_marker_fails_its_test_with_a_clear_message(project: pytest.Pytester) -> None:
+    write_test(
+        project,
+        """
+import pytest
+
+@pytest.mark.llmtape(cassette="../escape")
+def test_bad_name():
+    pass
+
+@pytest.mark.llmtape(mode="rewind")
+def test_bad_mode():
+    pass
+""",
+    )
+    result = project.runpytest()
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(
+        ["*cassette name '../escape' is not allowed*", "*mode='rewind'*use one of record*"]
+    )
+
+
+def test_xdist_workers_each_run_their_own_server(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fake: FakeUpstream
+) -> None:
+    upstream_at(monkeypatch, fake)
+    tests = "".join(
+        f"\ndef test_{n}(llmtape):\n    assert ask('question {n}') == 'echo: question {n}'\n"
+        for n in range(4)
+    )
+    write_test(project, chat_test("x", tests))
+    first = project.runpytest_subprocess("-p", "xdist", "-n", "2", "--llmtape-mode", "once")
+    first.assert_outcomes(passed=5)
+    first.stdout.fnmatch_lines(["llmtape: 0 replayed, 5 recorded, 0 missed*"])
+    fake.stop()
+
+    second = project.runpytest_subprocess("-p", "xdist", "-n", "2")
+    second.assert_outcomes(passed=5)
+    second.stdout.fnmatch_lines(["llmtape: 5 replayed, 0 recorded, 0 missed*"])

@@ -1,0 +1,116 @@
+"""The README's recipes are the code that works: each snippet is read out of README.md (the
+fenced block after its `<!-- recipe: NAME -->` comment) and run as a user would, offline."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_cli import Serve
+from tests.fakes.upstream import FakeUpstream
+from tests.support import SECRET_OPENAI, closed_port
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+NODE_DIR = ROOT / "examples" / "node"
+README_URL = "http://127.0.0.1:8787"
+ANSWER = "echo: What is the capital of France?"
+
+pytest_plugins = ["pytester"]
+
+
+def recipe(name: str) -> str:
+    """The fenced code block right after `<!-- recipe: name -->` in README.md."""
+    text = README.read_text(encoding="utf-8")
+    found = re.search(rf"<!-- recipe: {name} -->\n```\w*\n(.*?)\n```", text, re.DOTALL)
+    assert found is not None, f"README.md has no recipe {name!r}"
+    return found.group(1) + "\n"
+
+
+@pytest.fixture
+def example_server() -> Iterator[Serve]:
+    """`llmtape serve --cassette example`, as the recipe says, with no upstream to reach."""
+    dead = f"http://127.0.0.1:{closed_port()}"
+    server = Serve(
+        [
+            "--cassette",
+            "example",
+            "--cassettes",
+            str(ROOT / "cassettes"),
+            "--upstream",
+            f"openai={dead}",
+        ],
+        cwd=ROOT,
+    )
+    yield server
+    server.stop()
+
+
+def client_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LLMTAPE_"))}
+    env["OPENAI_API_KEY"] = SECRET_OPENAI
+    return env
+
+
+def test_the_python_recipe_replays_the_example_cassette(example_server: Serve) -> None:
+    code = recipe("python")
+    assert README_URL in code
+    result = subprocess.run(
+        [sys.executable, "-c", code.replace(README_URL, example_server.url)],
+        capture_output=True,
+        text=True,
+        env=client_env(),
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ANSWER + "\n"
+
+
+@pytest.mark.skipif(
+    shutil.which("node") is None or not (NODE_DIR / "node_modules" / "openai").is_dir(),
+    reason="needs node and `npm ci --prefix examples/node` (.ci/run does it)",
+)
+def test_the_node_recipe_replays_the_same_cassette(example_server: Serve) -> None:
+    code = recipe("node")
+    assert README_URL in code
+    result = subprocess.run(  # --eval resolves `openai` from the working directory
+        ["node", "--input-type=module", "--eval", code.replace(README_URL, example_server.url)],
+        cwd=NODE_DIR,
+        capture_output=True,
+        text=True,
+        env=client_env(),
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ANSWER + "\n"
+
+
+def test_the_pytest_recipe_records_once_then_replays_offline(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fake: FakeUpstream
+) -> None:
+    for name in list(os.environ):
+        if name.startswith(("LLMTAPE_", "OPENAI_", "ANTHROPIC_")):
+            monkeypatch.delenv(name)
+    code = recipe("pytest")
+    path = code.splitlines()[0].removeprefix("# ")
+    assert path == "tests/test_capital.py"
+    pytester.mkdir("tests")
+    (pytester.path / path).write_text(code, encoding="utf-8")
+
+    monkeypatch.setenv("LLMTAPE_UPSTREAM", f"openai={fake.url}")
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET_OPENAI)
+    pytester.runpytest("--llmtape-mode", "once").assert_outcomes(passed=1)
+    assert (pytester.path / "tests" / "cassettes" / "test_capital" / "test_capital").is_dir()
+
+    fake.stop()
+    monkeypatch.delenv("OPENAI_API_KEY")
+    replay = pytester.runpytest()
+    replay.assert_outcomes(passed=1)
+    replay.stdout.fnmatch_lines(["llmtape: 1 replayed, 0 recorded, 0 missed*"])

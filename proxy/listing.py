@@ -149,9 +149,9 @@ def pick(store: CassetteStore, cassette: str, prefix: str) -> tuple[str, list[in
     """The one key of a cassette that starts with `prefix`, with its ordinals."""
     entries = store.entries(cassette)
     keys = sorted(key for key in entries if key.startswith(prefix.lower()))
-    if len(keys) == 1 and prefix:
+    if len(keys) == 1:
         return keys[0], entries[keys[0]]
-    if not keys or not prefix:
+    if not keys:
         raise ConfigError(
             f"no exchange of cassette {cassette!r} has a key starting with {prefix!r}; "
             f"`llmtape show {cassette}` lists the keys"

@@ -249,3 +249,24 @@ def test_diff_reports_a_changed_stream_by_its_text_and_frame_count(
         "b": "told",
     }
     assert paths["response.stream.frames"]["b"] == 2
+
+
+def test_a_walk_over_thousands_of_files_shows_a_progress_bar_on_a_terminal_only(
+    tmp_path: Path,
+) -> None:
+    [template] = [
+        p for p in (ROOT / "cassettes" / "example").glob("*.json") if "frames" not in p.read_text()
+    ]
+    exchange = json.loads(template.read_text())
+    folder = tmp_path / "library" / "many"
+    folder.mkdir(parents=True)
+    for n in range(2100):
+        key = f"{n:064x}"
+        (folder / f"{key}.json").write_text(json.dumps({**exchange, "key": key, "seq": n}))
+    library = str(tmp_path / "library")
+    piped = cli("ls", "--cassettes", library)
+    assert piped.returncode == 0 and piped.stderr == "" and "2100" in piped.stdout
+    # rich takes FORCE_COLOR for a terminal
+    terminal = cli("ls", "--cassettes", library, env={"FORCE_COLOR": "1"})
+    assert terminal.returncode == 0
+    assert "reading cassettes" in terminal.stderr and "/2100" in terminal.stderr

@@ -2,33 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from llmtape.errors import ConfigError, LlmtapeError
-from llmtape.rules import MatchRules
-from llmtape.settings import (
-    MIB,
-    Mode,
-    RepeatPolicy,
-    Settings,
-    env_name,
-    load_settings,
-    option_name,
-    parse_pairs,
+from llmtape.cli import tools
+from llmtape.cli.library import (
+    CassettesOption,
+    ConfigOption,
+    IgnoreOption,
+    JsonOption,
+    UpstreamOption,
+    existing,
+    fail,
+    open_library,
+    option,
 )
-from llmtape.store.base import CassetteStore
-
-
-@dataclass(frozen=True)
-class Library:
-    store: CassetteStore
-    rules: Callable[[str], MatchRules]
-
+from llmtape.errors import ConfigError, LlmtapeError
+from llmtape.settings import Mode, RepeatPolicy, load_settings, parse_pairs
 
 app = typer.Typer(
     name="llmtape",
@@ -59,55 +51,6 @@ def main(
     ] = False,
 ) -> None:
     """Record and replay LLM and HTTP API traffic through content-addressed cassettes."""
-
-
-METAVARS = {
-    "host": "HOST",
-    "port": "PORT",
-    "cassettes": "DIR",
-    "cassette": "NAME",
-    "upstream": "NAME=URL",
-    "live": "UPSTREAM",
-    "replay_timing": "none|recorded|FACTOR",
-    "ignore": "UPSTREAM:WHAT:NAME",
-    "connect_timeout": "SECONDS",
-    "read_timeout": "SECONDS",
-    "shutdown_timeout": "SECONDS",
-    "log_level": "LEVEL",
-    "max_body": "SIZE",
-    "max_record": "SIZE",
-    "admin_token": "TOKEN",
-}
-
-
-def option(field: str, off_flag: str | None = None) -> Any:
-    """A serve option described once, in Settings: its help, its default, its variable."""
-    info = Settings.model_fields[field]
-    default = info.get_default(call_default_factory=True)
-    shown = (
-        ", ".join(f"{k}={v}" for k, v in default.items())
-        if isinstance(default, dict)
-        else (", ".join(default) if isinstance(default, tuple) else str(default))
-    )
-    if isinstance(default, bool):
-        shown = "on" if default else "off"
-    elif default is None:
-        shown = ""
-    elif field in ("max_body", "max_record"):
-        shown = f"{default // MIB}MiB"
-    flags = [option_name(field) + (f"/{off_flag}" if off_flag else "")]
-    text = f"{info.description} Env: {env_name(field)}."
-    return typer.Option(
-        *flags,
-        help=text + (f" Default: {shown}." if shown else ""),
-        show_default=False,
-        metavar=METAVARS.get(field),
-    )
-
-
-def fail(message: str, code: int = 2) -> typer.Exit:
-    typer.secho(f"llmtape: {message}", err=True, fg=typer.colors.RED)
-    return typer.Exit(code)
 
 
 @app.command()
@@ -157,56 +100,6 @@ def serve(
     raise typer.Exit(run_server(settings))
 
 
-CassettesOption = Annotated[Path | None, option("cassettes")]
-UpstreamOption = Annotated[list[str] | None, option("upstream")]
-IgnoreOption = Annotated[list[str] | None, option("ignore")]
-ConfigOption = Annotated[
-    Path | None,
-    typer.Option(help="Config file. Default: ./llmtape.toml if present.", metavar="FILE"),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
-
-
-def open_library(
-    cassettes: Path | None,
-    upstream: list[str] | None,
-    ignore: list[str] | None,
-    config: Path | None,
-    rules: bool = True,
-) -> Library:
-    """The cassette library and the match rules, from the same sources as `serve` (only the
-    folder when the command needs no `rules`); a library that is not there is an error."""
-    from llmtape.providers import Rulebook, provider_table
-    from llmtape.store import open_store
-
-    settings = load_settings(
-        {
-            "cassettes": cassettes,
-            "ignore": tuple(ignore or ()) or None,
-            "upstream": parse_pairs(upstream, "upstream") if upstream else None,
-        },
-        config=config,
-        fields={"cassettes", "upstream", "ignore"} if rules else {"cassettes"},
-    )
-    store = open_store(settings.cassettes)
-    if not store.exists():
-        raise ConfigError(
-            f"no cassette library at {store.where()} (--cassettes / LLMTAPE_CASSETTES): no "
-            "cassettes there; check the path, or record some with `llmtape serve --mode record`"
-        )
-    book = Rulebook.build(provider_table(settings.upstream), settings.ignore)
-    return Library(store, book.for_upstream)
-
-
-def existing(library: Library, name: str, folder_will_do: bool = False) -> str:
-    """`name` if the cassette has recordings (or, for verify, at least a folder)."""
-    if folder_will_do and library.store.exists(name):
-        return name
-    if not library.store.entries(name):
-        raise ConfigError(f"cassette {name!r} has no recordings under {library.store.where()}")
-    return name
-
-
 @app.command()
 def rekey(
     name: Annotated[str, typer.Argument(help="The cassette to rekey.")],
@@ -228,43 +121,8 @@ def rekey(
         library = open_library(cassettes, upstream, ignore, config)
         report = rekey_cassette(library.store, existing(library, name), library.rules, dry_run)
     except LlmtapeError as exc:
-        raise fail(exc.message) from exc
+        raise fail(exc, as_json) from exc
     print_rekey(report, dry_run, as_json)
-
-
-@app.command("ls")
-def list_cassettes(
-    cassettes: CassettesOption = None, config: ConfigOption = None, as_json: JsonOption = False
-) -> None:
-    """List the cassettes: exchanges, streams, failures kept, tokens."""
-    from llmtape.cli.output import print_summaries
-    from llmtape.listing import summarize
-
-    try:
-        library = open_library(cassettes, None, None, config, rules=False)
-        found = [summarize(library.store, name) for name in library.store.cassettes()]
-    except LlmtapeError as exc:
-        raise fail(exc.message) from exc
-    print_summaries(found, as_json)
-
-
-@app.command()
-def show(
-    name: Annotated[str, typer.Argument(help="The cassette to show.")],
-    cassettes: CassettesOption = None,
-    config: ConfigOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """List the exchanges of one cassette in recorded order."""
-    from llmtape.cli.output import print_rows
-    from llmtape.listing import show as show_cassette
-
-    try:
-        library = open_library(cassettes, None, None, config, rules=False)
-        rows = show_cassette(library.store, existing(library, name))
-    except LlmtapeError as exc:
-        raise fail(exc.message) from exc
-    print_rows(name, rows, as_json)
 
 
 @app.command()
@@ -292,11 +150,13 @@ def verify(
             raise ConfigError(f"no cassettes under {library.store.where()} to verify")
         verdicts = [verify_cassette(library.store, n, library.rules) for n in names]
     except LlmtapeError as exc:
-        raise fail(exc.message) from exc
+        raise fail(exc, as_json) from exc
     print_verdicts(verdicts, as_json)
     if any(v.problems for v in verdicts):
         raise typer.Exit(1)
 
+
+tools.register(app)
 
 if __name__ == "__main__":
     app()

@@ -1,4 +1,5 @@
-"""Rendering for the cassette commands: rich tables for people, stable JSON for --json."""
+"""Rendering for rekey and verify: lines for people, stable JSON for --json (ls, show and
+diff render in reports.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from rich.console import Console
-from rich.table import Table
 
-from llmtape.listing import Row, Summary
 from llmtape.rekey import RekeyReport
 from llmtape.verification import Verdict
 
@@ -45,55 +44,6 @@ def print_rekey(report: RekeyReport, dry_run: bool, as_json: bool) -> None:
         console.print(
             f"  {item['file']}: no {', '.join(item['headers'])}", highlight=False, soft_wrap=True
         )
-
-
-def print_summaries(summaries: Sequence[Summary], as_json: bool) -> None:
-    if as_json:
-        print_json([asdict(s) for s in summaries])
-        return
-    table = Table(
-        "cassette", "exchanges", "streams", "failures", "input tokens", "output tokens", box=None
-    )
-    for s in summaries:
-        table.add_row(
-            s.cassette,
-            str(s.exchanges),
-            str(s.streams),
-            str(s.failures),
-            f"{s.input_tokens:,}",
-            f"{s.output_tokens:,}",
-        )
-    console = Console()
-    console.print(table if summaries else "no cassettes yet")
-    for s in summaries:
-        if s.unreadable:
-            console.print(
-                f"{s.cassette}: {s.unreadable} unreadable file(s); run "
-                f"`llmtape verify {s.cassette}`",
-                highlight=False,
-                style="red",
-            )
-
-
-def print_rows(cassette: str, rows: Sequence[Row], as_json: bool) -> None:
-    if as_json:
-        print_json({"cassette": cassette, "exchanges": [asdict(r) for r in rows]})
-        return
-    table = Table(box=None)
-    for name in ("seq", "request", "status", "answer", "outcome", "tokens", "file"):
-        # The request takes the room; a narrow terminal wraps it, never cuts it.
-        table.add_column(name, overflow="fold", no_wrap=name != "request")
-    for r in rows:
-        table.add_row(
-            str(r.seq),
-            r.request,
-            str(r.status),
-            r.kind,
-            r.outcome,
-            f"{r.input_tokens}/{r.output_tokens}",
-            r.file[:12],
-        )
-    Console().print(table)
 
 
 def print_verdicts(verdicts: Sequence[Verdict], as_json: bool) -> None:

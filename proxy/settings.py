@@ -211,6 +211,32 @@ def _check_known(names: Iterable[str], info: ValidationInfo, context: str = "") 
         )
 
 
+class ToolSettings(BaseModel):
+    """Options only the cassette tools read (not `serve`): a CLI option of theirs, an
+    LLMTAPE_* variable and a key of llmtape.toml, in the same order as Settings."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    prices: Path | None = Field(
+        None, description="A price table (JSON) over the shipped one, for the cost shown."
+    )
+
+
+def load_tool_settings(
+    cli: Mapping[str, Any], environ: Mapping[str, str] | None = None, config: Path | None = None
+) -> ToolSettings:
+    environ = os.environ if environ is None else environ
+    merged = {
+        **_from_file(config, environ, ToolSettings),
+        **_from_env(environ, ToolSettings),
+        **{key: value for key, value in cli.items() if value is not None},
+    }
+    try:
+        return ToolSettings(**merged)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, {})) from exc
+
+
 LIST_FIELDS = frozenset({"live", "ignore"})
 DICT_FIELDS = frozenset({"upstream"})
 
@@ -236,8 +262,8 @@ def load_settings(
     setting (an LLMTAPE_LIVE naming an upstream that serve gets on its command line)."""
     environ = os.environ if environ is None else environ
     layers: list[tuple[str, dict[str, Any]]] = [
-        ("llmtape.toml", _from_file(config, environ)),
-        ("environment", _from_env(environ)),
+        ("llmtape.toml", _from_file(config, environ, Settings)),
+        ("environment", _from_env(environ, Settings)),
         ("command line", {k: v for k, v in cli.items() if v is not None and v != ()}),
     ]
     merged: dict[str, Any] = {}
@@ -257,7 +283,10 @@ def load_settings(
         raise ConfigError(_explain(exc, origin)) from exc
 
 
-def _from_file(config: Path | None, environ: Mapping[str, str]) -> dict[str, Any]:
+def _from_file(
+    config: Path | None, environ: Mapping[str, str], model: type[BaseModel]
+) -> dict[str, Any]:
+    """The keys of llmtape.toml that `model` has (a key neither model has is an error)."""
     path = config or (Path(environ[env_name("config")]) if env_name("config") in environ else None)
     if path is None:
         path = Path(DEFAULT_CONFIG_FILE)
@@ -272,15 +301,16 @@ def _from_file(config: Path | None, environ: Mapping[str, str]) -> dict[str, Any
     values = {key.replace("-", "_"): value for key, value in data.items()}
     if "match" in values:
         values["ignore"] = [*values.get("ignore", []), *match_tables(values.pop("match"), path)]
-    unknown = sorted(set(values) - set(Settings.model_fields))
+    known = set(Settings.model_fields) | set(ToolSettings.model_fields)
+    unknown = sorted(set(values) - known)
     if unknown:
         raise ConfigError(
             f"config file {path}: unknown key(s) {', '.join(unknown)}; "
-            f"known keys: {', '.join(sorted(Settings.model_fields))}"
+            f"known keys: {', '.join(sorted(known))}"
         )
     if isinstance(values.get("upstream"), list):
         values["upstream"] = parse_pairs(values["upstream"], "upstream", f"upstream in {path}")
-    return values
+    return {key: value for key, value in values.items() if key in model.model_fields}
 
 
 MATCH_KEYS = {
@@ -315,9 +345,9 @@ def match_tables(tables: Any, path: Path) -> list[str]:
     return specs
 
 
-def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
+def _from_env(environ: Mapping[str, str], model: type[BaseModel]) -> dict[str, Any]:
     values: dict[str, Any] = {}
-    for field in Settings.model_fields:
+    for field in model.model_fields:
         raw = environ.get(env_name(field))
         if raw is None or raw == "":
             continue

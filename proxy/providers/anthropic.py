@@ -6,25 +6,60 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from llmtape.framing import FrameSigns
-from llmtape.providers.base import Provider, Usage, error_frame, pick_int, type_of, usage_of
+from llmtape.providers.base import Provider, error_frame, pick_int, strings, type_of
 from llmtape.rules import MatchRules
+from llmtape.tokens import Tokens
 
 
 def error_body(error_type: str, message: str, status: int) -> dict[str, Any]:
     return {"type": "error", "error": {"type": error_type, "message": message}}
 
 
-def usage(payloads: Iterable[Any]) -> Usage | None:
+def tokens(payloads: Iterable[Any]) -> Tokens | None:
+    """`input_tokens` holds only the uncached prompt: the cache's reads and writes are added to
+    it, so that input means the whole prompt as for every other provider."""
     # message_start carries input tokens, message_delta the running output count.
-    input_tokens = output_tokens = None
+    counts: dict[str, int | None] = dict.fromkeys(_COUNTS)
     for payload in payloads:
         if not isinstance(payload, dict):
             continue
         message = payload.get("message") if payload.get("type") == "message_start" else payload
         block = message.get("usage") if isinstance(message, dict) else None
-        input_tokens = pick_int(block, "input_tokens") or input_tokens
-        output_tokens = pick_int(block, "output_tokens") or output_tokens
-    return usage_of(input_tokens, output_tokens)
+        for name in _COUNTS:
+            counts[name] = pick_int(block, name) or counts[name]
+    if counts["input_tokens"] is None and counts["output_tokens"] is None:
+        return None
+    read, written = (
+        counts["cache_read_input_tokens"] or 0,
+        counts["cache_creation_input_tokens"] or 0,
+    )
+    return Tokens(
+        (counts["input_tokens"] or 0) + read + written, counts["output_tokens"] or 0, read, written
+    )
+
+
+_COUNTS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+)
+
+
+def text(payloads: Iterable[Any]) -> str:
+    """`text_delta`s of a stream, or the `text` blocks of a whole message."""
+    pieces: list[str] = []
+    for payload in payloads:
+        if not isinstance(payload, dict):
+            continue
+        delta = payload.get("delta")
+        if payload.get("type") == "content_block_delta" and isinstance(delta, dict):
+            pieces += strings(delta.get("text")) if delta.get("type") == "text_delta" else []
+        elif payload.get("type") == "message":
+            blocks = payload.get("content")
+            for block in blocks if isinstance(blocks, list) else []:
+                pieces += strings(block.get("text")) if isinstance(block, dict) else []
+    return "".join(pieces)
 
 
 def final_frame(event: str, payload: Any, data: str) -> bool:
@@ -52,7 +87,8 @@ PROVIDER = Provider(
         key_headers=frozenset({"anthropic-version", "anthropic-beta"}),
     ),
     error_body=error_body,
-    usage=usage,
+    tokens=tokens,
+    text=text,
     frame_signs=FrameSigns(final=final_frame, error=stream_error, idle=ping),
     volatile_headers=frozenset({"anthropic-organization-id"}),
     volatile_prefixes=("anthropic-ratelimit-",),

@@ -9,6 +9,7 @@ from typing import Any
 from llmtape.framing import FrameSigns
 from llmtape.normalize import RequestParts
 from llmtape.rules import MatchRules
+from llmtape.tokens import Tokens
 
 Usage = dict[str, int]
 
@@ -46,8 +47,12 @@ def generic_error(error_type: str, message: str, status: int) -> dict[str, Any]:
     return {"error": {"type": error_type, "message": message}}
 
 
-def no_usage(payloads: Iterable[Any]) -> Usage | None:
+def no_tokens(payloads: Iterable[Any]) -> Tokens | None:
     return None
+
+
+def no_text(payloads: Iterable[Any]) -> str:
+    return ""
 
 
 def no_stream_path(path: str) -> bool:
@@ -83,8 +88,10 @@ class Provider:
     rules: MatchRules = field(default_factory=MatchRules)
     # The provider's error shape for (llmtape error type, message, HTTP status).
     error_body: Callable[[str, str, int], dict[str, Any]] = generic_error
-    # Token usage from the decoded JSON payloads of a body or of every stream frame, in order.
-    usage: Callable[[Iterable[Any]], Usage | None] = no_usage
+    # Token counts from the decoded JSON payloads of a body or of every stream frame, in order.
+    tokens: Callable[[Iterable[Any]], Tokens | None] = no_tokens
+    # The assistant's text from the same payloads: a whole answer's, or a stream's joined.
+    text: Callable[[Iterable[Any]], str] = no_text
     # Which stream frames end the answer, report a failure, or only keep the line alive.
     frame_signs: FrameSigns = ERROR_ONLY
     # Response headers of its own that differ on every call, on top of the HTTP ones.
@@ -94,6 +101,11 @@ class Provider:
     stream_path: Callable[[str], bool] = no_stream_path
     # Whether a request on a bare `/v1/...` path (no upstream prefix) is this provider's.
     claims_bare_v1: Callable[[Mapping[str, str]], bool] = claims_nothing
+
+    def usage(self, payloads: Iterable[Any]) -> Usage | None:
+        """The `usage` an exchange file keeps: input and output tokens."""
+        found = self.tokens(payloads)
+        return None if found is None else found.stored()
 
     def with_url(self, url: str) -> Provider:
         return replace(self, base_url=url.rstrip("/"))
@@ -124,7 +136,16 @@ def pick_int(source: Any, *names: str) -> int | None:
     return None
 
 
-def usage_of(input_tokens: int | None, output_tokens: int | None) -> Usage | None:
-    if input_tokens is None and output_tokens is None:
-        return None
-    return {"input_tokens": input_tokens or 0, "output_tokens": output_tokens or 0}
+def pick_dict(source: Any, *names: str) -> Any:
+    """The first of `names` in `source` that holds an object (a usage block's details)."""
+    if isinstance(source, dict):
+        for name in names:
+            value = source.get(name)
+            if isinstance(value, dict):
+                return value
+    return None
+
+
+def strings(*values: Any) -> list[str]:
+    """The values that are strings: the text pieces of an answer, skipping nulls."""
+    return [value for value in values if isinstance(value, str)]

@@ -7,7 +7,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from llmtape.framing import FrameSigns
-from llmtape.providers.base import Provider, Usage, error_frame, pick_int, usage_of
+from llmtape.providers.base import Provider, error_frame, pick_int, strings
+from llmtape.tokens import Tokens, tokens_of
 
 # Google's canonical status names, which its SDKs show beside the code.
 GOOGLE_STATUS = {
@@ -36,15 +37,39 @@ def error_body(error_type: str, message: str, status: int) -> dict[str, Any]:
     }
 
 
-def usage(payloads: Iterable[Any]) -> Usage | None:
-    found: Usage | None = None
+def tokens(payloads: Iterable[Any]) -> Tokens | None:
+    """`usageMetadata`: the prompt (cached content included), and as output the candidates
+    plus the thinking tokens, which Google bills as output but counts apart."""
+    found: Tokens | None = None
     for payload in payloads:
         block = payload.get("usageMetadata") if isinstance(payload, dict) else None
         if isinstance(block, dict):
-            found = usage_of(
-                pick_int(block, "promptTokenCount"), pick_int(block, "candidatesTokenCount")
+            output = pick_int(block, "candidatesTokenCount")
+            thoughts = pick_int(block, "thoughtsTokenCount")
+            if thoughts is not None:
+                output = (output or 0) + thoughts
+            found = (
+                tokens_of(
+                    pick_int(block, "promptTokenCount"),
+                    output,
+                    pick_int(block, "cachedContentTokenCount"),
+                )
+                or found
             )
     return found
+
+
+def text(payloads: Iterable[Any]) -> str:
+    """The parts of the first candidate, chunk after chunk."""
+    pieces: list[str] = []
+    for payload in payloads:
+        candidates = payload.get("candidates") if isinstance(payload, dict) else None
+        first = candidates[0] if isinstance(candidates, list) and candidates else None
+        content = first.get("content") if isinstance(first, dict) else None
+        parts = content.get("parts") if isinstance(content, dict) else None
+        for part in parts if isinstance(parts, list) else []:
+            pieces += strings(part.get("text")) if isinstance(part, dict) else []
+    return "".join(pieces)
 
 
 def final_frame(event: str, payload: Any, data: str) -> bool:
@@ -63,7 +88,8 @@ PROVIDER = Provider(
     name="gemini",
     base_url="https://generativelanguage.googleapis.com",
     error_body=error_body,
-    usage=usage,
+    tokens=tokens,
+    text=text,
     frame_signs=FrameSigns(final=final_frame, error=error_frame),
     stream_path=stream_path,
 )

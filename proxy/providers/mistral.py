@@ -9,7 +9,8 @@ PROVIDER = Provider(
     name="mistral",
     base_url="https://api.mistral.ai",
     error_body=openai.error_body,
-    usage=openai.usage,
+    tokens=openai.tokens,
+    text=openai.text,
     frame_signs=openai.FRAME_SIGNS,
     # Its gateway's request id and latencies (`x-kong-request-id`, `x-kong-proxy-latency`).
     volatile_headers=frozenset({"mistral-correlation-id"}),

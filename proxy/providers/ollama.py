@@ -6,24 +6,29 @@ from collections.abc import Iterable
 from typing import Any
 
 from llmtape.framing import FrameSigns
-from llmtape.providers.base import (
-    Provider,
-    Usage,
-    error_frame,
-    generic_error,
-    pick_int,
-    usage_of,
-)
+from llmtape.providers.base import Provider, error_frame, generic_error, pick_int, strings
+from llmtape.tokens import Tokens, tokens_of
 
 
-def usage(payloads: Iterable[Any]) -> Usage | None:
-    found: Usage | None = None
+def tokens(payloads: Iterable[Any]) -> Tokens | None:
+    found: Tokens | None = None
     for payload in payloads:
         if isinstance(payload, dict) and payload.get("done") is True:
-            found = usage_of(
+            found = tokens_of(
                 pick_int(payload, "prompt_eval_count"), pick_int(payload, "eval_count")
             )
     return found
+
+
+def text(payloads: Iterable[Any]) -> str:
+    """`/api/chat`'s `message.content`, `/api/generate`'s `response`, line after line."""
+    pieces: list[str] = []
+    for payload in payloads:
+        if isinstance(payload, dict):
+            message = payload.get("message")
+            pieces += strings(payload.get("response"))
+            pieces += strings(message.get("content")) if isinstance(message, dict) else []
+    return "".join(pieces)
 
 
 def final_frame(event: str, payload: Any, data: str) -> bool:
@@ -34,6 +39,7 @@ PROVIDER = Provider(
     name="ollama",
     base_url="http://127.0.0.1:11434",
     error_body=generic_error,
-    usage=usage,
+    tokens=tokens,
+    text=text,
     frame_signs=FrameSigns(final=final_frame, error=error_frame),
 )

@@ -6,8 +6,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from llmtape.framing import FrameSigns
-from llmtape.providers.base import Provider, Usage, error_frame, pick_int, type_of, usage_of
+from llmtape.providers.base import (
+    Provider,
+    error_frame,
+    pick_dict,
+    pick_int,
+    strings,
+    type_of,
+)
 from llmtape.rules import MatchRules
+from llmtape.tokens import Tokens, tokens_of
 
 # The Responses API's last event; chat completions end with `data: [DONE]`.
 RESPONSES_FINAL = frozenset({"response.completed", "response.failed", "response.incomplete"})
@@ -17,20 +25,60 @@ def error_body(error_type: str, message: str, status: int) -> dict[str, Any]:
     return {"error": {"message": message, "type": error_type, "param": None, "code": error_type}}
 
 
-def usage(payloads: Iterable[Any]) -> Usage | None:
-    found: Usage | None = None
+def tokens(payloads: Iterable[Any]) -> Tokens | None:
+    """Chat's `prompt_tokens` / `completion_tokens` (and embeddings' `prompt_tokens`), the
+    Responses API's `input_tokens` / `output_tokens`; cached tokens from their details."""
+    found: Tokens | None = None
     for payload in payloads:
         if not isinstance(payload, dict):
             continue
         # Responses API streams carry usage inside response.completed's `response`.
         holder = payload.get("response") if isinstance(payload.get("response"), dict) else payload
         block = holder.get("usage") if isinstance(holder, dict) else None
-        if isinstance(block, dict):
-            found = usage_of(
+        details = pick_dict(block, "prompt_tokens_details", "input_tokens_details")
+        found = (
+            tokens_of(
                 pick_int(block, "prompt_tokens", "input_tokens"),
                 pick_int(block, "completion_tokens", "output_tokens"),
+                pick_int(details, "cached_tokens"),
             )
+            or found
+        )
     return found
+
+
+def text(payloads: Iterable[Any]) -> str:
+    """Chat deltas (`choices[].delta.content`) or messages, Responses `output_text` deltas or
+    a whole response's `output_text` parts, legacy completions' `choices[].text`."""
+    pieces: list[str] = []
+    for payload in payloads:
+        if not isinstance(payload, dict):
+            continue
+        if payload.get("type") == "response.output_text.delta":
+            pieces += strings(payload.get("delta"))
+        elif payload.get("object") == "response":
+            pieces += _output_text(payload.get("output"))
+        for choice in payload.get("choices") or []:
+            if isinstance(choice, dict):
+                delta, message = choice.get("delta"), choice.get("message")
+                pieces += strings(choice.get("text"))
+                pieces += strings(
+                    *(m.get("content") for m in (delta, message) if isinstance(m, dict))
+                )
+    return "".join(pieces)
+
+
+def _output_text(output: Any) -> list[str]:
+    items = output if isinstance(output, list) else []
+    return [
+        part["text"]
+        for item in items
+        if isinstance(item, dict)
+        for part in item.get("content") or []
+        if isinstance(part, dict)
+        and part.get("type") == "output_text"
+        and isinstance(part.get("text"), str)
+    ]
 
 
 def final_frame(event: str, payload: Any, data: str) -> bool:
@@ -55,7 +103,8 @@ PROVIDER = Provider(
         key_headers=frozenset({"openai-beta"}),
     ),
     error_body=error_body,
-    usage=usage,
+    tokens=tokens,
+    text=text,
     frame_signs=FRAME_SIGNS,
     volatile_headers=frozenset({"openai-processing-ms"}),
 )

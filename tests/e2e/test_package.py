@@ -45,6 +45,7 @@ def test_the_wheel_holds_one_top_level_package(wheel: Path) -> None:
     tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert tops == {"llmtape"}
     assert "llmtape/cli/main.py" in names and "llmtape/engine.py" in names
+    assert "llmtape/data/prices.json" in names, "the price table ships as package data"
 
 
 def test_installed_wheel_imports_as_llmtape_only(wheel: Path, tmp_path: Path) -> None:

@@ -1,0 +1,184 @@
+"""What every cassette command shares: its options, the library it opens, the price table it
+reads, how it fails (text, or JSON under --json) and its progress bar."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+from llmtape.errors import ConfigError, LlmtapeError
+from llmtape.prices import PriceTable, load_prices
+from llmtape.rules import MatchRules
+from llmtape.settings import (
+    MIB,
+    Settings,
+    env_name,
+    load_settings,
+    load_tool_settings,
+    option_name,
+    parse_pairs,
+)
+from llmtape.store.base import CassetteStore
+
+# A command that reads more files than this shows a progress bar (on a terminal).
+PROGRESS_FROM = 2000
+
+
+@dataclass(frozen=True)
+class Library:
+    store: CassetteStore
+    rules: Callable[[str], MatchRules]
+
+
+METAVARS = {
+    "host": "HOST",
+    "port": "PORT",
+    "cassettes": "DIR",
+    "cassette": "NAME",
+    "upstream": "NAME=URL",
+    "live": "UPSTREAM",
+    "replay_timing": "none|recorded|FACTOR",
+    "ignore": "UPSTREAM:WHAT:NAME",
+    "connect_timeout": "SECONDS",
+    "read_timeout": "SECONDS",
+    "shutdown_timeout": "SECONDS",
+    "log_level": "LEVEL",
+    "max_body": "SIZE",
+    "max_record": "SIZE",
+    "admin_token": "TOKEN",
+}
+
+
+def option(field: str, off_flag: str | None = None) -> Any:
+    """A serve option described once, in Settings: its help, its default, its variable."""
+    info = Settings.model_fields[field]
+    default = info.get_default(call_default_factory=True)
+    shown = (
+        ", ".join(f"{k}={v}" for k, v in default.items())
+        if isinstance(default, dict)
+        else (", ".join(default) if isinstance(default, tuple) else str(default))
+    )
+    if isinstance(default, bool):
+        shown = "on" if default else "off"
+    elif default is None:
+        shown = ""
+    elif field in ("max_body", "max_record"):
+        shown = f"{default // MIB}MiB"
+    flags = [option_name(field) + (f"/{off_flag}" if off_flag else "")]
+    text = f"{info.description} Env: {env_name(field)}."
+    return typer.Option(
+        *flags,
+        help=text + (f" Default: {shown}." if shown else ""),
+        show_default=False,
+        metavar=METAVARS.get(field),
+    )
+
+
+def fail(error: LlmtapeError | str, as_json: bool = False, code: int = 2) -> typer.Exit:
+    """Say what went wrong (one JSON object on stdout under --json, else a line on stderr,
+    red only on a terminal and without NO_COLOR) and give the exit to raise."""
+    message = error.message if isinstance(error, LlmtapeError) else error
+    kind = error.error_type if isinstance(error, LlmtapeError) else "llmtape_error"
+    if as_json:
+        print(json.dumps({"error": {"type": kind, "message": message}}, indent=2))
+    else:
+        Console(stderr=True).print(
+            f"llmtape: {message}", style="red", highlight=False, markup=False, soft_wrap=True
+        )
+    return typer.Exit(code)
+
+
+CassettesOption = Annotated[Path | None, option("cassettes")]
+UpstreamOption = Annotated[list[str] | None, option("upstream")]
+IgnoreOption = Annotated[list[str] | None, option("ignore")]
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(help="Config file. Default: ./llmtape.toml if present.", metavar="FILE"),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+PricesOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="A price table (JSON, as llmtape's own) whose models override the shipped "
+        f"prices. Env: {env_name('prices')}; `prices` in llmtape.toml.",
+        metavar="FILE",
+    ),
+]
+
+
+def library_store(cassettes: Path | None, config: Path | None) -> CassetteStore:
+    """The library's store, whether or not its folder is there."""
+    from llmtape.store import open_store
+
+    settings = load_settings({"cassettes": cassettes}, config=config, fields={"cassettes"})
+    return open_store(settings.cassettes)
+
+
+def open_library(
+    cassettes: Path | None,
+    upstream: list[str] | None,
+    ignore: list[str] | None,
+    config: Path | None,
+    rules: bool = True,
+) -> Library:
+    """The cassette library and the match rules, from the same sources as `serve` (only the
+    folder when the command needs no `rules`); a library that is not there is an error."""
+    from llmtape.providers import Rulebook, provider_table
+    from llmtape.store import open_store
+
+    settings = load_settings(
+        {
+            "cassettes": cassettes,
+            "ignore": tuple(ignore or ()) or None,
+            "upstream": parse_pairs(upstream, "upstream") if upstream else None,
+        },
+        config=config,
+        fields={"cassettes", "upstream", "ignore"} if rules else {"cassettes"},
+    )
+    store = open_store(settings.cassettes)
+    if not store.exists():
+        raise missing_library(store)
+    book = Rulebook.build(provider_table(settings.upstream), settings.ignore)
+    return Library(store, book.for_upstream)
+
+
+def missing_library(store: CassetteStore) -> ConfigError:
+    return ConfigError(
+        f"no cassette library at {store.where()} (--cassettes / LLMTAPE_CASSETTES): no "
+        "cassettes there; check the path, or record some with `llmtape serve --mode record`"
+    )
+
+
+def existing(library: Library, name: str, folder_will_do: bool = False) -> str:
+    """`name` if the cassette has recordings (or, for verify, at least a folder)."""
+    if folder_will_do and library.store.exists(name):
+        return name
+    if not library.store.entries(name):
+        raise ConfigError(f"cassette {name!r} has no recordings under {library.store.where()}")
+    return name
+
+
+def price_table(prices: Path | None, config: Path | None) -> PriceTable:
+    """The shipped prices with the user's file (--prices > LLMTAPE_PRICES > toml) over them."""
+    return load_prices(load_tool_settings({"prices": prices}, config=config).prices)
+
+
+@contextmanager
+def progress(total: int, what: str) -> Iterator[Callable[[], None]]:
+    """A tick per file read; a bar on stderr when there are many files and it is a terminal."""
+    console = Console(stderr=True)
+    if total <= PROGRESS_FROM or not console.is_terminal:
+        yield lambda: None
+        return
+    columns = (TextColumn(what), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task(what, total=total)
+        yield lambda: bar.advance(task)

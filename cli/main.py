@@ -73,6 +73,8 @@ METAVARS = {
     "read_timeout": "SECONDS",
     "shutdown_timeout": "SECONDS",
     "log_level": "LEVEL",
+    "redact_field": "PATH",
+    "redact_pattern": "REGEX",
 }
 
 
@@ -123,6 +125,8 @@ def serve(
     read_timeout: Annotated[float | None, option("read_timeout")] = None,
     shutdown_timeout: Annotated[float | None, option("shutdown_timeout")] = None,
     log_level: Annotated[str | None, option("log_level")] = None,
+    redact_field: Annotated[list[str] | None, option("redact_field")] = None,
+    redact_pattern: Annotated[list[str] | None, option("redact_pattern")] = None,
     config: Annotated[
         Path | None,
         typer.Option(help="Config file. Default: ./llmtape.toml if present.", metavar="FILE"),
@@ -140,6 +144,8 @@ def serve(
             options["upstream"] = parse_pairs(upstream, "upstream")
         options["live"] = tuple(live) if live else None
         options["ignore"] = tuple(ignore) if ignore else None
+        options["redact_field"] = tuple(redact_field) if redact_field else None
+        options["redact_pattern"] = tuple(redact_pattern) if redact_pattern else None
         settings = load_settings(options, config=config)
     except ConfigError as exc:
         raise fail(exc.message) from exc

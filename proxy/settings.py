@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from pydantic import (
 from llmtape.errors import BadCassetteName, ConfigError
 from llmtape.providers import BUILTIN
 from llmtape.rules import parse_rule
+from llmtape.scrub import check_field, check_pattern
 from llmtape.store.names import check_cassette_name
 from llmtape.timing import parse_timing
 
@@ -89,6 +90,16 @@ class Settings(BaseModel):
         5.0, ge=0, description="Seconds open connections get to finish at shutdown."
     )
     log_level: str = Field("info", description="debug, info, warning or error.")
+    redact_field: tuple[str, ...] = Field(
+        (),
+        description="A body field scrubbed before recording, e.g. messages[*].content or "
+        "user.email ([redact] fields in llmtape.toml); repeatable.",
+    )
+    redact_pattern: tuple[str, ...] = Field(
+        (),
+        description="A regular expression scrubbed from bodies before recording ([redact] "
+        "patterns in llmtape.toml; one per line in the variable); repeatable.",
+    )
 
     @field_validator("cassette")
     @classmethod
@@ -144,12 +155,31 @@ class Settings(BaseModel):
                 _check_known([rule.upstream], info, f"rule {spec!r}: ")
         return value
 
+    @field_validator("redact_field")
+    @classmethod
+    def _redact_fields(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return _checked(check_field, value)
+
+    @field_validator("redact_pattern")
+    @classmethod
+    def _redact_patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return _checked(check_pattern, value)
+
     @field_validator("log_level")
     @classmethod
     def _log_level(cls, value: str) -> str:
         if value.lower() not in {"debug", "info", "warning", "error"}:
             raise ValueError("must be one of debug, info, warning, error")
         return value.lower()
+
+
+def _checked(check: Callable[[str], object], value: tuple[str, ...]) -> tuple[str, ...]:
+    for item in value:
+        try:
+            check(item)
+        except ConfigError as exc:
+            raise ValueError(exc.message) from exc
+    return value
 
 
 def _check_known(names: Iterable[str], info: ValidationInfo, context: str = "") -> None:
@@ -163,7 +193,8 @@ def _check_known(names: Iterable[str], info: ValidationInfo, context: str = "") 
         )
 
 
-LIST_FIELDS = frozenset({"live", "ignore"})
+LIST_FIELDS = frozenset({"live", "ignore", "redact_field"})
+LINE_FIELDS = frozenset({"redact_pattern"})  # a regular expression may hold a comma
 DICT_FIELDS = frozenset({"upstream"})
 
 
@@ -224,6 +255,8 @@ def _from_file(config: Path | None, environ: Mapping[str, str]) -> dict[str, Any
     values = {key.replace("-", "_"): value for key, value in data.items()}
     if "match" in values:
         values["ignore"] = [*values.get("ignore", []), *match_tables(values.pop("match"), path)]
+    if "redact" in values:
+        values.update(redact_table(values.pop("redact"), path))
     unknown = sorted(set(values) - set(Settings.model_fields))
     if unknown:
         raise ConfigError(
@@ -267,6 +300,26 @@ def match_tables(tables: Any, path: Path) -> list[str]:
     return specs
 
 
+REDACT_KEYS = {"fields": "redact_field", "patterns": "redact_pattern"}
+
+
+def redact_table(table: Any, path: Path) -> dict[str, list[str]]:
+    """`[redact] fields = [...]`, `patterns = [...]` -> redact_field, redact_pattern."""
+    if (
+        not isinstance(table, dict)
+        or set(table) - set(REDACT_KEYS)
+        or not all(
+            isinstance(items, list) and all(isinstance(item, str) for item in items)
+            for items in table.values()
+        )
+    ):
+        raise ConfigError(
+            f"config file {path}: [redact] takes the lists of strings fields (JSON paths) "
+            "and patterns (regular expressions)"
+        )
+    return {REDACT_KEYS[key]: items for key, items in table.items()}
+
+
 def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for field in Settings.model_fields:
@@ -275,6 +328,8 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
             continue
         if field in LIST_FIELDS:
             values[field] = tuple(part.strip() for part in raw.split(",") if part.strip())
+        elif field in LINE_FIELDS:
+            values[field] = tuple(line for line in raw.splitlines() if line)
         elif field in DICT_FIELDS:
             values[field] = parse_pairs(raw.split(","), field, env_name(field))
         else:

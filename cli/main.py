@@ -270,11 +270,15 @@ def verify(
     ignore: IgnoreOption = None,
     config: ConfigOption = None,
     as_json: JsonOption = False,
+    upgrade: Annotated[
+        bool, typer.Option(help="Rewrite files of an older schema_version in today's.")
+    ] = False,
 ) -> None:
     """Check every exchange file; exit 1 on a problem.
 
     Each file must parse under the schema, carry the key and ordinal its name says, and have
-    that key under today's match rules. Leftover temporary files are reported too."""
+    that key under today's match rules. Leftover temporary files are reported too. Files of
+    an older schema_version are read fine and listed; --upgrade rewrites them."""
     from llmtape.cli.output import print_verdicts
     from llmtape.verification import verify as verify_cassette
 
@@ -285,13 +289,16 @@ def verify(
         )
         if not names:
             raise ConfigError(f"no cassettes under {library.store.where()} to verify")
-        verdicts = [verify_cassette(library.store, n, library.rules) for n in names]
+        verdicts = [verify_cassette(library.store, n, library.rules, upgrade) for n in names]
     except LlmtapeError as exc:
         raise fail(exc.message) from exc
     print_verdicts(verdicts, as_json)
     if any(v.problems for v in verdicts):
         raise typer.Exit(1)
 
+
+# The upkeep commands (prune, redact) register themselves on `app`.
+import llmtape.cli.maintenance  # noqa: E402, F401
 
 if __name__ == "__main__":
     app()

@@ -13,9 +13,9 @@ from pydantic import ValidationError
 from llmtape import models
 from llmtape.models import (
     SCHEMA_VERSION,
-    NewerSchema,
     Exchange,
     Frame,
+    NewerSchema,
     Outcome,
     StoredRequest,
     StoredResponse,

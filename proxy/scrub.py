@@ -40,7 +40,7 @@ def check_pattern(pattern: str) -> re.Pattern[str]:
         raise ConfigError(
             f"redact pattern {pattern!r} is not a valid regular expression: {exc}"
         ) from exc
-    if compiled.search(MARKER):
+    if any(match.group(0) for match in compiled.finditer(MARKER)):
         raise ConfigError(
             f"redact pattern {pattern!r} matches the marker {MARKER} that redaction leaves, so "
             "a redacted file would still match it; make the pattern stricter"
@@ -78,6 +78,10 @@ class Scrubber:
                 break
             text = new
         return text
+
+    def matches(self, text: str) -> bool:
+        """Whether a pattern matches something (not nothing) in `text`."""
+        return any(m.group(0) for pattern in self.patterns for m in pattern.finditer(text))
 
     def value(self, value: Any) -> Any:
         """A JSON value with its fields and every matching string (or number) scrubbed."""

@@ -52,6 +52,6 @@ def matches_left(store: CassetteStore, cassette: str, scrubber: Scrubber) -> lis
     for key, ordinals in sorted(store.entries(cassette).items()):
         for ordinal in ordinals:
             text = dump_exchange(store.read(cassette, key, ordinal)).decode("utf-8", "replace")
-            if any(pattern.search(text) for pattern in scrubber.patterns):
+            if scrubber.matches(text):
                 left.append(exchange_file(key, ordinal))
     return left

@@ -60,14 +60,17 @@ def print_prune(report: PruneReport, as_json: bool) -> None:
     console = Console()
     verb = "would delete" if report.dry_run else "deleted"
     for file in report.pruned:
-        console.print(f"  {file}", highlight=False, soft_wrap=True)
+        console.print(f"  {file}", highlight=False, markup=False, soft_wrap=True)
     console.print(
         f"cassette {report.cassette!r}: {verb} {len(report.pruned)} recording(s) the last "
         f"replay run did not use, {report.kept} kept",
         highlight=False,
+        markup=False,
     )
     if report.gone:
-        console.print(f"{len(report.gone)} listed as unused were already gone", highlight=False)
+        console.print(
+            f"{len(report.gone)} listed as unused were already gone", highlight=False, markup=False
+        )
 
 
 @app.command()
@@ -141,25 +144,28 @@ def print_redact(report: RedactReport, as_json: bool) -> None:
     console = Console()
     would = "would be " if report.dry_run else ""
     for file in report.changed:
-        console.print(f"  {file}: {would}rewritten", highlight=False, soft_wrap=True)
+        console.print(f"  {file}: {would}rewritten", highlight=False, markup=False, soft_wrap=True)
     for old, new in report.moved:
-        console.print(f"  {old} -> {new}", highlight=False, soft_wrap=True)
+        console.print(f"  {old} -> {new}", highlight=False, markup=False, soft_wrap=True)
     console.print(
         f"cassette {report.cassette!r}: {len(report.changed)} {would}rewritten, "
         f"{len(report.moved)} {would}re-keyed, {report.unchanged} unchanged",
         highlight=False,
+        markup=False,
     )
     if report.moved:
         console.print(
             "A re-keyed recording's request changed: replay with the same rules ([redact] in "
             "llmtape.toml, or --redact-field / --redact-pattern) so requests key the same.",
             highlight=False,
+            markup=False,
             soft_wrap=True,
         )
     if report.left:
         console.print(
             f"a pattern still matches outside the bodies in: {', '.join(report.left)}",
             highlight=False,
+            markup=False,
             style="red",
             soft_wrap=True,
         )

@@ -90,6 +90,7 @@ class Engine:
         # Every cassette the server was told to serve (start-up, PUT), with its modes then:
         # one no request reached fails --fail-on-unused (an agent that bypassed llmtape).
         self.told: dict[str, set[Mode]] = {settings.cassette: {settings.mode}}
+        self.named: set[str] = set()  # the cassettes a PUT named
         self.counters = Counters()
         self.runs = Runs(store, strict_order=settings.strict_order, live=frozenset(settings.live))
         self.replays = ReplayCache()
@@ -310,6 +311,7 @@ class Engine:
         before = self.current.cassette
         if cassette is not None:
             self.current.cassette = check_cassette_name(cassette)
+            self.named.add(self.current.cassette)
         new_mode = mode is not None and mode is not self.current.mode
         if mode is not None:
             self.current.mode = mode
@@ -334,8 +336,15 @@ class Engine:
         )
 
     def untouched(self) -> list[str]:
-        """The cassettes the server was told to serve that no request has reached."""
-        return sorted(name for name in self.told if name not in self.runs.touched)
+        """The cassettes the server was told to serve that no request has reached: each one a
+        PUT named, and the start-up one (`--cassette`) while no request reached any cassette
+        (clients that pick theirs by header never meant to use it)."""
+        touched = self.runs.touched
+        return sorted(
+            name
+            for name in self.told
+            if name not in touched and (name in self.named or not touched)
+        )
 
     async def close(self) -> Snapshot:
         """End every run (dropping what record runs superseded); count the recordings of every

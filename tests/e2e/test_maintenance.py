@@ -183,6 +183,16 @@ def test_a_cassette_set_by_put_and_never_touched_is_reported(make_proxy: MakePro
     assert proxy.stats["untouched"] == ["second"]
 
 
+def test_the_start_up_cassette_is_not_untouched_when_clients_pick_theirs_by_header(
+    make_proxy: MakeProxy,
+) -> None:
+    proxy = make_proxy(mode="replay", cassette="default")
+    assert proxy.stats["untouched"] == ["default"]
+    with pytest.raises(openai.UnprocessableEntityError):
+        ask(proxy.url, "hi", cassette="mine")
+    assert proxy.stats["untouched"] == []
+
+
 # ---------------------------------------------------------------------------- redact
 
 

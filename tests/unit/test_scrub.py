@@ -21,7 +21,7 @@ scrub = Scrubber.build(["user.email", "messages[*].content"], [EMAIL, r"\d{3}-\d
 
 
 def test_fields_and_patterns_in_a_json_value() -> None:
-    value = {
+    value: Any = {
         "user": {"email": "x", "name": "call 555-1234, or ann@example.com"},
         "messages": [{"role": "user", "content": [{"type": "text"}]}, {"content": None}],
         "n": 5551234,
@@ -34,6 +34,7 @@ def test_fields_and_patterns_in_a_json_value() -> None:
         "phone": 555.1234,
     }
     assert value["user"]["email"] == "x", "the value given is not changed"
+    assert Scrubber.build(patterns=[r"555\d+"]).value({"n": 5551234}) == {"n": MARKER}
 
 
 def test_a_json_body_keeps_its_layout_and_renders_to_valid_json() -> None:

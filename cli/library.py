@@ -54,6 +54,8 @@ METAVARS = {
     "max_body": "SIZE",
     "max_record": "SIZE",
     "admin_token": "TOKEN",
+    "redact_field": "PATH",
+    "redact_pattern": "REGEX",
 }
 
 

@@ -77,6 +77,8 @@ def serve(
     max_body: Annotated[str | None, option("max_body")] = None,
     max_record: Annotated[str | None, option("max_record")] = None,
     admin_token: Annotated[str | None, option("admin_token")] = None,
+    redact_field: Annotated[list[str] | None, option("redact_field")] = None,
+    redact_pattern: Annotated[list[str] | None, option("redact_pattern")] = None,
     config: Annotated[
         Path | None,
         typer.Option(help="Config file. Default: ./llmtape.toml if present.", metavar="FILE"),
@@ -94,6 +96,8 @@ def serve(
             options["upstream"] = parse_pairs(upstream, "upstream")
         options["live"] = tuple(live) if live else None
         options["ignore"] = tuple(ignore) if ignore else None
+        options["redact_field"] = tuple(redact_field) if redact_field else None
+        options["redact_pattern"] = tuple(redact_pattern) if redact_pattern else None
         settings = load_settings(options, config=config)
     except ConfigError as exc:
         raise fail(exc.message) from exc
@@ -133,11 +137,15 @@ def verify(
     ignore: IgnoreOption = None,
     config: ConfigOption = None,
     as_json: JsonOption = False,
+    upgrade: Annotated[
+        bool, typer.Option(help="Rewrite files of an older schema_version in today's.")
+    ] = False,
 ) -> None:
     """Check every exchange file; exit 1 on a problem.
 
     Each file must parse under the schema, carry the key and ordinal its name says, and have
-    that key under today's match rules. Leftover temporary files are reported too."""
+    that key under today's match rules. Leftover temporary files are reported too. Files of
+    an older schema_version are read fine and listed; --upgrade rewrites them."""
     from llmtape.cli.output import print_verdicts
     from llmtape.verification import verify as verify_cassette
 
@@ -148,7 +156,7 @@ def verify(
         )
         if not names:
             raise ConfigError(f"no cassettes under {library.store.where()} to verify")
-        verdicts = [verify_cassette(library.store, n, library.rules) for n in names]
+        verdicts = [verify_cassette(library.store, n, library.rules, upgrade) for n in names]
     except LlmtapeError as exc:
         raise fail(exc, as_json) from exc
     print_verdicts(verdicts, as_json)
@@ -157,6 +165,8 @@ def verify(
 
 
 tools.register(app)
+# The upkeep commands (prune, redact) register themselves on `app`.
+import llmtape.cli.maintenance  # noqa: E402, F401
 
 if __name__ == "__main__":
     app()

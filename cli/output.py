@@ -58,3 +58,12 @@ def print_verdicts(verdicts: Sequence[Verdict], as_json: bool) -> None:
             console.print(
                 f"  {problem['file']}: {problem['problem']}", highlight=False, soft_wrap=True
             )
+        if v.upgraded:
+            console.print(f"  upgraded {len(v.upgraded)} file(s) to today's schema_version")
+        if v.outdated:
+            console.print(
+                f"  {len(v.outdated)} file(s) in an older schema_version (read fine); "
+                f"`llmtape verify {v.cassette} --upgrade` rewrites them",
+                highlight=False,
+                soft_wrap=True,
+            )

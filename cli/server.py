@@ -67,7 +67,8 @@ def configure_logging(level: str) -> None:
 
 def serve(settings: Settings) -> int:
     """Run until SIGINT/SIGTERM. Exit status: 0, 1 when it could not start, 3 with
-    --fail-on-unused when recordings went unused."""
+    --fail-on-unused when recordings went unused or a cassette it was told to serve was
+    never touched."""
     configure_logging(settings.log_level)
     for warning in rule_warnings(settings.ignore):
         log.warning("%s", warning)
@@ -120,7 +121,16 @@ def report(final: Snapshot, settings: Settings) -> int:
                 run.unused_count,
                 ", ".join(run.unused[:10]),
             )
-    if settings.fail_on_unused and unused:
-        log.error("--fail-on-unused: %d recording(s) went unused", unused)
+    for name in final.untouched:
+        log.log(
+            logging.WARNING if settings.fail_on_unused else logging.INFO,
+            "cassette %r was never touched: no request reached it; is the agent pointed at "
+            "llmtape (OPENAI_BASE_URL, ANTHROPIC_BASE_URL, ...)?",
+            name,
+        )
+    if settings.fail_on_unused and (unused or final.untouched):
+        what = [f"{unused} recording(s) went unused"] if unused else []
+        what += [f"{len(final.untouched)} cassette(s) never touched"] if final.untouched else []
+        log.error("--fail-on-unused: %s", ", ".join(what))
         return 3
     return 0

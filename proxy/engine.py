@@ -35,6 +35,7 @@ from llmtape.replays import Replay, ReplayCache
 from llmtape.routing import check_live
 from llmtape.rules import MatchRules
 from llmtape.runs import Run, Runs
+from llmtape.scrub import Scrubber
 from llmtape.settings import Mode, Settings
 from llmtape.stats import Counters, RunSummary, Snapshot, Trace
 from llmtape.store.base import CassetteStore, exchange_file
@@ -83,8 +84,13 @@ class Engine:
         self.settings = settings
         self.providers = providers
         self.rules = Rulebook.build(providers, settings.ignore)
+        self.scrubber = Scrubber.build(settings.redact_field, settings.redact_pattern)
         self.store = store
         self.current = Current(settings.cassette, settings.mode)
+        # Every cassette the server was told to serve (start-up, PUT), with its modes then:
+        # one no request reached fails --fail-on-unused (an agent that bypassed llmtape).
+        self.told: dict[str, set[Mode]] = {settings.cassette: {settings.mode}}
+        self.named: set[str] = set()  # the cassettes a PUT named
         self.counters = Counters()
         self.runs = Runs(store, strict_order=settings.strict_order, live=frozenset(settings.live))
         self.replays = ReplayCache()
@@ -144,6 +150,9 @@ class Engine:
             inbound.body,
             rules,
         )
+        # Keyed as stored: scrubbed by the [redact] rules, so a replay with the same rules
+        # finds what `llmtape redact` or a recording with them wrote.
+        parts = self.scrubber.request(parts)
         key = request_key(parts, rules)
         mode = self.current.mode
         trace = Trace(mode.value, provider.name, parts.method, inbound.path, key)
@@ -277,6 +286,8 @@ class Engine:
         answer that is not kept (a 429 the SDK retried) leaves no gap in the numbering."""
         if exchange.outcome is not Outcome.COMPLETE and not self.settings.record_failures:
             return f"not recorded ({exchange.outcome.value})"
+        if self.scrubber:  # the request was scrubbed when keyed; the answer is scrubbed here
+            exchange = await asyncio.to_thread(self.scrubber.exchange, exchange)
         run = target.run
         ordinal = run.next_ordinal(exchange.key, target.anew)
         exchange = exchange.model_copy(update={"ordinal": ordinal})
@@ -301,9 +312,11 @@ class Engine:
         before = self.current.cassette
         if cassette is not None:
             self.current.cassette = check_cassette_name(cassette)
+            self.named.add(self.current.cassette)
         new_mode = mode is not None and mode is not self.current.mode
         if mode is not None:
             self.current.mode = mode
+        self.told.setdefault(self.current.cassette, set()).add(self.current.mode)
         if new_mode:
             await self.runs.restart_all()
         else:
@@ -326,11 +339,31 @@ class Engine:
             runs=runs,
             ended_runs=list(self.runs.ended),
             unused_total=self.runs.ended_unused + sum(run.unused_count for run in runs),
+            untouched=self.untouched(),
+        )
+
+    def untouched(self) -> list[str]:
+        """The cassettes the server was told to serve that no request has reached: each one a
+        PUT named, and the start-up one (`--cassette`) while no request reached any cassette
+        (clients that pick theirs by header never meant to use it)."""
+        touched = self.runs.touched
+        return sorted(
+            name
+            for name in self.told
+            if name not in touched and (name in self.named or not touched)
         )
 
     async def close(self) -> Snapshot:
-        """End every run (dropping what record runs superseded); the final snapshot."""
+        """End every run (dropping what record runs superseded); count the recordings of every
+        cassette it was told to serve in a replaying mode and no request reached as unused;
+        the final snapshot."""
         self.upstream = None
         await self.runs.restart_all()
         self.replays.clear()
+        for name in self.untouched():
+            replaying = bool(self.told[name] & {Mode.REPLAY, Mode.AUTO, Mode.ONCE})
+            try:
+                await asyncio.to_thread(self.runs.untouched, name, replaying)
+            except LlmtapeError as exc:
+                log.error("cassette %r: %s", name, exc.message)
         return await self.snapshot()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 SCHEMA_VERSION = 1
 
@@ -60,15 +61,49 @@ class Exchange(_Model):
     usage: dict[str, int] | None = None
     request: StoredRequest
     response: StoredResponse
+    _read_as: int = PrivateAttr(default=SCHEMA_VERSION)
+
+    @property
+    def read_as(self) -> int:
+        """The schema_version of the file it was loaded from (older ones are migrated)."""
+        return self._read_as
 
 
-def migrate(data: dict[str, Any]) -> dict[str, Any]:
-    """Bring an older file up to SCHEMA_VERSION (one convert_N_to_N+1 step per version)."""
+class NewerSchema(ValueError):
+    """A file written by a newer llmtape, in a schema this one does not know."""
+
+
+Migration = Callable[[dict[str, Any]], dict[str, Any]]
+# Version N -> the step that turns a version-N file into a version-N+1 one, as in mitmproxy's
+# io/compat.py. A format change bumps SCHEMA_VERSION and adds its `migrate_N_to_N+1` here;
+# none has been needed yet, so the chain is empty while SCHEMA_VERSION is 1.
+MIGRATIONS: dict[int, Migration] = {}
+
+
+def schema_version(data: dict[str, Any]) -> int:
+    """The version a file says it is in; ValueError when it is no version llmtape can read."""
     version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+        raise NewerSchema(
+            f"schema_version {version} was written by a newer llmtape (this one reads up to "
+            f"{SCHEMA_VERSION}): upgrade llmtape (pip install -U llmtape)"
+        )
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise ValueError(
             f"schema_version {version!r} is not supported (this llmtape reads {SCHEMA_VERSION})"
         )
+    return version
+
+
+def migrate(data: dict[str, Any]) -> dict[str, Any]:
+    """Bring a file up to SCHEMA_VERSION in memory, one migrate_N_to_N+1 step at a time."""
+    version = schema_version(data)
+    while version < SCHEMA_VERSION:
+        step = MIGRATIONS.get(version)
+        if step is None:
+            raise ValueError(f"schema_version {version} is not supported: no migration from it")
+        data = step(data)
+        version = data["schema_version"]
     return data
 
 
@@ -96,4 +131,11 @@ def dump_exchange(exchange: Exchange) -> bytes:
 
 
 def load_exchange(raw: bytes) -> Exchange:
-    return Exchange.model_validate(migrate(json.loads(raw)))
+    """An exchange file read back, migrated from an older schema_version where it is one."""
+    data = json.loads(raw)
+    if not isinstance(data, dict):
+        raise ValueError("an exchange file holds one JSON object")
+    read_as = schema_version(data)
+    exchange = Exchange.model_validate(migrate(data))
+    exchange._read_as = read_as
+    return exchange

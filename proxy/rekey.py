@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from llmtape.models import Exchange, StoredRequest
@@ -16,6 +16,7 @@ from llmtape.store.base import CassetteStore, exchange_file
 RulesFor = Callable[[str], MatchRules]
 Place = tuple[str, int]  # (key, ordinal): one exchange file
 Step = Exchange | Place  # write this exchange, or delete the file at this place
+Transform = Callable[[Exchange], Exchange]
 
 
 @dataclass
@@ -29,9 +30,15 @@ class RekeyReport:
 
 
 def rekey(
-    store: CassetteStore, cassette: str, rules_for: RulesFor, dry_run: bool = False
+    store: CassetteStore,
+    cassette: str,
+    rules_for: RulesFor,
+    dry_run: bool = False,
+    transform: Transform | None = None,
 ) -> RekeyReport:
-    """Give every exchange the key its request has under today's rules.
+    """Give every exchange the key its request has under today's rules (after `transform`,
+    when given: `llmtape redact` scrubs each exchange first; one that changed in place is
+    reported as moved to its own name).
 
     Each key's recordings keep their order; recordings of several old keys that now share
     a key are interleaved in recorded order (by seq). Files are written in an order where none
@@ -46,7 +53,7 @@ def rekey(
         ]
         for key, ordinals in sorted(store.entries(cassette).items())
     }
-    renamed = _renamed(groups, rules_for, report)
+    renamed = _renamed(groups, rules_for, report, transform)
     report.moved = [(_file(old), _file(new)) for old, new in renamed]
     if not dry_run:
         taken = {(key, e.ordinal) for key, group in groups.items() for e in group}
@@ -59,13 +66,20 @@ def rekey(
 
 
 def _renamed(
-    groups: dict[str, list[Exchange]], rules_for: RulesFor, report: RekeyReport
+    groups: dict[str, list[Exchange]],
+    rules_for: RulesFor,
+    report: RekeyReport,
+    transform: Transform | None = None,
 ) -> list[tuple[Exchange, Exchange]]:
     """(old, new) for every exchange that changes; counts the rest into `report`."""
     sources: dict[str, dict[str, list[tuple[Exchange, Rekeyed]]]] = {}
     for old_key, group in groups.items():
         for exchange in group:
-            state = _new_state(exchange, rules_for)
+            changed = exchange if transform is None else transform(exchange)
+            state = _new_state(changed, rules_for)
+            if changed is not exchange:
+                state = replace(state, update={"request": changed.request, **state.update})
+                state.update.setdefault("response", changed.response)
             sources.setdefault(state.key, {}).setdefault(old_key, []).append((exchange, state))
     renamed = []
     for new_key, by_old in sources.items():

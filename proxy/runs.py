@@ -10,6 +10,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from llmtape.errors import LlmtapeError
+from llmtape.lastrun import LastRun
 from llmtape.matching import Recorded, pick_ordinal
 from llmtape.misses import Candidate
 from llmtape.settings import RepeatPolicy
@@ -137,8 +138,10 @@ class Runs:
         self._pending: dict[str, dict[str, set[int]]] = {}  # per cassette, see Run.pending
         self.ended: deque[RunSummary] = deque(maxlen=MAX_ENDED)
         self.ended_unused = 0  # unused recordings over every ended run, listed or not
+        self.touched: set[str] = set()  # every cassette a request reached since start
 
     async def get(self, cassette: str) -> Run:
+        self.touched.add(cassette)
         run = self._runs.get(cassette)
         if run is not None:
             return run
@@ -203,15 +206,47 @@ class Runs:
 
     def _finish(self, run: Run, prune: bool = False) -> RunSummary:
         """Close a run: drop the repeats a record run superseded (with `prune`, every
-        recording it did not use), keep its summary."""
+        recording it did not use), note what a replay run used (for `llmtape prune`), keep its
+        summary."""
         if run.anew:
             self._drop_superseded(run)
-        summary = self.summary(run)
+        unused = self._unused(run) if run.replayed_from else []
+        self._note(run, unused)
+        summary = self.summary(run, unused)
         self.ended_unused += summary.unused_count
         if summary.unused_count or summary.recorded_count:
             self.ended.append(summary)
         if prune:
             self._drop(run, run.unused(), "it did not make")
+        return summary
+
+    def _note(self, run: Run, unused: list[tuple[str, int]]) -> None:
+        """A replay run leaves the note of what it used and did not. A run that only recorded
+        into the cassette removes an older note: it no longer says what is on disk."""
+        if run.replayed_from:
+            used = {*run.served, *run.recorded}
+            note: LastRun | None = LastRun(
+                used=[exchange_file(k, o) for k, o in sorted(used)],
+                unused=[exchange_file(k, o) for k, o in unused],
+            )
+        elif run.recorded:
+            note = None
+        else:
+            return
+        try:
+            self._store.write_last_run(run.cassette, note)
+        except (OSError, LlmtapeError) as exc:
+            log.error("cassette %r: could not write its last-run note: %s", run.cassette, exc)
+
+    def untouched(self, cassette: str, replaying: bool) -> RunSummary:
+        """A cassette the server was told to serve that no request reached: in a replaying
+        mode, every recording it holds went unused. Call it off the event loop."""
+        found = self._store.entries(cassette) if replaying else {}
+        names = [exchange_file(k, o) for k, ordinals in sorted(found.items()) for o in ordinals]
+        summary = RunSummary(cassette, 0, 0, [], 0, names[:MAX_LISTED], len(names))
+        self.ended_unused += summary.unused_count
+        if summary.unused_count:
+            self.ended.append(summary)
         return summary
 
     def _drop_superseded(self, run: Run) -> None:
@@ -226,12 +261,13 @@ class Runs:
                 "cassette %r: removed %d recording(s) %s: %s", run.cassette, len(stale), why, names
             )
 
-    def summary(self, run: Run) -> RunSummary:
+    def summary(self, run: Run, unused: list[tuple[str, int]] | None = None) -> RunSummary:
         """Counts for /__llmtape/stats and the shutdown log. Unused recordings count only for
         a cassette replayed from (not for a `.derived` one that was only written), and not
         for upstreams that ran live (partial replay), whose recordings could not be used.
         May read files (to learn a recording's upstream): call it off the event loop."""
-        unused = self._unused(run) if run.replayed_from else []
+        if unused is None:
+            unused = self._unused(run) if run.replayed_from else []
         names = [exchange_file(k, o) for k, o in unused]
         return RunSummary(
             cassette=run.cassette,

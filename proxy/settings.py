@@ -6,7 +6,7 @@ import ipaddress
 import os
 import re
 import tomllib
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from pydantic import (
 from llmtape.errors import BadCassetteName, ConfigError
 from llmtape.providers import BUILTIN
 from llmtape.rules import parse_rule
+from llmtape.scrub import check_field, check_pattern
 from llmtape.store.names import check_cassette_name
 from llmtape.timing import parse_timing
 
@@ -119,6 +120,17 @@ class Settings(BaseModel):
             raise ValueError("use at least 16 characters, with no spaces")
         return value
 
+    redact_field: tuple[str, ...] = Field(
+        (),
+        description="A body field scrubbed before recording, e.g. messages[*].content or "
+        "user.email ([redact] fields in llmtape.toml); repeatable.",
+    )
+    redact_pattern: tuple[str, ...] = Field(
+        (),
+        description="A regular expression scrubbed from bodies before recording ([redact] "
+        "patterns in llmtape.toml; one per line in the variable); repeatable.",
+    )
+
     @field_validator("cassette")
     @classmethod
     def _cassette_name(cls, value: str) -> str:
@@ -173,6 +185,16 @@ class Settings(BaseModel):
                 _check_known([rule.upstream], info, f"rule {spec!r}: ")
         return value
 
+    @field_validator("redact_field")
+    @classmethod
+    def _redact_fields(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return _checked(check_field, value)
+
+    @field_validator("redact_pattern")
+    @classmethod
+    def _redact_patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return _checked(check_pattern, value)
+
     @field_validator("log_level")
     @classmethod
     def _log_level(cls, value: str) -> str:
@@ -198,6 +220,15 @@ def parse_size(text: str) -> int:
         raise ValueError(f"{text!r} is not a size: write bytes, or a number with KiB, MiB or GiB")
     number, unit = int(match.group(1)), (match.group(2) or "").lower()
     return number * _UNITS.get(unit[:1], 1)
+
+
+def _checked(check: Callable[[str], object], value: tuple[str, ...]) -> tuple[str, ...]:
+    for item in value:
+        try:
+            check(item)
+        except ConfigError as exc:
+            raise ValueError(exc.message) from exc
+    return value
 
 
 def _check_known(names: Iterable[str], info: ValidationInfo, context: str = "") -> None:
@@ -237,7 +268,8 @@ def load_tool_settings(
         raise ConfigError(_explain(exc, {})) from exc
 
 
-LIST_FIELDS = frozenset({"live", "ignore"})
+LIST_FIELDS = frozenset({"live", "ignore", "redact_field"})
+LINE_FIELDS = frozenset({"redact_pattern"})  # a regular expression may hold a comma
 DICT_FIELDS = frozenset({"upstream"})
 
 
@@ -301,6 +333,8 @@ def _from_file(
     values = {key.replace("-", "_"): value for key, value in data.items()}
     if "match" in values:
         values["ignore"] = [*values.get("ignore", []), *match_tables(values.pop("match"), path)]
+    if "redact" in values:
+        values.update(redact_table(values.pop("redact"), path))
     known = set(Settings.model_fields) | set(ToolSettings.model_fields)
     unknown = sorted(set(values) - known)
     if unknown:
@@ -345,6 +379,26 @@ def match_tables(tables: Any, path: Path) -> list[str]:
     return specs
 
 
+REDACT_KEYS = {"fields": "redact_field", "patterns": "redact_pattern"}
+
+
+def redact_table(table: Any, path: Path) -> dict[str, list[str]]:
+    """`[redact] fields = [...]`, `patterns = [...]` -> redact_field, redact_pattern."""
+    if (
+        not isinstance(table, dict)
+        or set(table) - set(REDACT_KEYS)
+        or not all(
+            isinstance(items, list) and all(isinstance(item, str) for item in items)
+            for items in table.values()
+        )
+    ):
+        raise ConfigError(
+            f"config file {path}: [redact] takes the lists of strings fields (JSON paths) "
+            "and patterns (regular expressions)"
+        )
+    return {REDACT_KEYS[key]: items for key, items in table.items()}
+
+
 def _from_env(environ: Mapping[str, str], model: type[BaseModel]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for field in model.model_fields:
@@ -353,6 +407,8 @@ def _from_env(environ: Mapping[str, str], model: type[BaseModel]) -> dict[str, A
             continue
         if field in LIST_FIELDS:
             values[field] = tuple(part.strip() for part in raw.split(",") if part.strip())
+        elif field in LINE_FIELDS:
+            values[field] = tuple(line for line in raw.splitlines() if line)
         elif field in DICT_FIELDS:
             values[field] = parse_pairs(raw.split(","), field, env_name(field))
         else:

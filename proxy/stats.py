@@ -41,7 +41,8 @@ class RunSummary:
 @dataclass(frozen=True)
 class Snapshot:
     """The counters, the current cassette and mode, the runs under way and those ended with
-    news (recordings made or left unused), and `unused_total` over every run."""
+    news (recordings made or left unused), `unused_total` over every run, and the cassettes
+    the server was told to serve (at start, by PUT) that no request reached."""
 
     counters: Counters
     cassette: str
@@ -49,6 +50,7 @@ class Snapshot:
     runs: list[RunSummary]
     ended_runs: list[RunSummary]
     unused_total: int
+    untouched: list[str] = field(default_factory=list)  # told to serve, reached by no request
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -58,6 +60,7 @@ class Snapshot:
             "runs": [asdict(run) for run in self.runs],
             "ended_runs": [asdict(run) for run in self.ended_runs],
             "unused_total": self.unused_total,
+            "untouched": self.untouched,
         }
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmtape.errors import CassetteCorrupt
+from llmtape.models import Exchange
 from llmtape.normalize import request_key, stored_request
 from llmtape.providers import default_rules
 from llmtape.rules import MatchRules, unstored_headers
@@ -26,14 +27,21 @@ class Verdict:
     cassette: str
     checked: int = 0
     problems: list[dict[str, Any]] = field(default_factory=list)
+    # Files in an older schema_version: read fine (migrated in memory); `--upgrade` rewrites
+    # them, after which they are in `upgraded`.
+    outdated: list[str] = field(default_factory=list)
+    upgraded: list[str] = field(default_factory=list)
 
     def flag(self, file: str, problem: str) -> None:
         self.problems.append({"file": file, "problem": problem})
 
 
-def verify(store: CassetteStore, cassette: str, rules_for: RulesFor) -> Verdict:
+def verify(
+    store: CassetteStore, cassette: str, rules_for: RulesFor, upgrade: bool = False
+) -> Verdict:
     """Each file must parse under the schema, carry the key and ordinal its name says, and
-    have that key under today's rules (else `llmtape rekey` is due)."""
+    have that key under today's rules (else `llmtape rekey` is due). A file in an older
+    schema_version is noted, and with `upgrade` written again in today's."""
     verdict = Verdict(cassette)
     for name in store.files(cassette):
         if is_leftover(name):
@@ -49,22 +57,29 @@ def verify(store: CassetteStore, cassette: str, rules_for: RulesFor) -> Verdict:
                 )
             continue
         verdict.checked += 1
-        problem = _check_file(store, cassette, parsed, rules_for)
+        try:
+            exchange = store.read(cassette, *parsed)
+        except CassetteCorrupt as exc:
+            # The backend's own error says what is wrong; the message around it says to verify.
+            cause = exc.__cause__ or exc
+            first = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
+            verdict.flag(name, f"unreadable: {first}")
+            continue
+        if exchange.read_as != exchange.schema_version:
+            if upgrade and (exchange.key, exchange.ordinal) == parsed:
+                store.write(cassette, exchange)
+                verdict.upgraded.append(name)
+            else:
+                verdict.outdated.append(name)
+        problem = _check_file(cassette, exchange, parsed, rules_for)
         if problem:
             verdict.flag(name, problem)
     return verdict
 
 
 def _check_file(
-    store: CassetteStore, cassette: str, parsed: tuple[str, int], rules_for: RulesFor
+    cassette: str, exchange: Exchange, parsed: tuple[str, int], rules_for: RulesFor
 ) -> str | None:
-    try:
-        exchange = store.read(cassette, *parsed)
-    except CassetteCorrupt as exc:
-        # The backend's own error says what is wrong; the message around it says to verify.
-        cause = exc.__cause__ or exc
-        first = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
-        return f"unreadable: {first}"
     if (exchange.key, exchange.ordinal) != parsed:
         return f"names {exchange_file(exchange.key, exchange.ordinal)} inside; renamed by hand?"
     parts = stored_request(exchange.request)

@@ -15,6 +15,7 @@ import httpx
 
 from llmtape.app import create_app
 from llmtape.cli.server import ReadyServer, uvicorn_config
+from llmtape.lastrun import LAST_RUN_FILE
 from llmtape.settings import Settings
 
 SECRET_OPENAI = "sk-test-SECRET-openai-0123456789abcdef"
@@ -80,11 +81,12 @@ def closed_port() -> int:
 
 
 def files_under(folder: Path) -> dict[str, bytes]:
-    """Every file below `folder`, by relative path, with its bytes."""
+    """Every file below `folder`, by relative path, with its bytes; not the note a replay run
+    leaves of what it used (LAST_RUN_FILE): tests compare what was recorded."""
     return {
         p.relative_to(folder).as_posix(): p.read_bytes()
         for p in sorted(folder.rglob("*"))
-        if p.is_file()
+        if p.is_file() and p.name != LAST_RUN_FILE
     }
 
 

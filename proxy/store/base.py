@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Protocol
 
+from llmtape.lastrun import LastRun
 from llmtape.models import Exchange, Frame, dump_exchange
 
 # Ordinal 1 is `<key>.json`; n >= 2 is `<key>.<n>.json`, with no leading zero, so each
@@ -42,14 +43,20 @@ def untimed(exchange: Exchange) -> Exchange:
 
 
 def same_recording(stored: Exchange, new: Exchange) -> bool:
-    """True when `new` is what `stored` holds but for timing, so a re-record of the same
-    answers leaves the stored one (and git) untouched."""
-    return dump_exchange(untimed(stored)) == dump_exchange(untimed(new))
+    """True when `new` is what `stored` holds but for timing and recording order (`seq`), so a
+    re-record of the same answers leaves the stored one (and git) untouched, even when
+    parallel calls came in another order. The stored file keeps its seq: the position in the
+    run that first recorded that answer (a sequential agent asks in the same order each time,
+    so its seqs do not change; calls made in parallel have no one order to keep)."""
+    return dump_exchange(untimed(stored)) == dump_exchange(
+        untimed(new).model_copy(update={"seq": stored.seq})
+    )
 
 
 class CassetteStore(Protocol):
-    """A cassette library. The server records and replays through the first five methods;
-    the cassette tools (ls, show, verify, rekey) also list, locate and check."""
+    """A cassette library. The server records and replays through the first five methods and
+    keeps its last-run note with the last two; the cassette tools (ls, show, verify, rekey,
+    redact, prune) also list, locate and check."""
 
     def entries(self, cassette: str) -> dict[str, list[int]]:
         """Every recorded key of a cassette with its ordinals, ascending; no file is read."""
@@ -81,4 +88,14 @@ class CassetteStore(Protocol):
 
     def where(self, cassette: str | None = None) -> str:
         """Where the library (None) or one cassette lives, for messages: a folder, a URL."""
+        ...
+
+    def read_last_run(self, cassette: str) -> LastRun | None:
+        """The note of the cassette's last finished replay run; None when there is none.
+        CassetteCorrupt when one is there but cannot be read."""
+        ...
+
+    def write_last_run(self, cassette: str, record: LastRun | None) -> None:
+        """Store the note atomically beside the exchanges (None removes it); it is not an
+        exchange, so it is in no listing of keys."""
         ...

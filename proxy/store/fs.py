@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -9,7 +10,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from llmtape.errors import CassetteCorrupt
-from llmtape.models import Exchange, dump_exchange, load_exchange
+from llmtape.lastrun import LAST_RUN_FILE, LastRun, dump_last_run, load_last_run
+from llmtape.models import Exchange, NewerSchema, dump_exchange, load_exchange
 from llmtape.store.base import exchange_file, is_leftover, parse_exchange_file, same_recording
 from llmtape.store.names import check_folder_name
 
@@ -38,6 +40,8 @@ class FileStore:
         path = self.path(cassette, key, ordinal)
         try:
             return load_exchange(path.read_bytes())
+        except NewerSchema as exc:
+            raise CassetteCorrupt(f"cannot read {path}: {exc}") from exc
         except (OSError, ValueError, ValidationError) as exc:
             raise CassetteCorrupt(
                 f"cannot read {path}: {exc}; run `llmtape verify {cassette}` to check the cassette"
@@ -74,6 +78,31 @@ class FileStore:
     def where(self, cassette: str | None = None) -> str:
         return str(self._place(cassette))
 
+    def read_last_run(self, cassette: str) -> LastRun | None:
+        path = self.folder(cassette) / LAST_RUN_FILE
+        try:
+            return load_last_run(path.read_bytes())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, ValidationError) as exc:
+            raise CassetteCorrupt(
+                f"cannot read {path}: {exc}; delete it, and replay the cassette again"
+            ) from exc
+
+    def write_last_run(self, cassette: str, record: LastRun | None) -> None:
+        path = self.folder(cassette) / LAST_RUN_FILE
+        if record is None:
+            if path.exists():
+                path.unlink()
+                _fsync_folder(path.parent)
+            return
+        data = dump_last_run(record)
+        with contextlib.suppress(OSError):
+            if path.read_bytes() == data:
+                return  # the same note: no write, no new mtime
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, data)
+
     def _place(self, cassette: str | None) -> Path:
         return self.root if cassette is None else self.folder(cassette)
 
@@ -92,11 +121,23 @@ class FileStore:
 
 
 def _stored(path: Path) -> Exchange | None:
-    """What `path` holds, or None when there is nothing readable there to keep."""
+    """What `path` holds, or None when there is nothing readable there to keep, or when it is
+    in an older schema_version (so that writing it again upgrades the file)."""
     try:
-        return load_exchange(path.read_bytes())
+        stored = load_exchange(path.read_bytes())
     except (OSError, ValueError, ValidationError):
         return None
+    return stored if stored.read_as == stored.schema_version else None
+
+
+def _umask() -> int:
+    """The process's umask, read once at import (setting it back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -105,6 +146,8 @@ def write_atomic(path: Path, data: bytes) -> None:
     `is_leftover` knows."""
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes it 0600: a cassette recorded by one user must replay as another.
+        os.fchmod(fd, 0o666 & ~_UMASK)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()

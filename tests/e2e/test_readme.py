@@ -35,15 +35,17 @@ def recipe(name: str) -> str:
 
 
 @pytest.fixture
-def example_server() -> Iterator[Serve]:
-    """`llmtape serve --cassette example`, as the recipe says, with no upstream to reach."""
+def example_server(tmp_path: Path) -> Iterator[Serve]:
+    """`llmtape serve --cassette example`, as the recipe says, with no upstream to reach (on a
+    copy: a replay run leaves its note for `llmtape prune` beside the exchanges)."""
     dead = f"http://127.0.0.1:{closed_port()}"
+    shutil.copytree(ROOT / "cassettes" / "example", tmp_path / "example")
     server = Serve(
         [
             "--cassette",
             "example",
             "--cassettes",
-            str(ROOT / "cassettes"),
+            str(tmp_path),
             "--upstream",
             f"openai={dead}",
         ],

@@ -255,7 +255,9 @@ def test_a_walk_over_thousands_of_files_shows_a_progress_bar_on_a_terminal_only(
     tmp_path: Path,
 ) -> None:
     [template] = [
-        p for p in (ROOT / "cassettes" / "example").glob("*.json") if "frames" not in p.read_text()
+        p
+        for p in (ROOT / "cassettes" / "example").glob("[0-9a-f]*.json")
+        if "frames" not in p.read_text()
     ]
     exchange = json.loads(template.read_text())
     folder = tmp_path / "library" / "many"

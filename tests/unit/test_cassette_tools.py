@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from llmtape.bodies import Payload
 from llmtape.errors import CassetteCorrupt
+from llmtape.lastrun import LAST_RUN_FILE, LastRun, dump_last_run, load_last_run
 from llmtape.listing import show, summarize
 from llmtape.models import (
     Exchange,
@@ -82,6 +83,17 @@ class MemoryStore:
 
     def where(self, cassette: str | None = None) -> str:
         return f"memory://{cassette or ''}"
+
+    def read_last_run(self, cassette: str) -> LastRun | None:
+        raw = self.data.get(cassette, {}).get(LAST_RUN_FILE)
+        return None if raw is None else load_last_run(raw)
+
+    def write_last_run(self, cassette: str, record: LastRun | None) -> None:
+        files = self.data.setdefault(cassette, {})
+        if record is None:
+            files.pop(LAST_RUN_FILE, None)
+        else:
+            files[LAST_RUN_FILE] = dump_last_run(record)
 
 
 @pytest.fixture

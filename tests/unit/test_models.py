@@ -10,10 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from llmtape import models
 from llmtape.models import (
     SCHEMA_VERSION,
     Exchange,
     Frame,
+    NewerSchema,
     Outcome,
     StoredRequest,
     StoredResponse,
@@ -131,7 +133,7 @@ def test_round_trip_keeps_any_response_body_and_its_key_order(body: dict[str, An
     assert json.dumps(stored["json"]) == json.dumps(body)
 
 
-@pytest.mark.parametrize("version", [0, 2, None, "1"])
+@pytest.mark.parametrize("version", [0, -1, None, "1", True])
 def test_an_unsupported_schema_version_is_refused_clearly(version: Any) -> None:
     data = json.loads(dump_exchange(exchange()))
     data["schema_version"] = version
@@ -140,6 +142,37 @@ def test_an_unsupported_schema_version_is_refused_clearly(version: Any) -> None:
     message = str(caught.value)
     assert f"schema_version {version!r} is not supported" in message
     assert f"reads {SCHEMA_VERSION}" in message
+
+
+def test_a_newer_schema_version_says_in_one_line_to_upgrade_llmtape() -> None:
+    data = json.loads(dump_exchange(exchange()))
+    data["schema_version"] = SCHEMA_VERSION + 1
+    with pytest.raises(NewerSchema) as caught:
+        load_exchange(json.dumps(data).encode())
+    message = str(caught.value)
+    assert "\n" not in message and "upgrade llmtape" in message
+    assert f"schema_version {SCHEMA_VERSION + 1} was written by a newer llmtape" in message
+
+
+def test_an_older_file_is_migrated_step_by_step_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chain with two fake steps: a file of version 1 read by an llmtape of version 3."""
+
+    def migrate_1_to_2(data: dict[str, Any]) -> dict[str, Any]:
+        return {**data, "schema_version": 2, "seq": data["seq"] + 10}
+
+    def migrate_2_to_3(data: dict[str, Any]) -> dict[str, Any]:
+        return {**data, "schema_version": 3, "rules": data["rules"].upper()}
+
+    raw = dump_exchange(exchange())
+    monkeypatch.setattr(models, "SCHEMA_VERSION", 3)
+    monkeypatch.setattr(models, "MIGRATIONS", {1: migrate_1_to_2, 2: migrate_2_to_3})
+    loaded = load_exchange(raw)
+    assert (loaded.schema_version, loaded.seq, loaded.rules) == (3, 10, "0123456789ABCDEF")
+    assert loaded.read_as == 1
+    assert json.loads(dump_exchange(loaded))["schema_version"] == 3
+    monkeypatch.setattr(models, "MIGRATIONS", {1: migrate_1_to_2})
+    with pytest.raises(ValueError, match="no migration from it"):
+        load_exchange(raw)
 
 
 def test_a_missing_schema_version_is_refused() -> None:

@@ -62,6 +62,16 @@ SAMPLES: dict[str, tuple[str, list[str], Any]] = {
         ["--admin-token", "0123456789abcdef-x"],
         "0123456789abcdef-x",
     ),
+    "redact_field": (
+        "messages[*].content, user.email",
+        ["--redact-field", "messages[*].content", "--redact-field", "user.email"],
+        ("messages[*].content", "user.email"),
+    ),
+    "redact_pattern": (
+        "\\d{3,4}-\\d{4}\nsk-[a-z]+",
+        ["--redact-pattern", "\\d{3,4}-\\d{4}", "--redact-pattern", "sk-[a-z]+"],
+        ("\\d{3,4}-\\d{4}", "sk-[a-z]+"),
+    ),
 }
 
 
@@ -394,3 +404,36 @@ def test_live_and_rules_may_name_an_upstream_added_by_the_same_settings() -> Non
     )
     assert settings.live == ("search",), "upstream names are lowercase"
     assert settings.ignore == ("search:query:ts",)
+
+
+def test_a_redact_table_in_the_config_file_sets_the_redaction_rules(tmp_path: Path) -> None:
+    (tmp_path / "llmtape.toml").write_text(
+        '[redact]\nfields = ["user.email"]\npatterns = ["\\\\d{3},\\\\d{4}"]\n'
+    )
+    settings = load_settings({}, environ={})
+    assert settings.redact_field == ("user.email",)
+    assert settings.redact_pattern == ("\\d{3},\\d{4}",)
+
+
+@pytest.mark.parametrize(
+    ("given", "problem"),
+    [
+        ({"redact_pattern": ("([a-z",)}, "not a valid regular expression"),
+        ({"redact_pattern": ("red",)}, "matches the marker [redacted]"),
+        ({"redact_field": ("a..b",)}, "empty segment"),
+        ({"redact_field": ("a[x]",)}, "is not of the form"),
+    ],
+)
+def test_a_bad_redaction_rule_is_a_clear_error(given: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(given, environ={})
+    assert problem in caught.value.message and "--redact-" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    "toml", ['redact = ["x"]', '[redact]\nfield = ["x"]', '[redact]\npatterns = "x"']
+)
+def test_a_bad_redact_table_is_an_error(toml: str, tmp_path: Path) -> None:
+    (tmp_path / "llmtape.toml").write_text(toml + "\n")
+    with pytest.raises(ConfigError, match=r"\[redact\] takes the lists of strings"):
+        load_settings({}, environ={})

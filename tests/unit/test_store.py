@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from llmtape.errors import BadCassetteName, CassetteCorrupt, ConfigError
+from llmtape.lastrun import LAST_RUN_FILE, LastRun
 from llmtape.models import Exchange, Frame, StoredRequest, StoredResponse, dump_exchange
 from llmtape.store import BACKENDS, open_store
 from llmtape.store.base import CassetteStore, exchange_file, parse_exchange_file, same_recording
@@ -77,7 +78,7 @@ def test_rewriting_an_equal_exchange_touches_nothing(store: FileStore, tmp_path:
 
 @pytest.mark.parametrize(
     "changed",
-    [exchange(text="data: bye\n\n"), exchange(seq=7), exchange(usage={"input_tokens": 1})],
+    [exchange(text="data: bye\n\n"), exchange(usage={"input_tokens": 1})],
 )
 def test_writing_a_different_exchange_overwrites(
     store: FileStore, tmp_path: Path, changed: Exchange
@@ -149,7 +150,7 @@ def test_cassettes_lists_every_folder_holding_exchanges(store: FileStore, tmp_pa
 
 @pytest.mark.parametrize(
     "content",
-    [b"{not json", b"", b'{"schema_version": 99}', dump_exchange(exchange())[:-40]],
+    [b"{not json", b"", b'{"schema_version": 0}', b"[]", dump_exchange(exchange())[:-40]],
 )
 def test_reading_a_corrupt_file_names_it_and_suggests_verify(
     store: FileStore, tmp_path: Path, content: bytes
@@ -161,6 +162,39 @@ def test_reading_a_corrupt_file_names_it_and_suggests_verify(
         store.read("suite/a", KEY_A, 1)
     assert str(path) in caught.value.message
     assert "llmtape verify suite/a" in caught.value.message
+
+
+def test_a_file_of_a_newer_llmtape_says_in_one_line_to_upgrade(
+    store: FileStore, tmp_path: Path
+) -> None:
+    path = tmp_path / "default" / f"{KEY_A}.json"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b'{"schema_version": 99, "key": "x"}')
+    with pytest.raises(CassetteCorrupt) as caught:
+        store.read("default", KEY_A, 1)
+    message = caught.value.message
+    assert "\n" not in message and str(path) in message
+    assert "newer llmtape" in message and "upgrade llmtape" in message
+
+
+def test_the_last_run_note_is_written_atomically_and_is_no_exchange(
+    store: FileStore, tmp_path: Path
+) -> None:
+    assert store.read_last_run("default") is None
+    store.write("default", exchange())
+    note = LastRun(used=[f"{KEY_A}.json"], unused=[f"{KEY_B}.json"])
+    store.write_last_run("default", note)
+    assert store.read_last_run("default") == note
+    assert store.entries("default") == {KEY_A: [1]}
+    assert LAST_RUN_FILE in store.files("default")
+    assert not any(name.endswith(".tmp") for name in store.files("default"))
+    raw = (tmp_path / "default" / LAST_RUN_FILE).read_text()
+    assert "ms" not in raw and "time" not in raw
+    store.write_last_run("default", None)
+    assert store.read_last_run("default") is None and store.files("default") == [f"{KEY_A}.json"]
+    (tmp_path / "default" / LAST_RUN_FILE).write_text("{")
+    with pytest.raises(CassetteCorrupt, match="replay the cassette again"):
+        store.read_last_run("default")
 
 
 def test_a_crash_during_write_keeps_the_previous_file_and_no_temp_file(
@@ -236,12 +270,21 @@ def test_the_derived_cassette_of_a_longest_name_is_valid() -> None:
     assert derived_name("a" * MAX_NAME) == "a" * MAX_NAME + ".derived"
 
 
-def test_same_recording_ignores_timings_only() -> None:
+def test_same_recording_ignores_timings_and_recording_order_only() -> None:
     cut_later = exchange().response.model_copy(update={"end_ms": 12})
     assert same_recording(exchange(ms=5), exchange(ms=999))
     assert same_recording(exchange(), exchange().model_copy(update={"response": cut_later}))
+    assert same_recording(exchange(), exchange(seq=3))
     assert not same_recording(exchange(), exchange(text="data: bye\n\n"))
-    assert not same_recording(exchange(), exchange(seq=3))
+    assert not same_recording(exchange(seq=3), exchange(seq=3, text="data: bye\n\n"))
+
+
+def test_a_re_record_in_another_order_keeps_the_file_and_its_seq(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    assert store.write("default", exchange(seq=0))
+    before = store.path("default", KEY_A, 1).read_bytes()
+    assert not store.write("default", exchange(seq=7, ms=40))
+    assert store.path("default", KEY_A, 1).read_bytes() == before
 
 
 def test_every_backend_in_the_table_implements_the_protocol(tmp_path: Path) -> None:

@@ -1,0 +1,171 @@
+"""The cassette upkeep commands: `llmtape prune` and `llmtape redact` (registered on the app)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from llmtape.cli.library import (
+    CassettesOption,
+    ConfigOption,
+    IgnoreOption,
+    JsonOption,
+    UpstreamOption,
+    existing,
+    fail,
+    open_library,
+)
+from llmtape.cli.main import app
+from llmtape.cli.output import print_json
+from llmtape.errors import ConfigError, LlmtapeError
+from llmtape.prune import PruneReport
+from llmtape.scrub import Scrubber
+from llmtape.scrubbing import RedactReport
+from llmtape.settings import load_settings
+
+DryRun = Annotated[bool, typer.Option(help="Show what would change; change nothing.")]
+
+
+@app.command()
+def prune(
+    name: Annotated[str, typer.Argument(help="The cassette to prune.")],
+    cassettes: CassettesOption = None,
+    config: ConfigOption = None,
+    dry_run: DryRun = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete the recordings the last finished replay run of a cassette did not use.
+
+    A replay run is finished by a PUT on /__llmtape/cassette or by stopping the server; it
+    leaves a note (.llmtape-run.json) of what it used. Recordings of upstreams that ran live
+    are kept. With no such note nothing is deleted and the exit status is 2."""
+    from llmtape.prune import prune as prune_cassette
+
+    try:
+        library = open_library(cassettes, None, None, config, rules=False)
+        report = prune_cassette(library.store, existing(library, name), dry_run)
+    except LlmtapeError as exc:
+        raise fail(exc, as_json) from exc
+    print_prune(report, as_json)
+
+
+def print_prune(report: PruneReport, as_json: bool) -> None:
+    if as_json:
+        print_json(asdict(report))
+        return
+    console = Console()
+    verb = "would delete" if report.dry_run else "deleted"
+    for file in report.pruned:
+        console.print(f"  {file}", highlight=False, markup=False, soft_wrap=True)
+    console.print(
+        f"cassette {report.cassette!r}: {verb} {len(report.pruned)} recording(s) the last "
+        f"replay run did not use, {report.kept} kept",
+        highlight=False,
+        markup=False,
+    )
+    if report.gone:
+        console.print(
+            f"{len(report.gone)} listed as unused were already gone", highlight=False, markup=False
+        )
+
+
+@app.command()
+def redact(
+    name: Annotated[str, typer.Argument(help="The cassette to redact.")],
+    field: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--field",
+            metavar="PATH",
+            help="A body field to scrub, e.g. messages[*].content or user.email; repeatable.",
+        ),
+    ] = None,
+    pattern: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--pattern", metavar="REGEX", help="A regular expression to scrub; repeatable."
+        ),
+    ] = None,
+    cassettes: CassettesOption = None,
+    upstream: UpstreamOption = None,
+    ignore: IgnoreOption = None,
+    config: ConfigOption = None,
+    dry_run: DryRun = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Scrub request and response bodies (stream frames too): each --field and each match of
+    a --pattern becomes [redacted]. Without either, the [redact] rules of llmtape.toml apply.
+
+    Files are rewritten atomically; a recording whose request changed moves to its new key,
+    so replay it with the same rules in [redact] (they apply when requests are keyed). Exit
+    1 when a pattern still matches a file outside the bodies (a header, the path)."""
+    from llmtape.scrubbing import redact as redact_cassette
+
+    try:
+        scrubber = _scrubber(field, pattern, config)
+        library = open_library(cassettes, upstream, ignore, config)
+        report = redact_cassette(
+            library.store, existing(library, name), scrubber, library.rules, dry_run
+        )
+    except LlmtapeError as exc:
+        raise fail(exc, as_json) from exc
+    print_redact(report, as_json)
+    if report.left:
+        raise typer.Exit(1)
+
+
+def _scrubber(field: list[str] | None, pattern: list[str] | None, config: Path | None) -> Scrubber:
+    Scrubber.build(field or (), pattern or ())  # the command's own words in an error
+    settings = load_settings(
+        {
+            "redact_field": tuple(field or ()) or None,
+            "redact_pattern": tuple(pattern or ()) or None,
+        },
+        config=config,
+        fields={"redact_field", "redact_pattern"},
+    )
+    scrubber = Scrubber.build(settings.redact_field, settings.redact_pattern)
+    if not scrubber:
+        raise ConfigError(
+            "nothing to redact: give --field PATH or --pattern REGEX, or put "
+            "[redact] fields = [...] / patterns = [...] in llmtape.toml"
+        )
+    return scrubber
+
+
+def print_redact(report: RedactReport, as_json: bool) -> None:
+    if as_json:
+        print_json(asdict(report))
+        return
+    console = Console()
+    would = "would be " if report.dry_run else ""
+    for file in report.changed:
+        console.print(f"  {file}: {would}rewritten", highlight=False, markup=False, soft_wrap=True)
+    for old, new in report.moved:
+        console.print(f"  {old} -> {new}", highlight=False, markup=False, soft_wrap=True)
+    console.print(
+        f"cassette {report.cassette!r}: {len(report.changed)} {would}rewritten, "
+        f"{len(report.moved)} {would}re-keyed, {report.unchanged} unchanged",
+        highlight=False,
+        markup=False,
+    )
+    if report.moved:
+        console.print(
+            "A re-keyed recording's request changed: replay with the same rules ([redact] in "
+            "llmtape.toml, or --redact-field / --redact-pattern) so requests key the same.",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+    if report.left:
+        console.print(
+            f"a pattern still matches outside the bodies in: {', '.join(report.left)}",
+            highlight=False,
+            markup=False,
+            style="red",
+            soft_wrap=True,
+        )

@@ -1,0 +1,53 @@
+"""`llmtape prune`: delete the recordings that the last finished replay run of a cassette left
+unused, as its last-run note lists them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llmtape.errors import ConfigError
+from llmtape.lastrun import LAST_RUN_FILE
+from llmtape.store.base import CassetteStore, exchange_file
+
+
+class NoFinishedRun(ConfigError):
+    """A cassette with no note of a finished replay run: prune cannot tell what is unused."""
+
+    error_type = "no_finished_run"
+
+
+@dataclass
+class PruneReport:
+    cassette: str
+    dry_run: bool
+    pruned: list[str] = field(default_factory=list)  # deleted, or would be with --dry-run
+    gone: list[str] = field(default_factory=list)  # listed unused, but no longer on disk
+    kept: int = 0  # recordings left
+
+
+def prune(store: CassetteStore, cassette: str, dry_run: bool = False) -> PruneReport:
+    """Delete (or, with `dry_run`, list) what the last finished replay run left unused. The
+    note is rewritten with nothing unused, so a second prune deletes nothing more."""
+    note = store.read_last_run(cassette)
+    if note is None:
+        raise NoFinishedRun(
+            f"cassette {cassette!r} has no finished replay run on record ({LAST_RUN_FILE} in "
+            f"{store.where(cassette)}), so nothing is known to be unused; nothing deleted. "
+            "Replay it with `llmtape serve --mode replay` and end the run (a PUT on "
+            "/__llmtape/cassette, or stop the server), then prune"
+        )
+    places = {
+        exchange_file(key, ordinal): (key, ordinal)
+        for key, ordinals in store.entries(cassette).items()
+        for ordinal in ordinals
+    }
+    report = PruneReport(cassette, dry_run)
+    for name in sorted(note.unused):
+        (report.pruned if name in places else report.gone).append(name)
+    report.kept = len(places) - len(report.pruned)
+    if not dry_run:
+        for name in report.pruned:
+            store.delete(cassette, *places[name])
+        if note.unused:
+            store.write_last_run(cassette, note.model_copy(update={"unused": []}))
+    return report

@@ -1,0 +1,346 @@
+"""Cassette upkeep through the real server and the real CLI: prune after a replay run,
+redact (by command and at record time), --fail-on-unused on a cassette never touched, a
+re-record in another order, and schema upgrades."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from typer.testing import CliRunner
+
+from llmtape import models
+from llmtape.cli.main import app
+from llmtape.lastrun import LAST_RUN_FILE
+from tests.conftest import MakeProxy
+from tests.fakes.upstream import FakeUpstream
+from tests.support import SECRET_OPENAI, files_under
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
+EMAIL = re.compile(r"[a-z]+@example\.com")
+runner = CliRunner()
+
+
+def ask(url: str, text: str, stream: bool = False, cassette: str | None = None) -> str:
+    headers = {"x-llmtape-cassette": cassette} if cassette else {}
+    client = openai.OpenAI(
+        base_url=url + "/openai/v1", api_key=SECRET_OPENAI, max_retries=0, default_headers=headers
+    )
+    messages: Any = [{"role": "user", "content": text}]
+    if not stream:
+        answer = client.chat.completions.create(model="gpt-4o-mini", messages=messages)
+        return answer.choices[0].message.content or ""
+    chunks = client.chat.completions.create(model="gpt-4o-mini", messages=messages, stream=True)
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+def cli(*args: str) -> tuple[int, str]:
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+def exchange_files(folder: Path) -> set[str]:
+    return {p.name for p in folder.glob("*.json") if not p.name.startswith(".")}
+
+
+def record(make_proxy: MakeProxy, cassette: str, questions: list[str], **extra: Any) -> None:
+    recorder = make_proxy(mode="record", cassette=cassette, **extra)
+    for question in questions:
+        ask(recorder.url, question)
+    recorder.stop()
+
+
+# ------------------------------------------------------------------------------ prune
+
+
+@pytest.mark.parametrize("ended_by", ["put", "shutdown"])
+def test_prune_deletes_exactly_what_the_last_replay_run_did_not_use(
+    make_proxy: MakeProxy, cassettes: Path, ended_by: str
+) -> None:
+    record(make_proxy, "trip", ["one", "two", "three"])
+    folder = cassettes / "trip"
+    before = exchange_files(folder)
+    replayer = make_proxy(mode="replay", cassette="trip")
+    ask(replayer.url, "one")
+    ask(replayer.url, "three")
+    served = exchange_files(folder)  # nothing changes on disk while replaying
+    if ended_by == "put":
+        assert replayer.put_cassette(cassette="elsewhere").status_code == 200
+    else:
+        replayer.stop()
+    note = json.loads((folder / LAST_RUN_FILE).read_text())
+    assert len(note["used"]) == 2 and len(note["unused"]) == 1
+    assert "ms" not in json.dumps(note)
+    [unused] = note["unused"]
+
+    code, out = cli("prune", "trip", "--cassettes", str(cassettes), "--dry-run", "--json")
+    assert code == 0, out
+    assert json.loads(out)["pruned"] == [unused]
+    assert exchange_files(folder) == served == before, "a dry run deletes nothing"
+
+    code, out = cli("prune", "trip", "--cassettes", str(cassettes))
+    assert code == 0, out
+    assert "deleted 1 recording(s)" in out and unused in out
+    assert exchange_files(folder) == before - {unused}
+    assert cli("verify", "trip", "--cassettes", str(cassettes))[0] == 0
+    code, out = cli("prune", "trip", "--cassettes", str(cassettes))
+    assert code == 0 and "deleted 0 recording(s)" in out
+    replayer.stop()
+    assert ask(make_proxy(mode="replay", cassette="trip").url, "one") == "echo: one"
+
+
+def test_prune_refuses_with_exit_2_without_a_finished_replay_run(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    record(make_proxy, "trip", ["one", "two"])
+    before = files_under(cassettes)
+    code, out = cli("prune", "trip", "--cassettes", str(cassettes))
+    assert code == 2
+    assert "no finished replay run" in out and "nothing deleted" in out
+    assert files_under(cassettes) == before
+
+    replayer = make_proxy(mode="replay", cassette="trip")
+    ask(replayer.url, "one")
+    replayer.stop()
+    assert (cassettes / "trip" / LAST_RUN_FILE).exists()
+    record(make_proxy, "trip", ["one", "two"])  # a record run: the note no longer holds
+    assert not (cassettes / "trip" / LAST_RUN_FILE).exists()
+    assert cli("prune", "trip", "--cassettes", str(cassettes))[0] == 2
+
+
+def test_recordings_of_an_upstream_that_ran_live_are_not_pruned(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    tool = {"search": fake.url}
+    recorder = make_proxy(mode="record", cassette="trip", upstream=tool)
+    ask(recorder.url, "one")
+    ask(recorder.url, "two")
+    assert httpx.get(recorder.url + "/search/v1/find", params={"q": "a"}).status_code == 200
+    assert httpx.get(recorder.url + "/search/v1/find", params={"q": "b"}).status_code == 200
+    recorder.stop()
+    replayer = make_proxy(mode="replay", cassette="trip", live=("openai",), upstream=tool)
+    ask(replayer.url, "one")
+    assert httpx.get(replayer.url + "/search/v1/find", params={"q": "a"}).status_code == 200
+    replayer.stop()
+    note = json.loads((cassettes / "trip" / LAST_RUN_FILE).read_text())
+    assert len(note["used"]) == 1 and len(note["unused"]) == 1, "only the tool's count"
+    code, out = cli("prune", "trip", "--cassettes", str(cassettes), "--json")
+    assert code == 0 and json.loads(out)["pruned"] == note["unused"]
+    assert len(exchange_files(cassettes / "trip")) == 3, "both model recordings are kept"
+
+
+# ----------------------------------------------------------------------- fail-on-unused
+
+
+def serve(args: list[str], cwd: Path) -> tuple[subprocess.Popen[str], str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "llmtape", "serve", "--port", "0", *args],
+        cwd=cwd,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    return process, process.stdout.readline().split("ready on ")[-1].strip()
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+@pytest.mark.parametrize(("flag", "code"), [("--fail-on-unused", 3), ("--allow-unused", 0)])
+def test_fail_on_unused_fails_when_the_cassette_was_never_touched(
+    make_proxy: MakeProxy, cassettes: Path, flag: str, code: int, recorded: bool
+) -> None:
+    if recorded:
+        record(make_proxy, "ci", ["one", "two"])
+    cassettes.mkdir(exist_ok=True)
+    process, url = serve(["--cassettes", str(cassettes), "--cassette", "ci", flag], cassettes)
+    assert url.startswith("http://127.0.0.1:")
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == code, err
+    if code:
+        assert "cassette 'ci' was never touched" in err
+        assert "1 cassette(s) never touched" in err
+        assert ("2 recording(s) went unused" in err) is recorded
+
+
+def test_a_cassette_set_by_put_and_never_touched_is_reported(make_proxy: MakeProxy) -> None:
+    proxy = make_proxy(mode="replay", cassette="first")
+    with pytest.raises(openai.UnprocessableEntityError):  # a miss, but it touched the cassette
+        ask(proxy.url, "hi", cassette="first")
+    assert proxy.put_cassette(cassette="second").status_code == 200
+    assert proxy.stats["untouched"] == ["second"]
+
+
+def test_the_start_up_cassette_is_not_untouched_when_clients_pick_theirs_by_header(
+    make_proxy: MakeProxy,
+) -> None:
+    proxy = make_proxy(mode="replay", cassette="default")
+    assert proxy.stats["untouched"] == ["default"]
+    with pytest.raises(openai.UnprocessableEntityError):
+        ask(proxy.url, "hi", cassette="mine")
+    assert proxy.stats["untouched"] == []
+
+
+# ---------------------------------------------------------------------------- redact
+
+
+def test_redact_scrubs_every_match_then_verify_passes_and_it_replays_redacted(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    recorder = make_proxy(mode="record", cassette="pii")
+    assert ask(recorder.url, "mail ann@example.com") == "echo: mail ann@example.com"
+    assert "bob@example.com" in ask(recorder.url, "write bob@example.com", stream=True)
+    ask(recorder.url, "nothing personal")
+    recorder.stop()
+    folder = cassettes / "pii"
+    assert any(EMAIL.search(text.decode()) for text in files_under(folder).values())
+
+    code, out = cli("redact", "pii", "--pattern", EMAIL.pattern, "--cassettes", str(cassettes))
+    assert code == 0, out
+    assert "2 re-keyed, 1 unchanged" in out
+    assert not any(EMAIL.search(text.decode()) for text in files_under(folder).values())
+    assert len(exchange_files(folder)) == 3
+    assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
+    code, out = cli("verify", "pii", "--cassettes", str(cassettes))
+    assert code == 0, out
+
+    fake.stop()  # replay only: the answers come from the redacted files
+    replayer = make_proxy(mode="replay", cassette="pii", redact_pattern=(EMAIL.pattern,))
+    assert ask(replayer.url, "mail ann@example.com") == "echo: mail [redacted]"
+    assert ask(replayer.url, "write bob@example.com", stream=True) == "echo: write [redacted]"
+    assert ask(replayer.url, "nothing personal") == "echo: nothing personal"
+
+
+def test_redact_a_field_keeps_a_json_answer_valid(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    record(make_proxy, "pii", ["my secret plan"])
+    code, out = cli(
+        "redact",
+        "pii",
+        "--field",
+        "choices[*].message.content",
+        "--field",
+        "messages[*].content",
+        "--cassettes",
+        str(cassettes),
+    )
+    assert code == 0, out
+    [stored] = [json.loads(text) for text in files_under(cassettes / "pii").values()]
+    assert stored["request"]["body"]["json"]["messages"][0]["content"] == "[redacted]"
+    assert stored["response"]["body"]["json"]["choices"][0]["message"]["content"] == "[redacted]"
+    assert "secret plan" not in json.dumps(stored)
+    fake.stop()
+    replayer = make_proxy(mode="replay", cassette="pii", redact_field=("messages[*].content",))
+    assert ask(replayer.url, "another plan altogether") == "[redacted]"
+
+
+def test_redact_refuses_bad_rules_and_nothing_to_do(make_proxy: MakeProxy, cassettes: Path) -> None:
+    record(make_proxy, "pii", ["hi"])
+    before = files_under(cassettes)
+    where = ["--cassettes", str(cassettes)]
+    code, out = cli("redact", "pii", "--pattern", "([a-z", *where)
+    assert code == 2 and "not a valid regular expression" in out
+    code, out = cli("redact", "pii", "--field", "a..b", *where)
+    assert code == 2 and "empty segment" in out
+    code, out = cli("redact", "pii", *where)
+    assert code == 2 and "nothing to redact" in out
+    assert files_under(cassettes) == before
+
+
+def test_redact_rules_in_the_config_apply_at_record_time(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    recorder = make_proxy(mode="record", cassette="pii", redact_pattern=(EMAIL.pattern,))
+    live = ask(recorder.url, "mail ann@example.com")
+    streamed = ask(recorder.url, "write bob@example.com", stream=True)
+    recorder.stop()
+    assert live == "echo: mail ann@example.com", "the live answer reaches the client as it came"
+    assert "bob@example.com" in streamed
+    assert not any(EMAIL.search(text.decode()) for text in files_under(cassettes).values())
+    assert cli("verify", "pii", "--cassettes", str(cassettes))[0] == 0
+    fake.stop()
+    replayer = make_proxy(mode="replay", cassette="pii", redact_pattern=(EMAIL.pattern,))
+    assert ask(replayer.url, "mail ann@example.com") == "echo: mail [redacted]"
+
+
+# ------------------------------------------------------------------------- re-record
+
+
+def test_a_re_record_in_another_order_leaves_every_file_byte_identical(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    questions = [f"question {n}" for n in range(6)]
+    record(make_proxy, "order", questions)
+    before = files_under(cassettes)
+    record(make_proxy, "order", questions[::-1])
+    assert files_under(cassettes) == before
+    record(make_proxy, "order", questions[3:] + questions[:3])
+    assert files_under(cassettes) == before
+
+
+# ---------------------------------------------------------------------------- schema
+
+
+def test_the_version_1_fixture_loads_and_verify_passes(tmp_path: Path) -> None:
+    root = tmp_path / "cassettes"
+    (root / "v1").mkdir(parents=True)
+    [fixture] = (FIXTURES / "schema_v1").glob("*.json")
+    (root / "v1" / fixture.name).write_bytes(fixture.read_bytes())
+    assert json.loads(fixture.read_text())["schema_version"] == 1
+    code, out = cli("verify", "v1", "--cassettes", str(root))
+    assert code == 0 and "ok" in out and "older schema_version" not in out
+
+
+def test_verify_upgrade_rewrites_a_file_of_an_older_schema(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Today's files are version 1: an llmtape of a (fake) version 2 reads the version-1
+    fixture through its migrate_1_to_2, and `verify --upgrade` rewrites it as version 2."""
+    root = tmp_path / "cassettes"
+    (root / "v1").mkdir(parents=True)
+    [fixture] = (FIXTURES / "schema_v1").glob("*.json")
+    path = root / "v1" / fixture.name
+    path.write_bytes(fixture.read_bytes())
+
+    def migrate_1_to_2(data: dict[str, Any]) -> dict[str, Any]:
+        return {**data, "schema_version": 2}
+
+    monkeypatch.setattr(models, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(models, "MIGRATIONS", {1: migrate_1_to_2})
+    code, out = cli("verify", "v1", "--cassettes", str(root))
+    assert code == 0 and "1 file(s) in an older schema_version" in out
+    assert path.read_bytes() == fixture.read_bytes(), "verify alone changes nothing"
+    code, out = cli("verify", "v1", "--cassettes", str(root), "--upgrade", "--json")
+    assert code == 0, out
+    assert json.loads(out)[0]["upgraded"] == [fixture.name]
+    upgraded = json.loads(path.read_text())
+    assert upgraded["schema_version"] == 2
+    assert {**upgraded, "schema_version": 1} == json.loads(fixture.read_text())
+    code, out = cli("verify", "v1", "--cassettes", str(root), "--json")
+    assert code == 0 and json.loads(out)[0]["outdated"] == []
+
+
+def test_a_file_of_a_newer_llmtape_is_refused_with_a_line_saying_to_upgrade(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "cassettes"
+    (root / "v9").mkdir(parents=True)
+    [fixture] = (FIXTURES / "schema_v1").glob("*.json")
+    data = {**json.loads(fixture.read_text()), "schema_version": 9}
+    (root / "v9" / fixture.name).write_text(json.dumps(data))
+    code, out = cli("verify", "v9", "--cassettes", str(root))
+    assert code == 1
+    assert "written by a newer llmtape" in out and "upgrade llmtape" in out

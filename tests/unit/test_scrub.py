@@ -1,0 +1,125 @@
+"""The Scrubber: field paths and patterns over JSON values, text, bodies and stream frames."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from llmtape.bodies import Payload, payload_bytes, response_payload
+from llmtape.errors import ConfigError
+from llmtape.models import Frame
+from llmtape.redact import MARKER
+from llmtape.scrub import Scrubber
+
+EMAIL = r"[a-z]+@example\.com"
+scrub = Scrubber.build(["user.email", "messages[*].content"], [EMAIL, r"\d{3}-\d{4}"])
+
+
+def test_fields_and_patterns_in_a_json_value() -> None:
+    value: Any = {
+        "user": {"email": "x", "name": "call 555-1234, or ann@example.com"},
+        "messages": [{"role": "user", "content": [{"type": "text"}]}, {"content": None}],
+        "n": 5551234,
+        "phone": 555.1234,
+    }
+    assert scrub.value(value) == {
+        "user": {"email": MARKER, "name": f"call {MARKER}, or {MARKER}"},
+        "messages": [{"role": "user", "content": MARKER}, {"content": None}],
+        "n": 5551234,
+        "phone": 555.1234,
+    }
+    assert value["user"]["email"] == "x", "the value given is not changed"
+    assert Scrubber.build(patterns=[r"555\d+"]).value({"n": 5551234}) == {"n": MARKER}
+
+
+def test_a_json_body_keeps_its_layout_and_renders_to_valid_json() -> None:
+    raw = b'{\n  "to": "ann@example.com",\n  "x": 1\n}'
+    stored = response_payload(raw, "application/json")
+    assert stored.style == "indent2"
+    out = payload_bytes(scrub.payload(stored))
+    assert json.loads(out) == {"to": MARKER, "x": 1}
+    assert out == raw.replace(b"ann@example.com", MARKER.encode())
+
+
+def test_json_stored_as_text_is_scrubbed_as_json_and_stays_valid() -> None:
+    text = '{"v": -0.000016, "to": "ann@example.com", "user": {"email": "e"}}'
+    out = scrub.payload(Payload("text", text))
+    assert out.kind == "text"
+    assert json.loads(out.value) == {"v": -0.000016, "to": MARKER, "user": {"email": MARKER}}
+    only_pattern = Scrubber.build(patterns=[EMAIL]).payload(Payload("text", text))
+    assert only_pattern.value == text.replace("ann@example.com", MARKER), "layout kept"
+
+
+def test_plain_text_and_binary_bodies() -> None:
+    assert scrub.payload(Payload("text", "hi ann@example.com")).value == f"hi {MARKER}"
+    binary = Payload("base64", "YW5uQGV4YW1wbGUuY29t")
+    assert scrub.payload(binary) is binary
+
+
+def test_sse_frames_keep_their_event_lines_and_ends() -> None:
+    frames = [
+        Frame(ms=0, text='event: delta\r\ndata: {"t":"to ann@example.com"}\r\n\r\n'),
+        Frame(ms=3, text="data: [DONE]\n\n"),
+    ]
+    out = scrub.frames(frames, "sse")
+    assert out[0].text == f'event: delta\r\ndata: {{"t":"to {MARKER}"}}\r\n\r\n'
+    assert out[0].ms == 0 and out[1] is frames[1]
+
+
+def test_ndjson_and_a_streamed_json_document() -> None:
+    [line] = scrub.frames([Frame(ms=1, text='{"c":"ann@example.com"}\n')], "ndjson")
+    assert line.text == f'{{"c":"{MARKER}"}}\n'
+    pieces = [Frame(ms=0, text='[{"c": "ann@exa'), Frame(ms=5, text='mple.com"}]')]
+    out = scrub.frames(pieces, "json")
+    assert json.loads("".join(f.text or "" for f in out)) == [{"c": MARKER}]
+    assert [f.ms for f in out] == [0, 5]
+
+
+@pytest.mark.parametrize(
+    ("fields", "patterns", "problem"),
+    [
+        ([], ["(unclosed"], "not a valid regular expression"),
+        ([], ["acted"], "matches the marker"),
+        (["a..b"], [], "empty segment"),
+        (["a[b]"], [], "is not of the form"),
+    ],
+)
+def test_bad_rules_are_clear_errors(fields: list[str], patterns: list[str], problem: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(problem)):
+        Scrubber.build(fields, patterns)
+
+
+def test_a_pattern_that_matches_nothing_at_all_changes_nothing() -> None:
+    assert Scrubber.build(patterns=["x*"]).text("abc") == "abc"
+    assert not Scrubber.build()
+
+
+json_values: Any = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet="ab@.xe-1 "),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text(alphabet="abe", max_size=3), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+PROPERTY = Scrubber.build(["a", "b[*].e"], [r"a+@", r"x-?1"])
+
+
+@given(json_values)
+def test_no_match_is_left_and_scrubbing_twice_changes_nothing(value: Any) -> None:
+    once = PROPERTY.value(value)
+    strings = re.findall(r'"((?:[^"\\]|\\.)*)"\s*(?!:)', json.dumps(once, ensure_ascii=False))
+    assert not any(p.search(s) for p in PROPERTY.patterns for s in strings)
+    assert PROPERTY.value(once) == once
+    text = json.dumps(value)
+    assert json.loads(PROPERTY.json_text(text)) == once
+
+
+def test_matches_sees_only_a_match_of_something() -> None:
+    assert not Scrubber.build(patterns=["x*"]).matches("abc")
+    assert Scrubber.build(patterns=["b+"]).matches("abc")

@@ -62,6 +62,7 @@ SECRET_QUERY = frozenset(
         "secretkey",
         "privatekey",
         "sessionkey",
+        "code",  # an OAuth authorization code
     }
 )
 # Any header name holding one of these is treated as a credential too: unknown upstreams
@@ -98,6 +99,9 @@ _SECRET_FIELDS = frozenset(
         "clientassertion",
         "authorization",
         "token",
+        "bearer",
+        "credential",
+        "credentials",
     }
 )
 _SECRET_FIELD_ENDINGS = (
@@ -284,15 +288,14 @@ def _redacted_multipart(payload: Payload) -> Payload:
 
 
 def redact_url(url: str) -> str:
-    """A URL fit for a message or a log line: no user:password@, key-like query values
-    replaced."""
+    """A URL fit for a message or a log line: no user:password@, and no query value at all
+    (a name may say what it is; its value may be a credential under any name)."""
     url = _USERINFO.sub(r"\1", url)
     base, sep, query = url.partition("?")
     if not sep:
         return url
     pairs = parse_qsl(query, keep_blank_values=True)
-    shown = [(k, MARKER if is_secret_query(k) else v) for k, v in pairs]
-    return f"{base}?{urlencode(shown, safe='[]')}"
+    return f"{base}?{urlencode([(k, MARKER) for k, _ in pairs], safe='[]')}"
 
 
 def redact_text(text: str) -> str:

@@ -146,7 +146,7 @@ def test_is_secret_header(name: str, secret: bool) -> None:
         ("alt", False),
         ("model", False),
         ("limit", False),
-        ("code", False),
+        ("code", True),  # an OAuth authorization code
         ("page_token", False),
         ("pageToken", False),
         ("nextPageToken", False),
@@ -168,17 +168,20 @@ def test_common_credential_spellings_in_queries_are_secret(name: str) -> None:
     assert is_secret_query(name)
 
 
-def test_redact_url_hides_key_values_and_keeps_the_rest() -> None:
+def test_redact_url_hides_every_query_value() -> None:
     url = "http://g/v1beta/models/x:generateContent?alt=sse&key=AIzaSECRET&pageToken=p2"
     shown = redact_url(url)
     assert "AIzaSECRET" not in shown
-    assert shown == "http://g/v1beta/models/x:generateContent?alt=sse&key=[redacted]&pageToken=p2"
+    assert shown == (
+        "http://g/v1beta/models/x:generateContent?alt=[redacted]&key=[redacted]"
+        "&pageToken=[redacted]"
+    ), "no query value reaches a message or a log, whatever its name"
     assert redact_url("http://g/plain") == "http://g/plain"
 
 
 def test_redact_url_drops_user_and_password() -> None:
     assert redact_url("http://apiuser:UserInfoPass@127.0.0.1:9/x?key=K1&q=a") == (
-        "http://127.0.0.1:9/x?key=[redacted]&q=a"
+        "http://127.0.0.1:9/x?key=[redacted]&q=[redacted]"
     )
     assert redact_url("https://user@host/v1") == "https://host/v1"
     assert redact_url("http://host/a@b") == "http://host/a@b"
@@ -202,6 +205,12 @@ def test_redact_text_hides_secrets_of_every_url_in_a_message(text: str) -> None:
 # --- request bodies ------------------------------------------------------------------------
 
 BODY_SECRET_NAMES = [
+    "credentials",
+    "credential",
+    "bearer",
+    "refresh_token",
+    "id_token",
+    "session_token",
     "api_key",
     "apiKey",
     "API-KEY",
@@ -347,7 +356,7 @@ def test_a_boolean_named_like_a_secret_is_a_flag_and_stays() -> None:
 
 @given(
     pairs=st.lists(
-        st.tuples(st.sampled_from(["grant_type", "scope", "code", "q"]), st.text(max_size=6)),
+        st.tuples(st.sampled_from(["grant_type", "scope", "state", "q"]), st.text(max_size=6)),
         max_size=4,
     ),
     names=st.lists(

@@ -17,6 +17,7 @@ class Outcome(StrEnum):
     FAILURE_STATUS = "failure_status"  # a 429 or 5xx, kept only with --record-failures
     UPSTREAM_CUT = "upstream_cut"  # the stream ended early, kept only with --record-failures
     STREAM_ERROR = "stream_error"  # an error event mid-stream, kept only with --record-failures
+    TRUNCATED = "truncated"  # a stream that ended without its final frame, likewise
 
 
 class _Model(BaseModel):

@@ -119,6 +119,7 @@ class Capture:
         ms = self._ms()
         dialect: Dialect | None = None
         body = frames = None
+        truncated = self._truncated()
         if self._splitter is not None:
             dialect = self._splitter.dialect
             self._frames += [_frame(ms, raw) for raw in self._splitter.flush()]
@@ -133,7 +134,7 @@ class Capture:
             ordinal=1,
             seq=self.seq,
             rules=self.rules,
-            outcome=self._outcome(cut, error),
+            outcome=self._outcome(cut, error, truncated),
             usage=self.provider.usage(payloads),
             request=StoredRequest.model_validate(self.request.to_dict()),
             response=StoredResponse(
@@ -161,12 +162,27 @@ class Capture:
         meanings = [read_frame(dialect, f.text or "", signs) for f in self._frames]
         return [m.payload for m in meanings], any(m.error for m in meanings)
 
-    def _outcome(self, cut: bool, error: bool) -> Outcome:
+    def _truncated(self) -> bool:
+        """A stream that ended cleanly but without its dialect's final frame (no `[DONE]`,
+        `message_stop`, `response.completed`, `"done": true`, Gemini finish): cut short, not
+        whole. Only where the provider says its streams always end with one."""
+        splitter = self._splitter
+        return (
+            splitter is not None
+            and splitter.dialect != "chunks"
+            and 200 <= self.status < 300
+            and self.provider.ends_streams(self.request.path)
+            and not self.final_seen()
+        )
+
+    def _outcome(self, cut: bool, error: bool, truncated: bool = False) -> Outcome:
         if cut:
             return Outcome.UPSTREAM_CUT
         if is_failure_status(self.status):
             return Outcome.FAILURE_STATUS
-        return Outcome.STREAM_ERROR if error else Outcome.COMPLETE
+        if error:
+            return Outcome.STREAM_ERROR
+        return Outcome.TRUNCATED if truncated else Outcome.COMPLETE
 
 
 def _frame(ms: int, raw: bytes) -> Frame:

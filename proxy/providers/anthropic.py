@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from llmtape.framing import FrameSigns
-from llmtape.providers.base import Provider, error_frame, pick_int, strings, type_of
+from llmtape.providers.base import Provider, ends_with, error_frame, pick_int, strings, type_of
 from llmtape.rules import MatchRules
 from llmtape.tokens import Tokens
 
@@ -81,6 +81,7 @@ def claims_bare_v1(headers: Mapping[str, str]) -> bool:
 
 PROVIDER = Provider(
     name="anthropic",
+    ends_streams=ends_with("/v1/messages"),
     base_url="https://api.anthropic.com",
     rules=MatchRules(
         ignore_body=("metadata",),

@@ -55,6 +55,11 @@ def no_text(payloads: Iterable[Any]) -> str:
     return ""
 
 
+def ends_with(*suffixes: str) -> Callable[[str], bool]:
+    """A path test: the path ends with one of `suffixes`."""
+    return lambda path: path.endswith(suffixes)
+
+
 def no_stream_path(path: str) -> bool:
     return False
 
@@ -99,6 +104,9 @@ class Provider:
     volatile_prefixes: tuple[str, ...] = ()
     # Whether a request path asks for a stream by itself, whatever the body says.
     stream_path: Callable[[str], bool] = no_stream_path
+    # Whether a stream answered at this path always ends with a final frame, so one that
+    # ends without it was cut short (a truncated stream is not recorded as complete).
+    ends_streams: Callable[[str], bool] = no_stream_path
     # Whether a request on a bare `/v1/...` path (no upstream prefix) is this provider's.
     claims_bare_v1: Callable[[Mapping[str, str]], bool] = claims_nothing
 

@@ -92,4 +92,5 @@ PROVIDER = Provider(
     text=text,
     frame_signs=FrameSigns(final=final_frame, error=error_frame),
     stream_path=stream_path,
+    ends_streams=stream_path,
 )

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from llmtape.providers import openai
-from llmtape.providers.base import Provider
+from llmtape.providers.base import Provider, ends_with
 
 PROVIDER = Provider(
     name="mistral",
+    ends_streams=ends_with("/chat/completions"),
     base_url="https://api.mistral.ai",
     error_body=openai.error_body,
     tokens=openai.tokens,

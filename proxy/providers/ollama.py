@@ -6,7 +6,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from llmtape.framing import FrameSigns
-from llmtape.providers.base import Provider, error_frame, generic_error, pick_int, strings
+from llmtape.providers.base import (
+    Provider,
+    ends_with,
+    error_frame,
+    generic_error,
+    pick_int,
+    strings,
+)
 from llmtape.tokens import Tokens, tokens_of
 
 
@@ -37,6 +44,7 @@ def final_frame(event: str, payload: Any, data: str) -> bool:
 
 PROVIDER = Provider(
     name="ollama",
+    ends_streams=ends_with("/api/chat", "/api/generate"),
     base_url="http://127.0.0.1:11434",
     error_body=generic_error,
     tokens=tokens,

@@ -8,6 +8,7 @@ from typing import Any
 from llmtape.framing import FrameSigns
 from llmtape.providers.base import (
     Provider,
+    ends_with,
     error_frame,
     pick_dict,
     pick_int,
@@ -97,6 +98,7 @@ FRAME_SIGNS = FrameSigns(final=final_frame, error=stream_error)
 
 PROVIDER = Provider(
     name="openai",
+    ends_streams=ends_with("/chat/completions", "/completions", "/responses"),
     base_url="https://api.openai.com",
     rules=MatchRules(
         ignore_body=("user", "safety_identifier", "prompt_cache_key", "metadata"),

@@ -58,6 +58,12 @@ def print_verdicts(verdicts: Sequence[Verdict], as_json: bool) -> None:
             console.print(
                 f"  {problem['file']}: {problem['problem']}", highlight=False, soft_wrap=True
             )
+        for warning in v.warnings:
+            console.print(
+                f"  warning: {warning['file']}: {warning['problem']}",
+                highlight=False,
+                soft_wrap=True,
+            )
         if v.upgraded:
             console.print(f"  upgraded {len(v.upgraded)} file(s) to today's schema_version")
         if v.outdated:

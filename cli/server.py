@@ -16,6 +16,7 @@ from llmtape.app import Server
 from llmtape.rules import rule_warnings
 from llmtape.settings import Settings, is_loopback
 from llmtape.stats import Snapshot
+from llmtape.store.fs import sweep_leftovers
 
 log = logging.getLogger("llmtape")
 
@@ -72,6 +73,14 @@ def serve(settings: Settings) -> int:
     configure_logging(settings.log_level)
     for warning in rule_warnings(settings.ignore):
         log.warning("%s", warning)
+    if settings.cassettes.is_dir():
+        swept = sweep_leftovers(settings.cassettes)
+        if swept:
+            log.info(
+                "removed %d file(s) left over from interrupted writes in %s",
+                len(swept),
+                settings.cassettes,
+            )
     if not is_loopback(settings.host):
         log.warning(
             "binding %s, which is not loopback: anyone who reaches this address can use this "

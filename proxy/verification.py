@@ -27,6 +27,8 @@ class Verdict:
     cassette: str
     checked: int = 0
     problems: list[dict[str, Any]] = field(default_factory=list)
+    # Not wrong, worth knowing: temp files a killed write left (the server sweeps them).
+    warnings: list[dict[str, Any]] = field(default_factory=list)
     # Files in an older schema_version: read fine (migrated in memory); `--upgrade` rewrites
     # them, after which they are in `upgraded`.
     outdated: list[str] = field(default_factory=list)
@@ -45,7 +47,9 @@ def verify(
     verdict = Verdict(cassette)
     for name in store.files(cassette):
         if is_leftover(name):
-            verdict.flag(name, "left over from an interrupted write; safe to delete")
+            verdict.warnings.append(
+                {"file": name, "problem": "left over from an interrupted write; safe to delete"}
+            )
             continue
         parsed = parse_exchange_file(name)
         if parsed is None:

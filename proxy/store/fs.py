@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import time
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -128,6 +129,22 @@ def _stored(path: Path) -> Exchange | None:
     except (OSError, ValueError, ValidationError):
         return None
     return stored if stored.read_as == stored.schema_version else None
+
+
+def sweep_leftovers(root: Path, older_than: float = 60.0) -> list[Path]:
+    """Delete the temp files that killed writes left in the library, and say which. Only
+    those older than `older_than` seconds: another llmtape on the same library may be
+    writing the newer ones right now."""
+    swept: list[Path] = []
+    cutoff = time.time() - older_than
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            path = Path(folder) / name
+            if is_leftover(name) and path.stat().st_mtime < cutoff:
+                path.unlink(missing_ok=True)
+                swept.append(path)
+    return swept
 
 
 def _umask() -> int:

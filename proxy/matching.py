@@ -50,12 +50,27 @@ class Difference:
         return _clip(line, 4 * width)
 
     def to_dict(self) -> dict[str, Any]:
+        """As JSON, a large value cut to an excerpt: a miss report (and the journal of them)
+        holds differences, never whole bodies."""
         out: dict[str, Any] = {"path": self.path}
         if self.recorded is not MISSING:
-            out["recorded"] = json_safe(self.recorded)
+            out["recorded"] = excerpt(json_safe(self.recorded))
         if self.requested is not MISSING:
-            out["requested"] = json_safe(self.requested)
+            out["requested"] = excerpt(json_safe(self.requested))
         return out
+
+
+MAX_EXCERPT = 1000  # characters of a value shown in a difference's JSON
+
+
+def excerpt(value: Any) -> Any:
+    """`value` itself when its JSON is short, else the start of its JSON text and its size."""
+    if isinstance(value, bool | int | float) or value is None:
+        return value
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    if len(text) <= MAX_EXCERPT:
+        return value
+    return f"{text[:MAX_EXCERPT]}... ({len(text):,} characters in all)"
 
 
 def json_safe(value: Any) -> Any:

@@ -18,6 +18,7 @@ from llmtape.stats import RunSummary
 from llmtape.store.base import CassetteStore, exchange_file
 
 MAX_LISTED = 50
+MAX_OPEN_RUNS = 256  # cassettes under way at once; the oldest idle run ends past that
 MAX_ENDED = 200  # ended runs kept for stats and the shutdown log (those with news only)
 SETTLE_SECONDS = 5.0  # how long ending a run waits for answers still being recorded into it
 log = logging.getLogger("llmtape")
@@ -150,9 +151,22 @@ class Runs:
             task = asyncio.create_task(self._load(cassette))
             self._loading[cassette] = task
         try:
-            return await asyncio.shield(task)
+            run = await asyncio.shield(task)
         finally:
             self._loading.pop(cassette, None)
+        await self._end_idle(keep=run)
+        return run
+
+    async def _end_idle(self, keep: Run) -> None:
+        """Past MAX_OPEN_RUNS cassettes under way (clients may name any number by header),
+        end the oldest idle ones: their summaries go to the bounded list of ended runs, and a
+        later request to one starts a new run of it."""
+        while len(self._runs) > MAX_OPEN_RUNS:
+            idle = next((r for r in self._runs.values() if r is not keep and not r.recording), None)
+            if idle is None:
+                return
+            del self._runs[idle.cassette]
+            await self._end([idle])
 
     async def _load(self, cassette: str) -> Run:
         ordinals = await asyncio.to_thread(self._store.entries, cassette)

@@ -12,12 +12,14 @@ import pytest
 from starlette.requests import Request
 
 from llmtape.control import refusal
+from llmtape.runs import MAX_OPEN_RUNS
 from llmtape.settings import Settings
 from tests.conftest import MakeProxy
 from tests.fakes.raw import RawUpstream
 from tests.fakes.upstream import FakeUpstream, Reply
 
 TOKEN = "an-admin-token-0123456789"
+EMBED = {"model": "m", "input": "hello"}
 
 
 @pytest.fixture
@@ -147,3 +149,21 @@ def test_userinfo_in_an_upstream_url_is_basic_auth_unless_the_client_sends_its_o
     )
     seen = [hit.headers.get("authorization") for hit in fake.hits]
     assert seen == ["Basic c3ZjOnMzY3JldA==", "Bearer mine"]
+
+
+def test_runs_under_way_are_bounded_however_many_cassettes_clients_name(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    proxy = make_proxy(mode="auto")
+    with httpx.Client(base_url=proxy.url) as client:
+        for n in range(MAX_OPEN_RUNS + 40):
+            headers = {"x-llmtape-cassette": f"many/c{n}"}
+            answer = client.post("/openai/v1/embeddings", json=EMBED, headers=headers)
+            assert answer.status_code == 200
+        again = client.post(
+            "/openai/v1/embeddings", json=EMBED, headers={"x-llmtape-cassette": "many/c0"}
+        )
+    assert again.status_code == 200, "an ended run's cassette starts a new run"
+    stats = proxy.stats
+    assert len(stats["runs"]) <= MAX_OPEN_RUNS
+    assert stats["recorded"] == MAX_OPEN_RUNS + 40 and stats["replayed"] == 1

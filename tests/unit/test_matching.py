@@ -499,3 +499,11 @@ def test_similarity_is_the_jaccard_index_when_the_sample_is_whole(
 @given(shared=st.sets(st.integers(-(2**63), 2**63 - 1), min_size=MAX_SKETCH, max_size=3000))
 def test_similarity_of_a_request_to_its_own_cut_sketch_is_one(shared: set[int]) -> None:
     assert similarity(shared, sorted(shared), array("q", sorted(shared)[:MAX_SKETCH])) == 1.0
+
+
+def test_a_difference_of_huge_values_is_an_excerpt_in_json() -> None:
+    big = "x" * 4_000_000
+    shown = Difference("body.messages[0].content", big, big + "y").to_dict()
+    assert len(json.dumps(shown)) < 3 * 1024
+    assert "4,000,001 characters in all" in shown["requested"]
+    assert Difference("body.n", 1, 2).to_dict() == {"path": "body.n", "recorded": 1, "requested": 2}

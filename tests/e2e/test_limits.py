@@ -3,7 +3,9 @@ token, paths that climb above an upstream's base, paths sent byte for byte, user
 
 from __future__ import annotations
 
+import gzip
 import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -167,3 +169,38 @@ def test_runs_under_way_are_bounded_however_many_cassettes_clients_name(
     stats = proxy.stats
     assert len(stats["runs"]) <= MAX_OPEN_RUNS
     assert stats["recorded"] == MAX_OPEN_RUNS + 40 and stats["replayed"] == 1
+
+
+def test_a_gzip_bomb_passes_to_the_client_but_is_neither_held_nor_recorded(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    inflated = 100 * 1024 * 1024
+    bomb = gzip.compress(b"\0" * inflated, compresslevel=9)  # about 100 KB
+    headers = {"content-encoding": "gzip", "content-type": "application/octet-stream"}
+    fake.script("/bomb", Reply(body=bomb, headers=headers))
+    proxy = make_proxy(mode="record", max_record="1MiB", upstream={"tool": fake.url})
+    before, peak = rss_mb(), [0.0]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.01):
+            peak[0] = max(peak[0], rss_mb())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    received = 0
+    with httpx.stream("GET", proxy.url + "/tool/bomb", timeout=60) as response:
+        for chunk in response.iter_raw():
+            received += len(chunk)
+    stop.set()
+    sampler.join()
+    assert received == inflated, "the client gets the answer, inflated once, as before"
+    assert peak[0] - before < 48, f"RSS grew {peak[0] - before:.0f} MB for a 100 MB answer"
+    assert proxy.stats["too_large"] == 1 and not list(cassettes.rglob("*.json"))
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0

@@ -52,11 +52,11 @@ def top_frames(collapsed: Path, top: int = TOP) -> str:
     return "\n".join(lines)
 
 
-def profile(pid: int, seconds: float, out: Path) -> None:
+def profile(pid: int, seconds: float, out: Path, idle: bool = False) -> None:
     """py-spy on `pid` for `seconds`: collapsed stacks to `out`."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     base = [spy, "record", "--pid", str(pid), "--duration", f"{seconds:.0f}", "--rate", "250"]
-    base += ["--nonblocking"]
+    base += ["--nonblocking", *(["--idle", "--threads"] if idle else [])]
     subprocess.run([*base, "--format", "raw", "--output", str(out)], check=True)
 
 
@@ -65,6 +65,9 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("path", choices=["replay", "record"])
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument(
+        "--idle", action="store_true", help="wall-clock: idle and waiting threads sampled too"
+    )
     parser.add_argument("--keep", type=Path, metavar="FILE", help="also keep the raw stacks")
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="llmtape-profile-"))
@@ -102,7 +105,7 @@ async def drive(pid: int, url: str, args: argparse.Namespace, out: Path) -> None
     )
     load.start()
     await asyncio.sleep(1)
-    await asyncio.to_thread(profile, pid, args.seconds, out)
+    await asyncio.to_thread(profile, pid, args.seconds, out, args.idle)
     load.join()
 
 

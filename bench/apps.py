@@ -13,9 +13,12 @@ import re
 import signal
 import socket
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 CREATED = 1_700_000_000
+SSE_PATH = "/v1/sse"  # the baseline's stream: the frames the fake sends for a 100-frame model
+SSE_FRAMES = 100
 STREAM_MODEL = re.compile(r"^bench-sse-(\d+)x(\d+)ms$")
 WORDS = [
     "the",
@@ -98,16 +101,31 @@ def run_baseline() -> None:
     import uvicorn
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import Response
+    from starlette.responses import Response, StreamingResponse
     from starlette.routing import Route
 
     body = chat_completion("bench-json")
+    frames = chat_frames(stream_model(SSE_FRAMES, 0), SSE_FRAMES)
 
     async def completion(request: Request) -> Response:
         await request.body()
         return Response(body, media_type="application/json")
 
-    app = Starlette(routes=[Route("/v1/chat/completions", completion, methods=["POST"])])
+    async def stream(request: Request) -> Response:
+        await request.body()
+
+        async def each() -> AsyncIterator[bytes]:
+            for frame in frames:
+                yield frame
+
+        return StreamingResponse(each(), media_type="text/event-stream")
+
+    app = Starlette(
+        routes=[
+            Route("/v1/chat/completions", completion, methods=["POST"]),
+            Route(SSE_PATH, stream, methods=["POST"]),
+        ]
+    )
 
     class ReadyServer(uvicorn.Server):
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:

@@ -1,8 +1,9 @@
-"""The llmtape benchmark: starts a bare starlette baseline, a fake provider and llmtape in
-each mode as subprocesses on 127.0.0.1, drives them with a pooled aiohttp client, and prints
-one table with every p50 as a ratio to the baseline measured in the same run.
+"""The llmtape benchmark: starts a bare starlette baseline, a fake provider, Talkback and
+llmtape in each mode as subprocesses on 127.0.0.1; first a head-to-head driven by wrk (ratios
+to the baseline and to Talkback), then the scenarios driven by a pooled aiohttp client, each
+p50 as a ratio to the baseline measured in the same run.
 
-    .venv/bin/python bench/run.py [--quick] [--json FILE]
+    .venv/bin/python bench/run.py [--quick] [--head-to-head] [--json FILE]
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.context import FULL, QUICK, Bench, Budget
 from bench.library import big_library, library_parent
+from bench.peers import Contest, as_json, head_to_head, render_contest
 from bench.procs import ROOT, BenchError, start_app
 from bench.report import Row, render, write_json
 from bench.scenarios import baseline, direct, passthrough, record, replay
@@ -33,6 +35,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer requests: under 60 s")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the rows as JSON")
+    parser.add_argument(
+        "--head-to-head", action="store_true", help="only the wrk head-to-head (about 1 min)"
+    )
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        metavar="S",
+        help="length of each wrk run (default 3 with --quick, else 8)",
+    )
     parser.add_argument(
         "--library-size",
         type=int,
@@ -52,10 +63,14 @@ def progress(started: float, text: str) -> None:
     print(f"[{time.monotonic() - started:6.1f} s] {text}", file=sys.stderr, flush=True)
 
 
-async def run(bench: Bench, started: float) -> None:
+async def run(bench: Bench, started: float, seconds: float, only_wrk: bool) -> Contest:
     fake = start_app("fake", bench.workdir)
     bench.fake_url = fake.url
     try:
+        progress(started, f"head-to-head with wrk ({seconds:.0f} s a load)")
+        contest = await head_to_head(bench, seconds)
+        if only_wrk:
+            return contest
         progress(started, "baseline")
         await baseline(bench)
         progress(started, "fake upstream, direct")
@@ -72,6 +87,7 @@ async def run(bench: Bench, started: float) -> None:
         await baseline(bench, "baseline (end)")
     finally:
         fake.stop()
+    return contest
 
 
 def exit_row(bench: Bench) -> Row:
@@ -120,8 +136,10 @@ def main(argv: list[str]) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="llmtape-bench-"))
     bench = Bench(budget, workdir, library_dir=args.library_dir)
     failure = ""
+    seconds = args.seconds or (3.0 if args.quick else 8.0)
+    contest = Contest()
     try:
-        asyncio.run(run(bench, started))
+        contest = asyncio.run(run(bench, started, seconds, args.head_to_head))
     except BenchError as exc:
         failure = str(exc)
     finally:
@@ -129,16 +147,17 @@ def main(argv: list[str]) -> int:
     bench.rows.append(exit_row(bench))
     if failure:
         bench.rows.append(Row("BENCHMARK STOPPED", note=failure, warning=True))
-    seconds = time.monotonic() - started
-    info = meta(budget, args.quick, seconds)
+    took = time.monotonic() - started
+    info = meta(budget, args.quick, took)
     load = ", ".join(f"{x:.2f}" for x in info["loadavg"])
+    where = f"{info['cpus']} CPUs, load {load}, {info['commit']}, {time.strftime('%Y-%m-%d')}"
+    render_contest(contest, f"head-to-head, wrk, 1 thread ({where})")
     render(
         bench.rows,
-        f"llmtape benchmark ({'quick' if args.quick else 'full'}, "
-        f"{seconds:.0f} s, {info['cpus']} CPUs, load {load}, {info['commit']})",
+        f"llmtape benchmark ({'quick' if args.quick else 'full'}, {took:.0f} s, {where})",
     )
     if args.json is not None:
-        write_json(args.json, bench.rows, info)
+        write_json(args.json, bench.rows, {**info, "head_to_head": as_json(contest)})
     return 1 if failure or any(row.warning for row in bench.rows) else 0
 
 

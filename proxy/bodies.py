@@ -59,11 +59,22 @@ def render_json(value: Any, style: str) -> bytes:
 
 
 def _json_style(value: Any, raw: bytes) -> str | None:
-    for name, _, _ in _LAYOUTS:
-        for flags in ("", "+ascii", "+newline", "+ascii+newline"):
+    """The first style, in _LAYOUTS and flag order, that renders `value` as `raw`. Styles
+    that cannot give `raw` are not rendered: json.dumps never ends its text with a line
+    break (so `newline` is read off the end of `raw`), writes one only when indenting (an
+    indented text without one is the compact text, tried before it), and writes nothing but
+    ASCII with `ascii`. Usually one render instead of up to twelve."""
+    newline = raw.endswith(b"\n")
+    broken = b"\n" in (raw[:-1] if newline else raw)
+    asciis = ("", "+ascii") if raw.isascii() else ("",)
+    for name, indent, _ in _LAYOUTS:
+        if (indent is not None) != broken:
+            continue
+        for ascii_flag in asciis:
+            style = name + ascii_flag + ("+newline" if newline else "")
             try:
-                if render_json(value, name + flags) == raw:
-                    return name + flags
+                if render_json(value, style) == raw:
+                    return style
             except UnicodeEncodeError:  # a lone surrogate only renders escaped (+ascii)
                 continue
     return None

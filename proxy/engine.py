@@ -23,6 +23,7 @@ from llmtape.errors import (
 )
 from llmtape.hangup import unless_gone
 from llmtape.inbound import Answer, Inbound, Live, Refuse, Serve
+from llmtape.keycache import KeyCache, raw_key
 from llmtape.matching import follow_order
 from llmtape.misses import Miss
 from llmtape.models import Exchange, Outcome
@@ -94,6 +95,8 @@ class Engine:
         self.counters = Counters()
         self.runs = Runs(store, strict_order=settings.strict_order, live=frozenset(settings.live))
         self.replays = ReplayCache()
+        self.keys = KeyCache()
+        self._wanted: dict[str, frozenset[bytes]] = {}  # key header names per upstream
         self.misses: deque[dict[str, Any]] = deque(maxlen=MAX_MISSES)
         self.upstream: Upstream | None = None  # set while the server runs
 
@@ -141,19 +144,7 @@ class Engine:
                 f"{', '.join(sorted(self.providers))}"
             )
         rules = self.rules.for_upstream(provider.name)
-        parts = request_parts(
-            inbound.method,
-            provider.name,
-            inbound.path,
-            inbound.query,
-            inbound.header_map,
-            inbound.body,
-            rules,
-        )
-        # Keyed as stored: scrubbed by the [redact] rules, so a replay with the same rules
-        # finds what `llmtape redact` or a recording with them wrote.
-        parts = self.scrubber.request(parts)
-        key = request_key(parts, rules)
+        parts, key = self._parts_and_key(inbound, provider.name, rules)
         mode = self.current.mode
         trace = Trace(mode.value, provider.name, parts.method, inbound.path, key)
         return Keyed(
@@ -168,6 +159,45 @@ class Engine:
             timing,
             trace,
         )
+
+    def _parts_and_key(
+        self, inbound: Inbound, upstream: str, rules: MatchRules
+    ) -> tuple[RequestParts, str]:
+        """The request's stored parts and key; worked out once per distinct request (a replay
+        run asks the same few requests over and over)."""
+        wanted = self._wanted.get(upstream)
+        if wanted is None:
+            wanted = self._wanted[upstream] = frozenset(
+                name.encode("latin-1") for name in rules.headers()
+            )
+        raw = raw_key(
+            upstream,
+            inbound.method,
+            inbound.path,
+            inbound.query,
+            inbound.headers,
+            inbound.body,
+            wanted,
+        )
+        known = self.keys.get(raw) if raw is not None else None
+        if known is not None:
+            return known
+        parts = request_parts(
+            inbound.method,
+            upstream,
+            inbound.path,
+            inbound.query,
+            inbound.header_map,
+            inbound.body,
+            rules,
+        )
+        # Keyed as stored: scrubbed by the [redact] rules, so a replay with the same rules
+        # finds what `llmtape redact` or a recording with them wrote.
+        parts = self.scrubber.request(parts)
+        key = request_key(parts, rules)
+        if raw is not None:
+            self.keys.put(raw, parts, key)
+        return parts, key
 
     async def _target(self, keyed: Keyed, step: Step, run: Run, seq: int) -> Target | None:
         if step.action is not Action.RECORD:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import cached_property
 
 from llmtape.bodies import Payload, payload_bytes
 from llmtape.models import Exchange, Frame, Outcome
@@ -48,6 +49,13 @@ class Replay:
     frames: tuple[tuple[int, bytes], ...]  # (ms from the start of the answer, bytes)
     cut: bool
     end_ms: int | None = None  # when a recorded cut came, if known
+
+    @cached_property
+    def whole(self) -> bytes:
+        """The body in one piece: what a replay with no timing sends, in one write."""
+        if len(self.frames) == 1:
+            return self.frames[0][1]
+        return b"".join(data for _, data in self.frames)
 
     @classmethod
     def of(cls, exchange: Exchange, key: str) -> Replay:

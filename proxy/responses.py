@@ -93,8 +93,9 @@ async def send_replay(serve: Serve, receive: Receive, send: Send) -> None:
     frame leaves at its recorded offset times the factor, counted from the start, so small
     delays in sending do not add up over a long stream; a recorded cut comes when it came."""
     replay, factor = serve.replay, serve.timing
-    if factor is None and not replay.cut and len(replay.frames) <= 1:
-        # The common case, an answer sent at once: no task to watch for the client leaving.
+    if factor is None and not replay.cut:
+        # The common case, an answer sent at once (a stream's frames too, in one write: the
+        # same bytes, without a wait in between to keep): no task to watch for the client.
         await cut_on_shutdown(_send_whole(replay, send))
         return
 
@@ -122,8 +123,7 @@ async def send_replay(serve: Serve, receive: Receive, send: Send) -> None:
 
 async def _send_whole(replay: Replay, send: Send) -> None:
     await send({"type": "http.response.start", "status": replay.status, "headers": replay.headers})
-    body = replay.frames[0][1] if replay.frames else b""
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": "http.response.body", "body": replay.whole})
 
 
 class QuietCuts(logging.Filter):

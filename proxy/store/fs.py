@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -20,6 +22,7 @@ from llmtape.store.names import check_folder_name
 class FileStore:
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
+        self._folder_syncs = FolderSyncs()
 
     def folder(self, cassette: str) -> Path:
         return self.root / check_folder_name(cassette)
@@ -54,7 +57,7 @@ class FileStore:
         if stored is not None and same_recording(stored, exchange):
             return False
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, dump_exchange(exchange))
+        write_atomic(path, dump_exchange(exchange), self._folder_syncs.sync)
         return True
 
     def delete(self, cassette: str, key: str, ordinal: int) -> None:
@@ -157,10 +160,12 @@ def _umask() -> int:
 _UMASK = _umask()
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Temp file in the same folder, flush, fsync, rename over, fsync the folder: a crash
-    leaves the old file or the new one, never a torn one. The temp name is one that
-    `is_leftover` knows."""
+def write_atomic(
+    path: Path, data: bytes, sync_folder: Callable[[Path], None] | None = None
+) -> None:
+    """Temp file in the same folder, flush, fsync, rename over, fsync the folder (with
+    `sync_folder`, else alone): a crash leaves the old file or the new one, never a torn one.
+    The temp name is one that `is_leftover` knows."""
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         # mkstemp makes it 0600: a cassette recorded by one user must replay as another.
@@ -173,7 +178,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
-    _fsync_folder(path.parent)
+    (sync_folder or _fsync_folder)(path.parent)
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -183,3 +188,46 @@ def _fsync_folder(folder: Path) -> None:
         os.fsync(handle)
     finally:
         os.close(handle)
+
+
+class FolderSyncs:
+    """Group commit of folder fsyncs, for the writer threads of one store: a write returns
+    once an fsync of its folder that began after its rename has ended, and one fsync covers
+    every rename made before it began. Writes that finish together share one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._folders: dict[Path, _FolderSync] = {}
+
+    def sync(self, folder: Path) -> None:
+        with self._lock:
+            state = self._folders.setdefault(folder, _FolderSync())
+        state.sync(folder)
+
+
+class _FolderSync:
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.renamed = 0  # renames announced so far; each writer's ticket is its count
+        self.synced = 0  # every rename up to this ticket is durable
+        self.busy = False  # an fsync is under way
+
+    def sync(self, folder: Path) -> None:
+        with self.cond:
+            self.renamed += 1
+            ticket = self.renamed
+            while self.synced < ticket:
+                if self.busy:  # began before this rename, maybe: wait, then look again
+                    self.cond.wait()
+                    continue
+                self.busy, covers, done = True, self.renamed, False
+                self.cond.release()
+                try:
+                    _fsync_folder(folder)
+                    done = True
+                finally:  # on an error, each waiter tries its own fsync
+                    self.cond.acquire()
+                    self.busy = False
+                    if done:
+                        self.synced = max(self.synced, covers)
+                    self.cond.notify_all()

@@ -18,6 +18,7 @@ from llmtape.bodies import (
     decode_content,
     looks_json,
     payload_bytes,
+    render_json,
     request_payload,
     response_payload,
 )
@@ -67,6 +68,38 @@ def test_json_in_every_known_layout_is_stored_as_json_and_replays_byte_exact(
     assert payload.value == value
     assert payload_bytes(payload) == raw
     assert replayed(raw, "application/json") == raw
+
+
+def every_style_in_order(value: Any, raw: bytes) -> str | None:
+    """The style the recorder picked before it skipped styles that cannot match: each of the
+    twelve rendered in order, the first that gives `raw` back."""
+    for name in ("compact", "indent2", "spaced"):
+        for flags in ("", "+ascii", "+newline", "+ascii+newline"):
+            try:
+                if render_json(value, name + flags) == raw:
+                    return name + flags
+            except UnicodeEncodeError:
+                continue
+    return None
+
+
+@given(
+    value=json_values,
+    style=st.sampled_from(sorted(STYLES)),
+    ensure_ascii=st.booleans(),
+    newline=st.booleans(),
+)
+def test_the_stored_style_is_the_first_of_every_style_in_order(
+    value: Any, style: str, ensure_ascii: bool, newline: bool
+) -> None:
+    """So a re-recording stores the same style as before, down to the flags, even where
+    several styles render the same bytes (`{}`, `[1]`, a string)."""
+    raw = (json.dumps(value, ensure_ascii=ensure_ascii, **STYLES[style]) + "\n" * newline).encode()
+    payload = response_payload(raw, "application/json")
+    if payload.kind == "json":
+        assert payload.style == every_style_in_order(value, raw)
+    else:  # `null` is stored as text; anything else must have had no style that fits
+        assert value is None or every_style_in_order(value, raw) is None
 
 
 def test_json_keeps_the_senders_key_order() -> None:

@@ -218,7 +218,7 @@ def unwritable_message(folder: Path, mode: Mode, exc: OSError) -> str:
     return (
         f"cannot record into the cassette library: {exc.strerror or exc} ({where}). "
         f"{mode.value} mode writes recordings there, so {user} needs write access to {where}; "
-        f"{owned}. Make it writable for {user} (e.g. `chown -R {uid} DIR` on the folder "
+        f"{owned}. Make it writable for uid {uid} (e.g. `chown -R {uid} DIR` on the folder "
         f"mounted there), run llmtape as the folder's owner (in Docker: `--user UID:GID`), "
         f"give another --cassettes folder, or serve in replay mode."
     )

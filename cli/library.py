@@ -56,6 +56,7 @@ METAVARS = {
     "admin_token": "TOKEN",
     "redact_field": "PATH",
     "redact_pattern": "REGEX",
+    "ready_file": "FILE",
 }
 
 

@@ -79,6 +79,7 @@ def serve(
     admin_token: Annotated[str | None, option("admin_token")] = None,
     redact_field: Annotated[list[str] | None, option("redact_field")] = None,
     redact_pattern: Annotated[list[str] | None, option("redact_pattern")] = None,
+    ready_file: Annotated[Path | None, option("ready_file")] = None,
     config: Annotated[
         Path | None,
         typer.Option(help="Config file. Default: ./llmtape.toml if present.", metavar="FILE"),

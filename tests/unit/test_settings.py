@@ -72,6 +72,7 @@ SAMPLES: dict[str, tuple[str, list[str], Any]] = {
         ["--redact-pattern", "\\d{3,4}-\\d{4}", "--redact-pattern", "sk-[a-z]+"],
         ("\\d{3,4}-\\d{4}", "sk-[a-z]+"),
     ),
+    "ready_file": ("run/url", ["--ready-file", "run/url"], Path("run/url")),
 }
 
 

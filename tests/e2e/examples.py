@@ -65,6 +65,13 @@ EXAMPLES = (
         "anthropic-agent", (sys.executable, "examples/agents/anthropic_agent.py"), ROOT, WEATHER
     ),
     Example("node-agent", ("node", "--import", "tsx", "agent.ts"), NODE_DIR, WEATHER_JS, "node"),
+    Example(
+        "vercel-agent",
+        ("node", "--import", "tsx", "vercel_agent.ts"),
+        NODE_DIR,
+        WEATHER_JS,
+        "node",
+    ),
     Example("curl", ("sh", "examples/curl/chat.sh"), ROOT, "data: [DONE]", "curl"),
 )
 

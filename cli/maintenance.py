@@ -71,6 +71,13 @@ def print_prune(report: PruneReport, as_json: bool) -> None:
         console.print(
             f"{len(report.gone)} listed as unused were already gone", highlight=False, markup=False
         )
+    if report.changed:
+        console.print(
+            f"{len(report.changed)} listed as unused hold another recording since that run "
+            "(rekeyed, redacted or recorded anew): kept",
+            highlight=False,
+            markup=False,
+        )
 
 
 @app.command()

@@ -43,7 +43,8 @@ def rekey(
     Each key's recordings keep their order; recordings of several old keys that now share
     a key are interleaved in recorded order (by seq). Files are written in an order where none
     is overwritten before its content is safe at its new place, and old files are removed
-    last, so a crash leaves duplicates, never a loss."""
+    last, so a crash leaves duplicates, never a loss. Any change removes the cassette's
+    last-run note (see `llmtape prune`)."""
     report = RekeyReport(cassette)
     groups = {
         # Where the file is, whatever it says inside (a file renamed by hand is moved too).
@@ -55,7 +56,10 @@ def rekey(
     }
     renamed = _renamed(groups, rules_for, report, transform)
     report.moved = [(_file(old), _file(new)) for old, new in renamed]
-    if not dry_run:
+    if not dry_run and renamed:
+        # The last-run note names files by key and ordinal, which no longer hold what it
+        # says; dropped first, so `llmtape prune` can never act on it after a crash here.
+        store.write_last_run(cassette, None)
         taken = {(key, e.ordinal) for key, group in groups.items() for e in group}
         for step in write_steps(renamed, taken):
             if isinstance(step, Exchange):

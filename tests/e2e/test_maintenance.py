@@ -139,6 +139,120 @@ def test_recordings_of_an_upstream_that_ran_live_are_not_pruned(
     assert len(exchange_files(cassettes / "trip")) == 3, "both model recordings are kept"
 
 
+def replay_some(make_proxy: MakeProxy, cassette: str, questions: list[str]) -> None:
+    replayer = make_proxy(mode="replay", cassette=cassette)
+    for question in questions:
+        ask(replayer.url, question)
+    replayer.stop()
+
+
+def seqs(folder: Path) -> list[int]:
+    return sorted(json.loads((folder / name).read_text())["seq"] for name in exchange_files(folder))
+
+
+# Recorded in this order, B redacts (or rekeys) to A: A.1 (seq 0), B.1 (seq 1), A.2 (seq 2);
+# after, A.1, A.2 (B, seq 1), A.3 (seq 2): the name the note gave the unused A.2 is B's now.
+MERGING = ["call [redacted]", "call 555-1234", "call [redacted]"]
+PHONE = r"\d{3}-\d{4}"
+
+
+def test_prune_after_redact_renumbered_the_cassette_deletes_nothing(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    record(make_proxy, "trip", MERGING)
+    replay_some(make_proxy, "trip", MERGING[:2])  # uses A.1 and B.1, leaves A.2
+    folder = cassettes / "trip"
+    assert len(json.loads((folder / LAST_RUN_FILE).read_text())["unused"]) == 1
+    code, out = cli("redact", "trip", "--pattern", PHONE, "--cassettes", str(cassettes))
+    assert code == 0, out
+    assert not (folder / LAST_RUN_FILE).exists(), "a rewrite drops the note"
+    code, out = cli("prune", "trip", "--cassettes", str(cassettes))
+    assert code == 2 and "nothing deleted" in out
+    assert seqs(folder) == [0, 1, 2]
+
+
+def post_chat(url: str, body: dict[str, Any]) -> None:
+    headers = {"authorization": f"Bearer {SECRET_OPENAI}"}
+    answer = httpx.post(url + "/openai/v1/chat/completions", json=body, headers=headers)
+    assert answer.status_code == 200, answer.text
+
+
+def test_prune_after_rekey_renumbered_the_cassette_deletes_nothing(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    plain: dict[str, Any] = {
+        "model": "gpt-4o-mini",
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    warm = {**plain, "temperature": 0.5}  # rekeys to `plain` when temperature is ignored
+    recorder = make_proxy(mode="record", cassette="trip")
+    for body in [plain, warm, plain]:
+        post_chat(recorder.url, body)
+    recorder.stop()
+    replayer = make_proxy(mode="replay", cassette="trip")
+    post_chat(replayer.url, plain)
+    post_chat(replayer.url, warm)
+    replayer.stop()
+    folder = cassettes / "trip"
+    code, out = cli(
+        "rekey", "trip", "--ignore", "openai:body:temperature", "--cassettes", str(cassettes)
+    )
+    assert code == 0, out
+    assert not (folder / LAST_RUN_FILE).exists(), "a rewrite drops the note"
+    assert cli("prune", "trip", "--cassettes", str(cassettes))[0] == 2
+    assert seqs(folder) == [0, 1, 2]
+
+
+def test_prune_keeps_a_file_that_holds_another_recording_than_the_note_saw(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    record(make_proxy, "trip", MERGING)
+    replay_some(make_proxy, "trip", MERGING[:2])
+    folder = cassettes / "trip"
+    note = (folder / LAST_RUN_FILE).read_bytes()
+    assert cli("redact", "trip", "--pattern", PHONE, "--cassettes", str(cassettes))[0] == 0
+    (folder / LAST_RUN_FILE).write_bytes(note)  # a note that outlived the rewrite
+    code, out = cli("prune", "trip", "--cassettes", str(cassettes), "--json")
+    assert code == 0, out
+    report = json.loads(out)
+    assert report["pruned"] == [] and len(report["changed"]) == 1
+    assert seqs(folder) == [0, 1, 2]
+
+
+def test_prune_while_a_record_run_is_under_way_deletes_nothing(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    record(make_proxy, "trip", ["one", "two"])
+    replay_some(make_proxy, "trip", ["one"])  # leaves two unused
+    folder = cassettes / "trip"
+    assert (folder / LAST_RUN_FILE).exists()
+    recorder = make_proxy(mode="record", cassette="trip")
+    ask(recorder.url, "one")
+    ask(recorder.url, "two")  # recorded again by a run that has not ended (or crashed)
+    assert not (folder / LAST_RUN_FILE).exists(), "the first write drops the note"
+    before = exchange_files(folder)
+    assert cli("prune", "trip", "--cassettes", str(cassettes))[0] == 2
+    assert exchange_files(folder) == before and len(before) == 2
+    recorder.stop()
+
+
+def test_another_clients_mode_change_does_not_split_a_replay_run_for_prune(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    record(make_proxy, "x", ["one", "two"])
+    replayer = make_proxy(mode="replay", cassette="other")
+    ask(replayer.url, "one", cassette="x")
+    assert replayer.put_cassette(cassette="y", mode="auto").status_code == 200
+    assert replayer.put_cassette(cassette="z", mode="replay").status_code == 200
+    ask(replayer.url, "two", cassette="x")
+    replayer.stop()
+    note = json.loads((cassettes / "x" / LAST_RUN_FILE).read_text())
+    assert len(note["used"]) == 2 and note["unused"] == []
+    code, out = cli("prune", "x", "--cassettes", str(cassettes), "--json")
+    assert code == 0 and json.loads(out)["pruned"] == []
+    assert len(exchange_files(cassettes / "x")) == 2
+
+
 # ----------------------------------------------------------------------- fail-on-unused
 
 

@@ -184,3 +184,12 @@ def progress(total: int, what: str) -> Iterator[Callable[[], None]]:
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task(what, total=total)
         yield lambda: bar.advance(task)
+
+
+def sweep_cassette(library: Library, cassette: str) -> None:
+    """Remove the temp files killed writes left in a cassette's folder (older than a minute:
+    another llmtape may be writing the newer ones), as `serve` does for the library."""
+    from llmtape.store.fs import FileStore, sweep_leftovers
+
+    if isinstance(library.store, FileStore):
+        sweep_leftovers(library.store.folder(cassette))

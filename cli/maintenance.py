@@ -18,6 +18,7 @@ from llmtape.cli.library import (
     existing,
     fail,
     open_library,
+    sweep_cassette,
 )
 from llmtape.cli.main import app
 from llmtape.cli.output import print_json
@@ -118,6 +119,8 @@ def redact(
         report = redact_cassette(
             library.store, existing(library, name), scrubber, library.rules, dry_run
         )
+        if not dry_run:
+            sweep_cassette(library, name)
     except LlmtapeError as exc:
         raise fail(exc, as_json) from exc
     print_redact(report, as_json)
@@ -160,6 +163,12 @@ def print_redact(report: RedactReport, as_json: bool) -> None:
         highlight=False,
         markup=False,
     )
+    if report.duplicates:
+        console.print(
+            f"{len(report.duplicates)} copies an interrupted redact left removed",
+            highlight=False,
+            markup=False,
+        )
     if report.moved:
         console.print(
             "A re-keyed recording's request changed: replay with the same rules ([redact] in "

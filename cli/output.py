@@ -31,6 +31,10 @@ def print_rekey(report: RekeyReport, dry_run: bool, as_json: bool) -> None:
         + (f", {report.merged} now repeat an earlier request" if report.merged else ""),
         highlight=False,
     )
+    if report.duplicates:
+        console.print(
+            f"{len(report.duplicates)} copies an interrupted rekey left removed", highlight=False
+        )
     if report.unstored:
         console.print(
             f"{len(report.unstored)} recording(s) were made before today's rules keyed on a "

@@ -4,9 +4,11 @@ re-record in another order, and schema upgrades."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +23,10 @@ from typer.testing import CliRunner
 from llmtape import models
 from llmtape.cli.main import app
 from llmtape.lastrun import LAST_RUN_FILE
+from llmtape.providers import Rulebook, provider_table
+from llmtape.scrub import Scrubber
+from llmtape.scrubbing import redact
+from llmtape.store.fs import FileStore
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream
 from tests.support import SECRET_OPENAI, files_under
@@ -335,6 +341,53 @@ def test_redact_scrubs_every_match_then_verify_passes_and_it_replays_redacted(
     assert ask(replayer.url, "mail ann@example.com") == "echo: mail [redacted]"
     assert ask(replayer.url, "write bob@example.com", stream=True) == "echo: write [redacted]"
     assert ask(replayer.url, "nothing personal") == "echo: nothing personal"
+
+
+class Killed(Exception):
+    """Stands for a SIGKILL between two file operations."""
+
+
+class DiesAfter(FileStore):
+    """The real store, killed after `steps` writes or deletes."""
+
+    def __init__(self, root: Path, steps: int) -> None:
+        super().__init__(root)
+        self.steps = steps
+
+    def _step(self) -> None:
+        self.steps -= 1
+        if self.steps < 0:
+            raise Killed
+
+    def write(self, cassette: str, exchange: models.Exchange) -> bool:
+        self._step()
+        return super().write(cassette, exchange)
+
+    def delete(self, cassette: str, key: str, ordinal: int) -> None:
+        self._step()
+        super().delete(cassette, key, ordinal)
+
+
+def test_redact_killed_at_any_step_then_run_again_keeps_each_recording_once(
+    make_proxy: MakeProxy, cassettes: Path, tmp_path: Path
+) -> None:
+    # Odd ones become one request (repeats of it), even ones stay apart: moves, chains, merges.
+    questions = [f"ticket {1000 + n}" if n % 2 else f"user{n} ticket {1000 + n}" for n in range(8)]
+    record(make_proxy, "c", questions)
+    scrubber = Scrubber.build((), [r"\d{4}"])
+    rules = Rulebook.build(provider_table({}), ()).for_upstream
+    clean = tmp_path / "clean"
+    shutil.copytree(cassettes, clean)
+    total = 8 * 2  # more file operations than one redact makes
+    for steps in range(total):
+        library = tmp_path / f"killed-{steps}"
+        shutil.copytree(clean, library)
+        with contextlib.suppress(Killed):
+            redact(DiesAfter(library, steps), "c", scrubber, rules)
+        code, out = cli("redact", "c", "--pattern", r"\d{4}", "--cassettes", str(library))
+        assert code == 0, out
+        assert seqs(library / "c") == list(range(8)), f"killed after {steps} step(s)"
+        assert cli("verify", "c", "--cassettes", str(library))[0] == 0
 
 
 def test_redact_a_field_keeps_a_json_answer_valid(

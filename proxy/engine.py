@@ -329,11 +329,14 @@ class Engine:
             await self.runs.restart(*names, *(derived_name(name) for name in names))
         self.replays.clear()  # another llmtape may have re-recorded what the new runs read
 
-    async def end_run(self, cassette: str, prune: bool = False) -> RunSummary | None:
+    async def end_run(
+        self, cassette: str, prune: bool = False, supersede: bool = True
+    ) -> RunSummary | None:
         """End the run of `cassette` and of its derived cassette: the summary of the first
-        (None when it had no run). `prune` deletes the recordings the run did not use."""
+        (None when it had no run). `prune` deletes the recordings the run did not use;
+        without `supersede` a record run keeps the repeats it did not ask for."""
         await self.runs.end(derived_name(cassette))
-        return await self.runs.end(check_cassette_name(cassette), prune)
+        return await self.runs.end(check_cassette_name(cassette), prune, supersede)
 
     async def snapshot(self) -> Snapshot:
         runs = await self.runs.summaries()

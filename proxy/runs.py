@@ -232,26 +232,32 @@ class Runs:
         for run in runs:
             await asyncio.to_thread(self._finish, run, carry=carry)
 
-    async def end(self, cassette: str, prune: bool = False) -> RunSummary | None:
+    async def end(
+        self, cassette: str, prune: bool = False, supersede: bool = True
+    ) -> RunSummary | None:
         """End the run of one cassette, if it has one: its summary. `prune` also deletes the
         recordings the run neither served nor wrote, so a record run leaves the cassette
-        holding exactly what it recorded (the pytest plugin's `record` mode)."""
+        holding exactly what it recorded (the pytest plugin's `record` mode). Without
+        `supersede` a record run leaves the repeats it did not ask for (a cassette shared by
+        several tests: another one asked for them)."""
         run = self._runs.pop(cassette, None)
         if run is None:
             return None
         await run.settle()
-        return await asyncio.to_thread(self._finish, run, prune)
+        return await asyncio.to_thread(self._finish, run, prune, supersede=supersede)
 
     async def summaries(self) -> list[RunSummary]:
         return await asyncio.to_thread(lambda: [self.summary(run) for run in self.all()])
 
-    def _finish(self, run: Run, prune: bool = False, carry: bool = False) -> RunSummary:
+    def _finish(
+        self, run: Run, prune: bool = False, carry: bool = False, supersede: bool = True
+    ) -> RunSummary:
         """Close a run: drop the repeats a record run superseded (with `prune`, every
         recording it did not use), note what a replay run used (for `llmtape prune`), keep its
         summary. With `carry` the run is not over for prune: it writes no note (and removes an
         older one, which no longer says what is in use), and the next run of the cassette
         carries on from what it used."""
-        if run.anew:
+        if run.anew and supersede:
             self._drop_superseded(run)
         unused = self._unused(run) if run.replayed_from else []
         if not carry:

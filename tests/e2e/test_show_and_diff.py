@@ -223,6 +223,18 @@ def test_diff_of_identical_cassettes_exits_0_and_of_a_missing_one_2(
     assert code == 2 and json.loads(out)["error"]["type"] == "config_error"
 
 
+def test_diff_of_two_libraries_is_an_error_not_equal(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path, tmp_path: Path
+) -> None:
+    record_pair(make_proxy, fake)
+    other = tmp_path / "other-library"
+    shutil.copytree(cassettes, other)
+    shutil.rmtree(other / "a")  # the libraries differ, but hold no exchange at the top
+    code, out = run("diff", str(cassettes), str(other))
+    assert code == 2, out
+    assert "no exchange files in" in " ".join(out.split())
+
+
 def test_diff_reports_a_changed_stream_by_its_text_and_frame_count(
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
 ) -> None:

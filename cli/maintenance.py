@@ -110,7 +110,8 @@ def redact(
 
     Files are rewritten atomically; a recording whose request changed moves to its new key,
     so replay it with the same rules in [redact] (they apply when requests are keyed). Exit
-    1 when a pattern still matches a file outside the bodies (a header, the path)."""
+    1 when a pattern still matches a file where scrubbing cannot reach (a header, a match
+    split across stream frames, a binary body)."""
     from llmtape.scrubbing import redact as redact_cassette
 
     try:
@@ -179,7 +180,8 @@ def print_redact(report: RedactReport, as_json: bool) -> None:
         )
     if report.left:
         console.print(
-            f"a pattern still matches outside the bodies in: {', '.join(report.left)}",
+            "a pattern still matches where redact cannot scrub (a header, split across stream "
+            f"frames, a binary body) in: {', '.join(report.left)}",
             highlight=False,
             markup=False,
             style="red",

@@ -3,9 +3,11 @@ atomically and re-keyed where a request changed; and a check that no pattern is 
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass, field
 
+from llmtape import answers
 from llmtape.models import Exchange
 from llmtape.rekey import RekeyReport, RulesFor, rekey
 from llmtape.scrub import Scrubber
@@ -20,7 +22,8 @@ class RedactReport:
     moved: list[tuple[str, str]] = field(default_factory=list)  # re-keyed: (old, new)
     unchanged: int = 0
     merged: int = 0  # requests that redaction made the same as another: now its repeats
-    # Files where a pattern still matches outside the bodies (a header, the path, a key).
+    # Files where a pattern still matches: in a header, split across stream frames, in a
+    # binary body (what scrubbing cannot reach).
     left: list[str] = field(default_factory=list)
     duplicates: list[str] = field(default_factory=list)  # copies a killed redact left: removed
 
@@ -75,4 +78,19 @@ def recorded_text(exchange: Exchange) -> str:
         "request": exchange.request.model_dump(mode="json"),
         "response": {"headers": response.headers, "body": response.body, "frames": frames},
     }
-    return json.dumps(carried, ensure_ascii=False)
+    # What scrubbing each piece alone can miss: a match split across two stream frames (in
+    # the assistant's joined text, or the frames' joined bytes) and one in a binary body.
+    seen = [json.dumps(carried, ensure_ascii=False)]
+    if response.frames is not None:
+        seen += [answers.text(exchange), answers.joined_frames(exchange)]
+    for body in (exchange.request.body, response.body):
+        if body and isinstance(body.get("base64"), str):
+            seen.append(_decoded(body["base64"]))
+    return "\n".join(seen)
+
+
+def _decoded(data: str) -> str:
+    try:
+        return base64.b64decode(data).decode("utf-8", "replace")
+    except ValueError:
+        return ""

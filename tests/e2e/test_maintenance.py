@@ -390,6 +390,40 @@ def test_redact_killed_at_any_step_then_run_again_keeps_each_recording_once(
         assert cli("verify", "c", "--cassettes", str(library))[0] == 0
 
 
+def test_redact_exits_1_naming_a_file_with_a_match_split_across_stream_frames(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    recorder = make_proxy(mode="record", cassette="pii")
+    assert ask(recorder.url, "call John Smith", stream=True) == "echo: call John Smith"
+    recorder.stop()  # the answer streams " John" and " Smith" in two frames
+    [name] = exchange_files(cassettes / "pii")
+    code, out = cli("redact", "pii", "--pattern", "John Smith", "--cassettes", str(cassettes))
+    assert code == 1, out
+    assert "split across stream frames" in out
+    assert len(exchange_files(cassettes / "pii")) == 1
+    [name] = exchange_files(cassettes / "pii")  # re-keyed: the request was scrubbed
+    assert name in " ".join(out.split())
+
+
+def test_record_time_redaction_scrubs_the_path_and_query_values_and_keys_by_them(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    tool = {"search": fake.url}
+    rules = {"redact_pattern": (EMAIL.pattern,), "upstream": tool}
+    recorder = make_proxy(mode="record", cassette="pii", **rules)
+    for url in ("/search/v1/users/ann@example.com", "/search/v1/find?q=bob@example.com"):
+        answer = httpx.get(recorder.url + url)
+        assert answer.status_code == 200 and "@example.com" in answer.text, "upstream got it"
+    recorder.stop()
+    stored = files_under(cassettes / "pii")
+    assert len(stored) == 2
+    assert not any(EMAIL.search(text.decode()) for text in stored.values())
+    fake.stop()
+    replayer = make_proxy(mode="replay", cassette="pii", **rules)
+    assert httpx.get(replayer.url + "/search/v1/users/cy@example.com").status_code == 200
+    assert httpx.get(replayer.url + "/search/v1/find?q=dee@example.com").status_code == 200
+
+
 def test_redact_a_field_keeps_a_json_answer_valid(
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
 ) -> None:

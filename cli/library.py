@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from llmtape.cli.output import make_console
 from llmtape.errors import ConfigError, LlmtapeError
 from llmtape.prices import PriceTable, load_prices
 from llmtape.rules import MatchRules
@@ -92,7 +92,7 @@ def fail(error: LlmtapeError | str, as_json: bool = False, code: int = 2) -> typ
     if as_json:
         print(json.dumps({"error": {"type": kind, "message": message}}, indent=2))
     else:
-        Console(stderr=True).print(
+        make_console(stderr=True).print(
             f"llmtape: {message}", style="red", highlight=False, markup=False, soft_wrap=True
         )
     return typer.Exit(code)
@@ -176,7 +176,7 @@ def price_table(prices: Path | None, config: Path | None) -> PriceTable:
 @contextmanager
 def progress(total: int, what: str) -> Iterator[Callable[[], None]]:
     """A tick per file read; a bar on stderr when there are many files and it is a terminal."""
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     if total <= PROGRESS_FROM or not console.is_terminal:
         yield lambda: None
         return

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from llmtape.cli.library import (
     CassettesOption,
@@ -21,7 +20,7 @@ from llmtape.cli.library import (
     sweep_cassette,
 )
 from llmtape.cli.main import app
-from llmtape.cli.output import print_json
+from llmtape.cli.output import make_console, print_json
 from llmtape.errors import ConfigError, LlmtapeError
 from llmtape.prune import PruneReport
 from llmtape.scrub import Scrubber
@@ -58,7 +57,7 @@ def print_prune(report: PruneReport, as_json: bool) -> None:
     if as_json:
         print_json(asdict(report))
         return
-    console = Console()
+    console = make_console()
     verb = "would delete" if report.dry_run else "deleted"
     for file in report.pruned:
         console.print(f"  {file}", highlight=False, markup=False, soft_wrap=True)
@@ -152,7 +151,7 @@ def print_redact(report: RedactReport, as_json: bool) -> None:
     if as_json:
         print_json(asdict(report))
         return
-    console = Console()
+    console = make_console()
     would = "would be " if report.dry_run else ""
     for file in report.changed:
         console.print(f"  {file}: {would}rewritten", highlight=False, markup=False, soft_wrap=True)

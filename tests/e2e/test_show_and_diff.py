@@ -284,3 +284,12 @@ def test_a_walk_over_thousands_of_files_shows_a_progress_bar_on_a_terminal_only(
     terminal = cli("ls", "--cassettes", library, env={"FORCE_COLOR": "1"})
     assert terminal.returncode == 0
     assert "reading cassettes" in terminal.stderr and "/2100" in terminal.stderr
+
+
+def test_no_color_writes_no_ansi_code_at_all_even_on_a_terminal(recorded: Path) -> None:
+    terminal = {"FORCE_COLOR": "1", "COLUMNS": "400"}  # wide: the tables with bold headers
+    for command in (["ls"], ["show", "default"]):
+        coloured = cli(*command, "--cassettes", str(recorded), env=terminal)
+        assert coloured.returncode == 0 and "\x1b[" in coloured.stdout, "a terminal: bold"
+        plain = cli(*command, "--cassettes", str(recorded), env={**terminal, "NO_COLOR": "1"})
+        assert plain.returncode == 0 and "\x1b[" not in plain.stdout + plain.stderr, command

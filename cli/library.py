@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from llmtape.cli.output import make_console
 from llmtape.errors import ConfigError, LlmtapeError
 from llmtape.prices import PriceTable, load_prices
 from llmtape.rules import MatchRules
@@ -93,7 +93,7 @@ def fail(error: LlmtapeError | str, as_json: bool = False, code: int = 2) -> typ
     if as_json:
         print(json.dumps({"error": {"type": kind, "message": message}}, indent=2))
     else:
-        Console(stderr=True).print(
+        make_console(stderr=True).print(
             f"llmtape: {message}", style="red", highlight=False, markup=False, soft_wrap=True
         )
     return typer.Exit(code)
@@ -177,7 +177,7 @@ def price_table(prices: Path | None, config: Path | None) -> PriceTable:
 @contextmanager
 def progress(total: int, what: str) -> Iterator[Callable[[], None]]:
     """A tick per file read; a bar on stderr when there are many files and it is a terminal."""
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     if total <= PROGRESS_FROM or not console.is_terminal:
         yield lambda: None
         return
@@ -185,3 +185,12 @@ def progress(total: int, what: str) -> Iterator[Callable[[], None]]:
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task(what, total=total)
         yield lambda: bar.advance(task)
+
+
+def sweep_cassette(library: Library, cassette: str) -> None:
+    """Remove the temp files killed writes left in a cassette's folder (older than a minute:
+    another llmtape may be writing the newer ones), as `serve` does for the library."""
+    from llmtape.store.fs import FileStore, sweep_leftovers
+
+    if isinstance(library.store, FileStore):
+        sweep_leftovers(library.store.folder(cassette))

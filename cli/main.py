@@ -18,6 +18,7 @@ from llmtape.cli.library import (
     fail,
     open_library,
     option,
+    sweep_cassette,
 )
 from llmtape.errors import ConfigError, LlmtapeError
 from llmtape.settings import Mode, RepeatPolicy, load_settings, parse_pairs
@@ -125,6 +126,8 @@ def rekey(
     try:
         library = open_library(cassettes, upstream, ignore, config)
         report = rekey_cassette(library.store, existing(library, name), library.rules, dry_run)
+        if not dry_run:
+            sweep_cassette(library, name)
     except LlmtapeError as exc:
         raise fail(exc, as_json) from exc
     print_rekey(report, dry_run, as_json)

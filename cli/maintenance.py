@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from llmtape.cli.library import (
     CassettesOption,
@@ -18,9 +17,10 @@ from llmtape.cli.library import (
     existing,
     fail,
     open_library,
+    sweep_cassette,
 )
 from llmtape.cli.main import app
-from llmtape.cli.output import print_json
+from llmtape.cli.output import make_console, print_json
 from llmtape.errors import ConfigError, LlmtapeError
 from llmtape.prune import PruneReport
 from llmtape.scrub import Scrubber
@@ -57,7 +57,7 @@ def print_prune(report: PruneReport, as_json: bool) -> None:
     if as_json:
         print_json(asdict(report))
         return
-    console = Console()
+    console = make_console()
     verb = "would delete" if report.dry_run else "deleted"
     for file in report.pruned:
         console.print(f"  {file}", highlight=False, markup=False, soft_wrap=True)
@@ -70,6 +70,13 @@ def print_prune(report: PruneReport, as_json: bool) -> None:
     if report.gone:
         console.print(
             f"{len(report.gone)} listed as unused were already gone", highlight=False, markup=False
+        )
+    if report.changed:
+        console.print(
+            f"{len(report.changed)} listed as unused hold another recording since that run "
+            "(rekeyed, redacted or recorded anew): kept",
+            highlight=False,
+            markup=False,
         )
 
 
@@ -102,7 +109,8 @@ def redact(
 
     Files are rewritten atomically; a recording whose request changed moves to its new key,
     so replay it with the same rules in [redact] (they apply when requests are keyed). Exit
-    1 when a pattern still matches a file outside the bodies (a header, the path)."""
+    1 when a pattern still matches a file where scrubbing cannot reach (a header, a match
+    split across stream frames, a binary body)."""
     from llmtape.scrubbing import redact as redact_cassette
 
     try:
@@ -111,6 +119,8 @@ def redact(
         report = redact_cassette(
             library.store, existing(library, name), scrubber, library.rules, dry_run
         )
+        if not dry_run:
+            sweep_cassette(library, name)
     except LlmtapeError as exc:
         raise fail(exc, as_json) from exc
     print_redact(report, as_json)
@@ -141,7 +151,7 @@ def print_redact(report: RedactReport, as_json: bool) -> None:
     if as_json:
         print_json(asdict(report))
         return
-    console = Console()
+    console = make_console()
     would = "would be " if report.dry_run else ""
     for file in report.changed:
         console.print(f"  {file}: {would}rewritten", highlight=False, markup=False, soft_wrap=True)
@@ -153,6 +163,12 @@ def print_redact(report: RedactReport, as_json: bool) -> None:
         highlight=False,
         markup=False,
     )
+    if report.duplicates:
+        console.print(
+            f"{len(report.duplicates)} copies an interrupted redact left removed",
+            highlight=False,
+            markup=False,
+        )
     if report.moved:
         console.print(
             "A re-keyed recording's request changed: replay with the same rules ([redact] in "
@@ -163,7 +179,8 @@ def print_redact(report: RedactReport, as_json: bool) -> None:
         )
     if report.left:
         console.print(
-            f"a pattern still matches outside the bodies in: {', '.join(report.left)}",
+            "a pattern still matches where redact cannot scrub (a header, split across stream "
+            f"frames, a binary body) in: {', '.join(report.left)}",
             highlight=False,
             markup=False,
             style="red",

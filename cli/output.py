@@ -4,13 +4,23 @@ diff render in reports.py)."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import asdict
+from typing import Any
 
 from rich.console import Console
 
 from llmtape.rekey import RekeyReport
 from llmtape.verification import Verdict
+
+
+def make_console(**options: Any) -> Console:
+    """A rich Console that, under NO_COLOR, writes no ANSI code at all: rich alone drops
+    colours but still writes bold and the like."""
+    if os.environ.get("NO_COLOR"):
+        options.setdefault("color_system", None)
+    return Console(**options)
 
 
 def print_json(data: object) -> None:
@@ -21,7 +31,7 @@ def print_rekey(report: RekeyReport, dry_run: bool, as_json: bool) -> None:
     if as_json:
         print_json({**asdict(report), "dry_run": dry_run})
         return
-    console = Console()
+    console = make_console()
     verb = "would move" if dry_run else "moved"
     for old, new in report.moved:
         shown = f"  {old} -> {new}" if old != new else f"  {old} (same key, rules fingerprint)"
@@ -31,6 +41,10 @@ def print_rekey(report: RekeyReport, dry_run: bool, as_json: bool) -> None:
         + (f", {report.merged} now repeat an earlier request" if report.merged else ""),
         highlight=False,
     )
+    if report.duplicates:
+        console.print(
+            f"{len(report.duplicates)} copies an interrupted rekey left removed", highlight=False
+        )
     if report.unstored:
         console.print(
             f"{len(report.unstored)} recording(s) were made before today's rules keyed on a "
@@ -50,7 +64,7 @@ def print_verdicts(verdicts: Sequence[Verdict], as_json: bool) -> None:
     if as_json:
         print_json([asdict(v) for v in verdicts])
         return
-    console = Console()
+    console = make_console()
     for v in verdicts:
         state = "ok" if not v.problems else f"{len(v.problems)} problem(s)"
         console.print(f"{v.cassette}: {v.checked} file(s) checked, {state}", highlight=False)

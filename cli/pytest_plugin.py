@@ -88,6 +88,7 @@ class Watch:
     tape: Tape
     misses_before: int
     ended: bool = False
+    own: bool = True  # the cassette is the test's own (from its node id), not a marker's
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ class Plugin:
 
     def begin(self, item: pytest.Item) -> Watch:
         """Switch the server to this test's cassette and mode: a fresh run of the cassette."""
-        cassette, mode = self._choose(item)
+        cassette, mode, own = self._choose(item)
         server = self.server
         engine = server.engine
 
@@ -147,10 +148,12 @@ class Plugin:
         misses = server.call(switch)
         upstreams = tuple(sorted(engine.providers))
         tape = Tape(server.url, cassette, mode, self.cassettes, upstreams)
-        watch = item.stash[WATCH] = Watch(tape, misses)
+        watch = item.stash[WATCH] = Watch(tape, misses, own=own)
         return watch
 
-    def _choose(self, item: pytest.Item) -> tuple[str, Mode]:
+    def _choose(self, item: pytest.Item) -> tuple[str, Mode, bool]:
+        """The test's cassette and mode, and whether the cassette is its own (not one a
+        marker named, which other tests may share)."""
         marker = item.get_closest_marker("llmtape")
         args: dict[str, Any] = dict(marker.kwargs) if marker else {}
         if marker and marker.args:
@@ -163,10 +166,9 @@ class Plugin:
             )
         mode = self.mode or args.get("mode") or Mode.REPLAY.value
         try:
-            cassette = check_cassette_name(
-                args.get("cassette") or cassette_for_test(item.nodeid, self._prefix())
-            )
-            return cassette, Mode(mode)
+            named = args.get("cassette")
+            cassette = check_cassette_name(named or cassette_for_test(item.nodeid, self._prefix()))
+            return cassette, Mode(mode), not named
         except BadCassetteName as exc:
             pytest.fail(f"@pytest.mark.llmtape: {exc.message}", pytrace=False)
         except ValueError:
@@ -186,13 +188,15 @@ class Plugin:
 
     def end(self, watch: Watch, passed: bool) -> Verdict:
         """End the test's run and read what it came to. A record run that passed prunes what
-        it did not record: its cassette holds exactly this run."""
+        it did not record from the test's own cassette, which then holds exactly this run; a
+        cassette a marker named may be shared by other tests, so nothing of it is deleted
+        (not even the repeats this run asked fewer times)."""
         watch.ended = True
         tape, engine = watch.tape, self.server.engine
-        prune = passed and tape.mode is Mode.RECORD
+        prune = passed and tape.mode is Mode.RECORD and watch.own
 
         async def finish() -> tuple[RunSummary | None, int, list[dict[str, Any]]]:
-            summary = await engine.end_run(tape.cassette, prune)
+            summary = await engine.end_run(tape.cassette, prune, supersede=watch.own)
             return summary, engine.counters.misses, list(engine.misses)
 
         summary, misses, journal = self.server.call(finish)

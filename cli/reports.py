@@ -14,6 +14,7 @@ from rich.table import Table
 
 from llmtape import answers
 from llmtape.cassette_diff import CassetteDiff, Totals, body_view, delta
+from llmtape.cli.output import make_console
 from llmtape.listing import Listed, Row, Summary
 from llmtape.models import Exchange
 from llmtape.prices import PriceTable
@@ -38,10 +39,10 @@ def print_table(table: Table) -> bool:
     """Print `table` when its rows fit on a line each: always when the output is piped (the
     table takes the width it needs; nothing is cut or folded), on a terminal when it is
     wide enough. False when it would have to wrap."""
-    console = Console()
+    console = make_console()
     wanted = Measurement.get(console, console.options.update_width(10_000), table).maximum
     if not console.is_terminal:
-        Console(width=max(wanted, 20), no_color=console.no_color).print(table)
+        make_console(width=max(wanted, 20), no_color=console.no_color).print(table)
         return True
     if wanted > console.width:
         return False
@@ -53,7 +54,7 @@ def print_summaries(summaries: Sequence[Summary], prices: PriceTable, as_json: b
     if as_json:
         print_json([asdict(s) for s in summaries])
         return
-    console = Console()
+    console = make_console()
     if not summaries:
         console.print("no cassettes yet")
         return
@@ -80,10 +81,17 @@ def _notes(console: Console, summaries: Sequence[Summary], prices: PriceTable) -
                 highlight=False,
                 style="red",
             )
-        if s.unpriced:
+        if s.unpriced_models:
             console.print(
                 f"{s.cassette}: no price for {', '.join(s.unpriced_models)} "
-                f"({s.unpriced} exchange(s)); add it with --prices FILE",
+                f"({s.unpriced - s.no_usage} exchange(s)); add it with --prices FILE",
+                highlight=False,
+                soft_wrap=True,
+            )
+        if s.no_usage:
+            console.print(
+                f"{s.cassette}: {s.no_usage} answer(s) without a usage block (a stream "
+                "without stream_options.include_usage?): tokens and cost unknown",
                 highlight=False,
                 soft_wrap=True,
             )
@@ -110,12 +118,12 @@ def print_rows(cassette: str, rows: Sequence[Row], as_json: bool) -> None:
             str(r.status),
             "yes" if r.streamed else "no",
             str(r.frames) if r.streamed else "-",
-            f"{r.input_tokens}/{r.output_tokens}",
+            f"{r.input_tokens}/{r.output_tokens}" if r.usage_known else "unknown",
             usd(r.cost_usd),
             r.key[:12],
         )
     if not print_table(table):  # a narrow terminal: one block per exchange, nothing cut
-        console = Console()
+        console = make_console()
         for r in rows:
             console.print(headline(r), highlight=False, soft_wrap=True)
             console.print("    " + details(r), highlight=False, soft_wrap=True)
@@ -127,9 +135,10 @@ def headline(row: Row) -> str:
 
 def details(row: Row) -> str:
     stream = f"stream, {row.frames} frames" if row.streamed else "not streamed"
+    tokens = tokens_text(row.tokens) if row.usage_known else "tokens unknown"
     return (
         f"model {row.model or '-'} | status {row.status} | {stream} | "
-        f"{tokens_text(row.tokens)} | {usd(row.cost_usd)} | {row.outcome} | key {row.key[:12]}"
+        f"{tokens} | {usd(row.cost_usd)} | {row.outcome} | key {row.key[:12]}"
     )
 
 
@@ -188,7 +197,7 @@ def print_diff(result: CassetteDiff, as_json: bool) -> None:
     if as_json:
         print_json(result.to_dict())
         return
-    console = Console()
+    console = make_console()
 
     def say(text: str, style: str | None = None) -> None:
         console.print(text, highlight=False, markup=False, soft_wrap=True, style=style)

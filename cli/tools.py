@@ -113,6 +113,13 @@ def diff(
     try:
         store = library_store(cassettes, config)
         left, right = side(a, store), side(b, store)
+        for given, found in ((a, left), (b, right)):
+            if not found.store.entries(found.cassette):
+                raise ConfigError(
+                    f"no exchange files in {found.where()} ({given!r}): a cassette is a "
+                    "folder of exchange files; to compare two libraries, diff them cassette "
+                    "by cassette (`llmtape ls` lists them)"
+                )
         table = price_table(prices, config)
         with progress(aligned(left, right), "comparing") as tick:
             result = compare(left, right, table, tick)

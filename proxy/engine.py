@@ -319,6 +319,8 @@ class Engine:
         if self.scrubber:  # the request was scrubbed when keyed; the answer is scrubbed here
             exchange = await asyncio.to_thread(self.scrubber.exchange, exchange)
         run = target.run
+        if not run.note_dropped:  # before the write: a crash between leaves no stale note
+            await asyncio.to_thread(self.runs.forget_note, run)
         ordinal = run.next_ordinal(exchange.key, target.anew)
         exchange = exchange.model_copy(update={"ordinal": ordinal})
         try:
@@ -349,17 +351,23 @@ class Engine:
             self.current.mode = mode
         self.told.setdefault(self.current.cassette, set()).add(self.current.mode)
         if new_mode:
-            await self.runs.restart_all()
+            # Only the runs of the cassettes this PUT names are over for `llmtape prune`;
+            # the runs of other clients' header-picked cassettes carry on in their next run.
+            named = {before, self.current.cassette}
+            await self.runs.restart_all(*named, *(derived_name(name) for name in named))
         else:
             names = {before, self.current.cassette}
             await self.runs.restart(*names, *(derived_name(name) for name in names))
         self.replays.clear()  # another llmtape may have re-recorded what the new runs read
 
-    async def end_run(self, cassette: str, prune: bool = False) -> RunSummary | None:
+    async def end_run(
+        self, cassette: str, prune: bool = False, supersede: bool = True
+    ) -> RunSummary | None:
         """End the run of `cassette` and of its derived cassette: the summary of the first
-        (None when it had no run). `prune` deletes the recordings the run did not use."""
+        (None when it had no run). `prune` deletes the recordings the run did not use;
+        without `supersede` a record run keeps the repeats it did not ask for."""
         await self.runs.end(derived_name(cassette))
-        return await self.runs.end(check_cassette_name(cassette), prune)
+        return await self.runs.end(check_cassette_name(cassette), prune, supersede)
 
     async def snapshot(self) -> Snapshot:
         runs = await self.runs.summaries()
@@ -389,7 +397,7 @@ class Engine:
         cassette it was told to serve in a replaying mode and no request reached as unused;
         the final snapshot."""
         self.upstream = None
-        await self.runs.restart_all()
+        await self.runs.end_all()
         self.replays.clear()
         for name in self.untouched():
             replaying = bool(self.told[name] & {Mode.REPLAY, Mode.AUTO, Mode.ONCE})

@@ -1,20 +1,27 @@
 """The note a cassette keeps of its last finished replay run: which recordings it used and
-which it left unused. `llmtape prune` reads it; it holds no wall-clock time."""
+which it left unused, each unused one with a digest of its content then. `llmtape prune`
+reads it; it holds no wall-clock time."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from llmtape.models import Exchange, dump_exchange
+
 # Beside the exchanges, and no exchange name: keys, verify and diff never see it. It starts
 # with a dot like a temporary file, but does not end in `.tmp`, so it is not a leftover.
 LAST_RUN_FILE = ".llmtape-run.json"
-LAST_RUN_VERSION = 1
+LAST_RUN_VERSION = 2  # 2: digests of the unused recordings
 
 
 class LastRun(BaseModel):
-    """What the last finished replay run of a cassette used and left unused, as file names.
+    """What the last finished replay run of a cassette used and left unused, as file names,
+    with the digest (`recording_digest`) of each unused one as it was when the run ended:
+    prune deletes a file only while it still holds that content, so a file renumbered by
+    rekey or redact, or recorded anew since, is never taken for the one the run left unused.
     Recordings of upstreams that ran live (partial replay) are in neither list."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -22,6 +29,13 @@ class LastRun(BaseModel):
     version: int = Field(default=LAST_RUN_VERSION, ge=1, le=LAST_RUN_VERSION)
     used: list[str] = Field(default_factory=list)
     unused: list[str] = Field(default_factory=list)
+    digests: dict[str, str] = Field(default_factory=dict)  # unused file -> recording_digest
+
+
+def recording_digest(exchange: Exchange) -> str:
+    """sha256 of a recording as llmtape writes it (so an older schema on disk and its
+    migrated form have one digest)."""
+    return hashlib.sha256(dump_exchange(exchange)).hexdigest()
 
 
 def dump_last_run(record: LastRun) -> bytes:

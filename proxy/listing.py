@@ -44,6 +44,7 @@ class Row:
     cached_tokens: int
     cache_write_tokens: int
     cost_usd: float | None
+    usage_known: bool = True  # False: the answer of a model holds no usage block (tokens 0)
 
     @property
     def tokens(self) -> Tokens:
@@ -81,6 +82,7 @@ def row_of(exchange: Exchange, prices: PriceTable) -> Row:
         cached_tokens=tokens.cached_tokens,
         cache_write_tokens=tokens.cache_write_tokens,
         cost_usd=prices.cost(model, found) if found is not None else None,
+        usage_known=found is not None or model is None,
     )
 
 
@@ -187,6 +189,7 @@ class Summary:
     unpriced: int
     unpriced_models: list[str] = field(default_factory=list)
     unreadable: int = 0
+    no_usage: int = 0  # of `unpriced`: a model's answers without a usage block
 
 
 def total_cost(rows: list[Row]) -> float | None:
@@ -195,8 +198,13 @@ def total_cost(rows: list[Row]) -> float | None:
 
 
 def unpriced(rows: list[Row]) -> list[Row]:
-    """Rows that used tokens but have no known cost."""
-    return [row for row in rows if row.cost_usd is None and row.tokens != Tokens()]
+    """Rows that used tokens, or a model's answers that say not how many (a stream without
+    a usage block), but have no known cost."""
+    return [
+        row
+        for row in rows
+        if row.cost_usd is None and (row.tokens != Tokens() or not row.usage_known)
+    ]
 
 
 def summarize(
@@ -217,6 +225,7 @@ def summarize(
         cache_write_tokens=total.cache_write_tokens,
         cost_usd=total_cost(rows),
         unpriced=len(missing),
-        unpriced_models=sorted({row.model or "(no model)" for row in missing}),
+        unpriced_models=sorted({row.model or "(no model)" for row in missing if row.usage_known}),
+        no_usage=sum(1 for row in missing if not row.usage_known),
         unreadable=sum(1 for row in rows if row.outcome == "unreadable"),
     )

@@ -21,6 +21,7 @@ DIGITS = 9  # costs are rounded to a billionth of a dollar, so that sums print c
 # A dated snapshot or a version of a model: `gpt-4o-2024-08-06`, `claude-sonnet-4-20250514`,
 # `gemini-2.0-flash-001`. Taken off when the full name has no price of its own.
 _VERSION_SUFFIX = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{8}|\d{3})$")
+_DATE = re.compile(r"(\d{4})-?(\d{2})-?(\d{2})$")
 
 
 class _Model(BaseModel):
@@ -73,14 +74,25 @@ def cost(rates: Rates, tokens: Tokens) -> float | None:
 class PriceTable:
     models: dict[str, ModelPrice]
     sources: tuple[str, ...]  # where the prices come from, each with its date
+    date: str | None = None  # the newest table's date, YYYY-MM-DD
 
     def price(self, model: str | None) -> ModelPrice | None:
-        """The model's price: its exact name, else the name without a version suffix."""
+        """The model's price: its exact name, else the name without a version suffix. A
+        dated snapshot newer than the table (or any, when the table has no date) takes no
+        price from its base model: the table cannot know what it costs."""
         if not model:
             return None
         name = model.removeprefix("models/")
         found = self.models.get(name)
-        return found if found is not None else self.models.get(_VERSION_SUFFIX.sub("", name))
+        if found is not None:
+            return found
+        suffix = _VERSION_SUFFIX.search(name)
+        if suffix is None:
+            return None
+        dated = _DATE.search(suffix.group(0))
+        if dated is not None and (self.date is None or "-".join(dated.groups()) > self.date):
+            return None
+        return self.models.get(name[: suffix.start()])
 
     def cost(self, model: str | None, tokens: Tokens | None) -> float | None:
         """USD for an exchange; None when its tokens or its model's price are unknown."""
@@ -122,6 +134,7 @@ def load_prices(user_file: Path | None = None) -> PriceTable:
     base = shipped()
     models: dict[str, Any] = dict(base.models)
     sources = [_described("llmtape's table", base)]
+    dates = [base.date]
     if user_file is not None:
         try:
             text = user_file.read_text(encoding="utf-8")
@@ -130,4 +143,6 @@ def load_prices(user_file: Path | None = None) -> PriceTable:
         own = _parsed(text, str(user_file))
         models.update(own.models)
         sources.insert(0, _described(str(user_file), own))
-    return PriceTable(models, tuple(sources))
+        dates.append(own.date)
+    known = ["-".join(m.groups()) for date in dates if date and (m := _DATE.fullmatch(date))]
+    return PriceTable(models, tuple(sources), max(known, default=None))

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from llmtape.models import Exchange, StoredRequest
+from llmtape.models import Exchange, StoredRequest, dump_exchange
 from llmtape.normalize import request_key, stored_request
 from llmtape.providers import default_rules
 from llmtape.rules import MatchRules, unstored_headers
@@ -27,6 +27,8 @@ class RekeyReport:
     merged: int = 0  # recordings that now repeat a request recorded under another key
     # Recordings lacking a header today's rules key on: {"file": ..., "headers": [...]}.
     unstored: list[dict[str, Any]] = field(default_factory=list)
+    # Copies an interrupted rekey or redact left (see _crash_copies): removed.
+    duplicates: list[str] = field(default_factory=list)
 
 
 def rekey(
@@ -43,7 +45,8 @@ def rekey(
     Each key's recordings keep their order; recordings of several old keys that now share
     a key are interleaved in recorded order (by seq). Files are written in an order where none
     is overwritten before its content is safe at its new place, and old files are removed
-    last, so a crash leaves duplicates, never a loss."""
+    last, so a crash leaves duplicates, never a loss. Any change removes the cassette's
+    last-run note (see `llmtape prune`)."""
     report = RekeyReport(cassette)
     groups = {
         # Where the file is, whatever it says inside (a file renamed by hand is moved too).
@@ -53,15 +56,23 @@ def rekey(
         ]
         for key, ordinals in sorted(store.entries(cassette).items())
     }
-    renamed = _renamed(groups, rules_for, report, transform)
+    renamed, copies = _renamed(groups, rules_for, report, transform)
     report.moved = [(_file(old), _file(new)) for old, new in renamed]
-    if not dry_run:
+    report.duplicates = [exchange_file(*place) for place in copies]
+    if not dry_run and (renamed or copies):
+        # The last-run note names files by key and ordinal, which no longer hold what it
+        # says; dropped first, so `llmtape prune` can never act on it after a crash here.
+        store.write_last_run(cassette, None)
         taken = {(key, e.ordinal) for key, group in groups.items() for e in group}
         for step in write_steps(renamed, taken):
             if isinstance(step, Exchange):
                 store.write(cassette, step)
             else:
                 store.delete(cassette, *step)
+        written = {_place(new) for _, new in renamed}
+        for place in copies:  # last: what each copy holds is at its place by now
+            if place not in written:
+                store.delete(cassette, *place)
     return report
 
 
@@ -70,8 +81,9 @@ def _renamed(
     rules_for: RulesFor,
     report: RekeyReport,
     transform: Transform | None = None,
-) -> list[tuple[Exchange, Exchange]]:
-    """(old, new) for every exchange that changes; counts the rest into `report`."""
+) -> tuple[list[tuple[Exchange, Exchange]], list[Place]]:
+    """(old, new) for every exchange that changes, and the places of crash copies to remove;
+    counts the rest into `report`."""
     sources: dict[str, dict[str, list[tuple[Exchange, Rekeyed]]]] = {}
     for old_key, group in groups.items():
         for exchange in group:
@@ -81,11 +93,16 @@ def _renamed(
                 state = replace(state, update={"request": changed.request, **state.update})
                 state.update.setdefault("response", changed.response)
             sources.setdefault(state.key, {}).setdefault(old_key, []).append((exchange, state))
-    renamed = []
+    renamed: list[tuple[Exchange, Exchange]] = []
+    copies: list[Place] = []
     for new_key, by_old in sources.items():
         ordered = list(heapq.merge(*by_old.values(), key=lambda item: item[0].seq))
+        ordered, dropped = _crash_copies(ordered, new_key)
+        copies += dropped
         if len(by_old) > 1:
-            report.merged += len(ordered) - len(by_old[ordered[0][0].key])
+            kept = {_place(old) for old, _ in ordered}
+            first = [old for old, _ in by_old[ordered[0][0].key] if _place(old) in kept]
+            report.merged += len(ordered) - len(first)
         for ordinal, (old, state) in enumerate(ordered, start=1):
             new = old.model_copy(update={**state.update, "key": new_key, "ordinal": ordinal})
             if state.missing:
@@ -94,7 +111,37 @@ def _renamed(
                 report.unchanged += 1
             else:
                 renamed.append((old, new))
-    return renamed
+    return renamed, copies
+
+
+def _crash_copies(
+    ordered: list[tuple[Exchange, Rekeyed]], new_key: str
+) -> tuple[list[tuple[Exchange, Rekeyed]], list[Place]]:
+    """Keep one of the recordings that end up identical (timings too) with the same seq:
+    the copies a rekey or redact killed midway leaves (a file written at its new place
+    while the old one is still there), which a re-run would otherwise number as repeats.
+    Two recordings of one run never share a seq; those of two runs that do would also need
+    the same request, answer, headers and timings to be taken for copies. The one already
+    at its place and in its final form is kept. The places of the others."""
+    firsts: dict[tuple[int, bytes], int] = {}
+    kept: list[tuple[Exchange, Rekeyed]] = []
+    dropped: list[Place] = []
+    for old, state in ordered:
+        final = old.model_copy(update={**state.update, "key": new_key, "ordinal": 1})
+        settled = old.model_copy(update={"ordinal": 1}) == final
+        sign = (old.seq, dump_exchange(final))
+        at = firsts.get(sign)
+        if at is None:
+            firsts[sign] = len(kept)
+            kept.append((old, state))
+            continue
+        other = kept[at][0]
+        if settled and other.model_copy(update={"ordinal": 1}) != final:
+            dropped.append(_place(other))  # keep the settled one, in the other's slot
+            kept[at] = (old, state)
+        else:
+            dropped.append(_place(old))
+    return kept, dropped
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from llmtape.errors import LlmtapeError
-from llmtape.lastrun import LastRun
+from llmtape.lastrun import LastRun, recording_digest
 from llmtape.matching import Recorded, pick_ordinal
 from llmtape.misses import Candidate
 from llmtape.settings import RepeatPolicy
@@ -51,6 +51,10 @@ class Run:
     cursor: int = 0  # position in `order` of the next recording to serve
     # Recorded requests in canonical form, read on the first miss and kept for the next ones.
     candidates: list[Candidate] | None = None
+    # Used by the runs of this cassette that another client's mode change (or the cap on runs
+    # under way) ended: one run as far as the last-run note goes, see Runs._finish.
+    inherited: set[tuple[str, int]] = field(default_factory=set)
+    note_dropped: bool = False  # the cassette's last-run note was removed at the first write
 
     def ask(self, key: str) -> tuple[int, int]:
         """Count one more request for `key`: (its 1-based ask number, its seq in the run)."""
@@ -113,14 +117,19 @@ class Run:
             self.candidates = None
         self.recorded.append((key, ordinal))
 
+    def used(self) -> set[tuple[str, int]]:
+        """Recordings served or written in this run, or in the runs it carries on from."""
+        return {*self.served, *self.recorded, *self.inherited}
+
     def unused(self) -> list[tuple[str, int]]:
-        """Recordings neither served nor written in this run."""
-        recorded = set(self.recorded)
+        """Recordings neither served nor written in this run (nor the runs it carries on
+        from)."""
+        used = self.used()
         return [
             (key, ordinal)
             for key, ordinals in sorted(self.ordinals.items())
             for ordinal in ordinals
-            if (key, ordinal) not in self.served and (key, ordinal) not in recorded
+            if (key, ordinal) not in used
         ]
 
 
@@ -137,6 +146,9 @@ class Runs:
         self._runs: dict[str, Run] = {}
         self._loading: dict[str, asyncio.Task[Run]] = {}
         self._pending: dict[str, dict[str, set[int]]] = {}  # per cassette, see Run.pending
+        # What the runs that ended without their own note used, per cassette: the next run
+        # of it carries on from them (Run.inherited). Recordings on disk only: bounded.
+        self._carried: dict[str, set[tuple[str, int]]] = {}
         self.ended: deque[RunSummary] = deque(maxlen=MAX_ENDED)
         self.ended_unused = 0  # unused recordings over every ended run, listed or not
         self.touched: set[str] = set()  # every cassette a request reached since start
@@ -166,7 +178,7 @@ class Runs:
             if idle is None:
                 return
             del self._runs[idle.cassette]
-            await self._end([idle])
+            await self._end([idle], carry=True)
 
     async def _load(self, cassette: str) -> Run:
         ordinals = await asyncio.to_thread(self._store.entries, cassette)
@@ -174,10 +186,17 @@ class Runs:
         if self._strict_order:
             order = await asyncio.to_thread(self._recorded_order, cassette, ordinals)
         pending = self._pending.setdefault(cassette, {})
-        return self._runs.setdefault(
-            cassette,
-            Run(cassette, ordinals, order=order, pending=pending, held=bool(ordinals)),
-        )
+        run = self._runs.get(cassette)
+        if run is None:
+            run = self._runs[cassette] = Run(
+                cassette,
+                ordinals,
+                order=order,
+                pending=pending,
+                held=bool(ordinals),
+                inherited=self._carried.pop(cassette, set()),
+            )
+        return run
 
     def _recorded_order(self, cassette: str, ordinals: dict[str, list[int]]) -> list[Recorded]:
         """Every recording by its position in the recording run (reads every file once)."""
@@ -195,37 +214,59 @@ class Runs:
         """End these cassettes' runs: the next request to one reloads it and starts afresh."""
         await self._end([run for name in cassettes if (run := self._runs.pop(name, None))])
 
-    async def restart_all(self) -> None:
-        """End every run."""
+    async def restart_all(self, *named: str) -> None:
+        """End every run (a new mode). Only the runs of the `named` cassettes are over for
+        `llmtape prune`: each other one (picked by header, its client never asked for this)
+        leaves no note, and the next run of its cassette carries on from what it used."""
+        runs, self._runs = list(self._runs.values()), {}
+        await self._end([run for run in runs if run.cassette in named])
+        await self._end([run for run in runs if run.cassette not in named], carry=True)
+
+    async def end_all(self) -> None:
+        """End every run for good (the server stops): each leaves its note."""
         runs, self._runs = list(self._runs.values()), {}
         await self._end(runs)
 
-    async def _end(self, runs: list[Run]) -> None:
+    async def _end(self, runs: list[Run], carry: bool = False) -> None:
         await asyncio.gather(*(run.settle() for run in runs))
         for run in runs:
-            await asyncio.to_thread(self._finish, run)
+            await asyncio.to_thread(self._finish, run, carry=carry)
 
-    async def end(self, cassette: str, prune: bool = False) -> RunSummary | None:
+    async def end(
+        self, cassette: str, prune: bool = False, supersede: bool = True
+    ) -> RunSummary | None:
         """End the run of one cassette, if it has one: its summary. `prune` also deletes the
         recordings the run neither served nor wrote, so a record run leaves the cassette
-        holding exactly what it recorded (the pytest plugin's `record` mode)."""
+        holding exactly what it recorded (the pytest plugin's `record` mode). Without
+        `supersede` a record run leaves the repeats it did not ask for (a cassette shared by
+        several tests: another one asked for them)."""
         run = self._runs.pop(cassette, None)
         if run is None:
             return None
         await run.settle()
-        return await asyncio.to_thread(self._finish, run, prune)
+        return await asyncio.to_thread(self._finish, run, prune, supersede=supersede)
 
     async def summaries(self) -> list[RunSummary]:
         return await asyncio.to_thread(lambda: [self.summary(run) for run in self.all()])
 
-    def _finish(self, run: Run, prune: bool = False) -> RunSummary:
+    def _finish(
+        self, run: Run, prune: bool = False, carry: bool = False, supersede: bool = True
+    ) -> RunSummary:
         """Close a run: drop the repeats a record run superseded (with `prune`, every
         recording it did not use), note what a replay run used (for `llmtape prune`), keep its
-        summary."""
-        if run.anew:
+        summary. With `carry` the run is not over for prune: it writes no note (and removes an
+        older one, which no longer says what is in use), and the next run of the cassette
+        carries on from what it used."""
+        if run.anew and supersede:
             self._drop_superseded(run)
         unused = self._unused(run) if run.replayed_from else []
-        self._note(run, unused)
+        if not carry:
+            self._note(run, unused)
+        else:
+            if used := run.used():
+                self._carried[run.cassette] = used
+            if used or run.replayed_from:
+                self._write_note(run.cassette, None)
         summary = self.summary(run, unused)
         self.ended_unused += summary.unused_count
         if summary.unused_count or summary.recorded_count:
@@ -235,22 +276,44 @@ class Runs:
         return summary
 
     def _note(self, run: Run, unused: list[tuple[str, int]]) -> None:
-        """A replay run leaves the note of what it used and did not. A run that only recorded
-        into the cassette removes an older note: it no longer says what is on disk."""
+        """A replay run leaves the note of what it used and did not, with a digest of each
+        unused recording as it is now. A run that only recorded into the cassette removes an
+        older note: it no longer says what is on disk."""
         if run.replayed_from:
-            used = {*run.served, *run.recorded}
             note: LastRun | None = LastRun(
-                used=[exchange_file(k, o) for k, o in sorted(used)],
+                used=[exchange_file(k, o) for k, o in sorted(run.used())],
                 unused=[exchange_file(k, o) for k, o in unused],
+                digests=self._digests(run.cassette, unused),
             )
         elif run.recorded:
             note = None
         else:
             return
+        self._write_note(run.cassette, note)
+
+    def _digests(self, cassette: str, places: list[tuple[str, int]]) -> dict[str, str]:
+        """The digest of each recording that can be read (one that cannot gets none, so
+        prune keeps it)."""
+        digests = {}
+        for key, ordinal in places:
+            with contextlib.suppress(LlmtapeError):
+                exchange = self._store.read(cassette, key, ordinal)
+                digests[exchange_file(key, ordinal)] = recording_digest(exchange)
+        return digests
+
+    def forget_note(self, run: Run) -> None:
+        """Remove the cassette's last-run note before this run first writes into it: from
+        then on the note no longer says what is on disk, so a prune while this run is under
+        way (or after it crashed) must not act on it. Call it off the event loop."""
+        if not run.note_dropped:
+            self._write_note(run.cassette, None)
+            run.note_dropped = True
+
+    def _write_note(self, cassette: str, note: LastRun | None) -> None:
         try:
-            self._store.write_last_run(run.cassette, note)
+            self._store.write_last_run(cassette, note)
         except (OSError, LlmtapeError) as exc:
-            log.error("cassette %r: could not write its last-run note: %s", run.cassette, exc)
+            log.error("cassette %r: could not write its last-run note: %s", cassette, exc)
 
     def untouched(self, cassette: str, replaying: bool) -> RunSummary:
         """A cassette the server was told to serve that no request reached: in a replaying

@@ -150,9 +150,14 @@ class Scrubber:
         return payload
 
     def request(self, parts: RequestParts) -> RequestParts:
-        """A request's stored parts with the body scrubbed: what it is keyed and stored as."""
+        """A request's stored parts with the body, the path and the query values scrubbed:
+        what it is keyed and stored as (upstream still gets the request as it came)."""
         body = self.payload(parts.body)
-        return parts if body is parts.body else replace(parts, body=body)
+        path = self.text(parts.path)
+        query = tuple((name, self.text(value)) for name, value in parts.query)
+        if body is parts.body and path == parts.path and query == parts.query:
+            return parts
+        return replace(parts, body=body, path=path, query=query)
 
     def frames(self, frames: list[Frame], dialect: str | None) -> list[Frame]:
         """Stream frames scrubbed, one by one (a match split across two frames is not seen);
@@ -199,16 +204,19 @@ class Scrubber:
         return out
 
     def exchange(self, exchange: Exchange) -> Exchange:
-        """The exchange with its request body, response body and frames scrubbed."""
+        """The exchange with its request (body, path, query values), response body and
+        frames scrubbed."""
         if not self:
             return exchange
         request, response = exchange.request, exchange.response
         asked = self.payload(Payload.from_dict(request.body)).to_dict()
+        path = self.text(request.path)
+        query = [(name, self.text(value)) for name, value in request.query]
         answered = self.payload(Payload.from_dict(response.body)).to_dict()
         frames = None if response.frames is None else self.frames(response.frames, response.dialect)
         return exchange.model_copy(
             update={
-                "request": request.model_copy(update={"body": asked}),
+                "request": request.model_copy(update={"body": asked, "path": path, "query": query}),
                 "response": response.model_copy(update={"body": answered, "frames": frames}),
             }
         )

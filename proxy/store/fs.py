@@ -97,7 +97,7 @@ class FileStore:
         path = self.folder(cassette) / LAST_RUN_FILE
         if record is None:
             if path.exists():
-                path.unlink()
+                path.unlink(missing_ok=True)
                 _fsync_folder(path.parent)
             return
         data = dump_last_run(record)

@@ -4,9 +4,11 @@ re-record in another order, and schema upgrades."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +23,10 @@ from typer.testing import CliRunner
 from llmtape import models
 from llmtape.cli.main import app
 from llmtape.lastrun import LAST_RUN_FILE
+from llmtape.providers import Rulebook, provider_table
+from llmtape.scrub import Scrubber
+from llmtape.scrubbing import redact
+from llmtape.store.fs import FileStore
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream
 from tests.support import SECRET_OPENAI, files_under
@@ -139,6 +145,120 @@ def test_recordings_of_an_upstream_that_ran_live_are_not_pruned(
     assert len(exchange_files(cassettes / "trip")) == 3, "both model recordings are kept"
 
 
+def replay_some(make_proxy: MakeProxy, cassette: str, questions: list[str]) -> None:
+    replayer = make_proxy(mode="replay", cassette=cassette)
+    for question in questions:
+        ask(replayer.url, question)
+    replayer.stop()
+
+
+def seqs(folder: Path) -> list[int]:
+    return sorted(json.loads((folder / name).read_text())["seq"] for name in exchange_files(folder))
+
+
+# Recorded in this order, B redacts (or rekeys) to A: A.1 (seq 0), B.1 (seq 1), A.2 (seq 2);
+# after, A.1, A.2 (B, seq 1), A.3 (seq 2): the name the note gave the unused A.2 is B's now.
+MERGING = ["call [redacted]", "call 555-1234", "call [redacted]"]
+PHONE = r"\d{3}-\d{4}"
+
+
+def test_prune_after_redact_renumbered_the_cassette_deletes_nothing(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    record(make_proxy, "trip", MERGING)
+    replay_some(make_proxy, "trip", MERGING[:2])  # uses A.1 and B.1, leaves A.2
+    folder = cassettes / "trip"
+    assert len(json.loads((folder / LAST_RUN_FILE).read_text())["unused"]) == 1
+    code, out = cli("redact", "trip", "--pattern", PHONE, "--cassettes", str(cassettes))
+    assert code == 0, out
+    assert not (folder / LAST_RUN_FILE).exists(), "a rewrite drops the note"
+    code, out = cli("prune", "trip", "--cassettes", str(cassettes))
+    assert code == 2 and "nothing deleted" in out
+    assert seqs(folder) == [0, 1, 2]
+
+
+def post_chat(url: str, body: dict[str, Any]) -> None:
+    headers = {"authorization": f"Bearer {SECRET_OPENAI}"}
+    answer = httpx.post(url + "/openai/v1/chat/completions", json=body, headers=headers)
+    assert answer.status_code == 200, answer.text
+
+
+def test_prune_after_rekey_renumbered_the_cassette_deletes_nothing(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    plain: dict[str, Any] = {
+        "model": "gpt-4o-mini",
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    warm = {**plain, "temperature": 0.5}  # rekeys to `plain` when temperature is ignored
+    recorder = make_proxy(mode="record", cassette="trip")
+    for body in [plain, warm, plain]:
+        post_chat(recorder.url, body)
+    recorder.stop()
+    replayer = make_proxy(mode="replay", cassette="trip")
+    post_chat(replayer.url, plain)
+    post_chat(replayer.url, warm)
+    replayer.stop()
+    folder = cassettes / "trip"
+    code, out = cli(
+        "rekey", "trip", "--ignore", "openai:body:temperature", "--cassettes", str(cassettes)
+    )
+    assert code == 0, out
+    assert not (folder / LAST_RUN_FILE).exists(), "a rewrite drops the note"
+    assert cli("prune", "trip", "--cassettes", str(cassettes))[0] == 2
+    assert seqs(folder) == [0, 1, 2]
+
+
+def test_prune_keeps_a_file_that_holds_another_recording_than_the_note_saw(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    record(make_proxy, "trip", MERGING)
+    replay_some(make_proxy, "trip", MERGING[:2])
+    folder = cassettes / "trip"
+    note = (folder / LAST_RUN_FILE).read_bytes()
+    assert cli("redact", "trip", "--pattern", PHONE, "--cassettes", str(cassettes))[0] == 0
+    (folder / LAST_RUN_FILE).write_bytes(note)  # a note that outlived the rewrite
+    code, out = cli("prune", "trip", "--cassettes", str(cassettes), "--json")
+    assert code == 0, out
+    report = json.loads(out)
+    assert report["pruned"] == [] and len(report["changed"]) == 1
+    assert seqs(folder) == [0, 1, 2]
+
+
+def test_prune_while_a_record_run_is_under_way_deletes_nothing(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    record(make_proxy, "trip", ["one", "two"])
+    replay_some(make_proxy, "trip", ["one"])  # leaves two unused
+    folder = cassettes / "trip"
+    assert (folder / LAST_RUN_FILE).exists()
+    recorder = make_proxy(mode="record", cassette="trip")
+    ask(recorder.url, "one")
+    ask(recorder.url, "two")  # recorded again by a run that has not ended (or crashed)
+    assert not (folder / LAST_RUN_FILE).exists(), "the first write drops the note"
+    before = exchange_files(folder)
+    assert cli("prune", "trip", "--cassettes", str(cassettes))[0] == 2
+    assert exchange_files(folder) == before and len(before) == 2
+    recorder.stop()
+
+
+def test_another_clients_mode_change_does_not_split_a_replay_run_for_prune(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    record(make_proxy, "x", ["one", "two"])
+    replayer = make_proxy(mode="replay", cassette="other")
+    ask(replayer.url, "one", cassette="x")
+    assert replayer.put_cassette(cassette="y", mode="auto").status_code == 200
+    assert replayer.put_cassette(cassette="z", mode="replay").status_code == 200
+    ask(replayer.url, "two", cassette="x")
+    replayer.stop()
+    note = json.loads((cassettes / "x" / LAST_RUN_FILE).read_text())
+    assert len(note["used"]) == 2 and note["unused"] == []
+    code, out = cli("prune", "x", "--cassettes", str(cassettes), "--json")
+    assert code == 0 and json.loads(out)["pruned"] == []
+    assert len(exchange_files(cassettes / "x")) == 2
+
+
 # ----------------------------------------------------------------------- fail-on-unused
 
 
@@ -221,6 +341,87 @@ def test_redact_scrubs_every_match_then_verify_passes_and_it_replays_redacted(
     assert ask(replayer.url, "mail ann@example.com") == "echo: mail [redacted]"
     assert ask(replayer.url, "write bob@example.com", stream=True) == "echo: write [redacted]"
     assert ask(replayer.url, "nothing personal") == "echo: nothing personal"
+
+
+class Killed(Exception):
+    """Stands for a SIGKILL between two file operations."""
+
+
+class DiesAfter(FileStore):
+    """The real store, killed after `steps` writes or deletes."""
+
+    def __init__(self, root: Path, steps: int) -> None:
+        super().__init__(root)
+        self.steps = steps
+
+    def _step(self) -> None:
+        self.steps -= 1
+        if self.steps < 0:
+            raise Killed
+
+    def write(self, cassette: str, exchange: models.Exchange) -> bool:
+        self._step()
+        return super().write(cassette, exchange)
+
+    def delete(self, cassette: str, key: str, ordinal: int) -> None:
+        self._step()
+        super().delete(cassette, key, ordinal)
+
+
+def test_redact_killed_at_any_step_then_run_again_keeps_each_recording_once(
+    make_proxy: MakeProxy, cassettes: Path, tmp_path: Path
+) -> None:
+    # Odd ones become one request (repeats of it), even ones stay apart: moves, chains, merges.
+    questions = [f"ticket {1000 + n}" if n % 2 else f"user{n} ticket {1000 + n}" for n in range(8)]
+    record(make_proxy, "c", questions)
+    scrubber = Scrubber.build((), [r"\d{4}"])
+    rules = Rulebook.build(provider_table({}), ()).for_upstream
+    clean = tmp_path / "clean"
+    shutil.copytree(cassettes, clean)
+    total = 8 * 2  # more file operations than one redact makes
+    for steps in range(total):
+        library = tmp_path / f"killed-{steps}"
+        shutil.copytree(clean, library)
+        with contextlib.suppress(Killed):
+            redact(DiesAfter(library, steps), "c", scrubber, rules)
+        code, out = cli("redact", "c", "--pattern", r"\d{4}", "--cassettes", str(library))
+        assert code == 0, out
+        assert seqs(library / "c") == list(range(8)), f"killed after {steps} step(s)"
+        assert cli("verify", "c", "--cassettes", str(library))[0] == 0
+
+
+def test_redact_exits_1_naming_a_file_with_a_match_split_across_stream_frames(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    recorder = make_proxy(mode="record", cassette="pii")
+    assert ask(recorder.url, "call John Smith", stream=True) == "echo: call John Smith"
+    recorder.stop()  # the answer streams " John" and " Smith" in two frames
+    [name] = exchange_files(cassettes / "pii")
+    code, out = cli("redact", "pii", "--pattern", "John Smith", "--cassettes", str(cassettes))
+    assert code == 1, out
+    assert "split across stream frames" in out
+    assert len(exchange_files(cassettes / "pii")) == 1
+    [name] = exchange_files(cassettes / "pii")  # re-keyed: the request was scrubbed
+    assert name in " ".join(out.split())
+
+
+def test_record_time_redaction_scrubs_the_path_and_query_values_and_keys_by_them(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    tool = {"search": fake.url}
+    rules = {"redact_pattern": (EMAIL.pattern,), "upstream": tool}
+    recorder = make_proxy(mode="record", cassette="pii", **rules)
+    for url in ("/search/v1/users/ann@example.com", "/search/v1/find?q=bob@example.com"):
+        answer = httpx.get(recorder.url + url)
+        assert answer.status_code == 200 and "@example.com" in answer.text, "upstream got it"
+    recorder.stop()
+    stored = files_under(cassettes / "pii")
+    assert len(stored) == 2
+    assert not any(EMAIL.search(text.decode()) for text in stored.values())
+    fake.stop()
+    replayer = make_proxy(mode="replay", cassette="pii", **rules)
+    assert httpx.get(replayer.url + "/search/v1/users/cy@example.com").status_code == 200
+    assert httpx.get(replayer.url + "/search/v1/find?q=dee@example.com").status_code == 200
 
 
 def test_redact_a_field_keeps_a_json_answer_valid(

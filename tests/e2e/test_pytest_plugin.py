@@ -127,6 +127,25 @@ def test_record_mode_rewrites_a_tests_cassette_to_what_it_asks_now(
     project.runpytest("-k", "test_two").assert_outcomes(passed=1)
 
 
+def test_record_mode_deletes_nothing_of_a_cassette_a_marker_shares_between_tests(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fake: FakeUpstream
+) -> None:
+    upstream_at(monkeypatch, fake)
+    shared = (
+        "\nimport pytest\n\n"
+        "@pytest.mark.llmtape(cassette='shared')\n"
+        "def test_one():\n    ask('one'); ask('one'); ask('uno')\n\n"
+        "@pytest.mark.llmtape(cassette='shared')\n"
+        "def test_two():\n    ask('one'); ask('two')\n"
+    )
+    write_test(project, chat_test("x", shared))
+    project.runpytest("--llmtape-mode", "record", "-k", "one or two").assert_outcomes(passed=2)
+    assert len(recordings(project.path / "tests" / "cassettes" / "shared")) == 4
+
+    fake.stop()
+    project.runpytest("-k", "one or two").assert_outcomes(passed=2)
+
+
 def test_fail_on_unused_fails_a_test_that_left_recordings_unused(
     project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fake: FakeUpstream
 ) -> None:

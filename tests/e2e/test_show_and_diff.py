@@ -223,6 +223,18 @@ def test_diff_of_identical_cassettes_exits_0_and_of_a_missing_one_2(
     assert code == 2 and json.loads(out)["error"]["type"] == "config_error"
 
 
+def test_diff_of_two_libraries_is_an_error_not_equal(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path, tmp_path: Path
+) -> None:
+    record_pair(make_proxy, fake)
+    other = tmp_path / "other-library"
+    shutil.copytree(cassettes, other)
+    shutil.rmtree(other / "a")  # the libraries differ, but hold no exchange at the top
+    code, out = run("diff", str(cassettes), str(other))
+    assert code == 2, out
+    assert "no exchange files in" in " ".join(out.split())
+
+
 def test_diff_reports_a_changed_stream_by_its_text_and_frame_count(
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
 ) -> None:
@@ -272,3 +284,12 @@ def test_a_walk_over_thousands_of_files_shows_a_progress_bar_on_a_terminal_only(
     terminal = cli("ls", "--cassettes", library, env={"FORCE_COLOR": "1"})
     assert terminal.returncode == 0
     assert "reading cassettes" in terminal.stderr and "/2100" in terminal.stderr
+
+
+def test_no_color_writes_no_ansi_code_at_all_even_on_a_terminal(recorded: Path) -> None:
+    terminal = {"FORCE_COLOR": "1", "COLUMNS": "400"}  # wide: the tables with bold headers
+    for command in (["ls"], ["show", "default"]):
+        coloured = cli(*command, "--cassettes", str(recorded), env=terminal)
+        assert coloured.returncode == 0 and "\x1b[" in coloured.stdout, "a terminal: bold"
+        plain = cli(*command, "--cassettes", str(recorded), env={**terminal, "NO_COLOR": "1"})
+        assert plain.returncode == 0 and "\x1b[" not in plain.stdout + plain.stderr, command

@@ -279,3 +279,21 @@ def test_a_bad_price_file_is_a_clear_error(
     assert error["type"] == "config_error" and str(own) in error["message"]
     code, out = run("ls", "--cassettes", str(cassettes), "--prices", str(tmp_path / "none"))
     assert code == 2 and "cannot be read" in out
+
+
+def test_a_stream_without_a_usage_block_has_unknown_tokens_and_counts_as_unpriced(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    proxy = make_proxy(mode="record")
+    body = {"model": "gpt-4o-mini", "messages": USER, "stream": True}  # no include_usage
+    answer = httpx.post(proxy.url + "/openai/v1/chat/completions", json=body, headers=KEYS)
+    assert answer.status_code == 200
+    proxy.stop()
+    code, out = run("show", "default", "--cassettes", str(cassettes), "--json")
+    assert code == 0, out
+    [row] = json.loads(out)["exchanges"]
+    assert row["usage_known"] is False and row["cost_usd"] is None
+    code, out = run("show", "default", "--cassettes", str(cassettes))
+    assert "0/0" not in out and "unknown" in out
+    [summary] = json.loads(run("ls", "--cassettes", str(cassettes), "--json")[1])
+    assert summary["unpriced"] == 1 and summary["cost_usd"] is None

@@ -39,7 +39,16 @@ def test_a_model_matches_exactly_or_without_its_version_suffix(
 
 
 @pytest.mark.parametrize(
-    "model", ["gpt-4o-audio-preview", "mistral-large-latest", "llama3.2", "", None]
+    "model",
+    [
+        "gpt-4o-audio-preview",
+        "mistral-large-latest",
+        "llama3.2",
+        "",
+        None,
+        "gpt-4o-2099-01-01",  # a snapshot newer than the table: its price is unknown
+        "claude-sonnet-4-20991231",
+    ],
 )
 def test_a_model_without_a_price_has_no_cost(model: str | None) -> None:
     assert load_prices().cost(model, Tokens(100, 100)) is None

@@ -123,3 +123,35 @@ def test_no_match_is_left_and_scrubbing_twice_changes_nothing(value: Any) -> Non
 def test_matches_sees_only_a_match_of_something() -> None:
     assert not Scrubber.build(patterns=["x*"]).matches("abc")
     assert Scrubber.build(patterns=["b+"]).matches("abc")
+
+
+def test_what_redact_checks_sees_binary_bodies_and_not_llmtapes_own_fields() -> None:
+    from llmtape.models import Exchange, StoredRequest, StoredResponse
+    from llmtape.scrubbing import recorded_text
+
+    def exchange(body: dict[str, Any]) -> Exchange:
+        request = StoredRequest(method="POST", upstream="files", path="/v1/upload", body=body)
+        return Exchange(
+            key="ab12" * 16,
+            ordinal=1,
+            seq=1234,
+            rules="cd34" * 16,
+            request=request,
+            response=StoredResponse(status=200),
+        )
+
+    hex_or_digits = Scrubber.build((), [r"[0-9a-f]{8}", r"\d{4}"])
+    assert not hex_or_digits.matches(recorded_text(exchange({"text": "plain"})))
+    binary = {"base64": "YW5uQGV4YW1wbGUuY29t"}  # ann@example.com, as multipart would be
+    assert scrub.matches(recorded_text(exchange(binary)))
+
+
+def test_a_request_path_and_query_values_are_scrubbed_for_its_key() -> None:
+    from llmtape.normalize import RequestParts
+
+    parts = RequestParts(
+        "GET", "search", "/v1/users/ann@example.com", (("q", "555-1234"),), (), Payload("empty")
+    )
+    scrubbed = scrub.request(parts)
+    assert scrubbed.path == f"/v1/users/{MARKER}" and scrubbed.query == (("q", MARKER),)
+    assert scrub.request(scrubbed) is scrubbed

@@ -17,6 +17,20 @@ CONTROL_PREFIX = "/__llmtape/"
 ENDPOINTS = ("health", "stats", "misses", "cassette")
 
 
+MAX_CONTROL_BODY = 64 * 1024  # {"cassette": NAME, "mode": MODE} is far smaller
+
+
+async def capped_body(request: Request, limit: int) -> bytes | None:
+    """The request body, or None past `limit` bytes (nothing more is held)."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 class CassetteSwitch(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -42,8 +56,9 @@ def refusal(request: Request, settings: Settings) -> JSONResponse | None:
             "requests that change state are off: start it with --admin-token TOKEN (or "
             "LLMTAPE_ADMIN_TOKEN) and send `Authorization: Bearer TOKEN`",
         )
-    given = request.headers.get("authorization", "").encode("latin-1", "replace")
-    if hmac.compare_digest(given, f"Bearer {token}".encode()):
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    sent = given.strip().encode("latin-1", "replace")
+    if scheme.lower() == "bearer" and hmac.compare_digest(sent, token.encode()):
         return None
     return _error(
         401,
@@ -81,8 +96,15 @@ def control_routes(engine: Engine) -> list[BaseRoute]:
         refused = refusal(request, engine.settings)
         if refused is not None:
             return refused
+        body = await capped_body(request, MAX_CONTROL_BODY)
+        if body is None:
+            return _error(
+                413,
+                "request_too_large",
+                f"a control request body is at most {MAX_CONTROL_BODY:,} bytes",
+            )
         try:
-            change = CassetteSwitch.model_validate(json.loads(await request.body() or b"{}"))
+            change = CassetteSwitch.model_validate(json.loads(body or b"{}"))
         except (ValueError, ValidationError) as exc:
             return _bad_request(
                 f'PUT /__llmtape/cassette takes {{"cassette": NAME, "mode": MODE}} with MODE one '

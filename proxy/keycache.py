@@ -55,7 +55,8 @@ class KeyCache:
         return entry[0], entry[1]
 
     def put(self, raw: RawKey, parts: RequestParts, key: str) -> None:
-        size = len(raw[5]) + len(raw[3]) + len(raw[2]) + 256
+        headers = sum(len(name) + len(value) for name, value in raw[4])
+        size = len(raw[5]) + len(raw[3]) + len(raw[2]) + headers + 256
         if size > KEY_CACHE_ENTRY_BYTES or raw in self._entries:
             return
         self._entries[raw] = (parts, key, size)

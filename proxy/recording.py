@@ -119,7 +119,6 @@ class Capture:
         ms = self._ms()
         dialect: Dialect | None = None
         body = frames = None
-        truncated = self._truncated()
         if self._splitter is not None:
             dialect = self._splitter.dialect
             self._frames += [_frame(ms, raw) for raw in self._splitter.flush()]
@@ -129,6 +128,8 @@ class Capture:
             payload = response_payload(b"".join(self._chunks), self.content_type)
             body = payload.to_dict()
             payloads, error = ([payload.value] if payload.kind == "json" else []), False
+        # After the flush: a final frame with no line end after it (`data: [DONE]` at EOF) counts.
+        truncated = self._truncated()
         return Exchange(
             key=self.key,
             ordinal=1,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
+from urllib.parse import unquote
 
 from llmtape.errors import BadPath, ConfigError, UnknownUpstream
 from llmtape.providers import bare_v1
@@ -30,19 +30,20 @@ def check_live(names: frozenset[str], providers: Mapping[str, Provider]) -> froz
     return names
 
 
-_DOT = re.compile(r"%2e", re.IGNORECASE)
-
-
 def check_path(path: str) -> str:
-    """`path` if it stays below its upstream's base path: a `..` segment (`%2e%2e` and its
-    mixes too) or a backslash (`\\`, `%5c`), which a server may read as a separator, is
-    refused. The path then goes upstream byte for byte as it came."""
-    if "\\" in path or "%5c" in path.lower():
+    """`path` if it stays below its upstream's base path. A `..` segment is refused however
+    it is spelled: percent-encoded once or twice (`%2e%2e`, `%252e%252e`), with `;params`
+    (`..;`), or between encoded slashes (`..%2f..`); so is a backslash, which a server may
+    read as a separator. The path then goes upstream byte for byte as it came."""
+    decoded = path
+    for _ in range(3):  # as many decodings as a chain of servers might apply
+        decoded = unquote(decoded)
+    if "\\" in decoded:
         raise BadPath(
             f"request path {path!r} holds a backslash, which some servers read as "
             "a path separator: send the path with / only"
         )
-    if any(_DOT.sub(".", segment) == ".." for segment in path.split("/")):
+    if any(segment.split(";", 1)[0] == ".." for segment in decoded.split("/")):
         raise BadPath(
             f"request path {path!r} has a `..` segment, which could reach above the "
             "upstream's base path: send the path as the upstream should see it"

@@ -73,10 +73,16 @@ def text(payloads: Iterable[Any]) -> str:
 
 
 def final_frame(event: str, payload: Any, data: str) -> bool:
-    """The chunk whose candidate has a `finishReason`: no `[DONE]` follows it."""
-    candidates = payload.get("candidates") if isinstance(payload, dict) else None
-    return isinstance(candidates, list) and any(
-        isinstance(c, dict) and c.get("finishReason") for c in candidates
+    """The chunk whose candidate has a `finishReason` (no `[DONE]` follows it), or one whose
+    prompt was blocked (`promptFeedback.blockReason`, and no candidate at all)."""
+    if not isinstance(payload, dict):
+        return False
+    candidates = payload.get("candidates")
+    feedback = payload.get("promptFeedback")
+    blocked = isinstance(feedback, dict) and bool(feedback.get("blockReason"))
+    return blocked or (
+        isinstance(candidates, list)
+        and any(isinstance(c, dict) and c.get("finishReason") for c in candidates)
     )
 
 

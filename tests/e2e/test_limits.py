@@ -204,3 +204,31 @@ def rss_mb() -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def test_the_control_api_holds_no_large_body_and_takes_any_case_of_bearer(
+    make_proxy: MakeProxy,
+) -> None:
+    proxy = make_proxy(mode="replay", admin_token=TOKEN)
+    url = proxy.url + "/__llmtape/cassette"
+    auth = {"authorization": f"bearer {TOKEN}"}
+    big = httpx.put(url, content=b"{" + b" " * (1024 * 1024) + b"}", headers=auth)
+    assert big.status_code == 413
+    assert httpx.put(url, json={"cassette": "x"}, headers=auth).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "path", ["/api/..;/admin", "/api/%2e%2e;/admin", "/api/..%2f..%2fadmin", "/api/%252e%252e/x"]
+)
+def test_a_dot_dot_segment_is_refused_however_it_is_spelled(
+    make_proxy: MakeProxy, fake: FakeUpstream, path: str
+) -> None:
+    proxy = make_proxy(mode="record", upstream={"api": fake.url + "/api/v2"})
+    host, port = proxy.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".encode())
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    assert fake.count() == 0

@@ -58,3 +58,40 @@ def test_a_user_upstream_stream_is_whole_when_it_ends_cleanly(
     httpx.get(proxy.url + "/feed/events")
     [exchange] = stored(cassettes)
     assert exchange["outcome"] == "complete"
+
+
+WHOLE_ENDINGS = [
+    ("/v1/chat/completions", "openai", HALF + "data: [DONE]\n", SSE),
+    ("/v1/chat/completions", "openai", HALF + "data: [DONE]", SSE),
+    (
+        "/api/chat",
+        "ollama",
+        '{"message": {"content": "Hi"}, "done": false}\n{"done": true, "eval_count": 1}',
+        {"content-type": "application/x-ndjson"},
+    ),
+    (
+        "/v1beta/models/gemini-2.5-flash:streamGenerateContent",
+        "gemini",
+        'data: {"promptFeedback": {"blockReason": "PROHIBITED_CONTENT"}}\r\n\r\n',
+        SSE,
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "upstream", "body", "headers"), WHOLE_ENDINGS)
+def test_a_final_frame_with_no_line_end_after_it_still_makes_the_stream_whole(
+    make_proxy: MakeProxy,
+    fake: FakeUpstream,
+    cassettes: Path,
+    path: str,
+    upstream: str,
+    body: str,
+    headers: dict[str, str],
+) -> None:
+    fake.script(path, Reply(body=body, headers=headers, chunked=True))
+    proxy = make_proxy(mode="record", record_failures=True)
+    request = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    query = "?alt=sse" if upstream == "gemini" else ""
+    httpx.post(f"{proxy.url}/{upstream}{path}{query}", json=request)
+    [exchange] = stored(cassettes)
+    assert exchange["outcome"] == "complete"

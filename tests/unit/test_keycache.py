@@ -53,3 +53,14 @@ def test_the_cache_gives_back_what_was_put_and_stays_within_its_bytes() -> None:
         cache.put(raw, parts(), f"k{i}")
     assert cache.size <= 4000
     assert cache.get(first) is None
+
+
+def test_header_values_count_toward_the_bytes_held() -> None:
+    cache = KeyCache(limit=100_000)
+    for i in range(50):
+        headers = ((b"content-type", b"x" * 10_000 + bytes([i])),)
+        raw = raw_key("openai", "POST", "/", "", headers, b"{}", WANTED)
+        assert raw is not None
+        cache.put(raw, parts(), f"k{i}")
+    held = sum(len(v) for entry in cache._entries for _, v in entry[4])
+    assert cache.size <= 100_000 and held <= 100_000

@@ -93,7 +93,9 @@ class Engine:
         self.told: dict[str, set[Mode]] = {settings.cassette: {settings.mode}}
         self.named: set[str] = set()  # the cassettes a PUT named
         self.counters = Counters()
-        self.runs = Runs(store, strict_order=settings.strict_order, live=frozenset(settings.live))
+        self._live = frozenset(settings.live)  # worked out once, not per request
+        self._timing = parse_timing(settings.replay_timing)
+        self.runs = Runs(store, strict_order=settings.strict_order, live=self._live)
         self.replays = ReplayCache()
         self.keys = KeyCache()
         self._wanted: dict[str, frozenset[bytes]] = {}  # key header names per upstream
@@ -134,7 +136,7 @@ class Engine:
         cassette = check_cassette_name(inbound.cassette or self.current.cassette)
         live = check_live(inbound.live, self.providers)
         try:
-            timing = parse_timing(inbound.timing or self.settings.replay_timing)
+            timing = parse_timing(inbound.timing) if inbound.timing else self._timing
         except ValueError as exc:
             raise ConfigError(f"{TIMING_HEADER}: {exc}") from exc
         provider = self.providers.get(inbound.upstream)
@@ -152,7 +154,7 @@ class Engine:
             provider,
             cassette,
             mode,
-            frozenset(self.settings.live) | live,
+            self._live | live,
             rules,
             parts,
             key,

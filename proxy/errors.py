@@ -5,7 +5,6 @@
      +-- BadCassetteName      a cassette name that is not a safe relative name (400)
  +-- BadPath              a request path that climbs above its upstream's base (400)
  +-- BodyTooLarge         a request body over --max-body (413)
- +-- Unauthorized         a control request without the admin token (401), or refused (403)
      +-- UnknownUpstream      a route prefix that names no upstream (404)
      +-- CassetteMiss         replay found no recording for a request (422)
      |    +-- OutOfOrder      --strict-order: a request came out of the recorded order (422)
@@ -51,11 +50,6 @@ class BadPath(LlmtapeError):
 class BodyTooLarge(LlmtapeError):
     status = 413
     error_type = "request_too_large"
-
-
-class Unauthorized(LlmtapeError):
-    status = 401
-    error_type = "unauthorized"
 
 
 class UnknownUpstream(LlmtapeError):

@@ -360,21 +360,26 @@ MATCH_KEYS = {
 }
 
 
+def _lists_of_strings(table: Any, keys: Mapping[str, str]) -> bool:
+    """Whether a TOML table holds only `keys`, each a list of strings (a bare string would be
+    split into one-letter rules)."""
+    return (
+        isinstance(table, dict)
+        and not set(table) - set(keys)
+        and all(
+            isinstance(items, list) and all(isinstance(item, str) for item in items)
+            for items in table.values()
+        )
+    )
+
+
 def match_tables(tables: Any, path: Path) -> list[str]:
     """`[match.openai] ignore_body = ["user"]` -> the `--ignore` spec `openai:body:user`."""
     if not isinstance(tables, dict):
         raise ConfigError(f"config file {path}: `match` must be tables like [match.openai]")
     specs = []
     for upstream, table in tables.items():
-        if (
-            not isinstance(table, dict)
-            or set(table) - set(MATCH_KEYS)
-            # a bare string would be split into one-letter rules
-            or not all(
-                isinstance(names, list) and all(isinstance(name, str) for name in names)
-                for names in table.values()
-            )
-        ):
+        if not _lists_of_strings(table, MATCH_KEYS):
             raise ConfigError(
                 f"config file {path}: [match.{upstream}] takes the lists of strings "
                 f"{', '.join(MATCH_KEYS)}"
@@ -389,14 +394,7 @@ REDACT_KEYS = {"fields": "redact_field", "patterns": "redact_pattern"}
 
 def redact_table(table: Any, path: Path) -> dict[str, list[str]]:
     """`[redact] fields = [...]`, `patterns = [...]` -> redact_field, redact_pattern."""
-    if (
-        not isinstance(table, dict)
-        or set(table) - set(REDACT_KEYS)
-        or not all(
-            isinstance(items, list) and all(isinstance(item, str) for item in items)
-            for items in table.values()
-        )
-    ):
+    if not _lists_of_strings(table, REDACT_KEYS):
         raise ConfigError(
             f"config file {path}: [redact] takes the lists of strings fields (JSON paths) "
             "and patterns (regular expressions)"

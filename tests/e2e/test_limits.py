@@ -114,12 +114,7 @@ def test_a_path_that_could_climb_above_the_upstream_base_is_a_400(
     make_proxy: MakeProxy, fake: FakeUpstream, path: str
 ) -> None:
     proxy = make_proxy(mode="record", upstream={"api": fake.url + "/api/v2"})
-    host, port = proxy.url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(f"GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".encode())
-        answer = b""
-        while chunk := sock.recv(65536):
-            answer += chunk
+    answer = raw_get(proxy.url, path)
     assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
     assert b"bad_path" in answer
     assert fake.count() == 0
@@ -129,12 +124,8 @@ def test_a_path_goes_upstream_byte_for_byte(make_proxy: MakeProxy, raw: RawUpstr
     ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}"
     raw.answer(ok, ok)
     proxy = make_proxy(mode="passthrough", upstream={"tool": raw.url})
-    host, port = proxy.url.removeprefix("http://").split(":")
     for path in ("/tool/v1/%zz?q=%zz", "/tool/v1/a%0ab"):
-        with socket.create_connection((host, int(port)), timeout=10) as sock:
-            sock.sendall(f"GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".encode())
-            while sock.recv(65536):
-                pass
+        raw_get(proxy.url, path)
     sent = [request.split(b"\r\n")[0] for request in raw.requests]
     assert sent == [b"GET /v1/%zz?q=%zz HTTP/1.1", b"GET /v1/a%0ab HTTP/1.1"]
 
@@ -199,6 +190,17 @@ def test_a_gzip_bomb_passes_to_the_client_but_is_neither_held_nor_recorded(
     assert proxy.stats["too_large"] == 1 and not list(cassettes.rglob("*.json"))
 
 
+def raw_get(url: str, path: str) -> bytes:
+    """A GET with `path` exactly as written (no client re-quotes it), and the whole answer."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".encode())
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
 def rss_mb() -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -224,11 +226,6 @@ def test_a_dot_dot_segment_is_refused_however_it_is_spelled(
     make_proxy: MakeProxy, fake: FakeUpstream, path: str
 ) -> None:
     proxy = make_proxy(mode="record", upstream={"api": fake.url + "/api/v2"})
-    host, port = proxy.url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(f"GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".encode())
-        answer = b""
-        while chunk := sock.recv(65536):
-            answer += chunk
+    answer = raw_get(proxy.url, path)
     assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
     assert fake.count() == 0

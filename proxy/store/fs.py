@@ -143,8 +143,10 @@ def sweep_leftovers(root: Path, older_than: float = 60.0) -> list[Path]:
     for folder, dirs, files in os.walk(root):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         for name in files:
+            if not is_leftover(name):  # the name alone: no path built, no stat, per file
+                continue
             path = Path(folder) / name
-            if is_leftover(name) and path.stat().st_mtime < cutoff:
+            if path.stat().st_mtime < cutoff:
                 path.unlink(missing_ok=True)
                 swept.append(path)
     return swept

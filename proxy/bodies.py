@@ -85,14 +85,18 @@ def looks_json(content_type: str) -> bool:
     return "json" in lowered and "ndjson" not in lowered and "jsonl" not in lowered
 
 
-def _text(raw: bytes, content_type: str) -> str | None:
+def textual(content_type: str) -> bool:
+    """Whether a body of this type is stored as text when it is UTF-8."""
     lowered = content_type.lower()
-    textual = (
+    return (
         not lowered
         or lowered.startswith("text/")
         or any(word in lowered for word in ("json", "xml", "javascript", "x-www-form-urlencoded"))
     )
-    if not textual:
+
+
+def _text(raw: bytes, content_type: str) -> str | None:
+    if not textual(content_type):
         return None
     try:
         return raw.decode("utf-8")

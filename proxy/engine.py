@@ -7,6 +7,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -26,7 +27,7 @@ from llmtape.inbound import Answer, Inbound, Live, Refuse, Serve
 from llmtape.keycache import KeyCache, raw_key
 from llmtape.matching import follow_order
 from llmtape.misses import Miss
-from llmtape.models import Exchange, Outcome
+from llmtape.models import Outcome, dump_around
 from llmtape.normalize import RequestParts, canonical, request_key, request_parts
 from llmtape.plan import Action, Step, plan
 from llmtape.providers import Rulebook
@@ -38,6 +39,7 @@ from llmtape.rules import MatchRules
 from llmtape.runs import Run, Runs
 from llmtape.scrub import Scrubber
 from llmtape.settings import Mode, Settings
+from llmtape.spool import Spool
 from llmtape.stats import Counters, RunSummary, Snapshot, Trace
 from llmtape.store.base import CassetteStore, exchange_file
 from llmtape.store.names import check_cassette_name, derived_name
@@ -45,7 +47,22 @@ from llmtape.timing import TIMING_HEADER, parse_timing
 from llmtape.upstream import Outbound, Upstream, answer_headers
 
 MAX_MISSES = 50
+# Threads that write recordings. Many, since each mostly waits on its fsync, and fsyncs in
+# flight together share the disk's journal commits: 32 clients recording at once are not
+# queued behind a handful of writes.
+WRITERS = 32
 log = logging.getLogger("llmtape")
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What a writer thread did with a recording: the log line's outcome, and where it went
+    (no ordinal when it was not written)."""
+
+    outcome: str
+    key: str = ""
+    ordinal: int | None = None
+    failed: bool = False  # the write failed
 
 
 @dataclass
@@ -101,6 +118,7 @@ class Engine:
         self._wanted: dict[str, frozenset[bytes]] = {}  # key header names per upstream
         self.misses: deque[dict[str, Any]] = deque(maxlen=MAX_MISSES)
         self.upstream: Upstream | None = None  # set while the server runs
+        self.writer = ThreadPoolExecutor(WRITERS, thread_name_prefix="llmtape-writer")
 
     async def exchange(self, inbound: Inbound) -> Answer:
         """Serve it from the cassette, refuse it, or go live (and record, as planned)."""
@@ -305,6 +323,7 @@ class Engine:
                 status=answer.status,
                 headers=list(answer.headers),
                 chunked=answer.chunked,
+                spool=Spool(partial(self.store.scratch, target.run.cassette)),
                 limit=self.settings.max_record,
             )
         headers = answer_headers(answer.headers, keep_length=keyed.parts.method == "HEAD")
@@ -313,30 +332,66 @@ class Engine:
         recording = Recording(keyed.trace, answer.status, self, capture, target)
         return Live(answer, raw, recording)
 
-    async def keep(self, target: Target, exchange: Exchange) -> str:
-        """Write a finished exchange. Its ordinal is given here, not when it was asked, so an
-        answer that is not kept (a 429 the SDK retried) leaves no gap in the numbering."""
-        if exchange.outcome is not Outcome.COMPLETE and not self.settings.record_failures:
-            return f"not recorded ({exchange.outcome.value})"
-        if self.scrubber:  # the request was scrubbed when keyed; the answer is scrubbed here
-            exchange = await asyncio.to_thread(self.scrubber.exchange, exchange)
-        run = target.run
-        if not run.note_dropped:  # before the write: a crash between leaves no stale note
-            await asyncio.to_thread(self.runs.forget_note, run)
-        ordinal = run.next_ordinal(exchange.key, target.anew)
-        exchange = exchange.model_copy(update={"ordinal": ordinal})
-        try:
-            await asyncio.to_thread(self.store.write, run.cassette, exchange)
-        except OSError as exc:
+    async def keep(self, target: Target, capture: Capture, cut: bool) -> str:
+        """Finish, number and write a recording in one trip to a writer thread. Its ordinal
+        is given there, not when it was asked, so an answer that is not kept (a 429 the SDK
+        retried) leaves no gap in the numbering."""
+        loop = asyncio.get_running_loop()
+        kept = await loop.run_in_executor(self.writer, self._write, target, capture, cut)
+        if kept.failed:
             self.counters.errors += 1
             self.counters.write_failures += 1
-            log.error("could not write to cassette %r: %s", run.cassette, exc)
-            return "not recorded (write failed)"
-        run.add(exchange.key, ordinal)
-        self.replays.discard((run.cassette, exchange.key, ordinal))
+        if kept.ordinal is None:
+            return kept.outcome
+        run = target.run
+        run.add(kept.key, kept.ordinal)
+        self.replays.discard((run.cassette, kept.key, kept.ordinal))
         self.counters.recorded += 1
-        failed = exchange.outcome is not Outcome.COMPLETE
-        return f"recorded {exchange.outcome.value}" if failed else "recorded"
+        return kept.outcome
+
+    def _write(self, target: Target, capture: Capture, cut: bool) -> Kept:
+        """In a writer thread: the exchange captured, scrubbed, numbered, written durably."""
+        try:
+            finished = capture.finish(cut, whole=bool(self.scrubber))
+            exchange = finished.exchange
+            failed = exchange.outcome is not Outcome.COMPLETE
+            if failed and not self.settings.record_failures:
+                return Kept(f"not recorded ({exchange.outcome.value})")
+            if self.scrubber:  # the request was scrubbed when keyed; the answer is scrubbed here
+                exchange = self.scrubber.exchange(exchange)
+            run = target.run
+            self.runs.forget_note(run)  # before the write: a crash between leaves no stale note
+            ordinal = run.next_ordinal(exchange.key, target.anew)
+            exchange = exchange.model_copy(update={"ordinal": ordinal})
+            try:
+                if finished.middle is None:
+                    self.store.write(run.cassette, exchange)
+                else:
+                    pieces = dump_around(exchange, finished.middle)
+                    self.store.write_pieces(run.cassette, exchange.key, ordinal, pieces)
+            except OSError as exc:
+                log.error("could not write to cassette %r: %s", run.cassette, exc)
+                return Kept("not recorded (write failed)", failed=True)
+            outcome = f"recorded {exchange.outcome.value}" if failed else "recorded"
+            return Kept(outcome, exchange.key, ordinal)
+        finally:
+            capture.spool.discard()
+
+    async def spill(self, capture: Capture) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self.writer, capture.spool.flush)
+        except OSError as exc:
+            capture.lost = f"its scratch file could not be written ({exc})"
+            self.counters.write_failures += 1
+            log.error("recording an answer: %s", capture.lost)
+            self.drop(capture)
+
+    def drop(self, capture: Capture) -> None:
+        if capture.spool.spilled:  # closing a large scratch file frees its blocks: off the loop
+            self.writer.submit(capture.spool.discard)
+        else:
+            capture.spool.discard()
 
     async def switch(self, cassette: str | None, mode: Mode | None) -> None:
         """Make `cassette` and `mode` current (None keeps either). It ends the run of the
@@ -400,6 +455,7 @@ class Engine:
         the final snapshot."""
         self.upstream = None
         await self.runs.end_all()
+        await asyncio.to_thread(self.writer.shutdown)
         self.replays.clear()
         for name in self.untouched():
             replaying = bool(self.told[name] & {Mode.REPLAY, Mode.AUTO, Mode.ONCE})

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import secrets
+from collections.abc import Callable, Iterable, Iterator
 from enum import StrEnum
 from typing import Any
 
@@ -122,13 +123,18 @@ def dump_exchange(exchange: Exchange) -> bytes:
     """Pretty JSON with sorted keys, except the response body's JSON, which keeps the
     upstream's key order so that replay gives back the very bytes that were recorded."""
     # Python mode: JSON mode would turn a body's NaN or Infinity into null.
+    return _dump(exchange)[0]
+
+
+def _dump(exchange: Exchange) -> tuple[bytes, bool]:
+    """`dump_exchange`, and whether it had to escape all but ASCII."""
     data = exchange.model_dump(exclude_none=True)
     body = data["response"].get("body") or {}
     value = _sorted(data, body.get("json"))
     try:
-        return (json.dumps(value, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        return (json.dumps(value, indent=2, ensure_ascii=False) + "\n").encode("utf-8"), False
     except UnicodeEncodeError:  # a lone surrogate: valid JSON only when escaped
-        return (json.dumps(value, indent=2, ensure_ascii=True) + "\n").encode("ascii")
+        return (json.dumps(value, indent=2, ensure_ascii=True) + "\n").encode("ascii"), True
 
 
 def load_exchange(raw: bytes) -> Exchange:
@@ -140,3 +146,51 @@ def load_exchange(raw: bytes) -> Exchange:
     exchange = Exchange.model_validate(migrate(data))
     exchange._read_as = read_as
     return exchange
+
+
+# Stands in a skeleton exchange for the one value that is written piece by piece (see
+# `dump_around`): random, so no recorded text can hold it.
+STREAMED = f"llmtape-streamed-{secrets.token_hex(16)}"
+FRAME_INDENT = " " * 6  # the frames list sits at exchange -> response -> frames
+
+
+def dump_around(skeleton: Exchange, middle: Callable[[bool], Iterable[bytes]]) -> Iterator[bytes]:
+    """`dump_exchange` of an exchange too large to hold, piece by piece: `skeleton` holds
+    STREAMED where its big value goes (a body's `text` or `base64`, or one frame standing for
+    the whole list) and `middle(ascii)` yields that value's JSON (`frames_json`,
+    `string_json`), escaped to ASCII when the rest of the file had to be."""
+    out, ascii = _dump(skeleton)
+    mark = json.dumps(STREAMED).encode()
+    at = out.index(mark)
+    start, end = at, at + len(mark)
+    if skeleton.response.frames is not None:  # the whole list goes, brackets included
+        start, end = out.rindex(b"[", 0, at), out.index(b"]", end) + 1
+    yield out[:start]
+    yield from middle(ascii)
+    yield out[end:]
+
+
+def frames_json(frames: Iterable[Frame], ascii: bool = False) -> Iterator[bytes]:
+    """A frames list as `dump_exchange` lays it out in an exchange file (sorted keys, two
+    spaces a level), written out by hand: a stream may hold a million frames."""
+    first = True
+    inner = FRAME_INDENT + "  "
+    for frame in frames:
+        if frame.base64 is not None:
+            fields = f'{inner}"base64": {json.dumps(frame.base64)},\n{inner}"ms": {frame.ms}'
+        else:
+            fields = f'{inner}"ms": {frame.ms}'
+            if frame.text is not None:
+                fields += f',\n{inner}"text": {json.dumps(frame.text, ensure_ascii=ascii)}'
+        lead = "[\n" if first else ",\n"
+        first = False
+        yield f"{lead}{FRAME_INDENT}{{\n{fields}\n{FRAME_INDENT}}}".encode()
+    yield b"[]" if first else f"\n{FRAME_INDENT[:-2]}]".encode()
+
+
+def string_json(pieces: Iterable[str], ascii: bool = False) -> Iterator[bytes]:
+    """A JSON string written from its pieces, as `json.dumps` would write it whole."""
+    yield b'"'
+    for piece in pieces:
+        yield json.dumps(piece, ensure_ascii=ascii)[1:-1].encode("utf-8")
+    yield b'"'

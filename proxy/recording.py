@@ -3,16 +3,21 @@ and the Recording that the engine hands a door (feed, final frame seen, commit, 
 
 from __future__ import annotations
 
-import asyncio
 import base64
+import codecs
 import itertools
 import time
+from array import array
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
-from llmtape.bodies import response_payload
+from llmtape.bodies import response_payload, textual
 from llmtape.framing import (
     Dialect,
+    FrameSigns,
     FrameSplitter,
     dialect_for,
     ends_answer,
@@ -20,12 +25,21 @@ from llmtape.framing import (
     read_frame,
     read_item,
 )
-from llmtape.models import Exchange, Frame, Outcome, StoredRequest, StoredResponse
+from llmtape.models import (
+    STREAMED,
+    Exchange,
+    Frame,
+    Outcome,
+    StoredRequest,
+    StoredResponse,
+    frames_json,
+    string_json,
+)
 from llmtape.normalize import RequestParts
 from llmtape.providers.base import Provider
 from llmtape.redact import is_secret_header
-from llmtape.replays import frame_bytes
 from llmtape.runs import Run
+from llmtape.spool import Spool
 from llmtape.stats import Counters, Trace
 from llmtape.upstream import answer_headers
 
@@ -51,9 +65,25 @@ def is_failure_status(status: int) -> bool:
     return status == 429 or status >= 500
 
 
+RECENT_FRAMES = 64  # the newest frames kept in memory, to tell whether the final one came
+MAX_PARSED = 1024 * 1024  # a larger frame is not parsed for its meaning (no event-loop stall)
+USAGE_FROM = (8, 32)  # a spooled stream's usage is read from its first and last payloads
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A captured answer ready to number and write: the exchange whole, or (an answer too
+    large to hold) a skeleton with STREAMED where `middle` writes its body or frames."""
+
+    exchange: Exchange
+    middle: Callable[[bool], Iterable[bytes]] | None = None
+
+
 @dataclass
 class Capture:
-    """Captures a live answer, chunk by chunk with its arrival time, into one Exchange."""
+    """Captures a live answer, chunk by chunk with its arrival time, into one Exchange. The
+    bytes go to a Spool (memory, then a scratch file past SPOOL_AFTER); of each stream frame
+    only its length and arrival time are kept, and the newest few frames."""
 
     provider: Provider
     request: RequestParts
@@ -63,12 +93,15 @@ class Capture:
     status: int
     headers: list[tuple[str, str]]
     chunked: bool
+    spool: Spool
     limit: int = 64 * 1024 * 1024  # --max-record: past this many bytes nothing is kept
     started: float = field(default_factory=time.monotonic)
     size: int = 0
     over: bool = False  # the answer passed `limit`: it goes on to the client, unrecorded
-    _chunks: list[bytes] = field(default_factory=list)
-    _frames: list[Frame] = field(default_factory=list)
+    lost: str | None = None  # why nothing can be kept (its spool could not be written)
+    _lengths: array[int] = field(default_factory=lambda: array("q"))
+    _times: array[int] = field(default_factory=lambda: array("q"))
+    _recent: deque[bytes] = field(default_factory=lambda: deque(maxlen=RECENT_FRAMES))
     _splitter: FrameSplitter | None = None
 
     def __post_init__(self) -> None:
@@ -81,21 +114,30 @@ class Capture:
     def content_type(self) -> str:
         return next((v for k, v in self.headers if k == "content-type"), "")
 
-    def add(self, chunk: bytes) -> None:
-        if self.over:
-            return
+    def add(self, chunk: bytes) -> bool:
+        """Take the next chunk; True when the spool wants a `flush` (off the loop)."""
+        if self.over or self.lost is not None:
+            return False
         self.size += len(chunk)
         if self.size > self.limit:
-            self.over = True  # what was held goes now: memory stays bounded by the limit
-            self._chunks.clear()
-            self._frames.clear()
+            self.over = True  # nothing more is kept; the spool is dropped when the answer ends
             self._splitter = None
-            return
+            self._recent.clear()
+            self.spool.forget()
+            return False
         if self._splitter is None:
-            self._chunks.append(chunk)
-            return
+            return self.spool.write(chunk)
         ms = self._ms()
-        self._frames += [_frame(ms, raw) for raw in self._splitter.feed(chunk)]
+        due = False
+        for raw in self._splitter.feed(chunk):
+            due = self._keep_frame(raw, ms) or due
+        return due
+
+    def _keep_frame(self, raw: bytes, ms: int) -> bool:
+        self._lengths.append(len(raw))
+        self._times.append(ms)
+        self._recent.append(raw)
+        return self.spool.write(raw)
 
     def final_seen(self) -> bool:
         """Whether the answer so far holds its dialect's final frame: a client that had it may
@@ -104,32 +146,115 @@ class Capture:
         if splitter is None or splitter.dialect == "chunks":
             return False
         if splitter.dialect == "json":
-            return json_document(self._joined() + splitter.pending) is not None
+            return self._json_whole(splitter.pending)
         # Newest first. An event that ends in a CR is held back (an LF may follow, making it
         # CRLF), yet its client has it whole: it counts too.
         pending = splitter.pending
         held = pending.decode("utf-8", "replace") if pending.endswith(b"\r") else ""
-        frames = (frame.text or "" for frame in reversed(self._frames))
+        frames = (raw.decode("utf-8", "replace") for raw in reversed(self._recent))
         signs = self.provider.frame_signs
         return ends_answer(splitter.dialect, itertools.chain([held], frames), signs)
 
-    def finish(self, cut: bool) -> Exchange:
-        """The exchange as captured; `cut` marks an upstream that stopped mid-answer, and keeps
-        when it did. Its ordinal is 1 until the recording is committed and numbered."""
+    def _json_whole(self, pending: bytes) -> bool:
+        """A streamed JSON document is whole when it parses; one spooled past SPOOL_AFTER is
+        taken as whole when it ends its array (parsing it again would stall the loop)."""
+        if self.spool.spilled:
+            tail = b"".join(self._recent) + pending
+            return tail.rstrip().endswith(b"]")
+        return json_document(self.spool.memory + pending) is not None
+
+    def finish(self, cut: bool, whole: bool = False) -> Finished:
+        """The exchange as captured (off the event loop); `cut` marks an upstream that stopped
+        mid-answer, and keeps when it did. Its ordinal is 1 until the recording is committed
+        and numbered. An answer spooled to disk is written piece by piece, unless `whole`
+        (redaction rules need it whole)."""
         ms = self._ms()
-        dialect: Dialect | None = None
-        body = frames = None
         if self._splitter is not None:
-            dialect = self._splitter.dialect
-            self._frames += [_frame(ms, raw) for raw in self._splitter.flush()]
-            frames = self._frames
-            payloads, error = self._stream_meaning(dialect)
-        else:
-            payload = response_payload(b"".join(self._chunks), self.content_type)
-            body = payload.to_dict()
-            payloads, error = ([payload.value] if payload.kind == "json" else []), False
+            for raw in self._splitter.flush():
+                self._keep_frame(raw, ms)
         # After the flush: a final frame with no line end after it (`data: [DONE]` at EOF) counts.
         truncated = self._truncated()
+        if self.spool.spilled and not whole:
+            return self._finish_spooled(cut, truncated, ms)
+        data = self.spool.memory if not self.spool.spilled else b"".join(self.spool.pieces())
+        body = frames = None
+        dialect: Dialect | None = None
+        if self._splitter is not None:
+            dialect = self._splitter.dialect
+            frames = list(self._frames())
+            payloads, error = _stream_meaning(dialect, data, frames, self.provider.frame_signs)
+        else:
+            payload = response_payload(data, self.content_type)
+            body = payload.to_dict()
+            payloads, error = ([payload.value] if payload.kind == "json" else []), False
+        return Finished(self._exchange(cut, error, truncated, payloads, ms, body, dialect, frames))
+
+    def _finish_spooled(self, cut: bool, truncated: bool, ms: int) -> Finished:
+        """An answer too large to hold: read back from the spool twice, in pieces, once for
+        what it says and once to write it. A body is kept as text (or base64), not parsed."""
+        if self._splitter is None:
+            kind = "text" if textual(self.content_type) and self._utf8() else "base64"
+            skeleton = self._exchange(cut, False, False, [], ms, {kind: STREAMED}, None, None)
+            pieces = self._text_pieces() if kind == "text" else self._base64_pieces()
+            return Finished(skeleton, partial(string_json, pieces))
+        dialect = self._splitter.dialect
+        first, last = USAGE_FROM
+        head: list[Any] = []
+        tail: deque[Any] = deque(maxlen=last)
+        error = False
+        signs = self.provider.frame_signs
+        for frame in self._frames():
+            if dialect == "json" or frame.text is None or len(frame.text) > MAX_PARSED:
+                continue
+            meaning = read_frame(dialect, frame.text, signs)
+            error |= meaning.error
+            if meaning.payload is not None:
+                (head if len(head) < first else tail).append(meaning.payload)
+        payloads = [*head, *tail]
+        marker = [Frame(ms=0, text=STREAMED)]
+        skeleton = self._exchange(cut, error, truncated, payloads, ms, None, dialect, marker)
+        return Finished(skeleton, partial(frames_json, self._frames()))
+
+    def _frames(self) -> Iterator[Frame]:
+        pieces = self.spool.pieces(iter(self._lengths))
+        return (_frame(t, raw) for t, raw in zip(self._times, pieces, strict=True))
+
+    def _utf8(self) -> bool:
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        try:
+            for piece in self.spool.pieces():
+                decoder.decode(piece)
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            return False
+        return True
+
+    def _text_pieces(self) -> Iterator[str]:
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        for piece in self.spool.pieces():
+            yield decoder.decode(piece)
+        yield decoder.decode(b"", final=True)
+
+    def _base64_pieces(self) -> Iterator[str]:
+        rest = b""
+        for piece in self.spool.pieces():
+            data = rest + piece
+            whole = len(data) - len(data) % 3  # base64 of whole 3-byte groups joins cleanly
+            rest = data[whole:]
+            yield base64.b64encode(data[:whole]).decode("ascii")
+        yield base64.b64encode(rest).decode("ascii")
+
+    def _exchange(
+        self,
+        cut: bool,
+        error: bool,
+        truncated: bool,
+        payloads: list[Any],
+        ms: int,
+        body: dict[str, Any] | None,
+        dialect: Dialect | None,
+        frames: list[Frame] | None,
+    ) -> Exchange:
         return Exchange(
             key=self.key,
             ordinal=1,
@@ -150,18 +275,6 @@ class Capture:
 
     def _ms(self) -> int:
         return int((time.monotonic() - self.started) * 1000)
-
-    def _joined(self) -> bytes:
-        return b"".join(frame_bytes(f) for f in self._frames)
-
-    def _stream_meaning(self, dialect: Dialect) -> tuple[list[Any], bool]:
-        """The JSON payloads of a stream, in order, and whether one of its frames is an error."""
-        signs = self.provider.frame_signs
-        if dialect == "json":
-            payloads = json_document(self._joined()) or []
-            return payloads, any(read_item(p, signs).error for p in payloads)
-        meanings = [read_frame(dialect, f.text or "", signs) for f in self._frames]
-        return [m.payload for m in meanings], any(m.error for m in meanings)
 
     def _truncated(self) -> bool:
         """A stream that ended cleanly but without its dialect's final frame (no `[DONE]`,
@@ -186,6 +299,17 @@ class Capture:
         return Outcome.TRUNCATED if truncated else Outcome.COMPLETE
 
 
+def _stream_meaning(
+    dialect: Dialect, data: bytes, frames: list[Frame], signs: FrameSigns
+) -> tuple[list[Any], bool]:
+    """The JSON payloads of a stream, in order, and whether one of its frames is an error."""
+    if dialect == "json":
+        payloads = json_document(data) or []
+        return payloads, any(read_item(p, signs).error for p in payloads)
+    meanings = [read_frame(dialect, f.text or "", signs) for f in frames]
+    return [m.payload for m in meanings], any(m.error for m in meanings)
+
+
 def _frame(ms: int, raw: bytes) -> Frame:
     try:
         return Frame(ms=ms, text=raw.decode("utf-8"))
@@ -208,17 +332,27 @@ class Keeper(Protocol):
 
     counters: Counters
 
-    async def keep(self, target: Target, exchange: Exchange) -> str:
-        """Write the exchange into its target's cassette; the outcome for the log line."""
+    async def keep(self, target: Target, capture: Capture, cut: bool) -> str:
+        """Finish the capture and write it into its target's cassette, off the event loop;
+        the outcome for the log line. The capture's spool is dropped either way."""
+        ...
+
+    async def spill(self, capture: Capture) -> None:
+        """Write what the capture's spool holds to its scratch file, off the event loop."""
+        ...
+
+    def drop(self, capture: Capture) -> None:
+        """Drop a capture that will not be kept (its scratch file closed off the loop)."""
         ...
 
 
 class Recording:
-    """One live answer passing through to its client. The door feeds it every chunk, asks it
-    whether the stream's final frame has come (a client may hang up after it), and then ends
-    it exactly once: `commit(cut)` once the upstream is done (before the client sees the end,
-    so the exchange is on disk first), or `abort(why)` when the answer will not be whole.
-    Without a target (passthrough) nothing is captured or written; the log line is the same."""
+    """One live answer passing through to its client. The door feeds it every chunk (and
+    awaits `spill` when `feed` says so), asks it whether the stream's final frame has come (a
+    client may hang up after it), and then ends it exactly once: `commit(cut)` once the
+    upstream is done (before the client sees the end, so the exchange is on disk first), or
+    `abort(why)` when the answer will not be whole. Without a target (passthrough) nothing is
+    captured or written; the log line is the same."""
 
     def __init__(
         self,
@@ -237,9 +371,13 @@ class Recording:
         if target is not None:
             target.run.begin_recording()  # a PUT that ends the run waits for this answer
 
-    def feed(self, chunk: bytes) -> None:
+    def feed(self, chunk: bytes) -> bool:
+        """Take the next chunk; True when `spill` is due before the next one."""
+        return self._capture is not None and self._capture.add(chunk)
+
+    async def spill(self) -> None:
         if self._capture is not None:
-            self._capture.add(chunk)
+            await self._keeper.spill(self._capture)
 
     def final_seen(self) -> bool:
         return self._capture is not None and self._capture.final_seen()
@@ -252,20 +390,25 @@ class Recording:
         outcome = "cut" if cut else "live"
         if cut:
             self._keeper.counters.errors += 1
+        capture = self._capture
         try:
-            if self._capture is not None and self._capture.over:
+            if capture is not None and capture.over:
+                self._keeper.drop(capture)
                 self._keeper.counters.too_large += 1
-                limit = self._capture.limit
-                outcome = f"passed on, not recorded: over --max-record ({limit:,} bytes)"
-            elif self._capture is not None and self._target is not None:
-                exchange = await asyncio.to_thread(self._capture.finish, cut)
-                outcome = await self._keeper.keep(self._target, exchange)
+                outcome = f"passed on, not recorded: over --max-record ({capture.limit:,} bytes)"
+            elif capture is not None and capture.lost is not None:
+                self._keeper.drop(capture)
+                outcome = f"passed on, not recorded: {capture.lost}"
+            elif capture is not None and self._target is not None:
+                outcome = await self._keeper.keep(self._target, capture, cut)
         finally:
             self._close(outcome)
 
     def abort(self, why: str, client_left: bool = True) -> None:
         """Nothing is recorded: the client left mid-answer, or a shutdown cut it."""
         if self._end():
+            if self._capture is not None:
+                self._keeper.drop(self._capture)
             if client_left:
                 self._keeper.counters.aborted += 1
             self._close(why)

@@ -58,7 +58,8 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
         )
         try:
             async for chunk in live.answer.chunks():
-                recording.feed(chunk)
+                if recording.feed(chunk):  # a large answer: to its scratch file, off the loop
+                    await recording.spill()
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except UpstreamCut:
             finished = True

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
@@ -55,6 +56,9 @@ class Run:
     # under way) ended: one run as far as the last-run note goes, see Runs._finish.
     inherited: set[tuple[str, int]] = field(default_factory=set)
     note_dropped: bool = False  # the cassette's last-run note was removed at the first write
+    # Writer threads number recordings (next_ordinal) while the event loop adds them (add):
+    # one lock, shared like `pending`, around both.
+    numbering: threading.Lock = field(default_factory=threading.Lock)
 
     def ask(self, key: str) -> tuple[int, int]:
         """Count one more request for `key`: (its 1-based ask number, its seq in the run)."""
@@ -68,7 +72,11 @@ class Run:
     def next_ordinal(self, key: str, anew: bool) -> int:
         """The ordinal of the next recording of `key`: counted from 1 in a run that records
         the cassette anew, after the highest one on disk or being written in a run that adds
-        to it."""
+        to it. Called from writer threads."""
+        with self.numbering:
+            return self._next_ordinal(key, anew)
+
+    def _next_ordinal(self, key: str, anew: bool) -> int:
         self.committed[key] += 1
         self.anew |= anew
         pending = self.pending.setdefault(key, set())
@@ -101,6 +109,10 @@ class Run:
     def superseded(self) -> list[tuple[str, int]]:
         """Recordings this run made obsolete: the 3rd recording of a request that this run
         re-recorded and asked only twice. Left on disk, replay would serve them."""
+        with self.numbering:  # a write that outlived the settling may still number one
+            return self._superseded()
+
+    def _superseded(self) -> list[tuple[str, int]]:
         return [
             (key, ordinal)
             for key, count in self.committed.items()
@@ -109,13 +121,14 @@ class Run:
         ]
 
     def add(self, key: str, ordinal: int) -> None:
-        ordinals = self.ordinals.setdefault(key, [])
-        self.pending.get(key, set()).discard(ordinal)
-        if ordinal not in ordinals:
-            ordinals.append(ordinal)
-            ordinals.sort()
-            self.candidates = None
-        self.recorded.append((key, ordinal))
+        with self.numbering:
+            ordinals = self.ordinals.setdefault(key, [])
+            self.pending.get(key, set()).discard(ordinal)
+            if ordinal not in ordinals:
+                ordinals.append(ordinal)
+                ordinals.sort()
+                self.candidates = None
+            self.recorded.append((key, ordinal))
 
     def used(self) -> set[tuple[str, int]]:
         """Recordings served or written in this run, or in the runs it carries on from."""
@@ -146,6 +159,7 @@ class Runs:
         self._runs: dict[str, Run] = {}
         self._loading: dict[str, asyncio.Task[Run]] = {}
         self._pending: dict[str, dict[str, set[int]]] = {}  # per cassette, see Run.pending
+        self._numbering: dict[str, threading.Lock] = {}  # per cassette, see Run.numbering
         # What the runs that ended without their own note used, per cassette: the next run
         # of it carries on from them (Run.inherited). Recordings on disk only: bounded.
         self._carried: dict[str, set[tuple[str, int]]] = {}
@@ -186,6 +200,7 @@ class Runs:
         if self._strict_order:
             order = await asyncio.to_thread(self._recorded_order, cassette, ordinals)
         pending = self._pending.setdefault(cassette, {})
+        numbering = self._numbering.setdefault(cassette, threading.Lock())
         run = self._runs.get(cassette)
         if run is None:
             run = self._runs[cassette] = Run(
@@ -193,6 +208,7 @@ class Runs:
                 ordinals,
                 order=order,
                 pending=pending,
+                numbering=numbering,
                 held=bool(ordinals),
                 inherited=self._carried.pop(cassette, set()),
             )

@@ -4,7 +4,8 @@ recordings the same."""
 from __future__ import annotations
 
 import re
-from typing import Protocol
+from collections.abc import Iterable
+from typing import BinaryIO, Protocol
 
 from llmtape.lastrun import LastRun
 from llmtape.models import Exchange, Frame, dump_exchange
@@ -54,7 +55,7 @@ def same_recording(stored: Exchange, new: Exchange) -> bool:
 
 
 class CassetteStore(Protocol):
-    """A cassette library. The server records and replays through the first five methods and
+    """A cassette library. The server records and replays through the first seven methods and
     keeps its last-run note with the last two; the cassette tools (ls, show, verify, rekey,
     redact, prune) also list, locate and check."""
 
@@ -69,6 +70,15 @@ class CassetteStore(Protocol):
 
     def write(self, cassette: str, exchange: Exchange) -> bool:
         """Store atomically; False when an equal recording (timing aside) is already there."""
+        ...
+
+    def write_pieces(self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes]) -> None:
+        """Store an exchange file given as its bytes in pieces (one too large to hold in
+        memory), atomically, replacing what is there."""
+        ...
+
+    def scratch(self, cassette: str) -> BinaryIO:
+        """A scratch file for an answer being recorded into `cassette`, gone once closed."""
         ...
 
     def delete(self, cassette: str, key: str, ordinal: int) -> None: ...

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import BinaryIO
 
 from pydantic import ValidationError
 
@@ -59,6 +61,18 @@ class FileStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, dump_exchange(exchange), self._folder_syncs.sync)
         return True
+
+    def write_pieces(self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes]) -> None:
+        path = self.path(cassette, key, ordinal)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, pieces, self._folder_syncs.sync)
+
+    def scratch(self, cassette: str) -> BinaryIO:
+        """An anonymous file beside the cassette, on the same disk as its exchanges: it has
+        no name (nothing to clean up after a kill) and is gone once closed."""
+        folder = self.folder(cassette)
+        folder.mkdir(parents=True, exist_ok=True)
+        return tempfile.TemporaryFile(dir=folder, prefix=".llmtape-spool.", suffix=".tmp")
 
     def delete(self, cassette: str, key: str, ordinal: int) -> None:
         self.path(cassette, key, ordinal).unlink(missing_ok=True)
@@ -152,35 +166,42 @@ def sweep_leftovers(root: Path, older_than: float = 60.0) -> list[Path]:
     return swept
 
 
-def _umask() -> int:
-    """The process's umask, read once at import (setting it back at once)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _umask()
-
-
 def write_atomic(
-    path: Path, data: bytes, sync_folder: Callable[[Path], None] | None = None
+    path: Path, data: bytes | Iterable[bytes], sync_folder: Callable[[Path], None] | None = None
 ) -> None:
-    """Temp file in the same folder, flush, fsync, rename over, fsync the folder (with
+    """Temp file in the same folder, write, fdatasync, rename over, fsync the folder (with
     `sync_folder`, else alone): a crash leaves the old file or the new one, never a torn one.
-    The temp name is one that `is_leftover` knows."""
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    `data` may come in pieces (an exchange too large to hold). The temp name is one that
+    `is_leftover` knows."""
+    fd, temp = _create_temp(path)
     try:
-        # mkstemp makes it 0600: a cassette recorded by one user must replay as another.
-        os.fchmod(fd, 0o666 & ~_UMASK)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+        with open(fd, "wb", closefd=True) as handle:
+            for piece in [data] if isinstance(data, bytes) else data:
+                handle.write(piece)
             handle.flush()
-            os.fsync(handle.fileno())
+            # The data and what reading it back needs (its size): a new file's mtime is
+            # not worth a second journal write.
+            _datasync(handle.fileno())
         os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
     (sync_folder or _fsync_folder)(path.parent)
+
+
+_datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
+
+
+def _create_temp(path: Path) -> tuple[int, str]:
+    """A new, empty `.<name>.<random>.tmp` beside `path`, with the mode a plain open gives
+    (0666 less the umask: a cassette recorded by one user must replay as another)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        temp = f"{path.parent}/.{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            return os.open(temp, flags, 0o666), temp
+        except FileExistsError:
+            continue
 
 
 def _fsync_folder(folder: Path) -> None:

@@ -3,7 +3,9 @@ dict-backed one, with no folder and no file behind it."""
 
 from __future__ import annotations
 
-from typing import Any
+import tempfile
+from collections.abc import Iterable
+from typing import Any, BinaryIO
 
 import pytest
 from pydantic import ValidationError
@@ -64,6 +66,12 @@ class MemoryStore:
             return False
         files[name] = dump_exchange(exchange)
         return True
+
+    def write_pieces(self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes]) -> None:
+        self.data.setdefault(cassette, {})[exchange_file(key, ordinal)] = b"".join(pieces)
+
+    def scratch(self, cassette: str) -> BinaryIO:
+        return tempfile.TemporaryFile()
 
     def delete(self, cassette: str, key: str, ordinal: int) -> None:
         self.data.get(cassette, {}).pop(exchange_file(key, ordinal), None)

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import replace
 from typing import Any
+from unittest.mock import patch
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llmtape.bodies import Payload
-from llmtape.models import Outcome
+from llmtape.models import Outcome, dump_around, dump_exchange, load_exchange
 from llmtape.normalize import RequestParts
 from llmtape.providers import anthropic, gemini, generic, ollama, openai
 from llmtape.providers.base import Provider
 from llmtape.recording import Capture, is_failure_status, stored_headers
 from llmtape.replays import Replay, frame_bytes
+from llmtape.spool import SPOOL_AFTER, Spool
 
 
 def test_stored_headers_keeps_what_describes_the_answer() -> None:
@@ -94,6 +99,7 @@ def recorder(
     chunked: bool = True,
     req: RequestParts | None = None,
     provider: Provider = openai.PROVIDER,
+    keep: int = SPOOL_AFTER,
 ) -> Capture:
     made = Capture(
         provider=provider,
@@ -104,6 +110,7 @@ def recorder(
         status=status,
         headers=[("content-type", content_type)],
         chunked=chunked,
+        spool=Spool(tempfile.TemporaryFile, keep=keep),
     )
     for chunk in chunks:
         made.add(chunk)
@@ -123,9 +130,11 @@ GEMINI_ARRAY = [
 
 
 def test_a_chunked_json_answer_to_a_plain_request_is_stored_as_one_json_body() -> None:
-    exchange = recorder(
-        [b'{"id": "x",', b' "usage": {"prompt_tokens": 3}}'], "application/json"
-    ).finish(cut=False)
+    exchange = (
+        recorder([b'{"id": "x",', b' "usage": {"prompt_tokens": 3}}'], "application/json")
+        .finish(cut=False)
+        .exchange
+    )
     assert exchange.response.frames is None
     assert exchange.response.body == {
         "json": {"id": "x", "usage": {"prompt_tokens": 3}},
@@ -138,7 +147,7 @@ def test_a_chunked_json_stream_is_kept_as_timed_pieces_with_its_usage() -> None:
     made = recorder(
         GEMINI_ARRAY, "application/json; charset=UTF-8", req=req, provider=gemini.PROVIDER
     )
-    exchange = made.finish(cut=False)
+    exchange = made.finish(cut=False).exchange
     assert exchange.response.dialect == "json"
     assert [frame_bytes(f) for f in exchange.response.frames or []] == GEMINI_ARRAY
     assert exchange.usage == {"input_tokens": 4, "output_tokens": 2}
@@ -147,9 +156,11 @@ def test_a_chunked_json_stream_is_kept_as_timed_pieces_with_its_usage() -> None:
 
 def test_an_error_answered_chunked_to_a_stream_request_stays_a_json_body() -> None:
     req = request(body={"model": "m", "stream": True})
-    exchange = recorder(
-        [b'{"error": {"message": "bad"}}'], "application/json", status=400, req=req
-    ).finish(cut=False)
+    exchange = (
+        recorder([b'{"error": {"message": "bad"}}'], "application/json", status=400, req=req)
+        .finish(cut=False)
+        .exchange
+    )
     assert exchange.response.frames is None
     assert exchange.response.body == {"json": {"error": {"message": "bad"}}, "style": "spaced"}
 
@@ -164,7 +175,7 @@ def test_an_error_answered_chunked_to_a_stream_request_stays_a_json_body() -> No
 )
 def test_an_error_event_in_a_stream_marks_it_a_stream_error(error_frame: bytes) -> None:
     made = recorder([b'data: {"token":"a"}\n\n', error_frame], "text/event-stream")
-    assert made.finish(cut=False).outcome is Outcome.STREAM_ERROR
+    assert made.finish(cut=False).exchange.outcome is Outcome.STREAM_ERROR
 
 
 @pytest.mark.parametrize(
@@ -206,11 +217,11 @@ def test_a_plain_body_never_has_a_final_frame() -> None:
 def test_a_cut_keeps_when_it_came_and_replays_it() -> None:
     made = recorder(CHAT[:1], "text/event-stream")
     made.started -= 1.25  # the answer began 1.25 s ago
-    cut = made.finish(cut=True)
+    cut = made.finish(cut=True).exchange
     assert cut.outcome is Outcome.UPSTREAM_CUT
     assert 1250 <= (cut.response.end_ms or 0) < 5000
     assert Replay.of(cut, cut.key).end_ms == cut.response.end_ms
-    whole = recorder(CHAT, "text/event-stream").finish(cut=False)
+    whole = recorder(CHAT, "text/event-stream").finish(cut=False).exchange
     assert whole.response.end_ms is None
     assert Replay.of(whole, whole.key).end_ms is None
 
@@ -237,9 +248,42 @@ def test_a_replayed_answer_has_a_content_length_only_where_http_allows_one(
         status=status,
         headers=[("content-type", "application/json"), *headers],
         chunked=False,
+        spool=Spool(tempfile.TemporaryFile),
     )
     if status == 200 and method == "POST":
         made.add(b"{}")
-    replay = Replay.of(made.finish(cut=False), "k" * 64)
+    replay = Replay.of(made.finish(cut=False).exchange, "k" * 64)
     lengths = [v.decode() for k, v in replay.headers if k == b"content-length"]
     assert lengths == ([length] if length else [])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    frames=st.lists(
+        st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=30), max_size=12
+    ),
+    kind=st.sampled_from(["text/event-stream", "application/x-ndjson", "text/plain", "bin"]),
+    cut=st.booleans(),
+)
+def test_a_spooled_answer_is_written_as_the_same_bytes_as_a_held_one(
+    frames: list[str], kind: str, cut: bool
+) -> None:
+    """Past SPOOL_AFTER an answer is read back from its scratch file and written in pieces;
+    the file is byte for byte the one `dump_exchange` writes of the same answer held whole
+    (a JSON body aside: spooled, it is kept as text rather than parsed)."""
+    sep = "\n" if kind == "application/x-ndjson" else "\n\n"
+    chunks = [(f"data: {text}{sep}" if kind != "bin" else text).encode() for text in frames]
+    if kind == "bin":
+        chunks.append(b"\xff\xfe")  # not UTF-8: base64
+    content_type = "application/octet-stream" if kind == "bin" else kind
+    chunked = kind in ("text/event-stream", "application/x-ndjson")
+    with patch.object(Capture, "_ms", return_value=5):  # the same timings in both
+        whole = recorder(chunks, content_type, chunked=chunked).finish(cut)
+        spooled = recorder(chunks, content_type, chunked=chunked, keep=0).finish(cut)
+    assert whole.middle is None and (spooled.middle is not None or not b"".join(chunks))
+    expected = dump_exchange(whole.exchange)
+    if spooled.middle is None:
+        assert dump_exchange(spooled.exchange) == expected
+    else:
+        assert b"".join(dump_around(spooled.exchange, spooled.middle)) == expected
+    assert load_exchange(expected).response.frames == whole.exchange.response.frames

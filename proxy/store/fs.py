@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
-import secrets
 import tempfile
 import threading
 import time
@@ -58,13 +58,11 @@ class FileStore:
         stored = _stored(path)
         if stored is not None and same_recording(stored, exchange):
             return False
-        path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, dump_exchange(exchange), self._folder_syncs.sync)
         return True
 
     def write_pieces(self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes]) -> None:
         path = self.path(cassette, key, ordinal)
-        path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, pieces, self._folder_syncs.sync)
 
     def scratch(self, cassette: str) -> BinaryIO:
@@ -193,15 +191,22 @@ _datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 
 
 def _create_temp(path: Path) -> tuple[int, str]:
-    """A new, empty `.<name>.<random>.tmp` beside `path`, with the mode a plain open gives
-    (0666 less the umask: a cassette recorded by one user must replay as another)."""
+    """A new, empty `.<name>.<pid>-<n>.tmp` beside `path` (its folder made if need be), with
+    the mode a plain open gives (0666 less the umask: a cassette recorded by one user must
+    replay as another). Numbered, not random: no syscall for entropy on every write; a
+    name a crashed process with the same pid left is skipped."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
     while True:
-        temp = f"{path.parent}/.{path.name}.{secrets.token_hex(4)}.tmp"
+        temp = f"{path.parent}/.{path.name}.{os.getpid()}-{next(_TEMP_NUMBERS)}.tmp"
         try:
             return os.open(temp, flags, 0o666), temp
         except FileExistsError:
             continue
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+
+
+_TEMP_NUMBERS = itertools.count()  # next() on a count is atomic under the GIL
 
 
 def _fsync_folder(folder: Path) -> None:

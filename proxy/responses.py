@@ -12,7 +12,7 @@ from typing import Any
 
 from starlette.types import Receive, Send
 
-from llmtape.errors import UpstreamCut
+from llmtape.errors import AnswerRefused, UpstreamCut
 from llmtape.hangup import cut_on_shutdown, run_unless_gone
 from llmtape.inbound import Live, Serve
 from llmtape.replays import Replay
@@ -60,6 +60,10 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
             async for chunk in live.answer.chunks():
                 recording.feed(chunk)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except AnswerRefused as exc:
+            finished = True
+            recording.refuse(f"cut, not recorded: {exc.message}")
+            raise
         except UpstreamCut:
             finished = True
             await asyncio.shield(recording.commit(cut=True))

@@ -147,10 +147,14 @@ def test_a_compressed_answer_reaches_client_and_cassette_as_the_plain_one_does(
     assert files_under(cassettes / "packed") == files_under(cassettes / "plain")
 
 
+def event(delta: dict[str, str], finish: str | None = None) -> dict[str, object]:
+    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
 EVENTS = [
-    {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
-    *({"choices": [{"index": 0, "delta": {"content": w}}]} for w in ("Hello", " there", "!")),
-    {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+    event({"role": "assistant", "content": ""}),
+    *(event({"content": word}) for word in ("Hello", " there", "!")),
+    event({}, "stop"),
 ]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,9 @@ import httpx
 import pytest
 from starlette.requests import Request
 
+from llmtape.app import create_app
+from llmtape.cli import server
+from llmtape.cli.server import uvicorn_config
 from llmtape.control import refusal
 from llmtape.runs import MAX_OPEN_RUNS
 from llmtape.settings import Settings
@@ -232,3 +236,25 @@ def test_a_dot_dot_segment_is_refused_however_it_is_spelled(
     answer = raw_get(proxy.url, path)
     assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
     assert fake.count() == 0
+
+
+def test_an_idle_keep_alive_connection_is_closed_after_the_timeout(
+    make_proxy: MakeProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = Settings.model_validate({"port": 0})
+    assert uvicorn_config(create_app(settings), settings).timeout_keep_alive == 5
+    monkeypatch.setattr(server, "KEEP_ALIVE_SECONDS", 1)  # the real config path, a short wait
+    proxy = make_proxy(mode="replay")
+    host, port = proxy.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"GET /__llmtape/health HTTP/1.1\r\nhost: x\r\n\r\n")
+        answer = sock.recv(65536)
+        while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):  # the whole JSON answer
+            more = sock.recv(65536)
+            assert more, answer
+            answer += more
+        assert answer.startswith(b"HTTP/1.1 200") and b"connection: close" not in answer.lower()
+        idle = time.monotonic()
+        assert sock.recv(65536) == b"", "closed by the server, not by the client"
+        waited = time.monotonic() - idle
+    assert 0.8 <= waited <= 4, f"closed after {waited:.1f} s idle, not about 1 s"

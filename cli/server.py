@@ -24,6 +24,12 @@ from llmtape.store.fs import sweep_leftovers
 
 log = logging.getLogger("llmtape")
 
+# uvicorn closes a connection this long idle after its last answer. It has no deadline for
+# a request's headers (its httptools and h11 protocols arm no timer before a first request),
+# and llmtape does not set `limit_concurrency`: uvicorn counts idle keep-alive connections
+# against it, so a few idle sockets would turn every client's requests into 503s.
+KEEP_ALIVE_SECONDS = 5
+
 
 class ReadyServer(uvicorn.Server):
     """Calls `on_ready(url)` once every socket listens, with the port really bound."""
@@ -58,6 +64,7 @@ def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
         timeout_graceful_shutdown=math.ceil(settings.shutdown_timeout),
         server_header=False,
         date_header=False,  # a live answer carries the upstream's Date; no second one
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )
 
 

@@ -45,7 +45,7 @@ class Server:
         @asynccontextmanager
         async def lifespan(app: Starlette) -> AsyncIterator[None]:
             connector = aiohttp.TCPConnector(limit=100, enable_cleanup_closed=True)
-            async with aiohttp.ClientSession(connector=connector, auto_decompress=True) as session:
+            async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
                 engine.upstream = AiohttpUpstream(
                     session, settings.connect_timeout, settings.read_timeout
                 )

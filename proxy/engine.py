@@ -113,6 +113,7 @@ class Engine:
         self._live = frozenset(settings.live)  # worked out once, not per request
         self._timing = parse_timing(settings.replay_timing)
         self.runs = Runs(store, strict_order=settings.strict_order, live=self._live)
+        self.runs.watch(settings.cassette)
         self.replays = ReplayCache()
         self.keys = KeyCache()
         self._wanted: dict[str, frozenset[bytes]] = {}  # key header names per upstream
@@ -407,6 +408,7 @@ class Engine:
         if mode is not None:
             self.current.mode = mode
         self.told.setdefault(self.current.cassette, set()).add(self.current.mode)
+        self.runs.watch(self.current.cassette)
         if new_mode:
             # Only the runs of the cassettes this PUT names are over for `llmtape prune`;
             # the runs of other clients' header-picked cassettes carry on in their next run.

@@ -13,6 +13,8 @@
      +-- UpstreamError        the upstream did not answer properly
           +-- UpstreamUnreachable   connection refused, reset, DNS (502)
           +-- UpstreamTimeout       no answer in time (504)
+          +-- UpstreamCut           the upstream stopped mid-answer
+               +-- AnswerRefused    an answer cut on its way: a compression bomb
 
 Lower-level errors (aiohttp, OSError, pydantic) are translated at the boundary
 with ``raise X(...) from exc``.
@@ -101,3 +103,10 @@ class UpstreamCut(UpstreamError):
 
     status = 502
     error_type = "upstream_cut"
+
+
+class AnswerRefused(UpstreamCut):
+    """A live answer broke a limit on its way to the client (a compression bomb): it is cut
+    there, as an upstream cut, and nothing of it is recorded."""
+
+    error_type = "answer_refused"

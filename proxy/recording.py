@@ -413,6 +413,13 @@ class Recording:
                 self._keeper.counters.aborted += 1
             self._close(why)
 
+    def refuse(self, why: str) -> None:
+        """Nothing is recorded: the answer broke a limit on its way (a compression bomb)."""
+        if self._end():
+            self._keeper.counters.errors += 1
+            self._keeper.counters.bombs += 1
+            self._close(why)
+
     def _end(self) -> bool:
         ended, self._ended = self._ended, True
         return not ended

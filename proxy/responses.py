@@ -12,7 +12,7 @@ from typing import Any
 
 from starlette.types import Receive, Send
 
-from llmtape.errors import UpstreamCut
+from llmtape.errors import AnswerRefused, UpstreamCut
 from llmtape.hangup import cut_on_shutdown, run_unless_gone
 from llmtape.inbound import Live, Serve
 from llmtape.replays import Replay
@@ -61,6 +61,10 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
                 if recording.feed(chunk):  # a large answer: to its scratch file, off the loop
                     await recording.spill()
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except AnswerRefused as exc:
+            finished = True
+            recording.refuse(f"cut, not recorded: {exc.message}")
+            raise
         except UpstreamCut:
             finished = True
             await asyncio.shield(recording.commit(cut=True))

@@ -146,6 +146,33 @@ class Run:
         ]
 
 
+class Touched:
+    """Which of the cassettes the server was told to serve (`watch`) a request reached, and
+    whether any request reached any cassette: what --fail-on-unused needs, bounded by the
+    told names however many names clients send by header (`add` takes every one)."""
+
+    def __init__(self) -> None:
+        self._watched: set[str] = set()
+        self._reached: set[str] = set()
+        self._any = False
+
+    def watch(self, cassette: str, reached: bool = False) -> None:
+        self._watched.add(cassette)
+        if reached:
+            self._reached.add(cassette)
+
+    def add(self, cassette: str) -> None:
+        self._any = True
+        if cassette in self._watched:
+            self._reached.add(cassette)
+
+    def __contains__(self, cassette: object) -> bool:
+        return cassette in self._reached
+
+    def __bool__(self) -> bool:
+        return self._any
+
+
 class Runs:
     """The runs of every cassette touched since start, loaded lazily off the event loop, and
     what the runs that ended left behind (for stats, the shutdown log and --fail-on-unused)."""
@@ -165,7 +192,12 @@ class Runs:
         self._carried: dict[str, set[tuple[str, int]]] = {}
         self.ended: deque[RunSummary] = deque(maxlen=MAX_ENDED)
         self.ended_unused = 0  # unused recordings over every ended run, listed or not
-        self.touched: set[str] = set()  # every cassette a request reached since start
+        self.touched = Touched()  # which told cassettes a request reached since start
+
+    def watch(self, cassette: str) -> None:
+        """The server was told to serve `cassette`: from now on, note whether a request
+        reaches it (a run of it under way means one already has)."""
+        self.touched.watch(cassette, reached=cassette in self._runs)
 
     async def get(self, cassette: str) -> Run:
         self.touched.add(cassette)

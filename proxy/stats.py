@@ -23,6 +23,7 @@ class Counters:
     aborted: int = 0  # clients that left before their answer was whole
     too_large: int = 0  # answers over --max-record, passed on but not recorded
     write_failures: int = 0  # finished exchanges the store could not write (also in errors)
+    bombs: int = 0  # compressed answers cut past the inflation caps, not recorded (in errors)
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,7 @@ aiohttp errors translated to llmtape's at this boundary."""
 from __future__ import annotations
 
 import base64
-import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -13,6 +12,7 @@ import aiohttp
 from yarl import URL
 
 from llmtape.errors import UpstreamCut, UpstreamError, UpstreamTimeout, UpstreamUnreachable
+from llmtape.inflate import CAPS, INFLATABLE, InflateLimits, Inflater, unknown_encoding
 from llmtape.redact import redact_text, redact_url
 
 # RFC 9110 7.6.1: headers meant for one connection, never passed on; so is every header a
@@ -96,7 +96,7 @@ def forward_headers(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]
         for k, v in headers
         if k.lower() not in dropped and not k.lower().startswith("x-llmtape-")
     ]
-    # We decompress for the client and the cassette; only ask for what aiohttp can decode.
+    # We inflate for the client and the cassette (llmtape.inflate); only ask for what it can.
     return [*kept, ("accept-encoding", "gzip, deflate")]
 
 
@@ -112,9 +112,19 @@ def answer_headers(
 
 
 class AiohttpResponse:
-    def __init__(self, upstream: str, response: aiohttp.ClientResponse) -> None:
+    """An answer read as its raw bytes came (aiohttp's own decompression is off), a gzip or
+    deflate body inflated here with its caps (llmtape.inflate)."""
+
+    def __init__(
+        self,
+        upstream: str,
+        response: aiohttp.ClientResponse,
+        limits: InflateLimits = CAPS,
+    ) -> None:
         self._upstream = upstream
         self._response = response
+        encoding = response.headers.get("content-encoding", "").strip().lower()
+        self._inflater = Inflater(encoding, limits) if encoding in INFLATABLE else None
         self.status = response.status
         # From the raw bytes, as latin-1: every byte passes through to the client unchanged.
         self.headers: Sequence[tuple[str, str]] = [
@@ -125,15 +135,24 @@ class AiohttpResponse:
     async def chunks(self) -> AsyncIterator[bytes]:
         try:
             async for chunk in self._response.content.iter_any():
-                yield chunk
+                for piece in self._inflated(chunk):
+                    yield piece
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError) as exc:
-            rest = _unread(self._response.content)
-            if rest:
-                yield rest
+            for piece in self._inflated(_unread(self._response.content)):
+                yield piece
             raise UpstreamCut(
                 f"upstream {self._upstream!r} stopped mid-answer: {type(exc).__name__}: "
                 f"{_told(exc)}"
             ) from exc
+        if self._inflater is not None and (tail := self._inflater.end()):
+            yield tail
+
+    def _inflated(self, chunk: bytes) -> Iterator[bytes]:
+        if self._inflater is None:
+            if chunk:
+                yield chunk
+        elif chunk:
+            yield from self._inflater.feed(chunk)
 
     def close(self) -> None:
         self._response.close()
@@ -154,9 +173,16 @@ def _unread(content: aiohttp.StreamReader) -> bytes:
 class AiohttpUpstream:
     """Sends through one pooled ClientSession; owned by the app's lifespan."""
 
-    def __init__(self, session: aiohttp.ClientSession, connect: float, read: float) -> None:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        connect: float,
+        read: float,
+        limits: InflateLimits = CAPS,
+    ) -> None:
         self._session = session
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read)
+        self._limits = limits
 
     async def open(self, request: Outbound) -> AiohttpResponse:
         where = f"upstream {request.upstream!r} at {redact_url(request.url)}"
@@ -169,23 +195,27 @@ class AiohttpUpstream:
                 data=request.body or None,
                 allow_redirects=False,
                 timeout=self._timeout,
+                auto_decompress=False,  # inflated in AiohttpResponse, with caps
             )
         except TimeoutError as exc:
             raise UpstreamTimeout(
                 f"{where} did not answer in time ({_told(exc) or 'timeout'})"
             ) from exc
-        except aiohttp.ClientResponseError as exc:
-            encoding = _UNDECODABLE.search(exc.message)
-            if encoding is not None:
-                raise UpstreamError(
-                    f"{where} answered, but compressed with {encoding.group(1)}, which llmtape "
-                    "cannot decode, so the answer was not passed on or recorded. llmtape asks "
-                    "for gzip or deflate (accept-encoding); this upstream ignored that."
-                ) from exc
-            raise UpstreamUnreachable(f"{where} is unreachable: {_told(exc)}") from exc
         except aiohttp.ClientError as exc:
             raise UpstreamUnreachable(f"{where} is unreachable: {_told(exc)}") from exc
-        return AiohttpResponse(request.upstream, response)
+        encoding = unknown_encoding(response.headers.get("content-encoding", ""))
+        if encoding is not None and _has_body(request.method, response.status):
+            response.close()
+            raise UpstreamError(
+                f"{where} answered, but compressed with {encoding}, which llmtape cannot "
+                "decode, so the answer was not passed on or recorded. llmtape asks for gzip or "
+                "deflate (accept-encoding); this upstream ignored that."
+            )
+        return AiohttpResponse(request.upstream, response, self._limits)
+
+
+def _has_body(method: str, status: int) -> bool:
+    return method != "HEAD" and status >= 200 and status not in (204, 304)
 
 
 def _userinfo_as_auth(request: Outbound) -> tuple[URL, Sequence[tuple[str, str]]]:
@@ -200,10 +230,6 @@ def _userinfo_as_auth(request: Outbound) -> tuple[URL, Sequence[tuple[str, str]]
     pair = f"{url.user}:{url.password or ''}".encode()
     auth = "Basic " + base64.b64encode(pair).decode("ascii")
     return bare, [*request.headers, ("Authorization", auth)]
-
-
-# aiohttp's words for an answer in an encoding it has no decoder for (br, zstd).
-_UNDECODABLE = re.compile(r"decode content-encoding: ([^.,']+)")
 
 
 def _told(exc: BaseException) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,9 @@ import httpx
 import pytest
 from starlette.requests import Request
 
+from llmtape.app import create_app
+from llmtape.cli import server
+from llmtape.cli.server import uvicorn_config
 from llmtape.control import refusal
 from llmtape.runs import MAX_OPEN_RUNS
 from llmtape.settings import Settings
@@ -162,7 +166,7 @@ def test_runs_under_way_are_bounded_however_many_cassettes_clients_name(
     assert stats["recorded"] == MAX_OPEN_RUNS + 40 and stats["replayed"] == 1
 
 
-def test_a_gzip_bomb_passes_to_the_client_but_is_neither_held_nor_recorded(
+def test_a_gzip_bomb_is_cut_neither_inflated_nor_held_nor_recorded(
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
 ) -> None:
     inflated = 100 * 1024 * 1024
@@ -180,14 +184,17 @@ def test_a_gzip_bomb_passes_to_the_client_but_is_neither_held_nor_recorded(
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     received = 0
-    with httpx.stream("GET", proxy.url + "/tool/bomb", timeout=60) as response:
+    with (
+        pytest.raises(httpx.RemoteProtocolError),
+        httpx.stream("GET", proxy.url + "/tool/bomb", timeout=60) as response,
+    ):
         for chunk in response.iter_raw():
             received += len(chunk)
     stop.set()
     sampler.join()
-    assert received == inflated, "the client gets the answer, inflated once, as before"
-    assert peak[0] - before < 48, f"RSS grew {peak[0] - before:.0f} MB for a 100 MB answer"
-    assert proxy.stats["too_large"] == 1 and not list(cassettes.rglob("*.json"))
+    assert received <= 2 * 1024 * 1024, "cut just past 1 MiB inflated (100:1), as an upstream cut"
+    assert peak[0] - before < 48, f"RSS grew {peak[0] - before:.0f} MB for a 100 MB bomb"
+    assert proxy.stats["bombs"] == 1 and not list(cassettes.rglob("*.json"))
 
 
 def raw_get(url: str, path: str) -> bytes:
@@ -229,3 +236,25 @@ def test_a_dot_dot_segment_is_refused_however_it_is_spelled(
     answer = raw_get(proxy.url, path)
     assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
     assert fake.count() == 0
+
+
+def test_an_idle_keep_alive_connection_is_closed_after_the_timeout(
+    make_proxy: MakeProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = Settings.model_validate({"port": 0})
+    assert uvicorn_config(create_app(settings), settings).timeout_keep_alive == 5
+    monkeypatch.setattr(server, "KEEP_ALIVE_SECONDS", 1)  # the real config path, a short wait
+    proxy = make_proxy(mode="replay")
+    host, port = proxy.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"GET /__llmtape/health HTTP/1.1\r\nhost: x\r\n\r\n")
+        answer = sock.recv(65536)
+        while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):  # the whole JSON answer
+            more = sock.recv(65536)
+            assert more, answer
+            answer += more
+        assert answer.startswith(b"HTTP/1.1 200") and b"connection: close" not in answer.lower()
+        idle = time.monotonic()
+        assert sock.recv(65536) == b"", "closed by the server, not by the client"
+        waited = time.monotonic() - idle
+    assert 0.8 <= waited <= 4, f"closed after {waited:.1f} s idle, not about 1 s"

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import tracemalloc
 from pathlib import Path
 
 from llmtape.models import Exchange, StoredRequest, StoredResponse
 from llmtape.replays import Replay, ReplayCache
-from llmtape.runs import Run, Runs
+from llmtape.runs import Run, Runs, Touched
 from llmtape.store.fs import FileStore
 
 MODEL, TOOL = "a" * 64, "b" * 64
@@ -117,3 +118,36 @@ def test_a_run_knows_whether_its_cassette_held_recordings_when_it_began(tmp_path
         return (await runs.get("full")).held, empty.held, bool(empty.ordinals)
 
     assert asyncio.run(held()) == (True, False, True), "a run records on in `once` mode"
+
+
+def test_touched_holds_the_told_names_not_every_name_clients_send() -> None:
+    touched = Touched()
+    touched.watch("told")
+    assert not touched and "told" not in touched
+    names = [f"by-header/c{n:05d}" for n in range(10_000)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for name in names:
+            touched.add(name)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 4096, f"10,000 names by header kept {grown:,} bytes"
+    assert touched, "a request came"
+    assert "told" not in touched and names[0] not in touched
+    touched.add("told")
+    assert "told" in touched
+
+
+def test_a_cassette_told_while_a_request_already_runs_it_counts_as_touched(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> tuple[bool, bool]:
+        runs = Runs(FileStore(tmp_path))
+        await runs.get("early")
+        runs.watch("early")
+        runs.watch("later")
+        return "early" in runs.touched, "later" in runs.touched
+
+    assert asyncio.run(scenario()) == (True, False)

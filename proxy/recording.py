@@ -416,6 +416,8 @@ class Recording:
     def refuse(self, why: str) -> None:
         """Nothing is recorded: the answer broke a limit on its way (a compression bomb)."""
         if self._end():
+            if self._capture is not None:
+                self._keeper.drop(self._capture)
             self._keeper.counters.errors += 1
             self._keeper.counters.bombs += 1
             self._close(why)

@@ -58,6 +58,10 @@ def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
         timeout_graceful_shutdown=math.ceil(settings.shutdown_timeout),
         server_header=False,
         date_header=False,  # a live answer carries the upstream's Date; no second one
+        # llmtape is reached directly, never through a proxy of its own: a client's
+        # X-Forwarded-For must not change the address a request is judged by (a loopback
+        # client claiming 8.8.8.8, or the reverse). It also saves a middleware per request.
+        proxy_headers=False,
     )
 
 

@@ -56,9 +56,9 @@ class Current:
     mode: Mode
 
 
-@dataclass(frozen=True)
+@dataclass
 class Keyed:
-    """What one request resolved to."""
+    """What one request resolved to. Built for every request, so not frozen (see Inbound)."""
 
     inbound: Inbound
     provider: Provider

@@ -153,6 +153,12 @@ class Runs:
         self.ended_unused = 0  # unused recordings over every ended run, listed or not
         self.touched: set[str] = set()  # every cassette a request reached since start
 
+    def loaded(self, cassette: str) -> Run | None:
+        """The run of `cassette` if it is under way: what `get` gives, without a coroutine
+        for every request of a run that is already loaded."""
+        self.touched.add(cassette)
+        return self._runs.get(cassette)
+
     async def get(self, cassette: str) -> Run:
         self.touched.add(cassette)
         run = self._runs.get(cassette)

@@ -35,6 +35,8 @@ def check_path(path: str) -> str:
     it is spelled: percent-encoded once or twice (`%2e%2e`, `%252e%252e`), with `;params`
     (`..;`), or between encoded slashes (`..%2f..`); so is a backslash, which a server may
     read as a separator. The path then goes upstream byte for byte as it came."""
+    if "%" not in path and "\\" not in path and ".." not in path:
+        return path  # nothing to decode and nothing to refuse: the common case, checked fast
     decoded = path
     for _ in range(3):  # as many decodings as a chain of servers might apply
         decoded = unquote(decoded)

@@ -8,11 +8,12 @@ from typing import Any
 import pytest
 
 from llmtape.bodies import Payload
+from llmtape.errors import BadPath
 from llmtape.framing import Dialect, never, read_frame
 from llmtape.normalize import RequestParts
 from llmtape.providers import BUILTIN, generic, mistral, openai, provider_table
 from llmtape.providers.base import HTTP_VOLATILE_HEADERS, Provider
-from llmtape.routing import resolve
+from llmtape.routing import check_path, resolve
 
 TOOL = generic("tool", "http://127.0.0.1:9/")
 EVERY = [*BUILTIN.values(), TOOL]
@@ -217,3 +218,35 @@ def test_mistral_speaks_openais_chat_shape_at_its_own_url() -> None:
     chunk = {"usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}
     assert provider.usage([chunk]) == {"input_tokens": 5, "output_tokens": 2}
     assert provider.frame_signs == openai.PROVIDER.frame_signs
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/chat/completions",
+        "/v1/models/gemini-1.5:generateContent",
+        "/v1/a/.../b",  # `...` is a name, not `..`
+        "/v1/a..b/c",
+        "/v1/files/%41bc",  # encoded, harmless
+    ],
+)
+def test_a_path_below_the_base_path_goes_upstream_as_it_came(path: str) -> None:
+    assert check_path(path) == path
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/..",
+        "/v1/../admin",
+        "/v1/..;x/admin",
+        "/v1/%2e%2e/admin",
+        "/v1/%252e%252e/admin",
+        "/v1/..%2fadmin",
+        "/v1/a\\b",
+        "/v1/a%5cb",
+    ],
+)
+def test_a_path_that_could_reach_above_the_base_path_is_refused(path: str) -> None:
+    with pytest.raises(BadPath):
+        check_path(path)

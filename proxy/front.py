@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from functools import partial
 
@@ -9,7 +10,7 @@ from starlette.types import Receive, Scope, Send
 
 from llmtape.engine import Engine
 from llmtape.errors import BodyTooLarge, LlmtapeError, UpstreamCut
-from llmtape.hangup import cut_on_shutdown
+from llmtape.hangup import shutdown_cut
 from llmtape.inbound import Inbound, Live, Refuse, Serve
 from llmtape.providers.base import Provider, generic_error
 from llmtape.responses import send_json, send_live, send_replay, until_disconnect
@@ -33,7 +34,7 @@ class Front:
             names = {k.decode("latin-1"): v.decode("latin-1") for k, v in reversed(headers)}
             provider, path = resolve(raw_path.decode("latin-1"), names, self.engine.providers)
             limit = self.engine.settings.max_body
-            body = await cut_on_shutdown(read_body(receive, names.get("content-length"), limit))
+            body = await read_body(receive, names.get("content-length"), limit)
             if body is None:
                 self.engine.abandoned(scope["path"], scope["method"])
                 return
@@ -49,7 +50,9 @@ class Front:
                 timing=names.get(TIMING_HEADER),
                 gone=partial(until_disconnect, receive),
             )
-            answer = await cut_on_shutdown(self.engine.exchange(inbound))
+            answer = await self.engine.exchange(inbound)
+        except asyncio.CancelledError:  # a shutdown, caught here rather than by a coroutine
+            raise shutdown_cut() from None  # wrapped around each await (cut_on_shutdown)
         except UpstreamCut:
             raise  # a shutdown: the connection just drops, quietly (see QuietCuts)
         except LlmtapeError as exc:

@@ -112,7 +112,7 @@ class Engine:
             ask, seq = run.ask(keyed.key)
             ordinal = run.pick(keyed.key, ask, self.settings.repeat)
             step = plan(keyed.mode, ordinal is not None, keyed.runs_live, run.held)
-            run.replayed_from |= step.action in {Action.SERVE, Action.REFUSE}
+            run.replayed_from |= step.action is Action.SERVE or step.action is Action.REFUSE
             if step.action is Action.SERVE and ordinal is not None:
                 return await self._serve(keyed, run, ordinal)
             if step.action is Action.REFUSE:

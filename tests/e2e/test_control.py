@@ -188,7 +188,7 @@ def test_a_loopback_client_sending_x_forwarded_for_is_still_seen_at_its_own_addr
     # llmtape's own uvicorn settings, with a look at the scope its app is handed: a client
     # must not pick the address it is judged by (uvicorn's proxy headers would make this
     # loopback client 8.8.8.8, since it trusts X-Forwarded-For from 127.0.0.1).
-    settings = Settings(port=0, cassettes=cassettes, shutdown_timeout=2)
+    settings = Settings.model_validate({"port": 0, "cassettes": cassettes, "shutdown_timeout": 2})
     app = create_app(settings)
     clients: list[str] = []
 
@@ -199,9 +199,12 @@ def test_a_loopback_client_sending_x_forwarded_for_is_still_seen_at_its_own_addr
 
     urls: list[str] = []
     ready = threading.Event()
-    server = ReadyServer(
-        uvicorn_config(seen, settings), lambda url: (urls.append(url), ready.set())
-    )
+
+    def on_ready(url: str) -> None:
+        urls.append(url)
+        ready.set()
+
+    server = ReadyServer(uvicorn_config(seen, settings), on_ready)
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
     thread.start()
     try:

@@ -171,6 +171,11 @@ def test_a_providers_own_volatile_headers_are_its_own(header: str, owners: set[s
 ANTHROPIC_VERSION = {"anthropic-version": "2023-06-01"}
 
 
+def raw(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    """Headers as a door hands them to resolve()."""
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+
+
 @pytest.mark.parametrize(
     ("path", "headers", "upstream", "forwarded"),
     [
@@ -186,14 +191,16 @@ def test_a_bare_v1_request_goes_to_the_builtin_that_claims_it_else_to_openai(
     path: str, headers: dict[str, str], upstream: str, forwarded: str
 ) -> None:
     table = provider_table({"tool": "http://127.0.0.1:9"})
-    provider, upstream_path = resolve(path, headers, table)
+    provider, upstream_path = resolve(path, raw(headers), table)
     assert (provider.name, upstream_path) == (upstream, forwarded)
 
 
 def test_a_bare_v1_request_goes_to_the_url_upstream_gave_the_builtin() -> None:
     table = provider_table({"anthropic": "http://127.0.0.1:7/", "openai": "http://127.0.0.1:8"})
-    assert resolve("/v1/messages", ANTHROPIC_VERSION, table)[0].base_url == "http://127.0.0.1:7"
-    assert resolve("/v1/models", {}, table)[0].base_url == "http://127.0.0.1:8"
+    assert (
+        resolve("/v1/messages", raw(ANTHROPIC_VERSION), table)[0].base_url == "http://127.0.0.1:7"
+    )
+    assert resolve("/v1/models", [], table)[0].base_url == "http://127.0.0.1:8"
 
 
 def test_only_anthropic_claims_a_bare_v1_request() -> None:

@@ -134,7 +134,7 @@ def run_baseline() -> None:
             print(f"baseline ready on http://127.0.0.1:{port}", flush=True)
 
     # The uvicorn settings of llmtape's cli/server.py: one worker bound by uvicorn itself on
-    # port 0, no access log, warnings only, no server header.
+    # port 0, no access log, warnings only, no server header, no X-Forwarded-* middleware.
     config = uvicorn.Config(
         app,
         host="127.0.0.1",
@@ -143,6 +143,7 @@ def run_baseline() -> None:
         access_log=False,
         lifespan="on",
         server_header=False,
+        proxy_headers=False,
     )
     ReadyServer(config).run()
 

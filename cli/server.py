@@ -65,6 +65,10 @@ def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
         server_header=False,
         date_header=False,  # a live answer carries the upstream's Date; no second one
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        # llmtape is reached directly, never through a proxy of its own: a client's
+        # X-Forwarded-For must not change the address a request is judged by (a loopback
+        # client claiming 8.8.8.8, or the reverse). It also saves a middleware per request.
+        proxy_headers=False,
     )
 
 

@@ -73,9 +73,9 @@ class Current:
     mode: Mode
 
 
-@dataclass(frozen=True)
+@dataclass
 class Keyed:
-    """What one request resolved to."""
+    """What one request resolved to. Built for every request, so not frozen (see Inbound)."""
 
     inbound: Inbound
     provider: Provider
@@ -125,11 +125,13 @@ class Engine:
         """Serve it from the cassette, refuse it, or go live (and record, as planned)."""
         try:
             keyed = self._key(inbound)
-            run = await self.runs.get(keyed.cassette)
+            run = self.runs.loaded(keyed.cassette)
+            if run is None:
+                run = await self.runs.get(keyed.cassette)
             ask, seq = run.ask(keyed.key)
             ordinal = run.pick(keyed.key, ask, self.settings.repeat)
             step = plan(keyed.mode, ordinal is not None, keyed.runs_live, run.held)
-            run.replayed_from |= step.action in {Action.SERVE, Action.REFUSE}
+            run.replayed_from |= step.action is Action.SERVE or step.action is Action.REFUSE
             if step.action is Action.SERVE and ordinal is not None:
                 return await self._serve(keyed, run, ordinal)
             if step.action is Action.REFUSE:
@@ -152,8 +154,13 @@ class Engine:
     def _key(self, inbound: Inbound) -> Keyed:
         # Every override is checked before the run counts the request, so a bad one uses up
         # no recording.
-        cassette = check_cassette_name(inbound.cassette or self.current.cassette)
-        live = check_live(inbound.live, self.providers)
+        # The current cassette was checked when it was set (settings, PUT): only a header's is.
+        cassette = (
+            check_cassette_name(inbound.cassette) if inbound.cassette else self.current.cassette
+        )
+        live = (
+            (self._live | check_live(inbound.live, self.providers)) if inbound.live else self._live
+        )
         try:
             timing = parse_timing(inbound.timing) if inbound.timing else self._timing
         except ValueError as exc:
@@ -173,7 +180,7 @@ class Engine:
             provider,
             cassette,
             mode,
-            self._live | live,
+            live,
             rules,
             parts,
             key,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from functools import partial
 
@@ -9,7 +10,7 @@ from starlette.types import Receive, Scope, Send
 
 from llmtape.engine import Engine
 from llmtape.errors import BodyTooLarge, LlmtapeError, UpstreamCut
-from llmtape.hangup import cut_on_shutdown
+from llmtape.hangup import shutdown_cut
 from llmtape.inbound import Inbound, Live, Refuse, Serve
 from llmtape.providers.base import Provider, generic_error
 from llmtape.responses import send_json, send_live, send_replay, until_disconnect
@@ -30,10 +31,12 @@ class Front:
         try:
             raw_path = scope.get("raw_path") or scope["path"].encode("utf-8")
             headers = tuple(scope["headers"])
-            names = {k.decode("latin-1"): v.decode("latin-1") for k, v in reversed(headers)}
-            provider, path = resolve(raw_path.decode("latin-1"), names, self.engine.providers)
+            # The few headers the door reads, by raw name (ASGI's are lowercase), the first of
+            # a repeated one; decoding every header cost 4 us a request with an SDK's 17.
+            first = dict(reversed(headers))
+            provider, path = resolve(raw_path.decode("latin-1"), headers, self.engine.providers)
             limit = self.engine.settings.max_body
-            body = await cut_on_shutdown(read_body(receive, names.get("content-length"), limit))
+            body = await read_body(receive, text(first, "content-length"), limit)
             if body is None:
                 self.engine.abandoned(scope["path"], scope["method"])
                 return
@@ -44,12 +47,14 @@ class Front:
                 query=scope.get("query_string", b"").decode("latin-1"),
                 headers=headers,
                 body=body,
-                cassette=names.get(CASSETTE_HEADER),
-                live=live_names(names.get(LIVE_HEADER, "")),
-                timing=names.get(TIMING_HEADER),
+                cassette=text(first, CASSETTE_HEADER),
+                live=live_names(text(first, LIVE_HEADER) or ""),
+                timing=text(first, TIMING_HEADER),
                 gone=partial(until_disconnect, receive),
             )
-            answer = await cut_on_shutdown(self.engine.exchange(inbound))
+            answer = await self.engine.exchange(inbound)
+        except asyncio.CancelledError:  # a shutdown, caught here rather than by a coroutine
+            raise shutdown_cut() from None  # wrapped around each await (cut_on_shutdown)
         except UpstreamCut:
             raise  # a shutdown: the connection just drops, quietly (see QuietCuts)
         except LlmtapeError as exc:
@@ -63,6 +68,12 @@ class Front:
             await send_json(send, answer.error.status, answer.body)
         elif isinstance(answer, Live):
             await send_live(answer, receive, send)
+
+
+def text(first: dict[bytes, bytes], name: str) -> str | None:
+    """Header `name`'s first value as latin-1 text, or None when the request has none."""
+    value = first.get(name.encode("latin-1"))
+    return None if value is None else value.decode("latin-1")
 
 
 async def read_body(receive: Receive, length: str | None, limit: int) -> bytes | None:

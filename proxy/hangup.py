@@ -69,4 +69,10 @@ async def cut_on_shutdown(play: Coroutine[Any, Any, T]) -> T:
     try:
         return await play
     except asyncio.CancelledError:
-        raise UpstreamCut("llmtape shut down: the answer was cut here") from None
+        raise shutdown_cut() from None
+
+
+def shutdown_cut() -> UpstreamCut:
+    """What a shutdown's CancelledError becomes (see cut_on_shutdown; the replay path catches
+    it in place, without a coroutine around each await)."""
+    return UpstreamCut("llmtape shut down: the answer was cut here")

@@ -1,5 +1,7 @@
 """What a door hands the engine (`Inbound`) and what it gets back: `Serve`, `Refuse` or `Live`.
-Plain values: no web framework type crosses this line."""
+Plain values: no web framework type crosses this line. `Inbound` and `Serve` are built for
+every request and are not frozen: a frozen dataclass's __init__ sets each field through
+object.__setattr__ (3 µs for ten fields, against 0.35 µs); nothing changes them once built."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from llmtape.upstream import UpstreamResponse
 RawHeaders = tuple[tuple[bytes, bytes], ...]
 
 
-@dataclass(frozen=True)
+@dataclass
 class Inbound:
     """One request, routed: the upstream it goes to, its path there, its raw query and headers
     as they came, its body, and the overrides a door sets for this request alone."""
@@ -54,7 +56,7 @@ class HeaderView:
         return self._first.get(name, default)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Serve:
     """Answer from the cassette: recording `ordinal` of the request, ready to send."""
 

@@ -28,6 +28,15 @@ class Step:
     anew: bool = False
 
 
+# The steps plan() gives, built once: it runs for every request.
+SERVE = Step(Action.SERVE)
+REFUSE = Step(Action.REFUSE)
+FORWARD = Step(Action.FORWARD)
+RECORD = Step(Action.RECORD)
+RECORD_ANEW = Step(Action.RECORD, anew=True)
+RECORD_DERIVED = Step(Action.RECORD, derived=True, anew=True)
+
+
 def plan(mode: Mode, hit: bool, live: bool, recorded: bool) -> Step:
     """CONTRACT.md's mode table. `hit`: a recording answers this request; `live`: its upstream
     runs live in replay (partial replay); `recorded`: the cassette held recordings when this
@@ -35,13 +44,13 @@ def plan(mode: Mode, hit: bool, live: bool, recorded: bool) -> Step:
     if mode is Mode.ONCE:
         mode = Mode.REPLAY if recorded else Mode.RECORD
     if mode is Mode.PASSTHROUGH:
-        return Step(Action.FORWARD)
+        return FORWARD
     if mode is Mode.RECORD:
-        return Step(Action.RECORD, anew=True)
+        return RECORD_ANEW
     if mode is Mode.REPLAY and live:
-        return Step(Action.RECORD, derived=True, anew=True)
+        return RECORD_DERIVED
     if hit:
-        return Step(Action.SERVE)
+        return SERVE
     if mode is Mode.AUTO:
-        return Step(Action.RECORD)
-    return Step(Action.REFUSE)
+        return RECORD
+    return REFUSE

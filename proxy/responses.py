@@ -13,9 +13,8 @@ from typing import Any
 from starlette.types import Receive, Send
 
 from llmtape.errors import AnswerRefused, UpstreamCut
-from llmtape.hangup import cut_on_shutdown, run_unless_gone
+from llmtape.hangup import cut_on_shutdown, run_unless_gone, shutdown_cut
 from llmtape.inbound import Live, Serve
-from llmtape.replays import Replay
 
 # How long a recording goes on reading the upstream after its client left, when the client
 # had the stream's final frame: the end-of-body marker is usually a few ms behind it.
@@ -101,7 +100,13 @@ async def send_replay(serve: Serve, receive: Receive, send: Send) -> None:
     if factor is None and not replay.cut:
         # The common case, an answer sent at once (a stream's frames too, in one write: the
         # same bytes, without a wait in between to keep): no task to watch for the client.
-        await cut_on_shutdown(_send_whole(replay, send))
+        try:
+            await send(
+                {"type": "http.response.start", "status": replay.status, "headers": replay.headers}
+            )
+            await send({"type": "http.response.body", "body": replay.whole})
+        except asyncio.CancelledError:
+            raise shutdown_cut() from None
         return
 
     async def until(started: float, ms: int) -> None:
@@ -124,11 +129,6 @@ async def send_replay(serve: Serve, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     await cut_on_shutdown(run_unless_gone(play(), partial(until_disconnect, receive)))
-
-
-async def _send_whole(replay: Replay, send: Send) -> None:
-    await send({"type": "http.response.start", "status": replay.status, "headers": replay.headers})
-    await send({"type": "http.response.body", "body": replay.whole})
 
 
 class QuietCuts(logging.Filter):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from urllib.parse import unquote
 
 from llmtape.errors import BadPath, ConfigError, UnknownUpstream
@@ -35,6 +35,8 @@ def check_path(path: str) -> str:
     it is spelled: percent-encoded once or twice (`%2e%2e`, `%252e%252e`), with `;params`
     (`..;`), or between encoded slashes (`..%2f..`); so is a backslash, which a server may
     read as a separator. The path then goes upstream byte for byte as it came."""
+    if "%" not in path and "\\" not in path and ".." not in path:
+        return path  # nothing to decode and nothing to refuse: the common case, checked fast
     decoded = path
     for _ in range(3):  # as many decodings as a chain of servers might apply
         decoded = unquote(decoded)
@@ -51,12 +53,17 @@ def check_path(path: str) -> str:
     return path
 
 
+def text_headers(headers: Sequence[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Raw headers by name as latin-1 text; of a repeated one, the first."""
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in reversed(headers)}
+
+
 def resolve(
-    path: str, headers: Mapping[str, str], providers: Mapping[str, Provider]
+    path: str, headers: Sequence[tuple[bytes, bytes]], providers: Mapping[str, Provider]
 ) -> tuple[Provider, str]:
     """`/openai/v1/chat/completions` -> (openai, `/v1/chat/completions`). A bare `/v1/...` goes
     to the built-in that claims it (anthropic when the request carries `anthropic-version`),
-    else to openai."""
+    else to openai. Only then are the raw `headers` read (and decoded)."""
     first, _, rest = path.lstrip("/").partition("/")
     if first == "__llmtape":
         raise UnknownUpstream(
@@ -66,7 +73,7 @@ def resolve(
     if first in providers:
         return providers[first], check_path("/" + rest)
     if first == "v1":
-        return bare_v1(headers, providers), check_path(path)
+        return bare_v1(text_headers(headers), providers), check_path(path)
     raise UnknownUpstream(
         f"no upstream named {first!r} in path {path!r}; known upstreams: "
         f"{', '.join(sorted(providers))} (route as /<upstream>/<path>, or add one with "

@@ -199,6 +199,12 @@ class Runs:
         reaches it (a run of it under way means one already has)."""
         self.touched.watch(cassette, reached=cassette in self._runs)
 
+    def loaded(self, cassette: str) -> Run | None:
+        """The run of `cassette` if it is under way: what `get` gives, without a coroutine
+        for every request of a run that is already loaded."""
+        self.touched.add(cassette)
+        return self._runs.get(cassette)
+
     async def get(self, cassette: str) -> Run:
         self.touched.add(cassette)
         run = self._runs.get(cassette)

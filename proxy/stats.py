@@ -66,9 +66,10 @@ class Snapshot:
         }
 
 
-@dataclass(frozen=True)
+@dataclass
 class Trace:
-    """What the log line of one exchange names; its time counts from the request's arrival."""
+    """What the log line of one exchange names; its time counts from the request's arrival.
+    Built for every request, so not frozen (see llmtape.inbound)."""
 
     mode: str
     upstream: str

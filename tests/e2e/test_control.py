@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import threading
 from pathlib import Path
 
 import httpx
 import pytest
+from starlette.types import Receive, Scope, Send
 
+from llmtape.app import create_app
+from llmtape.cli.server import ReadyServer, uvicorn_config
+from llmtape.settings import Settings
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import wait_for
@@ -174,3 +180,41 @@ def test_once_mode_records_a_new_cassette_then_replays_it_after_a_put(
     proxy.put_cassette(cassette="suite/test_other")
     assert embed(proxy.url, text="c").status_code == 200
     assert proxy.stats["upstream_calls"] == 3
+
+
+def test_a_loopback_client_sending_x_forwarded_for_is_still_seen_at_its_own_address(
+    cassettes: Path,
+) -> None:
+    # llmtape's own uvicorn settings, with a look at the scope its app is handed: a client
+    # must not pick the address it is judged by (uvicorn's proxy headers would make this
+    # loopback client 8.8.8.8, since it trusts X-Forwarded-For from 127.0.0.1).
+    settings = Settings.model_validate({"port": 0, "cassettes": cassettes, "shutdown_timeout": 2})
+    app = create_app(settings)
+    clients: list[str] = []
+
+    async def seen(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            clients.append(scope["client"][0])
+        await app(scope, receive, send)
+
+    urls: list[str] = []
+    ready = threading.Event()
+
+    def on_ready(url: str) -> None:
+        urls.append(url)
+        ready.set()
+
+    server = ReadyServer(uvicorn_config(seen, settings), on_ready)
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(timeout=20), "llmtape did not start"
+        forged = {"x-forwarded-for": "8.8.8.8", "x-forwarded-proto": "https"}
+        answer = httpx.put(
+            urls[0] + "/__llmtape/cassette", json={"cassette": "forged"}, headers=forged
+        )
+        assert answer.status_code == 200, answer.text
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+    assert clients == ["127.0.0.1"]

@@ -8,11 +8,12 @@ from typing import Any
 import pytest
 
 from llmtape.bodies import Payload
+from llmtape.errors import BadPath
 from llmtape.framing import Dialect, never, read_frame
 from llmtape.normalize import RequestParts
 from llmtape.providers import BUILTIN, generic, mistral, openai, provider_table
 from llmtape.providers.base import HTTP_VOLATILE_HEADERS, Provider
-from llmtape.routing import resolve
+from llmtape.routing import check_path, resolve
 
 TOOL = generic("tool", "http://127.0.0.1:9/")
 EVERY = [*BUILTIN.values(), TOOL]
@@ -170,6 +171,11 @@ def test_a_providers_own_volatile_headers_are_its_own(header: str, owners: set[s
 ANTHROPIC_VERSION = {"anthropic-version": "2023-06-01"}
 
 
+def raw(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    """Headers as a door hands them to resolve()."""
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+
+
 @pytest.mark.parametrize(
     ("path", "headers", "upstream", "forwarded"),
     [
@@ -185,14 +191,16 @@ def test_a_bare_v1_request_goes_to_the_builtin_that_claims_it_else_to_openai(
     path: str, headers: dict[str, str], upstream: str, forwarded: str
 ) -> None:
     table = provider_table({"tool": "http://127.0.0.1:9"})
-    provider, upstream_path = resolve(path, headers, table)
+    provider, upstream_path = resolve(path, raw(headers), table)
     assert (provider.name, upstream_path) == (upstream, forwarded)
 
 
 def test_a_bare_v1_request_goes_to_the_url_upstream_gave_the_builtin() -> None:
     table = provider_table({"anthropic": "http://127.0.0.1:7/", "openai": "http://127.0.0.1:8"})
-    assert resolve("/v1/messages", ANTHROPIC_VERSION, table)[0].base_url == "http://127.0.0.1:7"
-    assert resolve("/v1/models", {}, table)[0].base_url == "http://127.0.0.1:8"
+    assert (
+        resolve("/v1/messages", raw(ANTHROPIC_VERSION), table)[0].base_url == "http://127.0.0.1:7"
+    )
+    assert resolve("/v1/models", [], table)[0].base_url == "http://127.0.0.1:8"
 
 
 def test_only_anthropic_claims_a_bare_v1_request() -> None:
@@ -217,3 +225,35 @@ def test_mistral_speaks_openais_chat_shape_at_its_own_url() -> None:
     chunk = {"usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}
     assert provider.usage([chunk]) == {"input_tokens": 5, "output_tokens": 2}
     assert provider.frame_signs == openai.PROVIDER.frame_signs
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/chat/completions",
+        "/v1/models/gemini-1.5:generateContent",
+        "/v1/a/.../b",  # `...` is a name, not `..`
+        "/v1/a..b/c",
+        "/v1/files/%41bc",  # encoded, harmless
+    ],
+)
+def test_a_path_below_the_base_path_goes_upstream_as_it_came(path: str) -> None:
+    assert check_path(path) == path
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/..",
+        "/v1/../admin",
+        "/v1/..;x/admin",
+        "/v1/%2e%2e/admin",
+        "/v1/%252e%252e/admin",
+        "/v1/..%2fadmin",
+        "/v1/a\\b",
+        "/v1/a%5cb",
+    ],
+)
+def test_a_path_that_could_reach_above_the_base_path_is_refused(path: str) -> None:
+    with pytest.raises(BadPath):
+        check_path(path)

@@ -66,8 +66,11 @@ def is_failure_status(status: int) -> bool:
 
 
 RECENT_FRAMES = 64  # the newest frames kept in memory, to tell whether the final one came
-MAX_PARSED = 1024 * 1024  # a larger frame is not parsed for its meaning (no event-loop stall)
+# A larger frame is not parsed for its meaning: one json.loads of it would hold the GIL,
+# and so the event loop, for as long as it takes.
+MAX_PARSED = 1024 * 1024
 USAGE_FROM = (8, 32)  # a spooled stream's usage is read from its first and last payloads
+YIELD_EVERY = 256  # frames a writer thread turns over between two offers of the GIL
 
 
 @dataclass(frozen=True)
@@ -217,7 +220,13 @@ class Capture:
 
     def _frames(self) -> Iterator[Frame]:
         pieces = self.spool.pieces(iter(self._lengths))
-        return (_frame(t, raw) for t, raw in zip(self._times, pieces, strict=True))
+        for count, (ms, raw) in enumerate(zip(self._times, pieces, strict=True)):
+            if count % YIELD_EVERY == YIELD_EVERY - 1:
+                # A writer thread turning a million frames over holds the GIL for seconds,
+                # and the event loop's thread, once it lets go of it, barely gets it back
+                # (health took 1.4 s): hand it over now and then.
+                time.sleep(0)
+            yield _frame(ms, raw)
 
     def _utf8(self) -> bool:
         decoder = codecs.getincrementaldecoder("utf-8")()

@@ -55,9 +55,9 @@ def same_recording(stored: Exchange, new: Exchange) -> bool:
 
 
 class CassetteStore(Protocol):
-    """A cassette library. The server records and replays through the first seven methods and
-    keeps its last-run note with the last two; the cassette tools (ls, show, verify, rekey,
-    redact, prune) also list, locate and check."""
+    """A cassette library. The server records and replays through entries, read, write,
+    write_pieces, scratch and delete, and keeps its last-run note with the last two; the
+    cassette tools (ls, show, verify, rekey, redact, prune) also list, locate and check."""
 
     def entries(self, cassette: str) -> dict[str, list[int]]:
         """Every recorded key of a cassette with its ordinals, ascending; no file is read."""

@@ -21,6 +21,9 @@ from llmtape.store.base import CassetteStore, exchange_file
 MAX_LISTED = 50
 MAX_OPEN_RUNS = 256  # cassettes under way at once; the oldest idle run ends past that
 MAX_ENDED = 200  # ended runs kept for stats and the shutdown log (those with news only)
+# Unused recordings a run's note lists for prune, each read and digested when the run ends:
+# 100,000 of them took the server over 20 s to stop (and a SIGKILL).
+MAX_NOTED = 5_000
 SETTLE_SECONDS = 5.0  # how long ending a run waits for answers still being recorded into it
 log = logging.getLogger("llmtape")
 
@@ -334,10 +337,19 @@ class Runs:
         unused recording as it is now. A run that only recorded into the cassette removes an
         older note: it no longer says what is on disk."""
         if run.replayed_from:
+            noted = unused[:MAX_NOTED]
+            if len(unused) > len(noted):
+                log.info(
+                    "cassette %r: the run left %d recordings unused; its note for `llmtape "
+                    "prune` lists the first %d (replay and prune again for the others)",
+                    run.cassette,
+                    len(unused),
+                    len(noted),
+                )
             note: LastRun | None = LastRun(
                 used=[exchange_file(k, o) for k, o in sorted(run.used())],
-                unused=[exchange_file(k, o) for k, o in unused],
-                digests=self._digests(run.cassette, unused),
+                unused=[exchange_file(k, o) for k, o in noted],
+                digests=self._digests(run.cassette, noted),
             )
         elif run.recorded:
             note = None

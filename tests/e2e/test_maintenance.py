@@ -20,7 +20,7 @@ import openai
 import pytest
 from typer.testing import CliRunner
 
-from llmtape import models
+from llmtape import models, runs
 from llmtape.cli.main import app
 from llmtape.lastrun import LAST_RUN_FILE
 from llmtape.providers import Rulebook, provider_table
@@ -103,6 +103,29 @@ def test_prune_deletes_exactly_what_the_last_replay_run_did_not_use(
     assert code == 0 and "deleted 0 recording(s)" in out
     replayer.stop()
     assert ask(make_proxy(mode="replay", cassette="trip").url, "one") == "echo: one"
+
+
+def test_a_run_that_left_many_recordings_unused_notes_a_bounded_number_for_prune(
+    make_proxy: MakeProxy, cassettes: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each unused recording in the note is read and digested when the run ends: a cap keeps
+    a huge cassette's shutdown short; prune takes the rest after the next run."""
+    monkeypatch.setattr(runs, "MAX_NOTED", 2)
+    record(make_proxy, "many", ["one", "two", "three", "four", "five"])
+    folder = cassettes / "many"
+    replayer = make_proxy(mode="replay", cassette="many")
+    ask(replayer.url, "one")
+    replayer.stop()
+    note = json.loads((folder / LAST_RUN_FILE).read_text())
+    assert len(note["used"]) == 1 and len(note["unused"]) == 2 == len(note["digests"])
+    code, out = cli("prune", "many", "--cassettes", str(cassettes))
+    assert code == 0 and "deleted 2 recording(s)" in out
+    assert len(exchange_files(folder)) == 3
+    replayer = make_proxy(mode="replay", cassette="many")
+    ask(replayer.url, "one")
+    replayer.stop()
+    assert cli("prune", "many", "--cassettes", str(cassettes))[1].count("deleted 2") == 1
+    assert len(exchange_files(folder)) == 1
 
 
 def test_prune_refuses_with_exit_2_without_a_finished_replay_run(

@@ -1,7 +1,7 @@
 """Where llmtape's time goes: py-spy samples `llmtape serve` while wrk drives it, and the
 hottest frames (own time and time including callees) are printed.
 
-    .venv/bin/python bench/profile.py replay|record [--seconds S] [--connections N]
+    .venv/bin/python bench/profile.py replay|record [--seconds S] [--connections N] [--idle | --gil]
 
 Needs py-spy (`pip install py-spy`; reading another process's stack may need root or
 `kernel.yama.ptrace_scope=0`) and wrk.
@@ -52,11 +52,12 @@ def top_frames(collapsed: Path, top: int = TOP) -> str:
     return "\n".join(lines)
 
 
-def profile(pid: int, seconds: float, out: Path, idle: bool = False) -> None:
+def profile(pid: int, seconds: float, out: Path, idle: bool = False, gil: bool = False) -> None:
     """py-spy on `pid` for `seconds`: collapsed stacks to `out`."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     base = [spy, "record", "--pid", str(pid), "--duration", f"{seconds:.0f}", "--rate", "250"]
     base += ["--nonblocking", *(["--idle", "--threads"] if idle else [])]
+    base += ["--gil"] if gil else []
     subprocess.run([*base, "--format", "raw", "--output", str(out)], check=True)
 
 
@@ -67,6 +68,9 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument(
         "--idle", action="store_true", help="wall-clock: idle and waiting threads sampled too"
+    )
+    parser.add_argument(
+        "--gil", action="store_true", help="only the thread holding the GIL: who uses the CPU"
     )
     parser.add_argument("--keep", type=Path, metavar="FILE", help="also keep the raw stacks")
     args = parser.parse_args(argv)
@@ -105,7 +109,7 @@ async def drive(pid: int, url: str, args: argparse.Namespace, out: Path) -> None
     )
     load.start()
     await asyncio.sleep(1)
-    await asyncio.to_thread(profile, pid, args.seconds, out, args.idle)
+    await asyncio.to_thread(profile, pid, args.seconds, out, args.idle, args.gil)
     load.join()
 
 

@@ -10,7 +10,6 @@ import resource
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,6 +19,8 @@ import pytest
 
 from llmtape.spool import SPOOL_AFTER
 from tests.conftest import MakeProxy
+from tests.e2e.test_cli import Serve
+from tests.e2e.test_large_answers import peak_rss_mb
 from tests.fakes.raw import RawUpstream
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import wait_for
@@ -431,9 +432,6 @@ def test_recording_a_stream_of_large_frames_holds_no_copy_of_it_in_memory(
     cassettes = tmp_path / "cassettes"
     args = ["--mode", "record", "--cassettes", str(cassettes), "--upstream", f"tool={fake.url}"]
     args += ["--max-record", str(256 * 1024 * 1024)]
-    from tests.e2e.test_large_answers import peak_rss_mb
-    from tests.e2e.test_cli import Serve
-
     server = Serve(args, tmp_path)
     try:
         before = peak_rss_mb(server.process.pid)

@@ -66,6 +66,7 @@ def is_failure_status(status: int) -> bool:
 
 
 RECENT_FRAMES = 64  # the newest frames kept in memory, to tell whether the final one came
+RECENT_BYTES = 1024 * 1024  # ... as long as they hold no more than this (the newest always)
 MAX_PARSED = 1024 * 1024  # a larger frame is not parsed for its meaning (no event-loop stall)
 USAGE_FROM = (8, 32)  # a spooled stream's usage is read from its first and last payloads
 
@@ -101,7 +102,8 @@ class Capture:
     lost: str | None = None  # why nothing can be kept (its spool could not be written)
     _lengths: array[int] = field(default_factory=lambda: array("q"))
     _times: array[int] = field(default_factory=lambda: array("q"))
-    _recent: deque[bytes] = field(default_factory=lambda: deque(maxlen=RECENT_FRAMES))
+    _recent: deque[bytes] = field(default_factory=deque)
+    _recent_bytes: int = 0
     _splitter: FrameSplitter | None = None
 
     def __post_init__(self) -> None:
@@ -123,6 +125,7 @@ class Capture:
             self.over = True  # nothing more is kept; the spool is dropped when the answer ends
             self._splitter = None
             self._recent.clear()
+            self._recent_bytes = 0
             self.spool.forget()
             return False
         if self._splitter is None:
@@ -136,7 +139,14 @@ class Capture:
     def _keep_frame(self, raw: bytes, ms: int) -> bool:
         self._lengths.append(len(raw))
         self._times.append(ms)
-        self._recent.append(raw)
+        recent = self._recent
+        recent.append(raw)
+        self._recent_bytes += len(raw)
+        # Frames of megabytes (images as base64) must not keep the answer whole in memory.
+        while len(recent) > RECENT_FRAMES or (
+            self._recent_bytes > RECENT_BYTES and len(recent) > 1
+        ):
+            self._recent_bytes -= len(recent.popleft())
         return self.spool.write(raw)
 
     def final_seen(self) -> bool:

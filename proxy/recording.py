@@ -22,6 +22,7 @@ from llmtape.framing import (
     dialect_for,
     ends_answer,
     json_document,
+    json_items,
     read_frame,
     read_item,
 )
@@ -213,8 +214,12 @@ class Capture:
         tail: deque[Any] = deque(maxlen=last)
         error = False
         signs = self.provider.frame_signs
-        for frame in self._frames():
-            if dialect == "json" or frame.text is None or len(frame.text) > MAX_PARSED:
+        for item in json_items(self.spool.pieces()) if dialect == "json" else ():
+            meaning = read_item(item, signs)
+            error |= meaning.error
+            (head if len(head) < first else tail).append(item)
+        for frame in self._frames() if dialect != "json" else ():
+            if frame.text is None or len(frame.text) > MAX_PARSED:
                 continue
             meaning = read_frame(dialect, frame.text, signs)
             error |= meaning.error

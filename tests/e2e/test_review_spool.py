@@ -145,7 +145,7 @@ def test_a_spooled_ndjson_stream_replays_byte_for_byte(
     assert httpx.post(player.url + "/ollama/api/chat", json=ollama).content == body
 
 
-def gemini_array(items: int, last: dict[str, object]) -> bytes:
+def gemini_array(items: int, last: object) -> bytes:
     chunk = {"candidates": [{"content": {"parts": [{"text": "abc \u00e9 " * 20}]}}]}
     parts = [json.dumps(chunk) for _ in range(items)] + [json.dumps(last)]
     return ("[" + ",\r\n".join(parts) + "]").encode()

@@ -360,7 +360,11 @@ class Engine:
     def _write(self, target: Target, capture: Capture, cut: bool) -> Kept:
         """In a writer thread: the exchange captured, scrubbed, numbered, written durably."""
         try:
-            finished = capture.finish(cut, whole=bool(self.scrubber))
+            try:  # a spooled answer's last bytes are written to its scratch file and read back
+                finished = capture.finish(cut, whole=bool(self.scrubber))
+            except OSError as exc:
+                log.error("recording an answer: its scratch file failed: %s", exc)
+                return Kept("not recorded (write failed)", failed=True)
             exchange = finished.exchange
             failed = exchange.outcome is not Outcome.COMPLETE
             if failed and not self.settings.record_failures:

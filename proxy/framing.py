@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import codecs
+import itertools
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -228,3 +230,39 @@ def json_document(body: bytes) -> list[Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, list) else [value]
+
+
+MAX_ITEM = 8 * 1024 * 1024  # an item of a streamed JSON array larger than this is not parsed
+
+
+def json_items(pieces: Iterable[bytes]) -> Iterator[Any]:
+    """The elements of a streamed JSON array read piece by piece, each parsed alone (a
+    document too large to parse whole); it stops at an element it cannot read, or one
+    larger than MAX_ITEM. A document that is no array yields nothing."""
+    decoder = json.JSONDecoder()
+    chars = codecs.getincrementaldecoder("utf-8")("replace")
+    text, started = "", False
+    for piece in itertools.chain(pieces, [None]):
+        last = piece is None
+        text += chars.decode(piece or b"", final=last)
+        at = 0
+        while True:
+            while at < len(text) and (text[at].isspace() or (started and text[at] == ",")):
+                at += 1
+            if at == len(text):
+                break
+            if not started:
+                if text[at] != "[":
+                    return
+                started, at = True, at + 1
+                continue
+            if text[at] == "]":
+                return
+            try:
+                item, at = decoder.raw_decode(text, at)
+            except ValueError:
+                if last or len(text) - at > MAX_ITEM:
+                    return
+                break
+            yield item
+        text = text[at:]

@@ -22,6 +22,7 @@ from llmtape.framing import (
     dialect_for,
     ends_answer,
     json_document,
+    json_items,
     read_frame,
     read_item,
 )
@@ -66,6 +67,7 @@ def is_failure_status(status: int) -> bool:
 
 
 RECENT_FRAMES = 64  # the newest frames kept in memory, to tell whether the final one came
+RECENT_BYTES = 1024 * 1024  # ... as long as they hold no more than this (the newest always)
 # A larger frame is not parsed for its meaning: one json.loads of it would hold the GIL,
 # and so the event loop, for as long as it takes.
 MAX_PARSED = 1024 * 1024
@@ -104,7 +106,8 @@ class Capture:
     lost: str | None = None  # why nothing can be kept (its spool could not be written)
     _lengths: array[int] = field(default_factory=lambda: array("q"))
     _times: array[int] = field(default_factory=lambda: array("q"))
-    _recent: deque[bytes] = field(default_factory=lambda: deque(maxlen=RECENT_FRAMES))
+    _recent: deque[bytes] = field(default_factory=deque)
+    _recent_bytes: int = 0
     _splitter: FrameSplitter | None = None
 
     def __post_init__(self) -> None:
@@ -126,6 +129,7 @@ class Capture:
             self.over = True  # nothing more is kept; the spool is dropped when the answer ends
             self._splitter = None
             self._recent.clear()
+            self._recent_bytes = 0
             self.spool.forget()
             return False
         if self._splitter is None:
@@ -139,7 +143,14 @@ class Capture:
     def _keep_frame(self, raw: bytes, ms: int) -> bool:
         self._lengths.append(len(raw))
         self._times.append(ms)
-        self._recent.append(raw)
+        recent = self._recent
+        recent.append(raw)
+        self._recent_bytes += len(raw)
+        # Frames of megabytes (images as base64) must not keep the answer whole in memory.
+        while len(recent) > RECENT_FRAMES or (
+            self._recent_bytes > RECENT_BYTES and len(recent) > 1
+        ):
+            self._recent_bytes -= len(recent.popleft())
         return self.spool.write(raw)
 
     def final_seen(self) -> bool:
@@ -206,8 +217,12 @@ class Capture:
         tail: deque[Any] = deque(maxlen=last)
         error = False
         signs = self.provider.frame_signs
-        for frame in self._frames():
-            if dialect == "json" or frame.text is None or len(frame.text) > MAX_PARSED:
+        for item in json_items(self.spool.pieces()) if dialect == "json" else ():
+            meaning = read_item(item, signs)
+            error |= meaning.error
+            (head if len(head) < first else tail).append(item)
+        for frame in self._frames() if dialect != "json" else ():
+            if frame.text is None or len(frame.text) > MAX_PARSED:
                 continue
             meaning = read_frame(dialect, frame.text, signs)
             error |= meaning.error

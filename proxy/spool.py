@@ -4,6 +4,7 @@ ever held whole in memory, whatever its size."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
@@ -83,7 +84,10 @@ class Spool:
         with self._lock:
             self._dropped = True
             if self._file is not None:
-                self._file.close()
+                # Closing flushes what a failed write left in its buffer, and fails again
+                # (a full disk): the file is closed all the same, and gone.
+                with contextlib.suppress(OSError):
+                    self._file.close()
                 self._file = None
 
     def forget(self) -> None:

@@ -2,7 +2,7 @@
 per row (record mode, default limits) against a hostile upstream in this process. Everything
 on 127.0.0.1; every row is bounded in time and the whole run by --cap.
 
-    flock /work/heavy.lock .venv/bin/python bench/hostile.py [--only NAME] [--cap SECONDS]
+    .venv/bin/python bench/hostile.py [--only NAME] [--cap SECONDS]
 
 Rows: a 200 MB chunked request body; a 500 MB JSON answer; a never-ending SSE stream read
 for 15 s; a gzip bomb (1 MB -> 1 GiB); 10,000 cassette names by header; and two the table did

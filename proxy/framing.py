@@ -259,10 +259,20 @@ def json_items(pieces: Iterable[bytes]) -> Iterator[Any]:
             if text[at] == "]":
                 return
             try:
-                item, at = decoder.raw_decode(text, at)
+                item, end = decoder.raw_decode(text, at)
             except ValueError:
                 if last or len(text) - at > MAX_ITEM:
                     return
                 break
+            # An element is whole once a `,` or `]` follows it: a number at the end of the
+            # text so far (`1` of `10`, `1.5` of `1.5e-7`) may go on in the next piece.
+            after = end
+            while after < len(text) and text[after].isspace():
+                after += 1
+            if after == len(text) or text[after] not in ",]":
+                if last or len(text) - at > MAX_ITEM:
+                    return
+                break
+            at = end
             yield item
         text = text[at:]

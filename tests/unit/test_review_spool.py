@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from llmtape.framing import json_items
@@ -18,6 +18,8 @@ VALUES = st.recursive(
 
 
 @given(st.lists(VALUES, max_size=6), st.lists(st.integers(1, 9), min_size=1), st.booleans())
+@example([10], [1], False)  # `[1` then `0]`: the 1 ends its piece, yet the number goes on
+@example([1.5e-7, True, None], [2], False)
 def test_json_items_reads_an_array_in_any_pieces(
     items: list[Any], cuts: list[int], spaced: bool
 ) -> None:

@@ -12,13 +12,13 @@ import threading
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 
 import httpx
 import openai
 import pytest
 
 from tests.conftest import MakeProxy
+from tests.fakes.raw import LoopbackServer
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import SECRET_OPENAI, files_under
 
@@ -26,25 +26,16 @@ Answer = Callable[[socket.socket], None]
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
 
-class SocketUpstream:
+class SocketUpstream(LoopbackServer):
     """A loopback upstream that reads each request whole and lets `answer` write the raw
     HTTP answer, so a test says exactly which bytes, compressed how, and when."""
 
     def __init__(self, answer: Answer) -> None:
+        super().__init__()
         self.answer = answer
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self._server.settimeout(0.2)
-        self.url = f"http://127.0.0.1:{self._server.getsockname()[1]}"
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
 
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._server.accept()
-            except OSError:
-                continue
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+    def handle(self, conn: socket.socket) -> None:
+        threading.Thread(target=self._one, args=(conn,), daemon=True).start()
 
     def _one(self, conn: socket.socket) -> None:
         with conn:
@@ -65,17 +56,6 @@ class SocketUpstream:
                 body += chunk
             with contextlib.suppress(OSError):  # the proxy cut the answer
                 self.answer(conn)
-
-    def __enter__(self) -> SocketUpstream:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self._server.close()
 
 
 def whole(body: bytes, encoding: str | None) -> Answer:

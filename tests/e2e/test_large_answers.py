@@ -151,21 +151,30 @@ def test_recording_a_large_answer_holds_no_copy_of_it_in_memory(
     pieces it handles (a few MB), not by copies of the answer (before the spool: 300 MB)."""
     size = 48 * 1024 * 1024
     answer = b"".join(b"%07d " % i + b"y" * 56 + b"\n" for i in range(size // 64))
-    fake.script("/v1/big", Reply(body=answer, headers={"content-type": "text/plain"}))
+    reply = Reply(body=answer, headers={"content-type": "text/plain"})
+    received, growth = record_in_serve(fake, tmp_path, "/v1/big", reply)
+    assert received == len(answer)
+    path, _ = only_exchange(tmp_path / "cassettes")
+    assert path.stat().st_size > size
+    assert growth < 24, f"llmtape's peak RSS grew {growth:.0f} MB"
+
+
+def record_in_serve(
+    fake: FakeUpstream, tmp_path: Path, path: str, reply: Reply, *options: str
+) -> tuple[int, float]:
+    """`reply` recorded by `llmtape serve` in its own process, into tmp_path/cassettes: the
+    bytes its client received, and how far (MB) the server's peak RSS grew meanwhile."""
+    fake.script(path, reply)
     cassettes = tmp_path / "cassettes"
     args = ["--mode", "record", "--cassettes", str(cassettes), "--upstream", f"tool={fake.url}"]
-    server = Serve(args, tmp_path)
+    server = Serve([*args, *options], tmp_path)
     try:
         before = peak_rss_mb(server.process.pid)
-        with httpx.stream("GET", server.url + "/tool/v1/big", timeout=60) as response:
+        with httpx.stream("GET", server.url + "/tool" + path, timeout=60) as response:
             received = sum(len(chunk) for chunk in response.iter_bytes())
-        peak = peak_rss_mb(server.process.pid)
+        return received, peak_rss_mb(server.process.pid) - before
     finally:
         server.stop()
-    assert received == len(answer)
-    path, _ = only_exchange(cassettes)
-    assert path.stat().st_size > size
-    assert peak - before < 24, f"llmtape's peak RSS grew {peak - before:.0f} MB"
 
 
 def peak_rss_mb(pid: int) -> float:

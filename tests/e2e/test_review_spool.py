@@ -19,8 +19,7 @@ import pytest
 
 from llmtape.spool import SPOOL_AFTER
 from tests.conftest import MakeProxy
-from tests.e2e.test_cli import Serve
-from tests.e2e.test_large_answers import peak_rss_mb
+from tests.e2e.test_large_answers import record_in_serve
 from tests.fakes.raw import RawUpstream
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import wait_for
@@ -427,19 +426,9 @@ def test_recording_a_stream_of_large_frames_holds_no_copy_of_it_in_memory(
     2 MB (images streamed as base64) that is the whole answer, 128 MB, in memory."""
     frame = b"data: " + json.dumps({"b64": "A" * (2 * 1024 * 1024)}).encode() + b"\n\n"
     answer = frame * 48 + b"data: [DONE]\n\n"
-    sse = {"content-type": "text/event-stream"}
-    fake.script("/v1/images", Reply(body=answer, headers=sse, chunked=True))
-    cassettes = tmp_path / "cassettes"
-    args = ["--mode", "record", "--cassettes", str(cassettes), "--upstream", f"tool={fake.url}"]
-    args += ["--max-record", str(256 * 1024 * 1024)]
-    server = Serve(args, tmp_path)
-    try:
-        before = peak_rss_mb(server.process.pid)
-        with httpx.stream("GET", server.url + "/tool/v1/images", timeout=60) as response:
-            received = sum(len(chunk) for chunk in response.iter_bytes())
-        peak = peak_rss_mb(server.process.pid)
-    finally:
-        server.stop()
+    reply = Reply(body=answer, headers={"content-type": "text/event-stream"}, chunked=True)
+    limit = str(256 * 1024 * 1024)
+    received, growth = record_in_serve(fake, tmp_path, "/v1/images", reply, "--max-record", limit)
     assert received == len(answer)
-    assert len(exchanges(cassettes)) == 1
-    assert peak - before < 40, f"llmtape's peak RSS grew {peak - before:.0f} MB"
+    assert len(exchanges(tmp_path / "cassettes")) == 1
+    assert growth < 40, f"llmtape's peak RSS grew {growth:.0f} MB"

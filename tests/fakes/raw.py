@@ -7,21 +7,22 @@ import socket
 import threading
 from collections import deque
 from types import TracebackType
+from typing import Self
 
 
-class RawUpstream:
+class LoopbackServer:
+    """A listening socket on 127.0.0.1, served by a thread while the `with` block lasts;
+    `handle` gets each connection."""
+
     def __init__(self) -> None:
         self._server = socket.create_server(("127.0.0.1", 0))
         self._server.settimeout(0.2)
         self.url = f"http://127.0.0.1:{self._server.getsockname()[1]}"
-        self.answers: deque[bytes] = deque()
-        self.requests: list[bytes] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
 
-    def answer(self, *raw: bytes) -> None:
-        """Queue whole responses (status line, headers, body) to send as they are."""
-        self.answers.extend(raw)
+    def handle(self, conn: socket.socket) -> None:
+        raise NotImplementedError
 
     def _serve(self) -> None:
         while not self._stop.is_set():
@@ -29,19 +30,9 @@ class RawUpstream:
                 conn, _ = self._server.accept()
             except OSError:
                 continue
-            with conn:
-                conn.settimeout(5)
-                request = b""
-                while b"\r\n\r\n" not in request:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        break
-                    request += chunk
-                self.requests.append(request)
-                if self.answers:
-                    conn.sendall(self.answers.popleft())
+            self.handle(conn)
 
-    def __enter__(self) -> RawUpstream:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -51,3 +42,27 @@ class RawUpstream:
         self._stop.set()
         self._thread.join(timeout=5)
         self._server.close()
+
+
+class RawUpstream(LoopbackServer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.answers: deque[bytes] = deque()
+        self.requests: list[bytes] = []
+
+    def answer(self, *raw: bytes) -> None:
+        """Queue whole responses (status line, headers, body) to send as they are."""
+        self.answers.extend(raw)
+
+    def handle(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(5)
+            request = b""
+            while b"\r\n\r\n" not in request:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                request += chunk
+            self.requests.append(request)
+            if self.answers:
+                conn.sendall(self.answers.popleft())

@@ -75,7 +75,8 @@ class Inflater:
 
     def end(self) -> bytes:
         """What the inflater still holds once the upstream finished (nothing, for a whole
-        body). A deflate body cut before its end is a cut, as it was with aiohttp."""
+        body). A gzip or deflate body that ends before its end of stream is a cut: an answer
+        framed by the connection's close (or a short Content-Length) shows it no other way."""
         inflating = self._zlib
         if inflating is None:
             return b""
@@ -84,8 +85,10 @@ class Inflater:
         except zlib.error as exc:
             raise self._garbled(exc) from exc
         self._count(len(tail))
-        if self.encoding == "deflate" and not inflating.eof:
-            raise UpstreamCut("the upstream's deflate answer ended before its end of stream")
+        if not inflating.eof:
+            raise UpstreamCut(
+                f"the upstream's {self.encoding} answer ended before its end of stream"
+            )
         return tail
 
     def _wbits(self, first: int) -> int:

@@ -129,3 +129,16 @@ def test_a_gzipped_error_answer_replays_byte_identical(
     assert first.status_code == second.status_code == 400
     assert first.content == second.content == error
     assert "content-encoding" not in second.headers
+
+
+def test_a_gzip_answer_cut_short_is_kept_as_a_cut_with_record_failures(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    packed = gzip.compress(PLAIN, mtime=0)
+    with until_close(packed[: len(packed) // 2], "gzip") as upstream:
+        proxy = make_proxy(mode="record", record_failures=True, upstream={"openai": upstream.url})
+        with pytest.raises(httpx.RemoteProtocolError):
+            post(proxy.url)
+        proxy.stop()
+    [stored] = cassettes.rglob("*.json")
+    assert json.loads(stored.read_text())["outcome"] == "upstream_cut"

@@ -92,6 +92,8 @@ def test_garbled_or_cut_bodies_are_upstream_cuts() -> None:
         inflate(Inflater("gzip"), b"this is not gzip", [])
     with pytest.raises(UpstreamCut, match="ended before its end"):
         inflate(Inflater("deflate"), deflate(b"x" * 1000, zlib.MAX_WBITS)[:-4], [])
+    with pytest.raises(UpstreamCut, match="gzip answer ended before its end"):
+        inflate(Inflater("gzip"), gzip.compress(b"x" * 1000)[:-4], [])
 
 
 def test_encodings_it_cannot_inflate_are_named() -> None:

@@ -142,3 +142,102 @@ def test_a_gzip_answer_cut_short_is_kept_as_a_cut_with_record_failures(
         proxy.stop()
     [stored] = cassettes.rglob("*.json")
     assert json.loads(stored.read_text())["outcome"] == "upstream_cut"
+
+
+def raw_request(url: str, head: bytes, body: bytes = b"") -> bytes:
+    """One request written byte for byte (header names in any case, repeated, non-ASCII)."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        conn.sendall(head + b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body) + body)
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    return answer
+
+
+CHAT_BYTES = json.dumps(CHAT).encode()
+
+
+def test_the_door_reads_its_headers_in_any_case_and_the_first_of_two(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    proxy = make_proxy(mode="record")
+    head = (
+        b"POST /openai/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        b"content-type: application/json\r\nX-LLMTAPE-CASSETTE: Upper\r\n"
+        b"x-llmtape-cassette: lower\r\nX-Odd: caf\xc3\xa9 \xff\r\n"
+    )
+    answer = raw_request(proxy.url, head, CHAT_BYTES)
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+    proxy.stop()
+    assert [p.parent.name for p in cassettes.rglob("*.json")] == ["Upper"]
+    replay = make_proxy(mode="replay")
+    again = raw_request(replay.url, head, CHAT_BYTES)
+    assert again.startswith(b"HTTP/1.1 200"), again[:300]
+    assert replay.stats["replayed"] == 1
+
+
+def test_a_non_ascii_cassette_header_is_a_clear_400(make_proxy: MakeProxy, cassettes: Path) -> None:
+    proxy = make_proxy(mode="record")
+    head = (
+        b"POST /openai/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        b"content-type: application/json\r\nx-llmtape-cassette: caf\xc3\xa9\r\n"
+    )
+    answer = raw_request(proxy.url, head, CHAT_BYTES)
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:300]
+    assert b"not allowed" in answer
+    proxy.stop()
+    assert files_under(cassettes) == {}
+
+
+@pytest.mark.parametrize("name", [b"anthropic-version", b"Anthropic-Version", b"ANTHROPIC-VERSION"])
+def test_a_bare_v1_path_with_anthropic_version_in_any_case_goes_to_anthropic(
+    make_proxy: MakeProxy, cassettes: Path, name: bytes
+) -> None:
+    proxy = make_proxy(mode="record")
+    body = json.dumps({"model": "claude", "max_tokens": 5, "messages": CHAT["messages"]})
+    head = (
+        b"POST /v1/messages HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+        + name
+        + b": 2023-06-01\r\nx-api-key: sk-ant-test\r\n"
+    )
+    answer = raw_request(proxy.url, head, body.encode())
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+    proxy.stop()
+    [stored] = cassettes.rglob("*.json")
+    assert json.loads(stored.read_text())["request"]["upstream"] == "anthropic"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/tool/v1/a;b=c/x",
+        "/tool/v1/a%2Fb",
+        "/tool/v1/a%2fb%2E",
+        "/tool/v1/x..json",
+        "/tool/v1/.../x",
+        "/tool/v1/x?next=../../etc&p=%2e%2e",
+        "/tool/v1/x;..?q=..",
+    ],
+)
+def test_paths_that_do_not_climb_go_upstream_as_they_came(make_proxy: MakeProxy, path: str) -> None:
+    from tests.fakes.raw import RawUpstream
+
+    ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}"
+    with RawUpstream() as raw:
+        raw.answer(ok)
+        proxy = make_proxy(mode="passthrough", upstream={"tool": raw.url})
+        answer = raw_request(proxy.url, b"GET " + path.encode() + b" HTTP/1.1\r\nHost: x\r\n")
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+        [sent] = raw.requests
+    assert sent.split(b"\r\n")[0] == b"GET " + path.removeprefix("/tool").encode() + b" HTTP/1.1"
+
+
+def test_a_cassette_reached_by_header_before_a_put_names_it_is_not_untouched(
+    make_proxy: MakeProxy,
+) -> None:
+    proxy = make_proxy(mode="record", cassette="a", fail_on_unused=True)
+    assert post(proxy.url, headers={"x-llmtape-cassette": "b"}).status_code == 200
+    assert proxy.put_cassette(cassette="c", mode="replay").status_code == 200  # ends every run
+    assert proxy.put_cassette(cassette="b").status_code == 200
+    assert proxy.stats["untouched"] == ["c"], "a request reached b: it was touched"

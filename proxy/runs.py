@@ -24,6 +24,9 @@ MAX_ENDED = 200  # ended runs kept for stats and the shutdown log (those with ne
 # Unused recordings a run's note lists for prune, each read and digested when the run ends:
 # 100,000 of them took the server over 20 s to stop (and a SIGKILL).
 MAX_NOTED = 5_000
+# Cassettes a request reached (by header) before the server was told to serve them, the
+# newest kept: a later PUT of one of them finds it touched even once its run has ended.
+MAX_REACHED_UNTOLD = 1_024
 SETTLE_SECONDS = 5.0  # how long ending a run waits for answers still being recorded into it
 log = logging.getLogger("llmtape")
 
@@ -152,15 +155,20 @@ class Run:
 class Touched:
     """Which of the cassettes the server was told to serve (`watch`) a request reached, and
     whether any request reached any cassette: what --fail-on-unused needs, bounded by the
-    told names however many names clients send by header (`add` takes every one)."""
+    told names however many names clients send by header (`add` takes every one), and by
+    the newest MAX_REACHED_UNTOLD names reached before they were told."""
 
     def __init__(self) -> None:
         self._watched: set[str] = set()
         self._reached: set[str] = set()
+        self._untold: dict[str, None] = {}  # reached, not told (yet): oldest first
         self._any = False
 
     def watch(self, cassette: str, reached: bool = False) -> None:
         self._watched.add(cassette)
+        if cassette in self._untold:  # a request reached it before it was told
+            del self._untold[cassette]
+            reached = True
         if reached:
             self._reached.add(cassette)
 
@@ -168,6 +176,10 @@ class Touched:
         self._any = True
         if cassette in self._watched:
             self._reached.add(cassette)
+        elif cassette not in self._untold:
+            self._untold[cassette] = None
+            if len(self._untold) > MAX_REACHED_UNTOLD:
+                del self._untold[next(iter(self._untold))]
 
     def __contains__(self, cassette: object) -> bool:
         return cassette in self._reached

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from llmtape.models import Exchange, StoredRequest, StoredResponse
 from llmtape.replays import Replay, ReplayCache
-from llmtape.runs import Run, Runs, Touched
+from llmtape.runs import MAX_REACHED_UNTOLD, Run, Runs, Touched
 from llmtape.store.fs import FileStore
 
 MODEL, TOOL = "a" * 64, "b" * 64
@@ -133,11 +133,16 @@ def test_touched_holds_the_told_names_not_every_name_clients_send() -> None:
         grown = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    assert grown < 4096, f"10,000 names by header kept {grown:,} bytes"
+    # The newest MAX_REACHED_UNTOLD names (their strings are the clients'): about 50 KB.
+    assert grown < 128 * 1024, f"10,000 names by header kept {grown:,} bytes"
     assert touched, "a request came"
     assert "told" not in touched and names[0] not in touched
     touched.add("told")
     assert "told" in touched
+    touched.watch(names[-1])  # reached by header before a PUT named it
+    touched.watch(names[0])  # the oldest: forgotten
+    assert names[-1] in touched and names[0] not in touched
+    assert MAX_REACHED_UNTOLD < len(names)
 
 
 def test_a_cassette_told_while_a_request_already_runs_it_counts_as_touched(

@@ -241,3 +241,31 @@ def test_a_cassette_reached_by_header_before_a_put_names_it_is_not_untouched(
     assert proxy.put_cassette(cassette="c", mode="replay").status_code == 200  # ends every run
     assert proxy.put_cassette(cassette="b").status_code == 200
     assert proxy.stats["untouched"] == ["c"], "a request reached b: it was touched"
+
+
+def test_a_gzip_answer_padded_with_zeros_passes_as_gzip_tools_read_it(
+    make_proxy: MakeProxy,
+) -> None:
+    with SocketUpstream(whole(gzip.compress(PLAIN) + bytes(16), "gzip")) as upstream:
+        proxy = make_proxy(mode="record", upstream={"openai": upstream.url})
+        response = post(proxy.url)
+    assert response.status_code == 200 and response.content == PLAIN
+
+
+def test_two_content_encoding_lines_are_not_inflated_once_and_passed_as_plain(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    def answer(conn: socket.socket) -> None:
+        body = gzip.compress(gzip.compress(PLAIN))
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\n"
+            + f"content-encoding: gzip\r\ncontent-length: {len(body)}\r\n".encode()
+            + b"connection: close\r\n\r\n"
+            + body
+        )
+
+    with SocketUpstream(answer) as upstream:
+        proxy = make_proxy(mode="record", upstream={"openai": upstream.url})
+        response = post(proxy.url)
+        proxy.stop()
+    assert response.status_code == 502 or response.content == PLAIN, response.content[:40]

@@ -55,6 +55,12 @@ class Inflater:
         pending, full = data, False
         while pending or full:
             if self._zlib is None:
+                if self.encoding == "gzip" and self.taken:
+                    # Zeros after a member are padding, skipped as gzip tools skip them.
+                    padded, pending = len(pending), pending.lstrip(b"\0")
+                    self.taken += padded - len(pending)
+                    if not pending:
+                        break
                 self._zlib = zlib.decompressobj(self._wbits(pending[0]))
             inflating = self._zlib
             try:

@@ -102,3 +102,12 @@ def test_encodings_it_cannot_inflate_are_named() -> None:
     ] * 5
     assert unknown_encoding("br") == "brotli (br)" and unknown_encoding("zstd") == "zstd"
     assert unknown_encoding("gzip, br") == "'gzip, br'"
+
+
+def test_zeros_after_a_gzip_member_are_padding_even_split_across_chunks() -> None:
+    body = gzip.compress(b"first") + bytes(5) + gzip.compress(b"second") + bytes(7)
+    member = len(gzip.compress(b"first"))
+    for cuts in ([], [member + 2], [member, member + 5], [len(body) - 3]):
+        assert inflate(Inflater("gzip"), body, cuts) == b"firstsecond"
+    with pytest.raises(UpstreamCut, match="does not decode"):
+        inflate(Inflater("gzip"), gzip.compress(b"x") + b"\0\0junk", [])

@@ -123,7 +123,7 @@ class AiohttpResponse:
     ) -> None:
         self._upstream = upstream
         self._response = response
-        encoding = response.headers.get("content-encoding", "").strip().lower()
+        encoding = content_encoding(response).strip().lower()
         self._inflater = Inflater(encoding, limits) if encoding in INFLATABLE else None
         self.status = response.status
         # From the raw bytes, as latin-1: every byte passes through to the client unchanged.
@@ -203,7 +203,7 @@ class AiohttpUpstream:
             ) from exc
         except aiohttp.ClientError as exc:
             raise UpstreamUnreachable(f"{where} is unreachable: {_told(exc)}") from exc
-        encoding = unknown_encoding(response.headers.get("content-encoding", ""))
+        encoding = unknown_encoding(content_encoding(response))
         if encoding is not None and _has_body(request.method, response.status):
             response.close()
             raise UpstreamError(
@@ -212,6 +212,12 @@ class AiohttpUpstream:
                 "deflate (accept-encoding); this upstream ignored that."
             )
         return AiohttpResponse(request.upstream, response, self._limits)
+
+
+def content_encoding(response: aiohttp.ClientResponse) -> str:
+    """Every Content-Encoding the answer names, in order: two header lines are one list
+    (RFC 9110 5.3), so `gzip` twice is `gzip, gzip`, not one gzip to inflate."""
+    return ", ".join(response.headers.getall("content-encoding", []))
 
 
 def _has_body(method: str, status: int) -> bool:

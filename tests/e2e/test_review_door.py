@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import socket
+import threading
+import time
 import zlib
 from pathlib import Path
 
@@ -13,7 +16,9 @@ import httpx
 import pytest
 
 from tests.conftest import MakeProxy
-from tests.e2e.test_inflate import PLAIN, SocketUpstream, whole
+from tests.e2e.test_inflate import PLAIN, SocketUpstream, gzip_stream, whole
+from tests.e2e.test_streaming import stream_through_shutdown
+from tests.fakes.raw import RawUpstream
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import files_under
 
@@ -221,8 +226,6 @@ def test_a_bare_v1_path_with_anthropic_version_in_any_case_goes_to_anthropic(
     ],
 )
 def test_paths_that_do_not_climb_go_upstream_as_they_came(make_proxy: MakeProxy, path: str) -> None:
-    from tests.fakes.raw import RawUpstream
-
     ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}"
     with RawUpstream() as raw:
         raw.answer(ok)
@@ -269,3 +272,39 @@ def test_two_content_encoding_lines_are_not_inflated_once_and_passed_as_plain(
         response = post(proxy.url)
         proxy.stop()
     assert response.status_code == 502 or response.content == PLAIN, response.content[:40]
+
+
+def test_a_live_gzip_stream_cut_by_shutdown_is_a_quiet_cut_and_not_recorded(
+    make_proxy: MakeProxy, cassettes: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    gate, opened = threading.Event(), list[bool]()
+    with SocketUpstream(gzip_stream(gate, opened)) as upstream:
+        proxy = make_proxy(mode="record", shutdown_timeout=0.5, upstream={"openai": upstream.url})
+        ends = stream_through_shutdown(proxy, caplog)
+        gate.set()
+    assert ends == ["RemoteProtocolError"]
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == []
+    assert files_under(cassettes) == {}
+
+
+def test_a_shutdown_while_a_request_body_is_coming_is_quiet(
+    make_proxy: MakeProxy, fake: FakeUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    proxy = make_proxy(mode="replay", shutdown_timeout=0.5)
+    host, port = proxy.url.removeprefix("http://").split(":")
+    server_log = logging.getLogger("uvicorn.error")
+    server_log.addHandler(caplog.handler)
+    try:
+        with socket.create_connection((host, int(port)), timeout=10) as conn:
+            conn.sendall(
+                b"POST /openai/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                b'content-length: 1000\r\n\r\n{"model":'
+            )
+            time.sleep(0.3)
+            started = time.monotonic()
+            proxy.stop()
+            assert time.monotonic() - started < 10
+    finally:
+        server_log.removeHandler(caplog.handler)
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == []
+    assert fake.count() == 0

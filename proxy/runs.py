@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import threading
 from collections import Counter, deque
@@ -19,7 +20,8 @@ from llmtape.stats import RunSummary
 from llmtape.store.base import CassetteStore, exchange_file
 
 MAX_LISTED = 50
-MAX_OPEN_RUNS = 256  # cassettes under way at once; the oldest idle run ends past that
+MAX_OPEN_RUNS = 256  # cassettes under way at once; the least recently asked ends past that
+_ASKS = itertools.count(1)  # orders runs by their last request
 MAX_ENDED = 200  # ended runs kept for stats and the shutdown log (those with news only)
 # Unused recordings a run's note lists for prune, each read and digested when the run ends:
 # 100,000 of them took the server over 20 s to stop (and a SIGKILL).
@@ -50,6 +52,7 @@ class Run:
     anew: bool = False  # recorded the cassette anew (record mode, a .derived cassette)
     held: bool = False  # the cassette held recordings when this run began (`once` mode)
     requests: int = 0
+    last_asked: int = 0  # when it was last asked, in asks counted over every run
     replayed_from: bool = False  # answered a request from disk, or refused one: it is an input
     live: set[str] = field(default_factory=set)  # upstreams that ran live in this replay run
     # key -> upstream of recordings read for unused accounting under partial replay only
@@ -70,6 +73,7 @@ class Run:
         """Count one more request for `key`: (its 1-based ask number, its seq in the run)."""
         self.asked[key] += 1
         self.requests += 1
+        self.last_asked = next(_ASKS)
         return self.asked[key], self.requests - 1
 
     def pick(self, key: str, ask: int, policy: RepeatPolicy) -> int | None:
@@ -238,10 +242,15 @@ class Runs:
 
     async def _end_idle(self, keep: Run) -> None:
         """Past MAX_OPEN_RUNS cassettes under way (clients may name any number by header),
-        end the oldest idle ones: their summaries go to the bounded list of ended runs, and a
-        later request to one starts a new run of it."""
+        end the idle ones asked longest ago (not the start-up cassette a client uses all
+        along): their summaries go to the bounded list of ended runs, and a later request to
+        one starts a new run of it."""
         while len(self._runs) > MAX_OPEN_RUNS:
-            idle = next((r for r in self._runs.values() if r is not keep and not r.recording), None)
+            idle = min(
+                (r for r in self._runs.values() if r is not keep and not r.recording),
+                key=lambda run: run.last_asked,
+                default=None,
+            )
             if idle is None:
                 return
             del self._runs[idle.cassette]

@@ -166,6 +166,21 @@ def test_runs_under_way_are_bounded_however_many_cassettes_clients_name(
     assert stats["recorded"] == MAX_OPEN_RUNS + 40 and stats["replayed"] == 1
 
 
+def test_past_the_cap_the_run_asked_longest_ago_ends_not_the_one_in_use(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    """A client on the start-up cassette throughout, while others name many by header: its
+    run goes on whole (ending it would restart its replay positions mid-sequence)."""
+    proxy = make_proxy(mode="auto")
+    with httpx.Client(base_url=proxy.url) as client:
+        for n in range(MAX_OPEN_RUNS + 40):
+            headers = {"x-llmtape-cassette": f"many/c{n}"}
+            assert client.post("/openai/v1/embeddings", json=EMBED, headers=headers).is_success
+            assert client.post("/openai/v1/embeddings", json=EMBED).is_success
+    runs = {run["cassette"]: run for run in proxy.stats["runs"]}
+    assert runs["default"]["requests"] == MAX_OPEN_RUNS + 40
+
+
 def test_a_gzip_bomb_is_cut_neither_inflated_nor_held_nor_recorded(
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
 ) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -97,3 +99,13 @@ def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         time.sleep(0.02)
+
+
+def check_jsonschema(schema: str, path: Path) -> subprocess.CompletedProcess[str]:
+    """check-jsonschema's built-in `schema` (e.g. `vendor.compose-spec`) run on `path`."""
+    return subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.fakes.upstream import FakeUpstream
-from tests.support import SECRET_OPENAI
+from tests.support import SECRET_OPENAI, check_jsonschema
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / "examples" / "ci" / "github-actions.yml"
@@ -60,27 +60,20 @@ def step(name: str) -> dict[str, Any]:
     return found
 
 
+WORKFLOWS = "vendor.github-workflows"  # check-jsonschema's built-in schema
+
+
 def without_expressions(script: str) -> str:
     """A `run:` with each `${{ ... }}` as the runner substitutes it: a plain word."""
     return re.sub(r"\$\{\{[^}]*\}\}", "expression", script)
 
 
-def check_jsonschema(path: Path) -> subprocess.CompletedProcess[str]:
-    schema = "vendor.github-workflows"
-    return subprocess.run(
-        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema, str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def test_the_workflow_validates_against_the_github_workflow_schema(tmp_path: Path) -> None:
-    result = check_jsonschema(WORKFLOW)
+    result = check_jsonschema(WORKFLOWS, WORKFLOW)
     assert result.returncode == 0, result.stdout + result.stderr
     broken = tmp_path / "workflow.yml"
     broken.write_text(WORKFLOW.read_text().replace("runs-on:", "run-on:"))
-    assert check_jsonschema(broken).returncode == 1, "the schema must bite"
+    assert check_jsonschema(WORKFLOWS, broken).returncode == 1, "the schema must bite"
 
 
 def test_every_run_script_passes_shellcheck(tmp_path: Path) -> None:

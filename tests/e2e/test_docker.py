@@ -25,6 +25,7 @@ import yaml
 
 import llmtape
 from llmtape.settings import Settings, env_name
+from tests.support import check_jsonschema
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
@@ -129,15 +130,6 @@ def test_the_image_carries_oci_labels_in_step_with_the_package() -> None:
     assert labels["org.opencontainers.image.version"] == llmtape.__version__
     assert labels["org.opencontainers.image.licenses"] == project["license"]
     assert labels["org.opencontainers.image.description"] == project["description"]
-
-
-def check_jsonschema(schema: str, path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema, str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def test_the_compose_file_validates_against_the_compose_specification(tmp_path: Path) -> None:

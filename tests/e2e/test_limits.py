@@ -112,6 +112,10 @@ def test_off_loopback_without_a_token_state_changing_control_requests_are_refuse
         "/api/a\\b",
         "/api/a%5Cb",
         "/v1/../admin",
+        "/api/..;/admin",
+        "/api/%2e%2e;/admin",
+        "/api/..%2f..%2fadmin",
+        "/api/%252e%252e/x",
     ],
 )
 def test_a_path_that_could_climb_above_the_upstream_base_is_a_400(
@@ -239,18 +243,6 @@ def test_the_control_api_holds_no_large_body_and_takes_any_case_of_bearer(
     big = httpx.put(url, content=b"{" + b" " * (1024 * 1024) + b"}", headers=auth)
     assert big.status_code == 413
     assert httpx.put(url, json={"cassette": "x"}, headers=auth).status_code == 200
-
-
-@pytest.mark.parametrize(
-    "path", ["/api/..;/admin", "/api/%2e%2e;/admin", "/api/..%2f..%2fadmin", "/api/%252e%252e/x"]
-)
-def test_a_dot_dot_segment_is_refused_however_it_is_spelled(
-    make_proxy: MakeProxy, fake: FakeUpstream, path: str
-) -> None:
-    proxy = make_proxy(mode="record", upstream={"api": fake.url + "/api/v2"})
-    answer = raw_get(proxy.url, path)
-    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
-    assert fake.count() == 0
 
 
 def test_an_idle_keep_alive_connection_is_closed_after_the_timeout(

@@ -2,7 +2,7 @@
 does `/__llmtape/health` take, and how far does llmtape's RSS grow? Targets (issue 11):
 health under 100 ms throughout, RSS bounded whatever the answer's size.
 
-    .venv/bin/python bench/commit.py [--sizes 60,500] [--kinds json,sse]
+    .venv/bin/python bench/commit.py [--sizes 60,500] [--kinds json,sse] [--mode passthrough]
 
 Everything on 127.0.0.1: an in-process upstream makes each answer piece by piece (bounded
 memory), llmtape runs as a subprocess in record mode with --max-record above the largest
@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import tempfile
 import time
@@ -131,6 +130,9 @@ async def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="60,500", help="answer sizes in MB (default 60,500)")
     parser.add_argument("--kinds", default="json,sse", help="json, sse or both")
+    parser.add_argument(
+        "--mode", default="record", help="llmtape's mode: record, or passthrough to compare"
+    )
     args = parser.parse_args(argv)
     sizes = [float(s) for s in args.sizes.split(",")]
     kinds = args.kinds.split(",")
@@ -140,7 +142,7 @@ async def main(argv: list[str]) -> int:
         limit = f"{int(max(sizes) * 2) + 16}MiB"
         options = [
             "--mode",
-            os.environ.get("MODE", "record"),
+            args.mode,
             "--cassettes",
             str(library),
             "--max-record",

@@ -8,6 +8,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from llmtape.jsontext import indent2
+
 Kind = Literal["empty", "json", "text", "base64"]
 
 
@@ -54,8 +56,10 @@ def render_json(value: Any, style: str) -> bytes:
     layout = next((lay for lay in _LAYOUTS if lay[0] == name), None)
     if layout is None:
         raise ValueError(f"unknown JSON style {style!r}")
-    text = json.dumps(value, indent=layout[1], separators=layout[2], ensure_ascii="ascii" in flags)
-    return (text + ("\n" if "newline" in flags else "")).encode()
+    ascii, end = "ascii" in flags, b"\n" if "newline" in flags else b""
+    if layout[1] is not None:  # the one layout json.dumps writes in pure Python
+        return indent2(value, ensure_ascii=ascii) + end
+    return json.dumps(value, separators=layout[2], ensure_ascii=ascii).encode() + end
 
 
 def _json_style(value: Any, raw: bytes) -> str | None:

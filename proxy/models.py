@@ -10,6 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from llmtape.jsontext import indent2
+
 SCHEMA_VERSION = 1
 
 
@@ -132,9 +134,9 @@ def _dump(exchange: Exchange) -> tuple[bytes, bool]:
     body = data["response"].get("body") or {}
     value = _sorted(data, body.get("json"))
     try:
-        return (json.dumps(value, indent=2, ensure_ascii=False) + "\n").encode("utf-8"), False
+        return indent2(value) + b"\n", False
     except UnicodeEncodeError:  # a lone surrogate: valid JSON only when escaped
-        return (json.dumps(value, indent=2, ensure_ascii=True) + "\n").encode("ascii"), True
+        return indent2(value, ensure_ascii=True) + b"\n", True
 
 
 def load_exchange(raw: bytes) -> Exchange:

@@ -49,6 +49,7 @@ class Server:
                 engine.upstream = AiohttpUpstream(
                     session, settings.connect_timeout, settings.read_timeout
                 )
+                await engine.open()
                 yield
                 self.final = await engine.close()
 

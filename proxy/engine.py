@@ -462,6 +462,17 @@ class Engine:
             if name not in touched and (name in self.named or not touched)
         )
 
+    async def open(self) -> None:
+        """The store, opened for this server (see CassetteStore.open)."""
+        restored = await asyncio.to_thread(self.store.open)
+        if restored:
+            log.warning(
+                "wrote back %d exchange file(s) from the journal of an llmtape that "
+                "stopped without closing it (first: %s)",
+                len(restored),
+                restored[0],
+            )
+
     async def close(self) -> Snapshot:
         """End every run (dropping what record runs superseded); count the recordings of every
         cassette it was told to serve in a replaying mode and no request reached as unused;
@@ -469,6 +480,10 @@ class Engine:
         self.upstream = None
         await self.runs.end_all()
         await asyncio.to_thread(self.writer.shutdown)
+        try:
+            await asyncio.to_thread(self.store.close)
+        except OSError as exc:  # what is journaled stays, for the next start to write back
+            log.error("closing the cassettes: %s", exc)
         self.replays.clear()
         for name in self.untouched():
             replaying = bool(self.told[name] & {Mode.REPLAY, Mode.AUTO, Mode.ONCE})

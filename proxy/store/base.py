@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from llmtape.lastrun import LastRun
@@ -58,6 +59,16 @@ class CassetteStore(Protocol):
     """A cassette library. The server records and replays through entries, read, write,
     write_pieces, scratch and delete, and keeps its last-run note with the last two; the
     cassette tools (ls, show, verify, rekey, redact, prune) also list, locate and check."""
+
+    def open(self) -> list[Path]:
+        """A server starts on the library: what a crashed one left half-written is put
+        right (the files written back), and writes may take a faster durable way until
+        `close`. The cassette tools never open: each of their writes is durable alone."""
+        ...
+
+    def close(self) -> None:
+        """Every write is durable, and whatever `open` took is let go."""
+        ...
 
     def entries(self, cassette: str) -> dict[str, list[int]]:
         """Every recorded key of a cassette with its ordinals, ascending; no file is read."""

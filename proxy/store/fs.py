@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -18,6 +16,8 @@ from llmtape.errors import CassetteCorrupt
 from llmtape.lastrun import LAST_RUN_FILE, LastRun, dump_last_run, load_last_run
 from llmtape.models import Exchange, NewerSchema, dump_exchange, load_exchange
 from llmtape.store.base import exchange_file, is_leftover, parse_exchange_file, same_recording
+from llmtape.store.durable import FolderSyncs, fsync_folder, write_atomic
+from llmtape.store.journal import Journal
 from llmtape.store.names import check_folder_name
 
 
@@ -25,6 +25,22 @@ class FileStore:
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
         self._folder_syncs = FolderSyncs()
+        self._journal: Journal | None = None
+
+    def open(self) -> list[Path]:
+        """From now on exchange files go through a write-ahead journal (a recording
+        server's store; see journal.py); first, write back what a crashed one left in
+        its journal. The paths written back."""
+        journal = Journal(self.root)
+        restored = journal.open()
+        self._journal = journal
+        return restored
+
+    def close(self) -> None:
+        """Every exchange written is synced and the journal removed."""
+        journal, self._journal = self._journal, None
+        if journal is not None:
+            journal.close()
 
     def folder(self, cassette: str) -> Path:
         return self.root / check_folder_name(cassette)
@@ -58,7 +74,9 @@ class FileStore:
         stored = _stored(path)
         if stored is not None and same_recording(stored, exchange):
             return False
-        write_atomic(path, dump_exchange(exchange), self._folder_syncs.sync)
+        data = dump_exchange(exchange)
+        if self._journal is None or not self._journal.write(path, data):
+            write_atomic(path, data, self._folder_syncs.sync)
         return True
 
     def write_pieces(self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes]) -> None:
@@ -73,8 +91,11 @@ class FileStore:
         return tempfile.TemporaryFile(dir=folder, prefix=".llmtape-spool.", suffix=".tmp")
 
     def delete(self, cassette: str, key: str, ordinal: int) -> None:
-        self.path(cassette, key, ordinal).unlink(missing_ok=True)
-        _fsync_folder(self.folder(cassette))
+        path = self.path(cassette, key, ordinal)
+        if self._journal is not None:
+            self._journal.forget(path)
+        path.unlink(missing_ok=True)
+        fsync_folder(path.parent)
 
     def cassettes(self) -> list[str]:
         """Every folder holding exchange files, or what an interrupted write left behind."""
@@ -110,7 +131,7 @@ class FileStore:
         if record is None:
             if path.exists():
                 path.unlink(missing_ok=True)
-                _fsync_folder(path.parent)
+                fsync_folder(path.parent)
             return
         data = dump_last_run(record)
         with contextlib.suppress(OSError):
@@ -162,100 +183,3 @@ def sweep_leftovers(root: Path, older_than: float = 60.0) -> list[Path]:
                 path.unlink(missing_ok=True)
                 swept.append(path)
     return swept
-
-
-def write_atomic(
-    path: Path, data: bytes | Iterable[bytes], sync_folder: Callable[[Path], None] | None = None
-) -> None:
-    """Temp file in the same folder, write, fdatasync, rename over, fsync the folder (with
-    `sync_folder`, else alone): a crash leaves the old file or the new one, never a torn one.
-    `data` may come in pieces (an exchange too large to hold). The temp name is one that
-    `is_leftover` knows."""
-    fd, temp = _create_temp(path)
-    try:
-        with open(fd, "wb", closefd=True) as handle:
-            for piece in [data] if isinstance(data, bytes) else data:
-                handle.write(piece)
-            handle.flush()
-            # The data and what reading it back needs (its size): a new file's mtime is
-            # not worth a second journal write.
-            _datasync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-    (sync_folder or _fsync_folder)(path.parent)
-
-
-_datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
-
-
-def _create_temp(path: Path) -> tuple[int, str]:
-    """A new, empty `.<name>.<pid>-<n>.tmp` beside `path` (its folder made if need be), with
-    the mode a plain open gives (0666 less the umask: a cassette recorded by one user must
-    replay as another). Numbered, not random: no syscall for entropy on every write; a
-    name a crashed process with the same pid left is skipped."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    while True:
-        temp = f"{path.parent}/.{path.name}.{os.getpid()}-{next(_TEMP_NUMBERS)}.tmp"
-        try:
-            return os.open(temp, flags, 0o666), temp
-        except FileExistsError:
-            continue
-        except FileNotFoundError:
-            path.parent.mkdir(parents=True, exist_ok=True)
-
-
-_TEMP_NUMBERS = itertools.count()  # next() on a count is atomic under the GIL
-
-
-def _fsync_folder(folder: Path) -> None:
-    """Make a rename or unlink in `folder` durable."""
-    handle = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(handle)
-    finally:
-        os.close(handle)
-
-
-class FolderSyncs:
-    """Group commit of folder fsyncs, for the writer threads of one store: a write returns
-    once an fsync of its folder that began after its rename has ended, and one fsync covers
-    every rename made before it began. Writes that finish together share one."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._folders: dict[Path, _FolderSync] = {}
-
-    def sync(self, folder: Path) -> None:
-        with self._lock:
-            state = self._folders.setdefault(folder, _FolderSync())
-        state.sync(folder)
-
-
-class _FolderSync:
-    def __init__(self) -> None:
-        self.cond = threading.Condition()
-        self.renamed = 0  # renames announced so far; each writer's ticket is its count
-        self.synced = 0  # every rename up to this ticket is durable
-        self.busy = False  # an fsync is under way
-
-    def sync(self, folder: Path) -> None:
-        with self.cond:
-            self.renamed += 1
-            ticket = self.renamed
-            while self.synced < ticket:
-                if self.busy:  # began before this rename, maybe: wait, then look again
-                    self.cond.wait()
-                    continue
-                self.busy, covers, done = True, self.renamed, False
-                self.cond.release()
-                try:
-                    _fsync_folder(folder)
-                    done = True
-                finally:  # on an error, each waiter tries its own fsync
-                    self.cond.acquire()
-                    self.busy = False
-                    if done:
-                        self.synced = max(self.synced, covers)
-                    self.cond.notify_all()

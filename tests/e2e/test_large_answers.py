@@ -11,6 +11,7 @@ import httpx
 import openai
 
 from llmtape.spool import SPOOL_AFTER
+from llmtape.store.journal import JOURNAL_DIR
 from tests.conftest import MakeProxy
 from tests.e2e.test_cli import Serve
 from tests.fakes.upstream import FakeUpstream, Reply
@@ -39,8 +40,8 @@ def chat_stream(frames: int, words: str = "the quick brown fox é ") -> str:
 
 
 def only_exchange(cassettes: Path) -> tuple[Path, dict[str, object]]:
-    files = [p for p in cassettes.rglob("*") if p.is_file()]
-    assert len(files) == 1, f"one exchange file and nothing else: {files}"
+    files = [p for p in cassettes.rglob("*") if p.is_file() and JOURNAL_DIR not in p.parts]
+    assert len(files) == 1, f"one exchange file and nothing else (the journal aside): {files}"
     return files[0], json.loads(files[0].read_bytes())
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import pytest
@@ -44,6 +45,12 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self.data: dict[str, dict[str, bytes]] = {}
+
+    def open(self) -> list[Path]:
+        return []  # a dict is never half-written
+
+    def close(self) -> None:
+        pass
 
     def entries(self, cassette: str) -> dict[str, list[int]]:
         found: dict[str, list[int]] = {}

@@ -1,0 +1,119 @@
+"""Writing files so that a crash leaves the old one or the new one, never a torn one."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+
+def write_atomic(
+    path: Path, data: bytes | Iterable[bytes], sync_folder: Callable[[Path], None] | None = None
+) -> None:
+    """Temp file in the same folder, write, fdatasync, rename over, fsync the folder (with
+    `sync_folder`, else alone): a crash leaves the old file or the new one, never a torn one.
+    `data` may come in pieces (an exchange too large to hold). The temp name is one that
+    `is_leftover` knows."""
+    put(path, data, sync=True)
+    (sync_folder or fsync_folder)(path.parent)
+
+
+def put(path: Path, data: bytes | Iterable[bytes], sync: bool) -> None:
+    """`data` in a temp file renamed over `path`, its bytes synced first with `sync`
+    (without, it is durable only once something syncs the filesystem: see journal.py)."""
+    fd, temp = create_temp(path)
+    try:
+        with open(fd, "wb", closefd=True) as handle:
+            for piece in [data] if isinstance(data, bytes) else data:
+                handle.write(piece)
+            if sync:
+                handle.flush()
+                # The data and what reading it back needs (its size): a new file's mtime is
+                # not worth a second journal write.
+                _datasync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+_datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
+
+
+def create_temp(path: Path) -> tuple[int, str]:
+    """A new, empty `.<name>.<pid>-<n>.tmp` beside `path` (its folder made if need be), with
+    the mode a plain open gives (0666 less the umask: a cassette recorded by one user must
+    replay as another). Numbered, not random: no syscall for entropy on every write; a
+    name a crashed process with the same pid left is skipped."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        temp = f"{path.parent}/.{path.name}.{os.getpid()}-{next(_TEMP_NUMBERS)}.tmp"
+        try:
+            return os.open(temp, flags, 0o666), temp
+        except FileExistsError:
+            continue
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+
+
+_TEMP_NUMBERS = itertools.count()  # next() on a count is atomic under the GIL
+
+
+def fsync_folder(folder: Path) -> None:
+    """Make a rename or unlink in `folder` durable."""
+    handle = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+class GroupSync:
+    """One sync shared by the threads that ask for it together: `sync()` returns once a run
+    of `do` that began after the call has ended, and one run covers every caller that came
+    before it began."""
+
+    def __init__(self, do: Callable[[], None]) -> None:
+        self.do = do
+        self.cond = threading.Condition()
+        self.asked = 0  # each caller's ticket is the count when it asked
+        self.done = 0  # every ticket up to this one is covered
+        self.busy = False  # a run is under way
+
+    def sync(self) -> None:
+        with self.cond:
+            self.asked += 1
+            ticket = self.asked
+            while self.done < ticket:
+                if self.busy:  # began before this call, maybe: wait, then look again
+                    self.cond.wait()
+                    continue
+                self.busy, covers, ok = True, self.asked, False
+                self.cond.release()
+                try:
+                    self.do()
+                    ok = True
+                finally:  # on an error, each waiter tries a run of its own
+                    self.cond.acquire()
+                    self.busy = False
+                    if ok:
+                        self.done = max(self.done, covers)
+                    self.cond.notify_all()
+
+
+class FolderSyncs:
+    """Group commit of folder fsyncs, for the writer threads of one store: writes whose
+    renames finish together share one fsync of their folder."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._folders: dict[Path, GroupSync] = {}
+
+    def sync(self, folder: Path) -> None:
+        with self._lock:
+            group = self._folders.get(folder)
+            if group is None:
+                group = self._folders[folder] = GroupSync(lambda: fsync_folder(folder))
+        group.sync()

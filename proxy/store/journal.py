@@ -1,0 +1,366 @@
+"""The write-ahead journal of a recording server.
+
+A durable new file costs two commits of the filesystem's own journal: the file's fsync, then
+its folder's (for its name). A recording server instead appends each exchange file to a
+journal file that is already on disk, full size, and syncs only that: one flush of the
+disk, and writes that finish together share it. The exchange file itself is then written
+and renamed into place, unsynced; a thread makes those files durable a second or so later
+in one `syncfs`, and only then lets their journal entries go.
+
+So an exchange is on disk before its answer's last byte leaves, as ever; after a power cut,
+the next `llmtape serve` on the library writes back every journaled file that is missing or
+does not hold its journaled bytes. After a mere crash of the process the files are intact
+(the kernel still writes them) and the journal is dropped untouched.
+
+Layout: `<library>/.llmtape/journal-<pid>-<0|1>`, two halves per server, each
+`HALF_SIZE` bytes of zeros written at start (so a sync changes no size and no extent). A
+half starts with a header (magic, epoch); entries follow, each
+`ENTRY | epoch | length | crc32 | path length | path | bytes`. An entry counts only with its
+half's epoch and a good crc: a torn or stale tail ends the half. The halves take turns:
+every CHECKPOINT_S the one taking entries is swapped for the other, and once its files are
+synced its epoch moves on, which empties it. The live server holds an flock on each half,
+so another server starting on the same library leaves them alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import logging
+import os
+import struct
+import threading
+import zlib
+from pathlib import Path
+
+from llmtape.errors import BadCassetteName
+from llmtape.store.base import parse_exchange_file
+from llmtape.store.durable import GroupSync, fsync_folder, put, write_atomic
+from llmtape.store.names import check_folder_name
+
+log = logging.getLogger("llmtape")
+
+JOURNAL_DIR = ".llmtape"  # dot folder: no cassette, skipped when listing; holds a .gitignore
+HALF_SIZE = 2 * 2**20
+MAX_HALF = 64 * 2**20  # what recovery reads of a half at most (HALF_SIZE may grow)
+MAX_ENTRY = 256 * 2**10  # a larger exchange file is written and synced on its own
+CHECKPOINT_S = 1.0
+
+_HEAD = struct.Struct("<4sQ")  # magic, epoch
+_ENTRY = struct.Struct("<4sQIIH")  # magic, epoch, whole entry's length, crc32, path length
+HEAD_MAGIC, ENTRY, VOID = b"LTJH", b"LTJE", b"LTJV"
+
+
+def _syncfs_call() -> object:
+    with contextlib.suppress(OSError, AttributeError):
+        return ctypes.CDLL(None, use_errno=True).syncfs
+    return None
+
+
+_SYNCFS = _syncfs_call()
+
+
+def sync_filesystem(fd: int) -> None:
+    """Everything written to the filesystem holding `fd`, on disk (all disks without syncfs)."""
+    if _SYNCFS is None:
+        os.sync()
+        return
+    if _SYNCFS(fd) != 0:  # type: ignore[operator]
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+class _Half:
+    def __init__(self, path: Path, fd: int, epoch: int) -> None:
+        self.path, self.fd, self.epoch = path, fd, epoch
+        self.end = _HEAD.size  # where the next entry goes
+        self.pending = 0  # entries journaled whose exchange files are not yet in place
+        self.syncs = GroupSync(lambda: os.fdatasync(fd))
+        self.paths: dict[str, int] = {}  # journaled path -> its newest entry's offset
+
+
+class Journal:
+    """The journal of one server on the library at `root` (see the module's text). Its
+    halves are made by its thread when the first exchange comes (a replaying server never
+    writes one); until they are ready, and for a file too large for them, `write` says no
+    and the file is written the usual way."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.folder = root / JOURNAL_DIR
+        self._cond = threading.Condition()
+        self._halves: list[_Half] = []
+        self._active = 0
+        self._wanted = False  # an exchange came: make the halves
+        self._broken = False  # they could not be made: files are written the usual way
+        self._hurry = False  # the active half is full: swap now
+        self._closing = False
+        self._thread: threading.Thread | None = None
+
+    def open(self) -> list[Path]:
+        """Write back what crashed servers left in their journals; the paths written back."""
+        restored = recover(self.root)
+        self._thread = threading.Thread(target=self._run, name="llmtape-journal", daemon=True)
+        self._thread.start()
+        return restored
+
+    def write(self, path: Path, data: bytes) -> bool:
+        """Journal `data` as the file at `path`, durably, then put it in place (unsynced).
+        False, having done nothing, when it does not fit: write it the usual way."""
+        try:
+            rel = path.relative_to(self.root).as_posix().encode()
+        except ValueError:
+            return False
+        size = _ENTRY.size + len(rel) + len(data)
+        with self._cond:
+            if not self._halves or size > MAX_ENTRY:
+                if not self._halves and not self._broken and not self._wanted:
+                    self._wanted = True
+                    self._cond.notify_all()
+                return False
+            half = self._halves[self._active]
+            if half.end + size > HALF_SIZE:
+                self._hurry = True
+                self._cond.notify_all()
+                return False
+            at = half.end
+            crc = zlib.crc32(data, zlib.crc32(rel, half.epoch))
+            head = _ENTRY.pack(ENTRY, half.epoch, size, crc, len(rel))
+            # Under the lock, so entries land in order: a sync covers every earlier entry.
+            os.pwrite(half.fd, head + rel + data, at)
+            half.end += size
+            half.paths[rel.decode()] = at
+            half.pending += 1
+        try:
+            half.syncs.sync()
+            put(path, data, sync=False)
+        except BaseException:
+            self._void(half, rel.decode())  # a file not written must not come back
+            raise
+        finally:
+            with self._cond:
+                half.pending -= 1
+                self._cond.notify_all()
+        return True
+
+    def forget(self, path: Path) -> None:
+        """`path` is being deleted: its journaled bytes must not be written back."""
+        with contextlib.suppress(ValueError):
+            rel = path.relative_to(self.root).as_posix()
+            for half in list(self._halves):
+                self._void(half, rel)
+
+    def _void(self, half: _Half, rel: str) -> None:
+        with self._cond:
+            at = half.paths.pop(rel, None)
+            if at is None:
+                return
+            with contextlib.suppress(OSError):
+                os.pwrite(half.fd, VOID, at)
+        with contextlib.suppress(OSError):
+            half.syncs.sync()
+
+    def _run(self) -> None:
+        """The journal's thread: makes the halves when wanted; every CHECKPOINT_S (or when
+        the active half is full) swaps them and empties the one that took entries."""
+        while True:
+            with self._cond:
+                self._cond.wait_for(
+                    lambda: self._hurry or self._closing or (self._wanted and not self._halves),
+                    CHECKPOINT_S,
+                )
+                self._hurry, closing = False, self._closing
+                if closing and not self._halves:
+                    return
+                make = not self._halves and self._wanted
+            if make:
+                self._make_halves()
+                continue
+            for half in self._swapped():
+                try:
+                    self._checkpoint(half)
+                except OSError as exc:  # its entries stay; the next round tries again
+                    log.error("llmtape's journal: could not sync the library: %s", exc)
+                    if closing:  # they stay for the next start to write back
+                        return
+            if closing:
+                return
+
+    def _swapped(self) -> list[_Half]:
+        """The halves to empty: the active one, once its writers' files are in place (the
+        other takes entries meanwhile), and the other one too when closing."""
+        with self._cond:
+            if not self._halves:
+                return []
+            half = self._halves[self._active]
+            self._active = 1 - self._active
+            self._cond.wait_for(lambda: half.pending == 0)
+            found = [h for h in self._halves if h is half or self._closing]
+            return [h for h in found if h.end > _HEAD.size]
+
+    def _make_halves(self) -> None:
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            ignore = self.folder / ".gitignore"
+            if not ignore.exists():
+                ignore.write_text("# llmtape's write-ahead journal: never commit it\n*\n")
+            halves = [self._make(n) for n in (0, 1)]
+        except OSError as exc:
+            log.warning(
+                "llmtape's journal could not be made (%s): each exchange is synced on its own", exc
+            )
+            with self._cond:
+                self._broken = True
+            return
+        with self._cond:
+            self._halves = halves
+
+    def _make(self, n: int) -> _Half:
+        """A half under a temp name, locked, written full of zeros and synced, then renamed:
+        a server starting meanwhile never takes a half being made for a crashed one's."""
+        path = self.folder / f"journal-{os.getpid()}-{n}"
+        temp = self.folder / f".{path.name}.new"
+        fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            zeros = bytes(2**20)
+            for at in range(0, HALF_SIZE, len(zeros)):
+                os.pwrite(fd, zeros, at)
+            epoch = n + 1  # the halves' epochs never meet: 1, 3, 5 ... and 2, 4, 6 ...
+            os.pwrite(fd, _HEAD.pack(HEAD_MAGIC, epoch), 0)
+            os.fsync(fd)
+            os.replace(temp, path)
+            fsync_folder(self.folder)
+        except BaseException:
+            os.close(fd)
+            temp.unlink(missing_ok=True)
+            raise
+        return _Half(path, fd, epoch)
+
+    def _checkpoint(self, half: _Half) -> None:
+        """Every file `half` journaled is on disk: empty it (a new epoch: old entries no
+        longer count)."""
+        sync_filesystem(half.fd)
+        epoch = half.epoch + 2
+        os.pwrite(half.fd, _HEAD.pack(HEAD_MAGIC, epoch), 0)
+        os.fdatasync(half.fd)
+        with self._cond:
+            half.epoch, half.end = epoch, _HEAD.size
+            half.paths.clear()
+
+    def close(self) -> None:
+        """Sync what is journaled, then remove the halves: nothing is left to write back."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        thread.join()
+        with self._cond:
+            halves, self._halves = self._halves, []
+        for half in halves:
+            if half.end == _HEAD.size:
+                half.path.unlink(missing_ok=True)
+            os.close(half.fd)
+        if halves:
+            _tidy(self.root)
+
+
+def recover(root: Path) -> list[Path]:
+    """Write back the journaled files of every server on `root` that is gone (its halves are
+    not locked), then remove its halves; the paths written back."""
+    folder = root / JOURNAL_DIR
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:  # none there, or a library nobody can read (replay never writes)
+        return []
+    halves: list[tuple[str, int, list[tuple[str, bytes | None]]]] = []  # server, epoch, entries
+    done: list[Path] = []
+    for name in filter(_journal_file, names):
+        path = folder / name
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue  # a live server's
+        with open(fd, "rb") as handle:
+            if name.startswith("journal-"):
+                epoch, found = entries(handle.read(MAX_HALF))
+                halves.append((name.rpartition("-")[0], epoch, found))
+        done.append(path)
+    newest: dict[str, bytes | None] = {}  # a server's later entry of a path wins; a void erases
+    for _, _, found in sorted(halves, key=lambda half: half[:2]):
+        newest.update(found)
+    restored = []
+    for rel, data in newest.items():
+        target = _inside(root, rel)
+        if data is None or target is None or _holds(target, data):
+            continue
+        write_atomic(target, data)
+        restored.append(target)
+    for path in done:  # only once every file is back
+        path.unlink(missing_ok=True)
+    if done:
+        _tidy(root)
+    return restored
+
+
+def _tidy(root: Path) -> None:
+    """No journal folder is left in the library once the last server on it is done."""
+    folder = root / JOURNAL_DIR
+    with contextlib.suppress(OSError):
+        if os.listdir(folder) == [".gitignore"]:
+            (folder / ".gitignore").unlink()
+            folder.rmdir()  # fails if another server made its halves meanwhile
+        fsync_folder(root)
+
+
+def _journal_file(name: str) -> bool:
+    """A half, or one a crash left half made."""
+    return name.startswith("journal-") or (name.startswith(".journal-") and name.endswith(".new"))
+
+
+def _holds(path: Path, data: bytes) -> bool:
+    try:
+        return path.read_bytes() == data
+    except OSError:
+        return False
+
+
+def entries(raw: bytes) -> tuple[int, list[tuple[str, bytes | None]]]:
+    """A half's epoch and the entries that count, in order: (path, bytes, or None where
+    voided)."""
+    if len(raw) < _HEAD.size:
+        return 0, []
+    magic, epoch = _HEAD.unpack_from(raw)
+    if magic != HEAD_MAGIC:
+        return 0, []
+    found: list[tuple[str, bytes | None]] = []
+    at = _HEAD.size
+    while at + _ENTRY.size <= len(raw):
+        kind, entry_epoch, size, crc, rel_size = _ENTRY.unpack_from(raw, at)
+        if kind not in (ENTRY, VOID) or entry_epoch != epoch or size > len(raw) - at:
+            break
+        body = raw[at + _ENTRY.size : at + size]
+        rel, data = body[:rel_size], body[rel_size:]
+        if zlib.crc32(data, zlib.crc32(rel, epoch)) != crc or size < _ENTRY.size + rel_size:
+            break  # torn: written, never synced
+        found.append((rel.decode(errors="replace"), data if kind == ENTRY else None))
+        at += size
+    return epoch, found
+
+
+def _inside(root: Path, rel: str) -> Path | None:
+    """`root/rel` when `rel` names an exchange file of a cassette: nothing else is written back."""
+    cassette, _, name = rel.rpartition("/")
+    try:
+        check_folder_name(cassette)
+    except BadCassetteName:
+        return None
+    return root / cassette / name if parse_exchange_file(name) else None

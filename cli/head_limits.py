@@ -3,9 +3,10 @@ and headers), which uvicorn 0.54 does not bound: httptools buffers a header whol
 large, and no timer runs before a connection's first request.
 
 What this relies on inside uvicorn (tests/unit/test_head_limits.py fails if it changes): the
-httptools callbacks `on_message_begin`, `on_headers_complete` and `on_message_complete` run
-inside `data_received`, which feeds its bytes to the parser; `self.loop`, `self.transport`;
-`self.cycle` (None before a first request) with `response_complete` and `keep_alive`.
+httptools callbacks `on_message_begin`, `on_headers_complete` and `on_body` are methods of
+the protocol and run inside `data_received`, which feeds its bytes to `self.parser`;
+`self.loop`, `self.transport`; `self.cycle` (None before a first request) and its
+`response_complete`.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ class HeadLimitedProtocol(HttpToolsProtocol):
     """Counts each head's bytes as they come (431 past HEAD_LIMIT) and times it (408, or a
     plain close when nothing came, past HEAD_SECONDS). One timer per connection."""
 
-    # Bytes fed since the parser last showed progress (a head's end, a body byte, a message's
-    # end): what httptools may be holding of a header, or of a chunked body's trailers.
+    # Bytes fed since the parser last showed progress (a head's end, a body byte): what
+    # httptools may be holding of a header, or of a chunked body's trailers. What follows a
+    # body's last byte counts towards the next head: a chunked body's end and trailers.
     _head = 0
     _since = 0.0  # loop time the open head began; 0 when no head is open
 
@@ -69,21 +71,21 @@ class HeadLimitedProtocol(HttpToolsProtocol):
         elif not self.transport.is_closing() and not self.parser.should_upgrade():
             self.data_received(view[room:])  # (after an upgrade uvicorn drops it too)
 
+    # The parser's callbacks, run inside HttpToolsProtocol.data_received, on every request's
+    # path: each calls its base by name, with no super() lookup.
     def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._since = self._since or self.loop.time()  # the first head runs from the connection
+        HttpToolsProtocol.on_message_begin(self)
+        if not self._since:  # (the first head runs from the connection)
+            self._since = self.loop.time()
 
     def on_headers_complete(self) -> None:
-        self._head, self._since = 0, 0.0
-        super().on_headers_complete()
+        self._head = 0
+        self._since = 0.0
+        HttpToolsProtocol.on_headers_complete(self)
 
     def on_body(self, body: bytes) -> None:
         self._head = 0
-        super().on_body(body)
-
-    def on_message_complete(self) -> None:
-        self._head = 0  # what follows is the next request's head
-        super().on_message_complete()
+        HttpToolsProtocol.on_body(self, body)
 
     def _tick(self) -> None:
         if self.transport.is_closing():

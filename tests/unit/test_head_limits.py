@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import logging
+from typing import Any
 
 import httptools
+import uvicorn
+from hypothesis import given
+from hypothesis import strategies as st
+from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
 from llmtape.app import create_app
-from llmtape.cli.head_limits import HeadLimitedProtocol
+from llmtape.cli.head_limits import HEAD_LIMIT, HeadLimitedProtocol
 from llmtape.cli.server import uvicorn_config
 from llmtape.settings import Settings
 
@@ -29,7 +35,7 @@ def test_uvicorn_still_has_the_methods_overridden_and_feeds_the_parser_in_data_r
     own = vars(HttpToolsProtocol)
     for name in ("connection_made", "connection_lost", "data_received", "on_message_begin"):
         assert callable(own.get(name)), f"uvicorn's HttpToolsProtocol has no {name} any more"
-    for name in ("on_headers_complete", "on_message_complete"):
+    for name in ("on_headers_complete", "on_body"):
         assert callable(own.get(name)), f"uvicorn's HttpToolsProtocol has no {name} any more"
     source = inspect.getsource(HttpToolsProtocol.data_received)
     assert "self.parser.feed_data(data)" in source, "data_received no longer feeds its bytes"
@@ -59,6 +65,83 @@ def test_uvicorn_still_keeps_the_attributes_read() -> None:
             keep_alive=True,
             on_response=lambda: None,
         )
-        assert cycle.keep_alive is True and cycle.response_complete is False
+        assert cycle.response_complete is False
     finally:
         loop.close()
+
+
+class Socket(asyncio.Transport):
+    """The protocol's side of a socket: what it wrote, and whether it closed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written, self.closed = b"", False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written += bytes(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 1), "peername": ("127.0.0.1", 2)}.get(name, default)
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+async def echo_length(scope: Scope, receive: Receive, send: Send) -> None:
+    """Reads the whole body, answers its length."""
+    size, more = 0, True
+    while more:
+        message = await receive()
+        size, more = size + len(message.get("body", b"")), message.get("more_body", False)
+    body = str(size).encode()
+    headers = [(b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def served(reads: list[bytes]) -> Socket:
+    """`reads` fed to a HeadLimitedProtocol one by one, the app given its turns."""
+
+    async def feed() -> Socket:
+        config = uvicorn.Config(
+            echo_length, http=HeadLimitedProtocol, lifespan="off", access_log=False
+        )
+        protocol = HeadLimitedProtocol(config, ServerState(), {})
+        socket = Socket()
+        protocol.connection_made(socket)
+        for data in reads:
+            protocol.data_received(data)
+            for _ in range(5):
+                await asyncio.sleep(0)
+        protocol.connection_lost(None)
+        return socket
+
+    return asyncio.run(feed())
+
+
+@given(
+    size=st.integers(HEAD_LIMIT - 3, HEAD_LIMIT + 3) | st.integers(100, 2 * HEAD_LIMIT),
+    body=st.integers(0, 300_000),
+    cuts=st.lists(st.integers(1, 2 * HEAD_LIMIT + 300_000), max_size=6),
+)
+def test_the_verdict_hangs_on_the_heads_size_alone_however_reads_split_it(
+    size: int, body: int, cuts: list[int]
+) -> None:
+    start = b"POST /x HTTP/1.1\r\ncontent-length: %d\r\n" % body
+    stream = start + b"x-pad: " + b"a" * (size - len(start) - 11) + b"\r\n\r\n" + b"b" * body
+    assert stream.index(b"\r\n\r\n") + 4 == size
+    edges = [0, *sorted({cut for cut in cuts if cut < len(stream)}), len(stream)]
+    socket = served([stream[a:b] for a, b in itertools.pairwise(edges)])
+    if size > HEAD_LIMIT:
+        assert socket.written.startswith(b"HTTP/1.1 431 ") and socket.closed
+    else:
+        assert socket.written.startswith(b"HTTP/1.1 200 ") and socket.written.endswith(b"%d" % body)

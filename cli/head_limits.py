@@ -39,7 +39,9 @@ class HeadLimitedProtocol(HttpToolsProtocol):
 
     # Bytes fed since the parser last showed progress (a head's end, a body byte): what
     # httptools may be holding of a header, or of a chunked body's trailers. What follows a
-    # body's last byte counts towards the next head: a chunked body's end and trailers.
+    # body's last byte counts towards the next head (a chunked body's end and trailers); what
+    # follows it in the same read is not counted, so a pipelined head or trailers may pass the
+    # cap by that share of one read (at most 256 KiB, what asyncio and uvloop read at once).
     _head = 0
     _since = 0.0  # loop time the open head began; 0 when no head is open
 

@@ -9,12 +9,14 @@ import json
 import select
 import socket
 import time
+from pathlib import Path
 
 import pytest
 
 from llmtape.cli import head_limits
 from llmtape.cli.head_limits import HEAD_LIMIT
 from tests.conftest import MakeProxy
+from tests.e2e.test_cli import Serve
 from tests.support import ProxyServer
 
 HEALTH = b"GET /__llmtape/health HTTP/1.1\r\nhost: x\r\n"
@@ -193,3 +195,18 @@ def test_a_slow_head_within_the_deadline_is_served(
                 sock.sendall(piece)
                 time.sleep(0.3 if piece != b"\r\n" else 0)
             assert read_answer(sock)[0] == 200
+
+
+def test_the_real_command_refuses_a_big_head_and_says_so_in_its_log(tmp_path: Path) -> None:
+    """`llmtape serve` as users run it (uvloop, not the tests' asyncio loop)."""
+    server = Serve(["--mode", "replay"], tmp_path)
+    try:
+        host, port = server.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(head(HEAD_LIMIT - 10) * 2)
+            assert [read_answer(sock)[0] for _ in range(2)] == [200, 200]
+            sent, answer = flood(sock, HEALTH + b"x-big: ")
+            assert answer.startswith(b"HTTP/1.1 431 ") and sent < 4 * 1024 * 1024
+    finally:
+        status, err = server.stop()
+    assert status == 0 and "refused a request whose headers passed 65536 bytes (431)" in err

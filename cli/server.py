@@ -17,6 +17,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from llmtape.app import Server
+from llmtape.cli.head_limits import HeadLimitedProtocol
 from llmtape.rules import rule_warnings
 from llmtape.settings import Mode, Settings, is_loopback
 from llmtape.stats import Snapshot
@@ -24,10 +25,10 @@ from llmtape.store.fs import sweep_leftovers
 
 log = logging.getLogger("llmtape")
 
-# uvicorn closes a connection this long idle after its last answer. It has no deadline for
-# a request's headers (its httptools and h11 protocols arm no timer before a first request),
-# and llmtape does not set `limit_concurrency`: uvicorn counts idle keep-alive connections
-# against it, so a few idle sockets would turn every client's requests into 503s.
+# uvicorn closes a connection this long idle after its last answer. A request's head has
+# its own cap and deadline (llmtape.cli.head_limits). llmtape does not set
+# `limit_concurrency`: uvicorn counts idle keep-alive connections against it, so a few idle
+# sockets would turn every client's requests into 503s.
 KEEP_ALIVE_SECONDS = 5
 
 
@@ -65,6 +66,7 @@ def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
         server_header=False,
         date_header=False,  # a live answer carries the upstream's Date; no second one
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        http=HeadLimitedProtocol,  # httptools, with a cap and a deadline on each request's head
         # llmtape is reached directly, never through a proxy of its own: a client's
         # X-Forwarded-For must not change the address a request is judged by (a loopback
         # client claiming 8.8.8.8, or the reverse). It also saves a middleware per request.

@@ -1,0 +1,109 @@
+"""uvicorn's httptools protocol with a cap and a deadline on each request's head (request line
+and headers), which uvicorn 0.54 does not bound: httptools buffers a header whole however
+large, and no timer runs before a connection's first request.
+
+What this relies on inside uvicorn (tests/unit/test_head_limits.py fails if it changes): the
+httptools callbacks `on_message_begin`, `on_headers_complete` and `on_body` are methods of
+the protocol and run inside `data_received`, which feeds its bytes to `self.parser`;
+`self.loop`, `self.transport`; `self.cycle` (None before a first request) and its
+`response_complete`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+log = logging.getLogger("llmtape")
+
+# 4 times node's 16 KiB, 2 times nginx's 32 KiB: a head an upstream would take is never
+# refused (an SDK's is 1-2 KB, a big bearer token a few KB), and httptools holds at most this.
+HEAD_LIMIT = 64 * 1024
+# From the connection, or from a later request's first byte (uvicorn's 5 s keep-alive timer
+# closes a connection idle before it), to the head's last byte. Loopback takes microseconds.
+HEAD_SECONDS = 10.0
+
+
+def answer(status: str, kind: str, message: str) -> bytes:
+    body = json.dumps({"error": {"type": kind, "message": message}}).encode()
+    head = f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\nconnection: close\r\n"
+    return f"{head}content-length: {len(body)}\r\n\r\n".encode() + body
+
+
+class HeadLimitedProtocol(HttpToolsProtocol):
+    """Counts each head's bytes as they come (431 past HEAD_LIMIT) and times it (408, or a
+    plain close when nothing came, past HEAD_SECONDS). One timer per connection."""
+
+    # Bytes fed since the parser last showed progress (a head's end, a body byte): what
+    # httptools may be holding of a header, or of a chunked body's trailers. What follows a
+    # body's last byte counts towards the next head (a chunked body's end and trailers); what
+    # follows it in the same read is not counted, so a pipelined head or trailers may pass the
+    # cap by that share of one read (at most 256 KiB, what asyncio and uvloop read at once).
+    _head = 0
+    _since = 0.0  # loop time the open head began; 0 when no head is open
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]
+        self._since = self.loop.time()
+        self._timer = self.loop.call_at(self._since + HEAD_SECONDS, self._tick)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._timer.cancel()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes | memoryview) -> None:
+        head = self._head + len(data)
+        if head <= HEAD_LIMIT:  # the common case: whole reads, one addition
+            self._head = head
+            HttpToolsProtocol.data_received(self, data)  # type: ignore[arg-type]
+            return
+        # The cap falls inside these bytes: feed the parser up to it, then the rest only if
+        # the parser made progress (a callback moved `_head` off the cap): a head that ended
+        # there, or body bytes, which a 30 MB upload brings here a few times per read.
+        room, self._head = HEAD_LIMIT - self._head, HEAD_LIMIT
+        view = memoryview(data)
+        HttpToolsProtocol.data_received(self, view[:room])  # type: ignore[arg-type]
+        if self._head == HEAD_LIMIT:
+            log.warning("refused a request whose headers passed %d bytes (431)", HEAD_LIMIT)
+            message = f"the request line and headers passed {HEAD_LIMIT // 1024} KiB"
+            self._close(answer("431 Request Header Fields Too Large", "headers_too_large", message))
+        elif not self.transport.is_closing() and not self.parser.should_upgrade():
+            self.data_received(view[room:])  # (after an upgrade uvicorn drops it too)
+
+    # The parser's callbacks, run inside HttpToolsProtocol.data_received, on every request's
+    # path: each calls its base by name, with no super() lookup.
+    def on_message_begin(self) -> None:
+        HttpToolsProtocol.on_message_begin(self)
+        if not self._since:  # (the first head runs from the connection)
+            self._since = self.loop.time()
+
+    def on_headers_complete(self) -> None:
+        self._head = 0
+        self._since = 0.0
+        HttpToolsProtocol.on_headers_complete(self)
+
+    def on_body(self, body: bytes) -> None:
+        self._head = 0
+        HttpToolsProtocol.on_body(self, body)
+
+    def _tick(self) -> None:
+        if self.transport.is_closing():
+            return
+        now, since = self.loop.time(), self._since
+        if since and now >= since + HEAD_SECONDS:
+            message = f"the request line and headers did not come within {HEAD_SECONDS:g} s"
+            self._close(answer("408 Request Timeout", "request_timeout", message))
+        else:
+            self._timer = self.loop.call_at((since or now) + HEAD_SECONDS, self._tick)
+
+    def _close(self, refusal: bytes) -> None:
+        """Answer with `refusal` and close. A socket that sent nothing is closed unanswered:
+        there is no request to answer (so uvicorn's keep-alive timer does too). A pipelined
+        head cannot be answered in the middle of an earlier answer: that one is cut."""
+        cycle = self.cycle
+        if self._head > 0 and (cycle is None or cycle.response_complete):
+            self.transport.write(refusal)
+        self.transport.close()

@@ -66,6 +66,7 @@ ADDED = "record p50 added to direct ms, 1 connection"
 REC32 = "record req/s, 32 connections"
 DISK50 = "durable write p50 ms (write, fsync, rename, fsync folder)"
 DISK99 = "durable write p99 ms"
+JOURNAL50 = "journal write p50 ms (pwrite into a written file, fdatasync)"
 DIRECT50 = "direct p50 ms, 1 connection"
 
 
@@ -92,6 +93,7 @@ METRICS = [
     Metric(REC32, "higher", lambda contest: contest.get(REC32, "talkback"), ">= Talkback"),
     Metric(DISK50, "lower"),
     Metric(DISK99, "lower"),
+    Metric(JOURNAL50, "lower"),
 ]
 
 
@@ -116,6 +118,27 @@ def durable_write_ms(folder: Path, data: bytes, count: int = DURABLE_WRITES) -> 
         finally:
             os.close(dirfd)
         took.append((time.perf_counter() - started) * 1000)
+    shutil.rmtree(folder, ignore_errors=True)
+    return took
+
+
+def journal_write_ms(folder: Path, data: bytes, count: int = DURABLE_WRITES) -> list[float]:
+    """What one exchange costs a recording server's write-ahead journal at the least
+    (store/journal.py): a write into a file already on disk at full size, and its fdatasync."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "journal"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    took = []
+    try:
+        os.write(fd, bytes(len(data) * count))
+        os.fsync(fd)
+        for i in range(count):
+            started = time.perf_counter()
+            os.pwrite(fd, data, i * len(data))
+            os.fdatasync(fd)
+            took.append((time.perf_counter() - started) * 1000)
+    finally:
+        os.close(fd)
     shutil.rmtree(folder, ignore_errors=True)
     return took
 
@@ -187,6 +210,9 @@ async def head_to_head(bench: Bench, seconds: float) -> Contest:
     writes = durable_write_ms(work / "durable", b"x" * 3000)
     contest.put(DISK50, "disk", statistics.median(writes))
     contest.put(DISK99, "disk", sorted(writes)[int(len(writes) * 0.99) - 1])
+    contest.put(
+        JOURNAL50, "disk", statistics.median(journal_write_ms(work / "journal", b"x" * 3000))
+    )
 
     baseline = start_app("baseline", bench.workdir)
     try:
@@ -319,8 +345,9 @@ def render_contest(contest: Contest, title: str) -> None:
     if disk50 is not None:
         console.print(
             f"one durable write on this disk (write, fsync, rename, fsync folder): "
-            f"p50 {disk50:.2f} ms, p99 {_cell(disk99)} ms; upstream direct p50 "
-            f"{_cell(contest.get(DIRECT50, 'direct'))} ms"
+            f"p50 {disk50:.2f} ms, p99 {_cell(disk99)} ms; a journal write (what llmtape's "
+            f"record path syncs): p50 {_cell(contest.get(JOURNAL50, 'disk'))} ms; "
+            f"upstream direct p50 {_cell(contest.get(DIRECT50, 'direct'))} ms"
         )
     for note in contest.notes:
         console.print(f"note: {note}")

@@ -145,7 +145,8 @@ class Journal:
         return True
 
     def forget(self, path: Path) -> None:
-        """`path` is being deleted: its journaled bytes must not be written back."""
+        """`path` is being deleted, or was written and synced anew without the journal: its
+        journaled bytes must not be written back."""
         with contextlib.suppress(ValueError):
             rel = path.relative_to(self.root).as_posix()
             for half in list(self._halves):

@@ -4,15 +4,19 @@ away what was never synced."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from llmtape.cli import main as cli_main
 from llmtape.models import dump_exchange
 from llmtape.store import journal as journal_module
 from llmtape.store.fs import FileStore
 from llmtape.store.journal import MAX_ENTRY, recover
-from tests.unit.test_journal import crash, journaling, make_exchange
+from tests.support import SECRET_OPENAI as SECRET
+from tests.unit.test_journal import crash, journaling, make_exchange, power_cut
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +33,7 @@ def store(tmp_path: Path) -> FileStore:
 
 
 def test_a_file_rewritten_the_usual_way_is_not_undone_by_its_older_journal_entry(
-    store: FileStore,
+    store: FileStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A re-record of a journaled file that is too large for the journal (or comes in
     pieces) is written and synced on its own: the older journaled bytes must not come back
@@ -45,7 +49,33 @@ def test_a_file_rewritten_the_usual_way_is_not_undone_by_its_older_journal_entry
     other = store.path("trip", pieces.key, 1)
     final = dump_exchange(make_exchange("v4 in pieces", key_of="other"))
     store.write_pieces("trip", pieces.key, 1, [final[:10], final[10:]])  # a spooled answer
-    crash(journal)  # the synced files survive any crash
+    crash(journal)
+    power_cut(monkeypatch)  # the synced files survive it
     recover(store.root)
     assert path.read_bytes() == dump_exchange(large), "the newer, synced file stays"
     assert other.read_bytes() == final
+
+
+def holding(folder: Path, text: str) -> list[Path]:
+    return [path for path in folder.rglob("*") if text.encode() in path.read_bytes()]
+
+
+def test_a_file_changed_after_a_kill_is_not_undone_by_the_next_start(store: FileStore) -> None:
+    """A kill is no power cut: the kernel still writes every file the killed server put in
+    place. What the user did to the library before the next start (`llmtape redact` to
+    scrub a secret, deleting a cassette to record it afresh) must stay done."""
+    journal = journaling(store)
+    leaky = make_exchange(f"key {SECRET}", key_of="leaky")
+    dropped = make_exchange("dropped")
+    store.write("trip", leaky)
+    store.write("again", dropped)
+    crash(journal)
+    result = CliRunner().invoke(
+        cli_main.app, ["redact", "trip", "--pattern", SECRET, "--cassettes", str(store.root)]
+    )
+    assert result.exit_code == 0, result.output
+    assert not holding(store.root / "trip", SECRET)
+    shutil.rmtree(store.root / "again")  # to record it afresh
+    recover(store.root)  # the next `llmtape serve`
+    assert not holding(store.root / "trip", SECRET), "the secret came back"
+    assert not (store.root / "again").exists(), "a deleted cassette came back"

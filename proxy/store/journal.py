@@ -15,7 +15,8 @@ kernel still writes them, so the next start syncs the filesystem and drops the j
 untouched. Writing it back then would undo what was done to the library since the crash
 (`llmtape redact` scrubbing a secret, a cassette deleted, another server's re-recording).
 
-Layout: `<library>/.llmtape/journal-<pid>-<0|1>`, two halves per server, each
+Layout: `<library>/.llmtape/journal-<pid>-<tag>-<0|1>`, two halves per server (a random
+tag: two servers of one process, or of two containers that are both pid 1), each
 `HALF_SIZE` bytes of zeros written at start (so a sync changes no size and no extent). A
 half starts with a header (magic, epoch, boot); entries follow, each
 `ENTRY | epoch | length | crc32 | path length | path | bytes`. An entry counts only with its
@@ -117,6 +118,7 @@ class Journal:
         self._hurry = False  # the active half is full: swap now
         self._closing = False
         self._thread: threading.Thread | None = None
+        self._name = f"journal-{os.getpid()}-{os.urandom(4).hex()}"
 
     def open(self) -> list[Path]:
         """Write back what crashed servers left in their journals; the paths written back."""
@@ -240,7 +242,7 @@ class Journal:
     def _make(self, n: int) -> _Half:
         """A half under a temp name, locked, written full of zeros and synced, then renamed:
         a server starting meanwhile never takes a half being made for a crashed one's."""
-        path = self.folder / f"journal-{os.getpid()}-{n}"
+        path = self.folder / f"{self._name}-{n}"
         temp = self.folder / f".{path.name}.new"
         fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:

@@ -16,6 +16,7 @@ from llmtape.store import journal as journal_module
 from llmtape.store.fs import FileStore
 from llmtape.store.journal import MAX_ENTRY, recover
 from tests.support import SECRET_OPENAI as SECRET
+from tests.support import wait_for
 from tests.unit.test_journal import crash, journaling, make_exchange, power_cut
 
 
@@ -79,3 +80,26 @@ def test_a_file_changed_after_a_kill_is_not_undone_by_the_next_start(store: File
     recover(store.root)  # the next `llmtape serve`
     assert not holding(store.root / "trip", SECRET), "the secret came back"
     assert not (store.root / "again").exists(), "a deleted cassette came back"
+
+
+def test_two_servers_in_one_process_keep_their_own_journals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two servers of one process (the pytest plugin's, ProxyServer; or two containers whose
+    servers both run as pid 1) on one library: one must not take the other's halves."""
+    first, second = FileStore(tmp_path / "lib"), FileStore(tmp_path / "lib")
+    first.open()
+    second.open()
+    journal = journaling(first)
+    second.write("other", make_exchange("the second's warm-up"))  # asks for its halves
+    assert second._journal is not None
+    wait_for(lambda: bool(second._journal and second._journal._halves))
+    kept = make_exchange("kept by the first")
+    first.write("trip", kept)
+    second.close()  # a clean stop of the other one
+    crash(journal)
+    path = first.path("trip", kept.key, 1)
+    path.unlink()  # the power cut took the unsynced file
+    power_cut(monkeypatch)
+    assert path in recover(first.root)
+    assert path.read_bytes() == dump_exchange(kept)

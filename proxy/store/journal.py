@@ -114,7 +114,9 @@ class Journal:
         self._halves: list[_Half] = []
         self._active = 0
         self._wanted = False  # an exchange came: make the halves
-        self._broken = False  # they could not be made: files are written the usual way
+        # The halves could not be made, or a sync of the library failed: files are written
+        # the usual way
+        self._broken = False
         self._hurry = False  # the active half is full: swap now
         self._closing = False
         self._thread: threading.Thread | None = None
@@ -136,7 +138,7 @@ class Journal:
             return False
         size = _ENTRY.size + len(rel) + len(data)
         with self._cond:
-            if not self._halves or size > MAX_ENTRY:
+            if self._broken or not self._halves or size > MAX_ENTRY:
                 if not self._halves and not self._broken and not self._wanted:
                     self._wanted = True
                     self._cond.notify_all()
@@ -203,12 +205,28 @@ class Journal:
             for half in self._swapped():
                 try:
                     self._checkpoint(half)
-                except OSError as exc:  # its entries stay; the next round tries again
-                    log.error("llmtape's journal: could not sync the library: %s", exc)
-                    if closing:  # they stay for the next start to write back
-                        return
+                except OSError as exc:
+                    self._give_up(exc)
+                    return
             if closing:
                 return
+
+    def _give_up(self, exc: OSError) -> None:
+        """A sync of the library failed. The kernel may have dropped the pages it could not
+        write (marked clean), so no later sync can vouch for them: the halves are never
+        emptied, and marked to be written back by the next start even in this boot; from
+        now on each file is synced on its own (and voids its older entries)."""
+        log.error(
+            "llmtape's journal: could not sync the library (%s); what it holds is kept for the "
+            "next start to write back, and each exchange is now synced on its own",
+            exc,
+        )
+        with self._cond:
+            self._broken = True
+            halves = list(self._halves)
+        for half in halves:
+            with contextlib.suppress(OSError):
+                os.pwrite(half.fd, _HEAD.pack(HEAD_MAGIC, half.epoch, NO_BOOT), 0)
 
     def _swapped(self) -> list[_Half]:
         """The halves to empty: the active one, once its writers' files are in place (the

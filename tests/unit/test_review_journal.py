@@ -4,7 +4,10 @@ away what was never synced."""
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,7 @@ from llmtape.cli import main as cli_main
 from llmtape.models import dump_exchange
 from llmtape.store import journal as journal_module
 from llmtape.store.fs import FileStore
-from llmtape.store.journal import MAX_ENTRY, recover
+from llmtape.store.journal import MAX_ENTRY, Journal, recover
 from tests.support import SECRET_OPENAI as SECRET
 from tests.support import wait_for
 from tests.unit.test_journal import crash, journaling, make_exchange, power_cut
@@ -103,3 +106,70 @@ def test_two_servers_in_one_process_keep_their_own_journals(
     power_cut(monkeypatch)
     assert path in recover(first.root)
     assert path.read_bytes() == dump_exchange(kept)
+
+
+def failing_syncs(monkeypatch: pytest.MonkeyPatch, times: int) -> list[int]:
+    """The disk fails the next `times` syncs of the library (EIO), as a dying disk does;
+    the list counts the syncs asked for."""
+    real, asked = journal_module.sync_filesystem, []
+
+    def sync_filesystem(fd: int) -> None:
+        asked.append(fd)
+        if len(asked) <= times:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real(fd)
+
+    monkeypatch.setattr(journal_module, "sync_filesystem", sync_filesystem)
+    return asked
+
+
+def checkpoint(journal: Journal, rounds: list[int]) -> None:
+    """What CHECKPOINT_S brings, now: one round of the journal's thread."""
+    before = len(rounds)
+    with journal._cond:
+        journal._hurry = True
+        journal._cond.notify_all()
+    wait_for(lambda: (len(rounds) > before and not journal._hurry) or journal._broken)
+    time.sleep(0.05)  # the round's end, past its sync
+
+
+def test_files_whose_sync_failed_are_never_dropped_from_the_journal(
+    store: FileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a failed sync the kernel may have dropped the files' pages (marked clean): a
+    later sync that succeeds says nothing about them. Their entries must stay."""
+    journal = journaling(store)
+    asked = failing_syncs(monkeypatch, times=1)
+    lost = make_exchange("lost by the failed sync")
+    store.write("trip", lost)
+    checkpoint(journal, asked)  # its sync fails: "the next round tries again"
+    store.write("trip", make_exchange("to the other half"))
+    checkpoint(journal, asked)
+    checkpoint(journal, asked)  # these succeed
+    crash(journal)
+    path = store.path("trip", lost.key, 1)
+    path.unlink()  # the failed sync lost it; the power cut, its page
+    power_cut(monkeypatch)
+    recover(store.root)
+    assert path.read_bytes() == dump_exchange(lost)
+
+
+def test_after_failed_syncs_an_older_entry_never_wins_over_a_newer_one(
+    store: FileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two failed checkpoints leave both halves full; the journal must still write back
+    the newest bytes of a file (it wrote back v2 over v3: the halves' epochs say which is
+    newer, and writes went on into the half with the older epoch)."""
+    journal = journaling(store)
+    asked = failing_syncs(monkeypatch, times=2)
+    path = store.path("trip", make_exchange("v1", key_of="same").key, 1)
+    store.write("trip", make_exchange("v1", key_of="same"))
+    checkpoint(journal, asked)  # fails
+    store.write("trip", make_exchange("v2", key_of="same"))
+    checkpoint(journal, asked)  # fails
+    newest = make_exchange("v3", key_of="same")
+    store.write("trip", newest)
+    crash(journal)
+    power_cut(monkeypatch)  # v3 is on disk (the files survived, or were synced)
+    recover(store.root)
+    assert path.read_bytes() == dump_exchange(newest)

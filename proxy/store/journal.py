@@ -350,11 +350,11 @@ def recover(root: Path) -> list[Path]:
         restored.append(target)
     if done:
         try:  # a killed server's files, on disk before its journal goes
-            handle = os.open(root, os.O_RDONLY)
+            library = os.open(root, os.O_RDONLY)
             try:
-                sync_filesystem(handle)
+                sync_filesystem(library)
             finally:
-                os.close(handle)
+                os.close(library)
         except OSError as exc:
             log.error("llmtape's journal: could not sync the library, journal kept: %s", exc)
             return restored

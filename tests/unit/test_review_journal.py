@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from typer.testing import CliRunner
 from llmtape.cli import main as cli_main
 from llmtape.models import dump_exchange
 from llmtape.store import journal as journal_module
+from llmtape.store.durable import GroupSync
 from llmtape.store.fs import FileStore
 from llmtape.store.journal import MAX_ENTRY, Journal, recover
 from tests.support import SECRET_OPENAI as SECRET
@@ -173,3 +175,40 @@ def test_after_failed_syncs_an_older_entry_never_wins_over_a_newer_one(
     power_cut(monkeypatch)  # v3 is on disk (the files survived, or were synced)
     recover(store.root)
     assert path.read_bytes() == dump_exchange(newest)
+
+
+def test_a_failed_group_sync_fails_every_caller_it_covered() -> None:
+    """A failed fsync may have dropped the pages it could not write, and the next fsync of
+    the same file succeeds without them (Linux reports an error once): a caller the failed
+    run covered must get the error, not a retry's success."""
+    calls: list[int] = []
+    first_run_may_end = threading.Event()
+
+    def do() -> None:
+        calls.append(len(calls))
+        if len(calls) == 1:
+            first_run_may_end.wait(10)  # under way while two more callers come
+        elif len(calls) == 2:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    group = GroupSync(do)
+    results: dict[str, str] = {}
+
+    def caller(name: str) -> None:
+        try:
+            group.sync()
+            results[name] = "ok"
+        except OSError:
+            results[name] = "error"
+
+    first = threading.Thread(target=caller, args=("first",))
+    first.start()
+    wait_for(lambda: len(calls) == 1)
+    later = [threading.Thread(target=caller, args=(name,)) for name in ("b", "c")]
+    for thread in later:
+        thread.start()
+    wait_for(lambda: group.asked == 3)
+    first_run_may_end.set()  # the next run covers b and c, and fails
+    for thread in [first, *later]:
+        thread.join(10)
+    assert results == {"first": "ok", "b": "error", "c": "error"}

@@ -313,11 +313,27 @@ def recover(root: Path) -> list[Path]:
     """Write back the journaled files of every server on `root` that is gone (its halves are
     not locked) in an earlier boot of the machine, then remove its halves; the paths written
     back. The halves of one that crashed in this boot are only removed (see the module's
-    text), once the filesystem is synced: its files were not yet."""
+    text), once the filesystem is synced: its files were not yet. One server at a time: a
+    second one starting waits, so that it neither records under a write-back nor repeats it."""
     folder = root / JOURNAL_DIR
+    if not folder.is_dir():  # none there, or a library nobody can read (replay never writes)
+        return []
+    try:
+        library = os.open(root, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return []
+    try:
+        with contextlib.suppress(OSError):  # a filesystem without flock on folders: no wait
+            fcntl.flock(library, fcntl.LOCK_EX)
+        return _recover(root, folder)
+    finally:
+        os.close(library)
+
+
+def _recover(root: Path, folder: Path) -> list[Path]:
     try:
         names = sorted(os.listdir(folder))
-    except OSError:  # none there, or a library nobody can read (replay never writes)
+    except OSError:
         return []
     halves: list[tuple[str, int, list[tuple[str, bytes | None]]]] = []  # server, epoch, entries
     done: list[Path] = []

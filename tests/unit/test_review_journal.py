@@ -5,6 +5,7 @@ away what was never synced."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import shutil
 import threading
@@ -212,3 +213,26 @@ def test_a_failed_group_sync_fails_every_caller_it_covered() -> None:
     for thread in [first, *later]:
         thread.join(10)
     assert results == {"first": "ok", "b": "error", "c": "error"}
+
+
+def test_a_second_start_waits_for_a_recovery_under_way(
+    store: FileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two servers starting together on a library after a power cut (pytest-xdist workers):
+    the second must not record while the first is still writing back (its write-back would
+    land over the new recording), nor write back the same journal again later."""
+    journal = journaling(store)
+    store.write("trip", make_exchange("journaled"))
+    crash(journal)
+    power_cut(monkeypatch)
+    library = os.open(store.root, os.O_RDONLY)
+    try:
+        fcntl.flock(library, fcntl.LOCK_EX)  # a first server's recovery, under way
+        second = threading.Thread(target=recover, args=(store.root,))
+        second.start()
+        second.join(0.5)
+        assert second.is_alive(), "the second start waits"
+    finally:
+        os.close(library)
+    second.join(10)
+    assert not second.is_alive()

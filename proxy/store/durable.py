@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import threading
@@ -73,7 +74,9 @@ def fsync_folder(folder: Path) -> None:
 class GroupSync:
     """One sync shared by the threads that ask for it together: `sync()` returns once a run
     of `do` that began after the call has ended, and one run covers every caller that came
-    before it began."""
+    before it began. A run that fails fails every caller it covered: a retry would not do
+    (a failed fsync may have dropped the pages it could not write, and Linux reports the
+    error once: the next fsync of the file succeeds without them)."""
 
     def __init__(self, do: Callable[[], None]) -> None:
         self.do = do
@@ -81,6 +84,7 @@ class GroupSync:
         self.asked = 0  # each caller's ticket is the count when it asked
         self.done = 0  # every ticket up to this one is covered
         self.busy = False  # a run is under way
+        self.failed: list[tuple[int, int, int, str]] = []  # tickets (after, upto]: errno, why
 
     def sync(self) -> None:
         with self.cond:
@@ -90,17 +94,25 @@ class GroupSync:
                 if self.busy:  # began before this call, maybe: wait, then look again
                     self.cond.wait()
                     continue
-                self.busy, covers, ok = True, self.asked, False
+                self.busy, after, covers = True, self.done, self.asked
                 self.cond.release()
+                error: BaseException | None = None
                 try:
                     self.do()
-                    ok = True
-                finally:  # on an error, each waiter tries a run of its own
+                except BaseException as exc:
+                    error = exc
+                    raise
+                finally:
                     self.cond.acquire()
                     self.busy = False
-                    if ok:
-                        self.done = max(self.done, covers)
+                    self.done = max(self.done, covers)
+                    if error is not None:
+                        code = error.errno if isinstance(error, OSError) else None
+                        self.failed.append((after, covers, code or errno.EIO, str(error)))
                     self.cond.notify_all()
+            for after, upto, code, why in self.failed:
+                if after < ticket <= upto:
+                    raise OSError(code, f"a sync failed: {why}")
 
 
 class FolderSyncs:

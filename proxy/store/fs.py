@@ -76,12 +76,18 @@ class FileStore:
             return False
         data = dump_exchange(exchange)
         if self._journal is None or not self._journal.write(path, data):
-            write_atomic(path, data, self._folder_syncs.sync)
+            self._write_synced(path, data)
         return True
 
     def write_pieces(self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes]) -> None:
-        path = self.path(cassette, key, ordinal)
-        write_atomic(path, pieces, self._folder_syncs.sync)
+        self._write_synced(self.path(cassette, key, ordinal), pieces)
+
+    def _write_synced(self, path: Path, data: bytes | Iterable[bytes]) -> None:
+        """Written and synced on its own, then any older bytes of it that the journal holds
+        are voided: they must not be written back over this newer file."""
+        write_atomic(path, data, self._folder_syncs.sync)
+        if self._journal is not None:
+            self._journal.forget(path)
 
     def scratch(self, cassette: str) -> BinaryIO:
         """An anonymous file beside the cassette, on the same disk as its exchanges: it has

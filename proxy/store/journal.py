@@ -9,12 +9,16 @@ in one `syncfs`, and only then lets their journal entries go.
 
 So an exchange is on disk before its answer's last byte leaves, as ever; after a power cut,
 the next `llmtape serve` on the library writes back every journaled file that is missing or
-does not hold its journaled bytes. After a mere crash of the process the files are intact
-(the kernel still writes them) and the journal is dropped untouched.
+does not hold its journaled bytes. After a mere crash of the process (the half's header
+names the machine's boot it was written in, and it is this one) the files are intact: the
+kernel still writes them, so the next start syncs the filesystem and drops the journal
+untouched. Writing it back then would undo what was done to the library since the crash
+(`llmtape redact` scrubbing a secret, a cassette deleted, another server's re-recording).
 
-Layout: `<library>/.llmtape/journal-<pid>-<0|1>`, two halves per server, each
+Layout: `<library>/.llmtape/journal-<pid>-<tag>-<0|1>`, two halves per server (a random
+tag: two servers of one process, or of two containers that are both pid 1), each
 `HALF_SIZE` bytes of zeros written at start (so a sync changes no size and no extent). A
-half starts with a header (magic, epoch); entries follow, each
+half starts with a header (magic, epoch, boot); entries follow, each
 `ENTRY | epoch | length | crc32 | path length | path | bytes`. An entry counts only with its
 half's epoch and a good crc: a torn or stale tail ends the half. The halves take turns:
 every CHECKPOINT_S the one taking entries is swapped for the other, and once its files are
@@ -31,6 +35,7 @@ import logging
 import os
 import struct
 import threading
+import uuid
 import zlib
 from pathlib import Path
 
@@ -47,7 +52,7 @@ MAX_HALF = 64 * 2**20  # what recovery reads of a half at most (HALF_SIZE may gr
 MAX_ENTRY = 256 * 2**10  # a larger exchange file is written and synced on its own
 CHECKPOINT_S = 1.0
 
-_HEAD = struct.Struct("<4sQ")  # magic, epoch
+_HEAD = struct.Struct("<4sQ16s")  # magic, epoch, the machine's boot it was written in
 _ENTRY = struct.Struct("<4sQIIH")  # magic, epoch, whole entry's length, crc32, path length
 HEAD_MAGIC, ENTRY, VOID = b"LTJH", b"LTJE", b"LTJV"
 
@@ -59,6 +64,22 @@ def _syncfs_call() -> object:
 
 
 _SYNCFS = _syncfs_call()
+NO_BOOT = bytes(16)  # not known: the half is written back on any start, as after a power cut
+
+
+def _boot_id() -> bytes:
+    """This boot of the machine (Linux), else NO_BOOT."""
+    try:
+        return uuid.UUID(Path("/proc/sys/kernel/random/boot_id").read_text().strip()).bytes
+    except (OSError, ValueError):
+        return NO_BOOT
+
+
+BOOT = _boot_id()
+
+
+def _head(epoch: int) -> bytes:
+    return _HEAD.pack(HEAD_MAGIC, epoch, BOOT)
 
 
 def sync_filesystem(fd: int) -> None:
@@ -93,10 +114,13 @@ class Journal:
         self._halves: list[_Half] = []
         self._active = 0
         self._wanted = False  # an exchange came: make the halves
-        self._broken = False  # they could not be made: files are written the usual way
+        # The halves could not be made, or a sync of the library failed: files are written
+        # the usual way
+        self._broken = False
         self._hurry = False  # the active half is full: swap now
         self._closing = False
         self._thread: threading.Thread | None = None
+        self._name = f"journal-{os.getpid()}-{os.urandom(4).hex()}"
 
     def open(self) -> list[Path]:
         """Write back what crashed servers left in their journals; the paths written back."""
@@ -114,7 +138,7 @@ class Journal:
             return False
         size = _ENTRY.size + len(rel) + len(data)
         with self._cond:
-            if not self._halves or size > MAX_ENTRY:
+            if self._broken or not self._halves or size > MAX_ENTRY:
                 if not self._halves and not self._broken and not self._wanted:
                     self._wanted = True
                     self._cond.notify_all()
@@ -145,7 +169,8 @@ class Journal:
         return True
 
     def forget(self, path: Path) -> None:
-        """`path` is being deleted: its journaled bytes must not be written back."""
+        """`path` is being deleted, or was written and synced anew without the journal: its
+        journaled bytes must not be written back."""
         with contextlib.suppress(ValueError):
             rel = path.relative_to(self.root).as_posix()
             for half in list(self._halves):
@@ -180,12 +205,28 @@ class Journal:
             for half in self._swapped():
                 try:
                     self._checkpoint(half)
-                except OSError as exc:  # its entries stay; the next round tries again
-                    log.error("llmtape's journal: could not sync the library: %s", exc)
-                    if closing:  # they stay for the next start to write back
-                        return
+                except OSError as exc:
+                    self._give_up(exc)
+                    return
             if closing:
                 return
+
+    def _give_up(self, exc: OSError) -> None:
+        """A sync of the library failed. The kernel may have dropped the pages it could not
+        write (marked clean), so no later sync can vouch for them: the halves are never
+        emptied, and marked to be written back by the next start even in this boot; from
+        now on each file is synced on its own (and voids its older entries)."""
+        log.error(
+            "llmtape's journal: could not sync the library (%s); what it holds is kept for the "
+            "next start to write back, and each exchange is now synced on its own",
+            exc,
+        )
+        with self._cond:
+            self._broken = True
+            halves = list(self._halves)
+        for half in halves:
+            with contextlib.suppress(OSError):
+                os.pwrite(half.fd, _HEAD.pack(HEAD_MAGIC, half.epoch, NO_BOOT), 0)
 
     def _swapped(self) -> list[_Half]:
         """The halves to empty: the active one, once its writers' files are in place (the
@@ -219,7 +260,7 @@ class Journal:
     def _make(self, n: int) -> _Half:
         """A half under a temp name, locked, written full of zeros and synced, then renamed:
         a server starting meanwhile never takes a half being made for a crashed one's."""
-        path = self.folder / f"journal-{os.getpid()}-{n}"
+        path = self.folder / f"{self._name}-{n}"
         temp = self.folder / f".{path.name}.new"
         fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
@@ -228,7 +269,7 @@ class Journal:
             for at in range(0, HALF_SIZE, len(zeros)):
                 os.pwrite(fd, zeros, at)
             epoch = n + 1  # the halves' epochs never meet: 1, 3, 5 ... and 2, 4, 6 ...
-            os.pwrite(fd, _HEAD.pack(HEAD_MAGIC, epoch), 0)
+            os.pwrite(fd, _head(epoch), 0)
             os.fsync(fd)
             os.replace(temp, path)
             fsync_folder(self.folder)
@@ -243,7 +284,7 @@ class Journal:
         longer count)."""
         sync_filesystem(half.fd)
         epoch = half.epoch + 2
-        os.pwrite(half.fd, _HEAD.pack(HEAD_MAGIC, epoch), 0)
+        os.pwrite(half.fd, _head(epoch), 0)
         os.fdatasync(half.fd)
         with self._cond:
             half.epoch, half.end = epoch, _HEAD.size
@@ -270,11 +311,29 @@ class Journal:
 
 def recover(root: Path) -> list[Path]:
     """Write back the journaled files of every server on `root` that is gone (its halves are
-    not locked), then remove its halves; the paths written back."""
+    not locked) in an earlier boot of the machine, then remove its halves; the paths written
+    back. The halves of one that crashed in this boot are only removed (see the module's
+    text), once the filesystem is synced: its files were not yet. One server at a time: a
+    second one starting waits, so that it neither records under a write-back nor repeats it."""
     folder = root / JOURNAL_DIR
+    if not folder.is_dir():  # none there, or a library nobody can read (replay never writes)
+        return []
+    try:
+        library = os.open(root, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return []
+    try:
+        with contextlib.suppress(OSError):  # a filesystem without flock on folders: no wait
+            fcntl.flock(library, fcntl.LOCK_EX)
+        return _recover(root, folder)
+    finally:
+        os.close(library)
+
+
+def _recover(root: Path, folder: Path) -> list[Path]:
     try:
         names = sorted(os.listdir(folder))
-    except OSError:  # none there, or a library nobody can read (replay never writes)
+    except OSError:
         return []
     halves: list[tuple[str, int, list[tuple[str, bytes | None]]]] = []  # server, epoch, entries
     done: list[Path] = []
@@ -290,8 +349,9 @@ def recover(root: Path) -> list[Path]:
             os.close(fd)
             continue  # a live server's
         with open(fd, "rb") as handle:
-            if name.startswith("journal-"):
-                epoch, found = entries(handle.read(MAX_HALF))
+            raw = handle.read(MAX_HALF) if name.startswith("journal-") else b""
+            if raw and not _this_boot(raw):
+                epoch, found = entries(raw)
                 halves.append((name.rpartition("-")[0], epoch, found))
         done.append(path)
     newest: dict[str, bytes | None] = {}  # a server's later entry of a path wins; a void erases
@@ -304,6 +364,16 @@ def recover(root: Path) -> list[Path]:
             continue
         write_atomic(target, data)
         restored.append(target)
+    if done:
+        try:  # a killed server's files, on disk before its journal goes
+            library = os.open(root, os.O_RDONLY)
+            try:
+                sync_filesystem(library)
+            finally:
+                os.close(library)
+        except OSError as exc:
+            log.error("llmtape's journal: could not sync the library, journal kept: %s", exc)
+            return restored
     for path in done:  # only once every file is back
         path.unlink(missing_ok=True)
     if done:
@@ -326,6 +396,13 @@ def _journal_file(name: str) -> bool:
     return name.startswith("journal-") or (name.startswith(".journal-") and name.endswith(".new"))
 
 
+def _this_boot(raw: bytes) -> bool:
+    """A half written in this boot of the machine (its server was killed, not cut off)."""
+    if len(raw) < _HEAD.size or BOOT == NO_BOOT:
+        return False
+    return bool(_HEAD.unpack_from(raw)[2] == BOOT)
+
+
 def _holds(path: Path, data: bytes) -> bool:
     try:
         return path.read_bytes() == data
@@ -338,7 +415,7 @@ def entries(raw: bytes) -> tuple[int, list[tuple[str, bytes | None]]]:
     voided)."""
     if len(raw) < _HEAD.size:
         return 0, []
-    magic, epoch = _HEAD.unpack_from(raw)
+    magic, epoch, _ = _HEAD.unpack_from(raw)
     if magic != HEAD_MAGIC:
         return 0, []
     found: list[tuple[str, bytes | None]] = []

@@ -51,10 +51,18 @@ def journaling(store: FileStore) -> Journal:
 
 def crash(journal: Journal) -> None:
     """What a SIGKILL leaves: the halves on disk as they are, their locks gone, no thread."""
-    journal._closing = True  # the thread's next round only ends it
-    for half in journal._halves:
+    with journal._cond:  # its next round only ends the thread: no halves, closing
+        halves, journal._halves, journal._closing = journal._halves, [], True
+        journal._thread = None
+        journal._cond.notify_all()
+    for half in halves:
         os.close(half.fd)
-    journal._halves, journal._thread = [], None
+
+
+def power_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a power cut the next server runs in another boot of the machine: what the
+    crashed one journaled is written back (a kill in this boot only drops its journal)."""
+    monkeypatch.setattr(journal_module, "BOOT", bytes(range(16)))
 
 
 def half_entries(root: Path) -> list[tuple[str, bytes | None]]:
@@ -65,7 +73,9 @@ def half_entries(root: Path) -> list[tuple[str, bytes | None]]:
 
 
 @pytest.mark.usefixtures("slow_checkpoints")
-def test_files_lost_in_a_crash_are_written_back_from_the_journal(store: FileStore) -> None:
+def test_files_lost_in_a_crash_are_written_back_from_the_journal(
+    store: FileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     journal = journaling(store)
     first = make_exchange(content="one")
     second = make_exchange(content="two")
@@ -76,6 +86,7 @@ def test_files_lost_in_a_crash_are_written_back_from_the_journal(store: FileStor
     crash(journal)
     path_one.unlink()  # a power cut took the unsynced rename
     path_two.write_bytes(b'{"sche')  # and left this one torn
+    power_cut(monkeypatch)
     restored = recover(store.root)
     assert sorted(restored) == sorted([path_one, path_two])
     assert path_one.read_bytes() == dump_exchange(first)
@@ -99,7 +110,7 @@ def test_intact_files_are_left_alone_and_a_deleted_one_stays_deleted(store: File
 
 @pytest.mark.usefixtures("slow_checkpoints")
 def test_the_newest_entry_of_a_file_wins_and_a_torn_tail_ends_the_journal(
-    store: FileStore,
+    store: FileStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     journal = journaling(store)
     old, new = make_exchange("v1", key_of="same"), make_exchange("v2", key_of="same")
@@ -115,6 +126,7 @@ def test_the_newest_entry_of_a_file_wins_and_a_torn_tail_ends_the_journal(
     half.write_bytes(bytes(raw))
     for path in store.root.rglob("*.json"):
         path.unlink()
+    power_cut(monkeypatch)
     recover(store.root)
     assert store.path("trip", new.key, 1).read_bytes() == dump_exchange(new)
     assert not store.path("trip", after.key, 1).exists(), "a torn entry is not written back"
@@ -162,7 +174,7 @@ def test_recovery_writes_back_only_exchange_files_of_cassettes(tmp_path: Path) -
     root = tmp_path / "lib"
     folder = root / JOURNAL_DIR
     folder.mkdir(parents=True)
-    half = journal_module._HEAD.pack(journal_module.HEAD_MAGIC, 1)
+    half = journal_module._HEAD.pack(journal_module.HEAD_MAGIC, 1, journal_module.NO_BOOT)
     for rel in ["../escape.json", "trip/notes.md", f".hidden/{'a' * 64}.json"]:
         data = b"{}"
         body = rel.encode() + data

@@ -464,7 +464,11 @@ class Engine:
 
     async def open(self) -> None:
         """The store, opened for this server (see CassetteStore.open)."""
-        restored = await asyncio.to_thread(self.store.open)
+        try:
+            restored = await asyncio.to_thread(self.store.open)
+        except OSError as exc:  # each exchange is then synced on its own; replay never writes
+            log.error("could not take back the journal of an earlier llmtape: %s", exc)
+            return
         if restored:
             log.warning(
                 "wrote back %d exchange file(s) from the journal of an llmtape that "

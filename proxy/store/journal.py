@@ -121,6 +121,7 @@ class Journal:
         self._closing = False
         self._thread: threading.Thread | None = None
         self._name = f"journal-{os.getpid()}-{os.urandom(4).hex()}"
+        self._devices: dict[Path, bool] = {}  # cassette folder -> on the journal's filesystem
 
     def open(self) -> list[Path]:
         """Write back what crashed servers left in their journals; the paths written back."""
@@ -137,6 +138,8 @@ class Journal:
         except ValueError:
             return False
         size = _ENTRY.size + len(rel) + len(data)
+        if not self._beside(path.parent):
+            return False
         with self._cond:
             if self._broken or not self._halves or size > MAX_ENTRY:
                 if not self._halves and not self._broken and not self._wanted:
@@ -167,6 +170,22 @@ class Journal:
                 half.pending -= 1
                 self._cond.notify_all()
         return True
+
+    def _beside(self, folder: Path) -> bool:
+        """Whether `folder` is on the journal's filesystem, which is all its `syncfs` syncs
+        (a cassette folder may be a link to, or a mount of, another disk). Asked once per
+        folder, which is made if need be (the checkpoint's sync covers its name too)."""
+        same = self._devices.get(folder)
+        if same is None:
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                same = os.stat(folder).st_dev == os.stat(self.root).st_dev
+            except OSError:
+                return False
+            if len(self._devices) >= 4096:  # cassettes named by header: bounded
+                self._devices.clear()
+            self._devices[folder] = same
+        return same
 
     def forget(self, path: Path) -> None:
         """`path` is being deleted, or was written and synced anew without the journal: its

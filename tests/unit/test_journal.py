@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -186,3 +187,19 @@ def test_recovery_writes_back_only_exchange_files_of_cassettes(tmp_path: Path) -
     assert recover(root) == []
     assert not (tmp_path / "escape.json").exists()
     assert not (root / "trip").exists()
+
+
+def test_a_cassette_on_another_filesystem_is_synced_on_its_own(
+    store: FileStore, tmp_path: Path
+) -> None:
+    """The checkpoint's syncfs syncs the journal's filesystem only: a cassette folder that
+    links to another disk must not have its files dropped from the journal unsynced."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("no second filesystem (/dev/shm) here")
+    journal = journaling(store)
+    with tempfile.TemporaryDirectory(dir=shm) as elsewhere:
+        (store.root / "linked").symlink_to(elsewhere)
+        path = store.root / "linked" / exchange_file("b" * 64, 1)
+        assert not journal.write(path, b"{}"), "written the usual way"
+        assert journal.write(store.root / "trip" / exchange_file("b" * 64, 1), b"{}")

@@ -18,6 +18,7 @@ from llmtape.cli.library import (
     fail,
     open_library,
     option,
+    settle_library,
     sweep_cassette,
 )
 from llmtape.errors import ConfigError, LlmtapeError
@@ -125,6 +126,8 @@ def rekey(
 
     try:
         library = open_library(cassettes, upstream, ignore, config)
+        if not dry_run:
+            settle_library(library)
         report = rekey_cassette(library.store, existing(library, name), library.rules, dry_run)
         if not dry_run:
             sweep_cassette(library, name)

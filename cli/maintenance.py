@@ -17,6 +17,7 @@ from llmtape.cli.library import (
     existing,
     fail,
     open_library,
+    settle_library,
     sweep_cassette,
 )
 from llmtape.cli.main import app
@@ -47,6 +48,8 @@ def prune(
 
     try:
         library = open_library(cassettes, None, None, config, rules=False)
+        if not dry_run:
+            settle_library(library)
         report = prune_cassette(library.store, existing(library, name), dry_run)
     except LlmtapeError as exc:
         raise fail(exc, as_json) from exc
@@ -116,6 +119,8 @@ def redact(
     try:
         scrubber = _scrubber(field, pattern, config)
         library = open_library(cassettes, upstream, ignore, config)
+        if not dry_run:
+            settle_library(library)
         report = redact_cassette(
             library.store, existing(library, name), scrubber, library.rules, dry_run
         )

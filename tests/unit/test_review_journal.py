@@ -88,6 +88,24 @@ def test_a_file_changed_after_a_kill_is_not_undone_by_the_next_start(store: File
     assert not (store.root / "again").exists(), "a deleted cassette came back"
 
 
+def test_a_redact_after_a_power_cut_is_not_undone_by_the_next_start(
+    store: FileStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a power cut the journal is written back; a tool that rewrites the library
+    first writes it back itself, so the next start has nothing older to put back."""
+    journal = journaling(store)
+    store.write("trip", make_exchange(f"key {SECRET}", key_of="leaky"))
+    crash(journal)
+    power_cut(monkeypatch)
+    result = CliRunner().invoke(
+        cli_main.app, ["redact", "trip", "--pattern", SECRET, "--cassettes", str(store.root)]
+    )
+    assert result.exit_code == 0, result.output
+    assert not holding(store.root / "trip", SECRET)
+    assert recover(store.root) == []  # the next `llmtape serve`
+    assert not holding(store.root / "trip", SECRET), "the secret came back"
+
+
 def test_two_servers_in_one_process_keep_their_own_journals(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -22,7 +22,6 @@ from llmtape.errors import (
     UnknownUpstream,
     UpstreamError,
 )
-from llmtape.hangup import unless_gone
 from llmtape.inbound import Answer, Inbound, Live, Refuse, Serve
 from llmtape.keycache import KeyCache, raw_key
 from llmtape.matching import follow_order
@@ -316,7 +315,7 @@ class Engine:
         )
         opening = self.upstream.open(outbound)
         try:
-            answer = await (opening if inbound.gone is None else unless_gone(opening, inbound.gone))
+            answer = await (opening if inbound.gone is None else inbound.gone.unless_gone(opening))
         except ClientGone:
             self.counters.aborted += 1
             raise

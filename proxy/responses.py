@@ -13,7 +13,7 @@ from typing import Any
 from starlette.types import Receive, Send
 
 from llmtape.errors import AnswerRefused, UpstreamCut
-from llmtape.hangup import cut_on_shutdown, run_unless_gone, shutdown_cut
+from llmtape.hangup import Watch, cut_on_shutdown, shutdown_cut
 from llmtape.inbound import Live, Serve
 
 # How long a recording goes on reading the upstream after its client left, when the client
@@ -34,7 +34,7 @@ async def send_json(send: Send, status: int, body: dict[str, Any]) -> None:
     await send({"type": "http.response.body", "body": data})
 
 
-async def send_live(live: Live, receive: Receive, send: Send) -> None:
+async def send_live(live: Live, watch: Watch, send: Send) -> None:
     """Each upstream chunk goes on as it arrives and into the recording, which is committed
     before the final empty chunk, so an exchange is on disk when the client sees the end. A
     client that leaves before the upstream finished aborts it, unless it had the stream's final
@@ -77,9 +77,7 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     try:
-        whole = await cut_on_shutdown(
-            run_unless_gone(pump(), partial(until_disconnect, receive), grace)
-        )
+        whole = await cut_on_shutdown(watch.run_unless_gone(pump(), grace))
     except UpstreamCut as exc:
         if not finished:
             recording.abort("cut by shutdown, nothing recorded", client_left=False)
@@ -128,7 +126,11 @@ async def send_replay(serve: Serve, receive: Receive, send: Send) -> None:
             raise UpstreamCut("replaying a recorded upstream cut: the connection is dropped here")
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    await cut_on_shutdown(run_unless_gone(play(), partial(until_disconnect, receive)))
+    watch = Watch(partial(until_disconnect, receive))
+    try:
+        await cut_on_shutdown(watch.run_unless_gone(play()))
+    finally:
+        watch.close()
 
 
 class QuietCuts(logging.Filter):

@@ -395,6 +395,11 @@ class Recording:
         if target is not None:
             target.run.begin_recording()  # a PUT that ends the run waits for this answer
 
+    @property
+    def writes(self) -> bool:
+        """Whether committing it writes the answer (else it only ends with its log line)."""
+        return self._target is not None
+
     def feed(self, chunk: bytes) -> bool:
         """Take the next chunk; True when `spill` is due before the next one."""
         return self._capture is not None and self._capture.add(chunk)

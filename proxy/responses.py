@@ -40,26 +40,25 @@ async def send_live(live: Live, watch: Watch, send: Send) -> None:
     client that leaves before the upstream finished aborts it, unless it had the stream's final
     frame: then the upstream is read to its end for up to GRACE_AFTER_FINAL_FRAME and the
     exchange kept. A shutdown that cancels the stream aborts it too."""
-    recording = live.recording
-    finished = False
+    recording, answer = live.recording, live.answer
+    finished = ended = False
 
     def grace() -> float:  # sends to a client that left are no-ops in uvicorn: read on
         return GRACE_AFTER_FINAL_FRAME if recording.final_seen() else 0.0
 
     async def pump() -> None:
-        nonlocal finished
+        nonlocal finished, ended
         await send(
-            {
-                "type": "http.response.start",
-                "status": live.answer.status,
-                "headers": list(live.headers),
-            }
+            {"type": "http.response.start", "status": answer.status, "headers": list(live.headers)}
         )
         try:
-            async for chunk in live.answer.chunks():
+            async for chunk in answer.chunks():
                 if recording.feed(chunk):  # a large answer: to its scratch file, off the loop
                     await recording.spill()
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                # With nothing to write first, the last chunk carries the end of the body: one
+                # write to the client socket less (an answer that came in one piece, mostly).
+                ended = answer.ended and not recording.writes
+                await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
         except AnswerRefused as exc:
             finished = True
             recording.refuse(f"cut, not recorded: {exc.message}")
@@ -69,12 +68,15 @@ async def send_live(live: Live, watch: Watch, send: Send) -> None:
             await asyncio.shield(recording.commit(cut=True))
             raise
         finally:
-            live.answer.close()
+            answer.close()
         # The whole answer is in: a client that hangs up now (it had all it wanted of a 204
-        # or a HEAD) must not stop the exchange from being written.
+        # or a HEAD) must not stop the exchange from being written. Nothing to write (no
+        # suspension, nothing to shield): no task.
         finished = True
-        await asyncio.shield(recording.commit(cut=False))
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        commit = recording.commit(cut=False)
+        await (asyncio.shield(commit) if recording.writes else commit)
+        if not ended:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     try:
         whole = await cut_on_shutdown(watch.run_unless_gone(pump(), grace))

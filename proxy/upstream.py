@@ -71,6 +71,11 @@ class UpstreamResponse(Protocol):
 
     def chunks(self) -> AsyncIterator[bytes]: ...
     def close(self) -> None: ...
+    @property
+    def ended(self) -> bool:
+        """Whether the chunk just handed over was the last: the answer is all in. May say
+        False when it cannot tell without waiting."""
+        ...
 
 
 class Upstream(Protocol):
@@ -146,6 +151,10 @@ class AiohttpResponse:
             ) from exc
         if self._inflater is not None and (tail := self._inflater.end()):
             yield tail
+
+    @property
+    def ended(self) -> bool:
+        return self._inflater is None and self._response.content.at_eof()
 
     def _inflated(self, chunk: bytes) -> Iterator[bytes]:
         if self._inflater is None:

@@ -194,7 +194,6 @@ class AiohttpUpstream:
         self._limits = limits
 
     async def open(self, request: Outbound) -> AiohttpResponse:
-        where = f"upstream {request.upstream!r} at {redact_url(request.url)}"
         try:
             url, headers = _userinfo_as_auth(request)
             response = await self._session.request(
@@ -208,19 +207,24 @@ class AiohttpUpstream:
             )
         except TimeoutError as exc:
             raise UpstreamTimeout(
-                f"{where} did not answer in time ({_told(exc) or 'timeout'})"
+                f"{_where(request)} did not answer in time ({_told(exc) or 'timeout'})"
             ) from exc
         except aiohttp.ClientError as exc:
-            raise UpstreamUnreachable(f"{where} is unreachable: {_told(exc)}") from exc
+            raise UpstreamUnreachable(f"{_where(request)} is unreachable: {_told(exc)}") from exc
         encoding = unknown_encoding(content_encoding(response))
         if encoding is not None and _has_body(request.method, response.status):
             response.close()
             raise UpstreamError(
-                f"{where} answered, but compressed with {encoding}, which llmtape cannot "
+                f"{_where(request)} answered, but compressed with {encoding}, which llmtape cannot "
                 "decode, so the answer was not passed on or recorded. llmtape asks for gzip or "
                 "deflate (accept-encoding); this upstream ignored that."
             )
         return AiohttpResponse(request.upstream, response, self._limits)
+
+
+def _where(request: Outbound) -> str:
+    """The upstream a message names (worked out only for one: redacting a URL costs 2 us)."""
+    return f"upstream {request.upstream!r} at {redact_url(request.url)}"
 
 
 def content_encoding(response: aiohttp.ClientResponse) -> str:

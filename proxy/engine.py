@@ -335,7 +335,7 @@ class Engine:
             )
         headers = answer_headers(answer.headers, keep_length=keyed.parts.method == "HEAD")
         headers.append(("x-llmtape-key", keyed.key))
-        raw = tuple((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers)
+        raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
         recording = Recording(keyed.trace, answer.status, self, capture, target)
         return Live(answer, raw, recording)
 

@@ -73,12 +73,13 @@ class Refuse:
     body: dict[str, Any] = field(default_factory=dict)  # in the upstream's error shape
 
 
-@dataclass(frozen=True)
+@dataclass
 class Live:
-    """The upstream's answer, to pass on chunk by chunk through its `recording`."""
+    """The upstream's answer, to pass on chunk by chunk through its `recording`. Built for
+    every live request, so not frozen."""
 
     answer: UpstreamResponse
-    headers: RawHeaders
+    headers: list[tuple[bytes, bytes]]  # as they go to the client
     recording: Recording
 
 

@@ -341,7 +341,7 @@ def _frame(ms: int, raw: bytes) -> Frame:
         return Frame(ms=ms, base64=base64.b64encode(raw).decode("ascii"))
 
 
-@dataclass(frozen=True)
+@dataclass
 class Target:
     """Where a live answer is recorded: a cassette's run, its seq there, and whether the run
     records the cassette anew (record mode, a .derived cassette) or adds to it (auto)."""

@@ -49,7 +49,7 @@ async def send_live(live: Live, watch: Watch, send: Send) -> None:
     async def pump() -> None:
         nonlocal finished, ended
         await send(
-            {"type": "http.response.start", "status": answer.status, "headers": list(live.headers)}
+            {"type": "http.response.start", "status": answer.status, "headers": live.headers}
         )
         try:
             async for chunk in answer.chunks():

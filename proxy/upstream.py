@@ -39,8 +39,10 @@ SET_ON_REQUEST = frozenset({"host", "content-length", "accept-encoding", "expect
 SET_ON_ANSWER = frozenset({"content-length", "content-encoding"})
 
 
-@dataclass(frozen=True)
+@dataclass
 class Outbound:
+    """Built for every live request, so not frozen (see llmtape.inbound)."""
+
     upstream: str
     method: str
     url: str
@@ -125,10 +127,11 @@ class AiohttpResponse:
         upstream: str,
         response: aiohttp.ClientResponse,
         limits: InflateLimits = CAPS,
+        named: str | None = None,  # its content_encoding(), when worked out already
     ) -> None:
         self._upstream = upstream
         self._response = response
-        encoding = content_encoding(response).strip().lower()
+        encoding = (content_encoding(response) if named is None else named).strip().lower()
         self._inflater = Inflater(encoding, limits) if encoding in INFLATABLE else None
         self.status = response.status
         # From the raw bytes, as latin-1: every byte passes through to the client unchanged.
@@ -140,7 +143,11 @@ class AiohttpResponse:
     async def chunks(self) -> AsyncIterator[bytes]:
         try:
             async for chunk in self._response.content.iter_any():
-                for piece in self._inflated(chunk):
+                if self._inflater is None:  # the common case, with no generator per chunk
+                    if chunk:
+                        yield chunk
+                    continue
+                for piece in self._inflater.feed(chunk):
                     yield piece
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError) as exc:
             for piece in self._inflated(_unread(self._response.content)):
@@ -211,7 +218,8 @@ class AiohttpUpstream:
             ) from exc
         except aiohttp.ClientError as exc:
             raise UpstreamUnreachable(f"{_where(request)} is unreachable: {_told(exc)}") from exc
-        encoding = unknown_encoding(content_encoding(response))
+        named = content_encoding(response)
+        encoding = unknown_encoding(named)
         if encoding is not None and _has_body(request.method, response.status):
             response.close()
             raise UpstreamError(
@@ -219,7 +227,7 @@ class AiohttpUpstream:
                 "decode, so the answer was not passed on or recorded. llmtape asks for gzip or "
                 "deflate (accept-encoding); this upstream ignored that."
             )
-        return AiohttpResponse(request.upstream, response, self._limits)
+        return AiohttpResponse(request.upstream, response, self._limits, named)
 
 
 def _where(request: Outbound) -> str:

@@ -22,6 +22,7 @@ from llmtape.errors import (
     UnknownUpstream,
     UpstreamError,
 )
+from llmtape.hangup import Watch
 from llmtape.inbound import Answer, Inbound, Live, Refuse, Serve
 from llmtape.keycache import KeyCache, raw_key
 from llmtape.matching import follow_order
@@ -313,11 +314,17 @@ class Engine:
             inbound.headers,
             inbound.body,
         )
+        # One watch of the client for the upstream call and the answer's way back (the door
+        # closes it); made here, so a request served from a cassette pays nothing for it.
+        watch = None if inbound.gone is None else Watch(inbound.gone)
         opening = self.upstream.open(outbound)
         try:
-            answer = await (opening if inbound.gone is None else inbound.gone.unless_gone(opening))
-        except ClientGone:
-            self.counters.aborted += 1
+            answer = await (opening if watch is None else watch.unless_gone(opening))
+        except BaseException as exc:
+            if watch is not None:
+                watch.close()
+            if isinstance(exc, ClientGone):
+                self.counters.aborted += 1
             raise
         capture = None
         if target is not None:
@@ -337,7 +344,7 @@ class Engine:
         headers.append(("x-llmtape-key", keyed.key))
         raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
         recording = Recording(keyed.trace, answer.status, self, capture, target)
-        return Live(answer, raw, recording)
+        return Live(answer, raw, recording, watch)
 
     async def keep(self, target: Target, capture: Capture, cut: bool) -> str:
         """Finish, number and write a recording in one trip to a writer thread. Its ordinal

@@ -10,7 +10,7 @@ from starlette.types import Receive, Scope, Send
 
 from llmtape.engine import Engine
 from llmtape.errors import BodyTooLarge, LlmtapeError, UpstreamCut
-from llmtape.hangup import Watch, shutdown_cut
+from llmtape.hangup import shutdown_cut
 from llmtape.inbound import Inbound, Live, Refuse, Serve
 from llmtape.providers.base import Provider, generic_error
 from llmtape.responses import send_json, send_live, send_replay, until_disconnect
@@ -27,13 +27,6 @@ class Front:
         self.engine = engine
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        watch = Watch(partial(until_disconnect, receive))  # started when work waits on it
-        try:
-            await self._answer(scope, receive, send, watch)
-        finally:
-            watch.close()
-
-    async def _answer(self, scope: Scope, receive: Receive, send: Send, watch: Watch) -> None:
         provider: Provider | None = None
         try:
             raw_path = scope.get("raw_path") or scope["path"].encode("utf-8")
@@ -57,7 +50,7 @@ class Front:
                 cassette=text(first, CASSETTE_HEADER),
                 live=live_names(text(first, LIVE_HEADER) or ""),
                 timing=text(first, TIMING_HEADER),
-                gone=watch,
+                gone=partial(until_disconnect, receive),
             )
             answer = await self.engine.exchange(inbound)
         except asyncio.CancelledError:  # a shutdown, caught here rather than by a coroutine
@@ -74,7 +67,7 @@ class Front:
         elif isinstance(answer, Refuse):
             await send_json(send, answer.error.status, answer.body)
         elif isinstance(answer, Live):
-            await send_live(answer, watch, send)
+            await send_live(answer, receive, send)
 
 
 def text(first: dict[bytes, bytes], name: str) -> str | None:

@@ -10,7 +10,7 @@ from functools import cached_property
 from typing import Any
 
 from llmtape.errors import CassetteMiss
-from llmtape.hangup import Watch
+from llmtape.hangup import Gone, Watch
 from llmtape.recording import Recording
 from llmtape.replays import Replay
 from llmtape.upstream import UpstreamResponse
@@ -32,7 +32,7 @@ class Inbound:
     cassette: str | None = None  # else the server's current cassette
     live: frozenset[str] = frozenset()  # upstreams that run live for this request
     timing: str | None = None  # replay timing (`none`, `recorded`, a factor); else --replay-timing
-    gone: Watch | None = None  # its client: the upstream call is dropped when it hangs up
+    gone: Gone | None = None  # returns when the client has hung up: the upstream call is dropped
 
     @cached_property
     def header_map(self) -> HeaderView:
@@ -81,6 +81,7 @@ class Live:
     answer: UpstreamResponse
     headers: list[tuple[bytes, bytes]]  # as they go to the client
     recording: Recording
+    watch: Watch | None = None  # its client, watched since the upstream call began
 
 
 Answer = Serve | Refuse | Live

@@ -34,13 +34,14 @@ async def send_json(send: Send, status: int, body: dict[str, Any]) -> None:
     await send({"type": "http.response.body", "body": data})
 
 
-async def send_live(live: Live, watch: Watch, send: Send) -> None:
+async def send_live(live: Live, receive: Receive, send: Send) -> None:
     """Each upstream chunk goes on as it arrives and into the recording, which is committed
     before the final empty chunk, so an exchange is on disk when the client sees the end. A
     client that leaves before the upstream finished aborts it, unless it had the stream's final
     frame: then the upstream is read to its end for up to GRACE_AFTER_FINAL_FRAME and the
     exchange kept. A shutdown that cancels the stream aborts it too."""
     recording, answer = live.recording, live.answer
+    watch = live.watch if live.watch is not None else Watch(partial(until_disconnect, receive))
     finished = ended = False
 
     def grace() -> float:  # sends to a client that left are no-ops in uvicorn: read on
@@ -88,6 +89,8 @@ async def send_live(live: Live, watch: Watch, send: Send) -> None:
         if not finished:
             recording.abort("client went away, nothing recorded")
         raise
+    finally:
+        watch.close()
     if not whole and not finished:
         recording.abort("client went away, nothing recorded")
 

@@ -22,7 +22,7 @@ from llmtape.errors import (
     UnknownUpstream,
     UpstreamError,
 )
-from llmtape.hangup import unless_gone
+from llmtape.hangup import Watch
 from llmtape.inbound import Answer, Inbound, Live, Refuse, Serve
 from llmtape.keycache import KeyCache, raw_key
 from llmtape.matching import follow_order
@@ -314,11 +314,17 @@ class Engine:
             inbound.headers,
             inbound.body,
         )
+        # One watch of the client for the upstream call and the answer's way back (the door
+        # closes it); made here, so a request served from a cassette pays nothing for it.
+        watch = None if inbound.gone is None else Watch(inbound.gone)
         opening = self.upstream.open(outbound)
         try:
-            answer = await (opening if inbound.gone is None else unless_gone(opening, inbound.gone))
-        except ClientGone:
-            self.counters.aborted += 1
+            answer = await (opening if watch is None else watch.unless_gone(opening))
+        except BaseException as exc:
+            if watch is not None:
+                watch.close()
+            if isinstance(exc, ClientGone):
+                self.counters.aborted += 1
             raise
         capture = None
         if target is not None:
@@ -336,9 +342,9 @@ class Engine:
             )
         headers = answer_headers(answer.headers, keep_length=keyed.parts.method == "HEAD")
         headers.append(("x-llmtape-key", keyed.key))
-        raw = tuple((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers)
+        raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
         recording = Recording(keyed.trace, answer.status, self, capture, target)
-        return Live(answer, raw, recording)
+        return Live(answer, raw, recording, watch)
 
     async def keep(self, target: Target, capture: Capture, cut: bool) -> str:
         """Finish, number and write a recording in one trip to a writer thread. Its ordinal

@@ -10,7 +10,7 @@ from functools import cached_property
 from typing import Any
 
 from llmtape.errors import CassetteMiss
-from llmtape.hangup import Gone
+from llmtape.hangup import Gone, Watch
 from llmtape.recording import Recording
 from llmtape.replays import Replay
 from llmtape.upstream import UpstreamResponse
@@ -73,13 +73,15 @@ class Refuse:
     body: dict[str, Any] = field(default_factory=dict)  # in the upstream's error shape
 
 
-@dataclass(frozen=True)
+@dataclass
 class Live:
-    """The upstream's answer, to pass on chunk by chunk through its `recording`."""
+    """The upstream's answer, to pass on chunk by chunk through its `recording`. Built for
+    every live request, so not frozen."""
 
     answer: UpstreamResponse
-    headers: RawHeaders
+    headers: list[tuple[bytes, bytes]]  # as they go to the client
     recording: Recording
+    watch: Watch | None = None  # its client, watched since the upstream call began
 
 
 Answer = Serve | Refuse | Live

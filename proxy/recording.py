@@ -341,7 +341,7 @@ def _frame(ms: int, raw: bytes) -> Frame:
         return Frame(ms=ms, base64=base64.b64encode(raw).decode("ascii"))
 
 
-@dataclass(frozen=True)
+@dataclass
 class Target:
     """Where a live answer is recorded: a cassette's run, its seq there, and whether the run
     records the cassette anew (record mode, a .derived cassette) or adds to it (auto)."""
@@ -394,6 +394,11 @@ class Recording:
         self._ended = False
         if target is not None:
             target.run.begin_recording()  # a PUT that ends the run waits for this answer
+
+    @property
+    def writes(self) -> bool:
+        """Whether committing it writes the answer (else it only ends with its log line)."""
+        return self._target is not None
 
     def feed(self, chunk: bytes) -> bool:
         """Take the next chunk; True when `spill` is due before the next one."""

@@ -13,7 +13,7 @@ from typing import Any
 from starlette.types import Receive, Send
 
 from llmtape.errors import AnswerRefused, UpstreamCut
-from llmtape.hangup import cut_on_shutdown, run_unless_gone, shutdown_cut
+from llmtape.hangup import Watch, cut_on_shutdown, shutdown_cut
 from llmtape.inbound import Live, Serve
 
 # How long a recording goes on reading the upstream after its client left, when the client
@@ -40,26 +40,26 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
     client that leaves before the upstream finished aborts it, unless it had the stream's final
     frame: then the upstream is read to its end for up to GRACE_AFTER_FINAL_FRAME and the
     exchange kept. A shutdown that cancels the stream aborts it too."""
-    recording = live.recording
-    finished = False
+    recording, answer = live.recording, live.answer
+    watch = live.watch if live.watch is not None else Watch(partial(until_disconnect, receive))
+    finished = ended = False
 
     def grace() -> float:  # sends to a client that left are no-ops in uvicorn: read on
         return GRACE_AFTER_FINAL_FRAME if recording.final_seen() else 0.0
 
     async def pump() -> None:
-        nonlocal finished
+        nonlocal finished, ended
         await send(
-            {
-                "type": "http.response.start",
-                "status": live.answer.status,
-                "headers": list(live.headers),
-            }
+            {"type": "http.response.start", "status": answer.status, "headers": live.headers}
         )
         try:
-            async for chunk in live.answer.chunks():
+            async for chunk in answer.chunks():
                 if recording.feed(chunk):  # a large answer: to its scratch file, off the loop
                     await recording.spill()
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                # With nothing to write first, the last chunk carries the end of the body: one
+                # write to the client socket less (an answer that came in one piece, mostly).
+                ended = answer.ended and not recording.writes
+                await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
         except AnswerRefused as exc:
             finished = True
             recording.refuse(f"cut, not recorded: {exc.message}")
@@ -69,17 +69,18 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
             await asyncio.shield(recording.commit(cut=True))
             raise
         finally:
-            live.answer.close()
+            answer.close()
         # The whole answer is in: a client that hangs up now (it had all it wanted of a 204
-        # or a HEAD) must not stop the exchange from being written.
+        # or a HEAD) must not stop the exchange from being written. Nothing to write (no
+        # suspension, nothing to shield): no task.
         finished = True
-        await asyncio.shield(recording.commit(cut=False))
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        commit = recording.commit(cut=False)
+        await (asyncio.shield(commit) if recording.writes else commit)
+        if not ended:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     try:
-        whole = await cut_on_shutdown(
-            run_unless_gone(pump(), partial(until_disconnect, receive), grace)
-        )
+        whole = await cut_on_shutdown(watch.run_unless_gone(pump(), grace))
     except UpstreamCut as exc:
         if not finished:
             recording.abort("cut by shutdown, nothing recorded", client_left=False)
@@ -88,6 +89,8 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
         if not finished:
             recording.abort("client went away, nothing recorded")
         raise
+    finally:
+        watch.close()
     if not whole and not finished:
         recording.abort("client went away, nothing recorded")
 
@@ -128,7 +131,11 @@ async def send_replay(serve: Serve, receive: Receive, send: Send) -> None:
             raise UpstreamCut("replaying a recorded upstream cut: the connection is dropped here")
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    await cut_on_shutdown(run_unless_gone(play(), partial(until_disconnect, receive)))
+    watch = Watch(partial(until_disconnect, receive))
+    try:
+        await cut_on_shutdown(watch.run_unless_gone(play()))
+    finally:
+        watch.close()
 
 
 class QuietCuts(logging.Filter):

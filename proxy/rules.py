@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from itertools import combinations
 from typing import Any
 
@@ -65,6 +65,10 @@ class MatchRules:
 
     def fingerprint(self) -> str:
         """A short stable id of these rules, stored in each exchange for `rekey`."""
+        return self._fingerprint
+
+    @cached_property
+    def _fingerprint(self) -> str:  # once per rules, not per recording (a JSON dump, a hash)
         data = {
             "ignore_body": sorted(self.ignore_body),
             "ignore_query": sorted(self.ignore_query),

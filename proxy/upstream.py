@@ -39,8 +39,10 @@ SET_ON_REQUEST = frozenset({"host", "content-length", "accept-encoding", "expect
 SET_ON_ANSWER = frozenset({"content-length", "content-encoding"})
 
 
-@dataclass(frozen=True)
+@dataclass
 class Outbound:
+    """Built for every live request, so not frozen (see llmtape.inbound)."""
+
     upstream: str
     method: str
     url: str
@@ -71,6 +73,11 @@ class UpstreamResponse(Protocol):
 
     def chunks(self) -> AsyncIterator[bytes]: ...
     def close(self) -> None: ...
+    @property
+    def ended(self) -> bool:
+        """Whether the chunk just handed over was the last: the answer is all in. May say
+        False when it cannot tell without waiting."""
+        ...
 
 
 class Upstream(Protocol):
@@ -120,10 +127,11 @@ class AiohttpResponse:
         upstream: str,
         response: aiohttp.ClientResponse,
         limits: InflateLimits = CAPS,
+        named: str | None = None,  # its content_encoding(), when worked out already
     ) -> None:
         self._upstream = upstream
         self._response = response
-        encoding = content_encoding(response).strip().lower()
+        encoding = (content_encoding(response) if named is None else named).strip().lower()
         self._inflater = Inflater(encoding, limits) if encoding in INFLATABLE else None
         self.status = response.status
         # From the raw bytes, as latin-1: every byte passes through to the client unchanged.
@@ -135,7 +143,11 @@ class AiohttpResponse:
     async def chunks(self) -> AsyncIterator[bytes]:
         try:
             async for chunk in self._response.content.iter_any():
-                for piece in self._inflated(chunk):
+                if self._inflater is None:  # the common case, with no generator per chunk
+                    if chunk:
+                        yield chunk
+                    continue
+                for piece in self._inflater.feed(chunk):
                     yield piece
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError) as exc:
             for piece in self._inflated(_unread(self._response.content)):
@@ -146,6 +158,10 @@ class AiohttpResponse:
             ) from exc
         if self._inflater is not None and (tail := self._inflater.end()):
             yield tail
+
+    @property
+    def ended(self) -> bool:
+        return self._inflater is None and self._response.content.at_eof()
 
     def _inflated(self, chunk: bytes) -> Iterator[bytes]:
         if self._inflater is None:
@@ -185,7 +201,6 @@ class AiohttpUpstream:
         self._limits = limits
 
     async def open(self, request: Outbound) -> AiohttpResponse:
-        where = f"upstream {request.upstream!r} at {redact_url(request.url)}"
         try:
             url, headers = _userinfo_as_auth(request)
             response = await self._session.request(
@@ -199,19 +214,25 @@ class AiohttpUpstream:
             )
         except TimeoutError as exc:
             raise UpstreamTimeout(
-                f"{where} did not answer in time ({_told(exc) or 'timeout'})"
+                f"{_where(request)} did not answer in time ({_told(exc) or 'timeout'})"
             ) from exc
         except aiohttp.ClientError as exc:
-            raise UpstreamUnreachable(f"{where} is unreachable: {_told(exc)}") from exc
-        encoding = unknown_encoding(content_encoding(response))
+            raise UpstreamUnreachable(f"{_where(request)} is unreachable: {_told(exc)}") from exc
+        named = content_encoding(response)
+        encoding = unknown_encoding(named)
         if encoding is not None and _has_body(request.method, response.status):
             response.close()
             raise UpstreamError(
-                f"{where} answered, but compressed with {encoding}, which llmtape cannot "
+                f"{_where(request)} answered, but compressed with {encoding}, which llmtape cannot "
                 "decode, so the answer was not passed on or recorded. llmtape asks for gzip or "
                 "deflate (accept-encoding); this upstream ignored that."
             )
-        return AiohttpResponse(request.upstream, response, self._limits)
+        return AiohttpResponse(request.upstream, response, self._limits, named)
+
+
+def _where(request: Outbound) -> str:
+    """The upstream a message names (worked out only for one: redacting a URL costs 2 us)."""
+    return f"upstream {request.upstream!r} at {redact_url(request.url)}"
 
 
 def content_encoding(response: aiohttp.ClientResponse) -> str:

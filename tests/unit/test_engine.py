@@ -35,6 +35,7 @@ class Scripted:
         self.chunked = len(chunks) > 1
         self._chunks = chunks
         self.closed = False
+        self.ended = False
 
     async def chunks(self) -> AsyncIterator[bytes]:
         for chunk in self._chunks:

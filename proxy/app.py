@@ -45,7 +45,11 @@ class Server:
         @asynccontextmanager
         async def lifespan(app: Starlette) -> AsyncIterator[None]:
             connector = aiohttp.TCPConnector(limit=100, enable_cleanup_closed=True)
-            async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
+            # No cookie jar: a proxy passes cookies on as they come, and keeps none of one
+            # client's answers to send with the next client's requests.
+            async with aiohttp.ClientSession(
+                connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar()
+            ) as session:
                 engine.upstream = AiohttpUpstream(
                     session, settings.connect_timeout, settings.read_timeout
                 )

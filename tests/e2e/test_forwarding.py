@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import MakeProxy
 from tests.fakes.raw import RawUpstream
-from tests.fakes.upstream import FakeUpstream
+from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import SECRET_ANTHROPIC, SECRET_OPENAI, closed_port
 
 
@@ -248,3 +248,26 @@ def test_a_head_answer_keeps_its_content_length_live_and_in_replay(
     replayer = make_proxy(mode="replay", upstream={"tools": raw.url})
     again = httpx.head(replayer.url + "/tools/file")
     assert live.headers["content-length"] == again.headers["content-length"] == "42"
+
+
+def test_cookies_an_upstream_sets_are_not_kept_for_other_clients(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    """llmtape is a transparent proxy, not a browser: a `set-cookie` (Cloudflare's
+    `__cf_bm` on OpenAI) goes to the client that got it, and never rides along on the
+    next request of another client; a client's own cookie goes upstream as it sent it."""
+    fake.script(
+        "/x",
+        Reply(headers={"set-cookie": "__cf_bm=upstream-set; Path=/; HttpOnly"}, body={}),
+        Reply(body={}),
+        Reply(body={}),
+    )
+    # By name: aiohttp's default jar keeps no cookie of a bare IP address.
+    by_name = fake.url.replace("127.0.0.1", "localhost")
+    proxy = make_proxy(mode="passthrough", upstream={"tools": by_name})
+    first = httpx.get(proxy.url + "/tools/x")
+    assert "__cf_bm=upstream-set" in first.headers["set-cookie"]
+    httpx.get(proxy.url + "/tools/x")  # another client, no cookie of its own
+    assert "cookie" not in fake.hits[-1].headers
+    httpx.get(proxy.url + "/tools/x", headers={"cookie": "mine=1"})
+    assert fake.hits[-1].headers["cookie"] == "mine=1"

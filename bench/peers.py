@@ -93,7 +93,6 @@ METRICS = [
     Metric(REC32, "higher", lambda contest: contest.get(REC32, "talkback"), ">= Talkback"),
     Metric(DISK50, "lower"),
     Metric(DISK99, "lower"),
-    Metric(JOURNAL50, "lower"),
 ]
 
 

@@ -26,6 +26,13 @@ def put(path: Path, data: bytes | Iterable[bytes], sync: bool) -> None:
     (without, it is durable only once something syncs the filesystem: see journal.py)."""
     fd, temp = create_temp(path)
     try:
+        if isinstance(data, bytes) and not sync:
+            # The common case (an exchange the journal holds): open, write, close, rename
+            # and no more system calls, each a moment the GIL changes hands under load
+            # (a buffered file object adds an fstat, an ioctl and an lseek).
+            _write_all(fd, data)
+            os.replace(temp, path)
+            return
         with open(fd, "wb", closefd=True) as handle:
             for piece in [data] if isinstance(data, bytes) else data:
                 handle.write(piece)
@@ -40,6 +47,16 @@ def put(path: Path, data: bytes | Iterable[bytes], sync: bool) -> None:
         raise
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    """`data` written to `fd`, which is then closed."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
 _datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 
 
@@ -50,7 +67,7 @@ def create_temp(path: Path) -> tuple[int, str]:
     name a crashed process with the same pid left is skipped."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
     while True:
-        temp = f"{path.parent}/.{path.name}.{os.getpid()}-{next(_TEMP_NUMBERS)}.tmp"
+        temp = f"{path.parent}/.{path.name}.{_PID[0]}-{next(_TEMP_NUMBERS)}.tmp"
         try:
             return os.open(temp, flags, 0o666), temp
         except FileExistsError:
@@ -60,6 +77,9 @@ def create_temp(path: Path) -> tuple[int, str]:
 
 
 _TEMP_NUMBERS = itertools.count()  # next() on a count is atomic under the GIL
+_PID = [os.getpid()]  # a system call each time otherwise; a forked child asks anew
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
 
 
 def fsync_folder(folder: Path) -> None:

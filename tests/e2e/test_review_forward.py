@@ -10,6 +10,7 @@ import json
 import logging
 import select
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -462,3 +463,72 @@ def test_a_pipelined_head_held_back_by_the_server_does_not_cut_a_long_answer(
         time.sleep(0.1)
         sock.sendall(health[10:])
         assert answers(sock, 3, started) == [200, 200, 200]
+
+
+def test_many_clients_leaving_at_their_final_frame_at_once_are_all_recorded(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.end_delay = 0.3  # the end-of-body marker comes after every client has left
+    clients = 12
+    with server_log(caplog):
+        proxy = make_proxy(mode="record")
+        socks = [connect(proxy) for _ in range(clients)]
+        for sock in socks:
+            sock.sendall(stream_request())
+        for sock in socks:
+            read_until(sock, b"[DONE]")
+        for sock in socks:
+            sock.close()
+        wait_for(lambda: proxy.stats["recorded"] == clients)
+        time.sleep(0.3)
+        stats = proxy.stats
+        proxy.stop()
+    assert (stats["aborted"], stats["errors"]) == (0, 0), stats
+    assert len(exchanges(cassettes)) == clients
+    assert noisy(caplog) == []
+
+
+def test_a_shutdown_with_many_streams_open_cuts_each_once_quietly(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.frame_delay = 0.5
+    clients = 8
+    with server_log(caplog):
+        proxy = make_proxy(mode="record", shutdown_timeout=0.5)
+        socks = [connect(proxy) for _ in range(clients)]
+        for sock in socks:
+            sock.sendall(stream_request())
+        for sock in socks:
+            read_until(sock, b"data:")
+        proxy.stop()
+        for sock in socks:
+            data = b""
+            with contextlib.suppress(OSError):
+                while more := sock.recv(65536):
+                    data += more
+            assert b"\r\n0\r\n\r\n" not in data, "a cut stream must not end cleanly"
+            sock.close()
+    lines = [r.getMessage() for r in caplog.records if "key=" in r.getMessage()]
+    assert len(lines) == clients and all("nothing recorded" in line for line in lines), lines
+    assert noisy(caplog) == []
+    assert exchanges(cassettes) == []
+
+
+def test_a_client_gone_before_the_upstream_answered_is_one_abort_and_no_error(
+    make_proxy: MakeProxy,
+    hanging_upstream: tuple[str, threading.Event],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    url, hung_up = hanging_upstream
+    with server_log(caplog):
+        proxy = make_proxy(mode="record", upstream={"openai": url})
+        with connect(proxy) as sock:
+            sock.sendall(post_bytes())
+            time.sleep(0.3)
+        assert hung_up.wait(5), "the upstream call was closed"
+        wait_for(lambda: proxy.stats["aborted"] == 1)
+        time.sleep(0.2)
+        stats = proxy.stats
+        proxy.stop()
+    assert (stats["aborted"], stats["errors"], stats["recorded"]) == (1, 0, 0), stats
+    assert noisy(caplog) == []

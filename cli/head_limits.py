@@ -6,7 +6,8 @@ What this relies on inside uvicorn (tests/unit/test_head_limits.py fails if it c
 httptools callbacks `on_message_begin`, `on_headers_complete` and `on_body` are methods of
 the protocol and run inside `data_received`, which feeds its bytes to `self.parser`;
 `self.loop`, `self.transport`; `self.cycle` (None before a first request) and its
-`response_complete`.
+`response_complete`; `self.flow.read_paused` (uvicorn stops reading while a pipelined request
+waits for the one before it).
 """
 
 from __future__ import annotations
@@ -93,6 +94,11 @@ class HeadLimitedProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         now, since = self.loop.time(), self._since
+        if since and self.flow.read_paused:
+            # uvicorn stopped reading (a request queued behind one still answering): the rest
+            # of this head waits unread through no fault of the client, and its deadline would
+            # cut the answer in progress. Its clock starts again; the bytes are read at resume.
+            since = self._since = now
         if since and now >= since + HEAD_SECONDS:
             message = f"the request line and headers did not come within {HEAD_SECONDS:g} s"
             self._close(answer("408 Request Timeout", "request_timeout", message))

@@ -14,6 +14,7 @@ import uvicorn
 from hypothesis import given
 from hypothesis import strategies as st
 from starlette.types import Receive, Scope, Send
+from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
@@ -49,6 +50,10 @@ def test_uvicorn_still_keeps_the_attributes_read() -> None:
         config = uvicorn_config(create_app(settings), settings)
         protocol = HeadLimitedProtocol(config, ServerState(), {}, _loop=loop)
         assert protocol.loop is loop and protocol.cycle is None
+        assert "self.flow = FlowControl(transport)" in inspect.getsource(
+            HttpToolsProtocol.connection_made
+        )
+        assert FlowControl(Socket()).read_paused is False
         assert hasattr(protocol, "transport") and isinstance(
             protocol.parser, httptools.HttpRequestParser
         )

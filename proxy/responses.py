@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Coroutine
 from functools import partial
 from typing import Any
 
@@ -19,6 +20,8 @@ from llmtape.inbound import Live, Serve
 # How long a recording goes on reading the upstream after its client left, when the client
 # had the stream's final frame: the end-of-body marker is usually a few ms behind it.
 GRACE_AFTER_FINAL_FRAME = 2.0
+
+log = logging.getLogger("llmtape")
 
 
 async def until_disconnect(receive: Receive) -> None:
@@ -66,7 +69,7 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
             raise
         except UpstreamCut:
             finished = True
-            await asyncio.shield(recording.commit(cut=True))
+            await _outliving(recording.commit(cut=True))
             raise
         finally:
             answer.close()
@@ -75,7 +78,7 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
         # suspension, nothing to shield): no task.
         finished = True
         commit = recording.commit(cut=False)
-        await (asyncio.shield(commit) if recording.writes else commit)
+        await (_outliving(commit) if recording.writes else commit)
         if not ended:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
@@ -93,6 +96,24 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
         watch.close()
     if not whole and not finished:
         recording.abort("client went away, nothing recorded")
+
+
+async def _outliving(commit: Coroutine[Any, Any, None]) -> None:
+    """Await a commit that a hang-up or a shutdown must not stop: it runs on in its own
+    task. Should it fail after its request is gone, the failure is logged, not left for
+    asyncio to report as never retrieved."""
+    request = asyncio.current_task()
+    task = asyncio.ensure_future(commit)
+
+    def retrieved(done: asyncio.Future[None]) -> None:
+        if done.cancelled():
+            return
+        failure = done.exception()  # retrieved, whoever awaits it
+        if failure is not None and (request is None or request.done()):
+            log.error("writing a recording failed after its request ended", exc_info=failure)
+
+    task.add_done_callback(retrieved)
+    await asyncio.shield(task)
 
 
 async def send_replay(serve: Serve, receive: Receive, send: Send) -> None:

@@ -383,7 +383,8 @@ class Engine:
             exchange = exchange.model_copy(update={"ordinal": ordinal})
             try:
                 if finished.middle is None:
-                    self.store.write(run.cassette, exchange)
+                    fresh = not run.on_disk(exchange.key, ordinal)
+                    self.store.write(run.cassette, exchange, fresh=fresh)
                 else:
                     pieces = dump_around(exchange, finished.middle)
                     self.store.write_pieces(run.cassette, exchange.key, ordinal, pieces)

@@ -130,6 +130,12 @@ class Run:
             if ordinal > count
         ]
 
+    def on_disk(self, key: str, ordinal: int) -> bool:
+        """Whether a recording of `key` numbered `ordinal` was on disk when the run began or
+        was written since (a new one has nothing there to compare with)."""
+        with self.numbering:
+            return ordinal in self.ordinals.get(key, ())
+
     def add(self, key: str, ordinal: int) -> None:
         with self.numbering:
             ordinals = self.ordinals.setdefault(key, [])

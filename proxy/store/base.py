@@ -79,8 +79,9 @@ class CassetteStore(Protocol):
         be read back."""
         ...
 
-    def write(self, cassette: str, exchange: Exchange) -> bool:
-        """Store atomically; False when an equal recording (timing aside) is already there."""
+    def write(self, cassette: str, exchange: Exchange, fresh: bool = False) -> bool:
+        """Store atomically; False when an equal recording (timing aside) is already there.
+        `fresh`: the caller knows no recording is there, so none is read to compare."""
         ...
 
     def write_pieces(self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes]) -> None:

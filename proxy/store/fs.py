@@ -69,9 +69,9 @@ class FileStore:
                 f"cannot read {path}: {exc}; run `llmtape verify {cassette}` to check the cassette"
             ) from exc
 
-    def write(self, cassette: str, exchange: Exchange) -> bool:
+    def write(self, cassette: str, exchange: Exchange, fresh: bool = False) -> bool:
         path = self.path(cassette, exchange.key, exchange.ordinal)
-        stored = _stored(path)
+        stored = None if fresh else _stored(path)
         if stored is not None and same_recording(stored, exchange):
             return False
         data = dump_exchange(exchange)

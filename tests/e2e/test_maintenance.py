@@ -382,9 +382,9 @@ class DiesAfter(FileStore):
         if self.steps < 0:
             raise Killed
 
-    def write(self, cassette: str, exchange: models.Exchange) -> bool:
+    def write(self, cassette: str, exchange: models.Exchange, fresh: bool = False) -> bool:
         self._step()
-        return super().write(cassette, exchange)
+        return super().write(cassette, exchange, fresh)
 
     def delete(self, cassette: str, key: str, ordinal: int) -> None:
         self._step()

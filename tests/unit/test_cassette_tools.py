@@ -66,7 +66,7 @@ class MemoryStore:
         except (KeyError, ValueError, ValidationError) as exc:
             raise CassetteCorrupt(f"cannot read {self.where(cassette)}/{name}: {exc}") from exc
 
-    def write(self, cassette: str, exchange: Exchange) -> bool:
+    def write(self, cassette: str, exchange: Exchange, fresh: bool = False) -> bool:
         name = exchange_file(exchange.key, exchange.ordinal)
         files = self.data.setdefault(cassette, {})
         if name in files and same_recording(load_exchange(files[name]), exchange):

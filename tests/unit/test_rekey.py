@@ -69,7 +69,7 @@ class CrashingStore(FileStore):
         super().__init__(root)
         self.writes = writes
 
-    def write(self, cassette: str, exchange: Exchange) -> bool:
+    def write(self, cassette: str, exchange: Exchange, fresh: bool = False) -> bool:
         if self.writes == 0:
             raise KeyboardInterrupt("killed")
         self.writes -= 1

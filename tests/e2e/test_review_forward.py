@@ -228,6 +228,16 @@ def noisy(caplog: pytest.LogCaptureFixture) -> list[str]:
     ]
 
 
+def streaming(proxy: ProxyServer, clients: int, until: bytes) -> list[socket.socket]:
+    """`clients` sockets, each asking for a stream at once and each read up to `until`."""
+    socks = [connect(proxy) for _ in range(clients)]
+    for sock in socks:
+        sock.sendall(stream_request())
+    for sock in socks:
+        read_until(sock, until)
+    return socks
+
+
 def test_many_clients_leaving_mid_stream_at_once_each_abort_once(
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -235,11 +245,7 @@ def test_many_clients_leaving_mid_stream_at_once_each_abort_once(
     clients = 16
     with server_log(caplog):
         proxy = make_proxy(mode="record")
-        socks = [connect(proxy) for _ in range(clients)]
-        for sock in socks:
-            sock.sendall(stream_request())
-        for sock in socks:
-            read_until(sock, b"data:")
+        socks = streaming(proxy, clients, b"data:")
         for sock in socks:  # all together, with a reset, as a killed client does
             sock.setsockopt(
                 socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
@@ -499,11 +505,7 @@ def test_many_clients_leaving_at_their_final_frame_at_once_are_all_recorded(
     clients = 12
     with server_log(caplog):
         proxy = make_proxy(mode="record")
-        socks = [connect(proxy) for _ in range(clients)]
-        for sock in socks:
-            sock.sendall(stream_request())
-        for sock in socks:
-            read_until(sock, b"[DONE]")
+        socks = streaming(proxy, clients, b"[DONE]")
         for sock in socks:
             sock.close()
         wait_for(lambda: proxy.stats["recorded"] == clients)
@@ -522,11 +524,7 @@ def test_a_shutdown_with_many_streams_open_cuts_each_once_quietly(
     clients = 8
     with server_log(caplog):
         proxy = make_proxy(mode="record", shutdown_timeout=0.5)
-        socks = [connect(proxy) for _ in range(clients)]
-        for sock in socks:
-            sock.sendall(stream_request())
-        for sock in socks:
-            read_until(sock, b"data:")
+        socks = streaming(proxy, clients, b"data:")
         proxy.stop()
         for sock in socks:
             data = b""

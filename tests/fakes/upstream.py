@@ -190,6 +190,13 @@ class FakeUpstream:
             ready.set()
         if self._startup_error is None:
             loop.run_forever()
+        # Handlers still streaming when the fake stopped: cancelled and awaited here, else
+        # they are collected later, in some other test, as "Task was destroyed but it is
+        # pending" (which tests that watch asyncio's log would take for llmtape's).
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
 

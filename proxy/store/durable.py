@@ -40,7 +40,7 @@ def put(path: Path, data: bytes | Iterable[bytes], sync: bool) -> None:
                 handle.flush()
                 # The data and what reading it back needs (its size): a new file's mtime is
                 # not worth a second journal write.
-                _datasync(handle.fileno())
+                datasync(handle.fileno())
         os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
@@ -57,7 +57,7 @@ def _write_all(fd: int, data: bytes) -> None:
         os.close(fd)
 
 
-_datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
+datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 
 
 def create_temp(path: Path) -> tuple[int, str]:

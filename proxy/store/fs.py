@@ -15,9 +15,9 @@ from pydantic import ValidationError
 from llmtape.errors import CassetteCorrupt
 from llmtape.lastrun import LAST_RUN_FILE, LastRun, dump_last_run, load_last_run
 from llmtape.models import Exchange, NewerSchema, dump_exchange, load_exchange
+from llmtape.store import journal
 from llmtape.store.base import exchange_file, is_leftover, parse_exchange_file, same_recording
 from llmtape.store.durable import FolderSyncs, fsync_folder, write_atomic
-from llmtape.store.journal import Journal
 from llmtape.store.names import check_folder_name
 
 
@@ -25,22 +25,24 @@ class FileStore:
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
         self._folder_syncs = FolderSyncs()
-        self._journal: Journal | None = None
+        self._journal: journal.Journal | None = None
 
     def open(self) -> list[Path]:
         """From now on exchange files go through a write-ahead journal (a recording
         server's store; see journal.py); first, write back what a crashed one left in
         its journal. The paths written back."""
-        journal = Journal(self.root)
-        restored = journal.open()
-        self._journal = journal
+        if not journal.SUPPORTED:
+            return []
+        kept = journal.Journal(self.root)
+        restored = kept.open()
+        self._journal = kept
         return restored
 
     def close(self) -> None:
         """Every exchange written is synced and the journal removed."""
-        journal, self._journal = self._journal, None
-        if journal is not None:
-            journal.close()
+        kept, self._journal = self._journal, None
+        if kept is not None:
+            kept.close()
 
     def folder(self, cassette: str) -> Path:
         return self.root / check_folder_name(cassette)

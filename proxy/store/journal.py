@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import fcntl
 import logging
 import os
 import struct
@@ -41,10 +40,19 @@ from pathlib import Path
 
 from llmtape.errors import BadCassetteName
 from llmtape.store.base import parse_exchange_file
-from llmtape.store.durable import GroupSync, fsync_folder, put, write_atomic
+from llmtape.store.durable import GroupSync, datasync, fsync_folder, put, write_atomic
 from llmtape.store.names import check_folder_name
 
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
+
 log = logging.getLogger("llmtape")
+
+# Where a journal can be kept: flock (a live server's halves are left alone) and pwrite.
+# Elsewhere (Windows) every exchange file is synced on its own, as the tools do.
+SUPPORTED = fcntl is not None and hasattr(os, "pwrite")
 
 JOURNAL_DIR = ".llmtape"  # dot folder: no cassette, skipped when listing; holds a .gitignore
 HALF_SIZE = 2 * 2**20
@@ -97,7 +105,7 @@ class _Half:
         self.path, self.fd, self.epoch = path, fd, epoch
         self.end = _HEAD.size  # where the next entry goes
         self.pending = 0  # entries journaled whose exchange files are not yet in place
-        self.syncs = GroupSync(lambda: os.fdatasync(fd))
+        self.syncs = GroupSync(lambda: datasync(fd))
         self.paths: dict[str, int] = {}  # journaled path -> its newest entry's offset
 
 
@@ -304,7 +312,7 @@ class Journal:
         sync_filesystem(half.fd)
         epoch = half.epoch + 2
         os.pwrite(half.fd, _head(epoch), 0)
-        os.fdatasync(half.fd)
+        datasync(half.fd)
         with self._cond:
             half.epoch, half.end = epoch, _HEAD.size
             half.paths.clear()
@@ -335,7 +343,8 @@ def recover(root: Path) -> list[Path]:
     text), once the filesystem is synced: its files were not yet. One server at a time: a
     second one starting waits, so that it neither records under a write-back nor repeats it."""
     folder = root / JOURNAL_DIR
-    if not folder.is_dir():  # none there, or a library nobody can read (replay never writes)
+    # None kept here, none there, or a library nobody can read (replay never writes).
+    if not SUPPORTED or not folder.is_dir():
         return []
     try:
         library = os.open(root, os.O_RDONLY | os.O_CLOEXEC)

@@ -203,3 +203,18 @@ def test_a_cassette_on_another_filesystem_is_synced_on_its_own(
         path = store.root / "linked" / exchange_file("b" * 64, 1)
         assert not journal.write(path, b"{}"), "written the usual way"
         assert journal.write(store.root / "trip" / exchange_file("b" * 64, 1), b"{}")
+
+
+def test_without_flock_and_pwrite_every_file_is_synced_on_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Windows has neither: no journal is made, recovery has nothing to do, writes work."""
+    monkeypatch.setattr(journal_module, "SUPPORTED", False)
+    store = FileStore(tmp_path / "lib")
+    assert store.open() == []
+    exchange = make_exchange("synced alone")
+    assert store.write("trip", exchange)
+    store.close()
+    assert store.path("trip", exchange.key, 1).read_bytes() == dump_exchange(exchange)
+    assert not (store.root / JOURNAL_DIR).exists()
+    assert recover(store.root) == []

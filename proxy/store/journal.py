@@ -353,12 +353,13 @@ def recover(root: Path) -> list[Path]:
     try:
         with contextlib.suppress(OSError):  # a filesystem without flock on folders: no wait
             fcntl.flock(library, fcntl.LOCK_EX)
-        return _recover(root, folder)
+        return _recover(root, folder, library)
     finally:
         os.close(library)
 
 
-def _recover(root: Path, folder: Path) -> list[Path]:
+def _recover(root: Path, folder: Path, library: int) -> list[Path]:
+    """`recover`, with the library's folder open (and locked) as `library`."""
     try:
         names = sorted(os.listdir(folder))
     except OSError:
@@ -392,20 +393,16 @@ def _recover(root: Path, folder: Path) -> list[Path]:
             continue
         write_atomic(target, data)
         restored.append(target)
-    if done:
-        try:  # a killed server's files, on disk before its journal goes
-            library = os.open(root, os.O_RDONLY)
-            try:
-                sync_filesystem(library)
-            finally:
-                os.close(library)
-        except OSError as exc:
-            log.error("llmtape's journal: could not sync the library, journal kept: %s", exc)
-            return restored
+    if not done:
+        return restored
+    try:  # a killed server's files, on disk before its journal goes
+        sync_filesystem(library)
+    except OSError as exc:
+        log.error("llmtape's journal: could not sync the library, journal kept: %s", exc)
+        return restored
     for path in done:  # only once every file is back
         path.unlink(missing_ok=True)
-    if done:
-        _tidy(root)
+    _tidy(root)
     return restored
 
 

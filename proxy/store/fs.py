@@ -6,7 +6,7 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -26,13 +26,19 @@ class FileStore:
         self.root = Path(root)
         self._folder_syncs = FolderSyncs()
         self._journal: journal.Journal | None = None
+        # Another process's journal on this library that may hold a file this store is
+        # about to write without its own journal, or to delete (the scribe's, scribe.py):
+        # told first, so that its older bytes are never written back over the newer file.
+        self.elsewhere: Callable[[Path], None] | None = None
 
-    def open(self) -> list[Path]:
+    def open(self, keep_journal: bool = True) -> list[Path]:
         """From now on exchange files go through a write-ahead journal (a recording
         server's store; see journal.py); first, write back what a crashed one left in
-        its journal. The paths written back."""
+        its journal. The paths written back. Without `keep_journal`, only the latter."""
         if not journal.SUPPORTED:
             return []
+        if not keep_journal:
+            return journal.recover(self.root)
         kept = journal.Journal(self.root)
         restored = kept.open()
         self._journal = kept
@@ -81,15 +87,50 @@ class FileStore:
             self._write_synced(path, data)
         return True
 
+    def write_many(self, items: Sequence[tuple[str, Exchange, bool]]) -> list[bool | OSError]:
+        """`write` for several (cassette, exchange, fresh) at once, sharing one journal write
+        and one sync; per item, what `write` returns or the error it would raise."""
+        done: list[bool | OSError] = [False] * len(items)
+        files: list[tuple[Path, bytes]] = []
+        where: list[int] = []
+        for n, (cassette, exchange, fresh) in enumerate(items):
+            path = self.path(cassette, exchange.key, exchange.ordinal)
+            stored = None if fresh else _stored(path)
+            if stored is None or not same_recording(stored, exchange):
+                files.append((path, dump_exchange(exchange)))
+                where.append(n)
+        journaled = self._journal.write_many(files) if self._journal is not None else []
+        for at, (path, data) in enumerate(files):
+            outcome = journaled[at] if at < len(journaled) else False
+            if outcome is False:
+                try:
+                    self._write_synced(path, data)
+                    outcome = True
+                except OSError as exc:
+                    outcome = exc
+            done[where[at]] = outcome
+        return done
+
     def write_pieces(self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes]) -> None:
         self._write_synced(self.path(cassette, key, ordinal), pieces)
 
     def _write_synced(self, path: Path, data: bytes | Iterable[bytes]) -> None:
         """Written and synced on its own, then any older bytes of it that the journal holds
         are voided: they must not be written back over this newer file."""
+        self._forget_elsewhere(path)
         write_atomic(path, data, self._folder_syncs.sync)
         if self._journal is not None:
             self._journal.forget(path)
+
+    def forget(self, path: Path) -> None:
+        """The journal no longer holds `path` (another process writes or deletes it)."""
+        if self._journal is not None:
+            self._journal.forget(path)
+
+    def _forget_elsewhere(self, path: Path) -> None:
+        elsewhere = self.elsewhere
+        if elsewhere is not None:
+            elsewhere(path)
 
     def scratch(self, cassette: str) -> BinaryIO:
         """An anonymous file beside the cassette, on the same disk as its exchanges: it has
@@ -100,6 +141,7 @@ class FileStore:
 
     def delete(self, cassette: str, key: str, ordinal: int) -> None:
         path = self.path(cassette, key, ordinal)
+        self._forget_elsewhere(path)
         if self._journal is not None:
             self._journal.forget(path)
         path.unlink(missing_ok=True)

@@ -36,6 +36,7 @@ import struct
 import threading
 import uuid
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 
 from llmtape.errors import BadCassetteName
@@ -141,43 +142,94 @@ class Journal:
     def write(self, path: Path, data: bytes) -> bool:
         """Journal `data` as the file at `path`, durably, then put it in place (unsynced).
         False, having done nothing, when it does not fit: write it the usual way."""
-        try:
-            rel = path.relative_to(self.root).as_posix().encode()
-        except ValueError:
-            return False
-        size = _ENTRY.size + len(rel) + len(data)
-        if not self._beside(path.parent):
-            return False
+        done = self.write_many([(path, data)])[0]
+        if isinstance(done, OSError):
+            raise done
+        return done
+
+    def write_many(self, files: Sequence[tuple[Path, bytes]]) -> list[bool | OSError]:
+        """`write` for several files at once: one journal write and one sync for them all.
+        Per file: True, False when it does not fit (nothing done), or why it could not be
+        put in place (its entry is void: a file not written must not come back)."""
+        done: list[bool | OSError] = [False] * len(files)
+        wanted: list[tuple[int, bytes]] = []
+        for n, (path, _) in enumerate(files):
+            try:
+                rel = path.relative_to(self.root).as_posix().encode()
+            except ValueError:
+                continue
+            if self._beside(path.parent):
+                wanted.append((n, rel))
+        if not wanted:
+            return done
+        placed: list[tuple[int, str, int]] = []  # file, its path, its entry's offset
         with self._cond:
-            if self._broken or not self._halves or size > MAX_ENTRY:
+            if self._broken or not self._halves:
                 if not self._halves and not self._broken and not self._wanted:
                     self._wanted = True
                     self._cond.notify_all()
-                return False
+                return done
             half = self._halves[self._active]
-            if half.end + size > HALF_SIZE:
-                self._hurry = True
-                self._cond.notify_all()
-                return False
-            at = half.end
-            crc = zlib.crc32(data, zlib.crc32(rel, half.epoch))
-            head = _ENTRY.pack(ENTRY, half.epoch, size, crc, len(rel))
+            start = at = half.end
+            parts: list[bytes] = []
+            for n, rel in wanted:
+                data = files[n][1]
+                size = _ENTRY.size + len(rel) + len(data)
+                if size > MAX_ENTRY:
+                    continue
+                if at + size > HALF_SIZE:
+                    self._hurry = True
+                    self._cond.notify_all()
+                    continue
+                crc = zlib.crc32(data, zlib.crc32(rel, half.epoch))
+                parts += [_ENTRY.pack(ENTRY, half.epoch, size, crc, len(rel)), rel, data]
+                placed.append((n, rel.decode(), at))
+                at += size
+            if not placed:
+                return done
             # Under the lock, so entries land in order: a sync covers every earlier entry.
-            os.pwrite(half.fd, head + rel + data, at)
-            half.end += size
-            half.paths[rel.decode()] = at
+            try:
+                os.pwrite(half.fd, b"".join(parts), start)
+            except OSError as exc:
+                for n, _, _ in placed:
+                    done[n] = exc
+                return done
+            half.end = at
+            for _, name, entry in placed:
+                half.paths[name] = entry
             half.pending += 1
         try:
             half.syncs.sync()
-            put(path, data, sync=False)
+        except OSError as exc:
+            for n, name, _ in placed:
+                self._void(half, name)
+                done[n] = exc
+            self._done(half)
+            return done
+        left = list(placed)
+        try:
+            while left:
+                n, name, _ = left[0]
+                try:
+                    put(files[n][0], files[n][1], sync=False)
+                    done[n] = True
+                except OSError as exc:
+                    self._void(half, name)
+                    done[n] = exc
+                left.pop(0)
         except BaseException:
-            self._void(half, rel.decode())  # a file not written must not come back
+            for _, name, _ in left:
+                self._void(half, name)
             raise
         finally:
-            with self._cond:
-                half.pending -= 1
-                self._cond.notify_all()
-        return True
+            self._done(half)
+        return done
+
+    def _done(self, half: _Half) -> None:
+        """A writer's files are in place (or given up): the half may be emptied."""
+        with self._cond:
+            half.pending -= 1
+            self._cond.notify_all()
 
     def _beside(self, folder: Path) -> bool:
         """Whether `folder` is on the journal's filesystem, which is all its `syncfs` syncs

@@ -67,6 +67,7 @@ def serve(
     record_failures: Annotated[
         bool | None, option("record_failures", "--no-record-failures")
     ] = None,
+    scribe: Annotated[bool | None, option("scribe", "--no-scribe")] = None,
     replay_timing: Annotated[str | None, option("replay_timing")] = None,
     repeat: Annotated[RepeatPolicy | None, option("repeat")] = None,
     strict_order: Annotated[bool | None, option("strict_order", "--any-order")] = None,

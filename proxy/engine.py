@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from llmtape.candidates import candidates, recorded_request
@@ -32,16 +33,19 @@ from llmtape.normalize import RequestParts, canonical, request_key, request_part
 from llmtape.plan import Action, Step, plan
 from llmtape.providers import Rulebook
 from llmtape.providers.base import Provider
-from llmtape.recording import Capture, Recording, Target
+from llmtape.recording import Capture, Finished, Recording, Target, settle
 from llmtape.replays import Replay, ReplayCache
 from llmtape.routing import check_live
 from llmtape.rules import MatchRules
 from llmtape.runs import Run, Runs
+from llmtape.scribe import Scribe, ScribeGone
 from llmtape.scrub import Scrubber
 from llmtape.settings import Mode, Settings
 from llmtape.spool import Spool
 from llmtape.stats import Counters, RunSummary, Snapshot, Trace
+from llmtape.store import journal
 from llmtape.store.base import CassetteStore, exchange_file
+from llmtape.store.fs import FileStore
 from llmtape.store.names import check_cassette_name, derived_name
 from llmtape.timing import TIMING_HEADER, parse_timing
 from llmtape.upstream import Outbound, Upstream, answer_headers
@@ -120,6 +124,12 @@ class Engine:
         self.misses: deque[dict[str, Any]] = deque(maxlen=MAX_MISSES)
         self.upstream: Upstream | None = None  # set while the server runs
         self.writer = ThreadPoolExecutor(WRITERS, thread_name_prefix="llmtape-writer")
+        # Exchanges held in memory are written by the scribe, where it can run (scribe.py).
+        scribing = settings.scribe and journal.SUPPORTED
+        self._files = store if scribing and isinstance(store, FileStore) else None
+        self.scribe: Scribe | None = None
+        self._scribe_start: asyncio.Task[Any] | None = None
+        self._scribe_closing = False
 
     async def exchange(self, inbound: Inbound) -> Answer:
         """Serve it from the cassette, refuse it, or go live (and record, as planned)."""
@@ -347,11 +357,18 @@ class Engine:
         return Live(answer, raw, recording, watch)
 
     async def keep(self, target: Target, capture: Capture, cut: bool) -> str:
-        """Finish, number and write a recording in one trip to a writer thread. Its ordinal
-        is given there, not when it was asked, so an answer that is not kept (a 429 the SDK
+        """Finish, number and write a recording, off the loop: by the scribe (an answer held
+        in memory, once the scribe is ready) or in one trip to a writer thread. Its ordinal
+        is given then, not when it was asked, so an answer that is not kept (a 429 the SDK
         retried) leaves no gap in the numbering."""
-        loop = asyncio.get_running_loop()
-        kept = await loop.run_in_executor(self.writer, self._write, target, capture, cut)
+        if self._files is not None and self._scribe_start is None:  # the first recording
+            self._scribe_start = asyncio.create_task(self._start_scribe(self._files))
+        scribe = self.scribe
+        if scribe is not None and scribe.ready and not capture.spool.spilled:
+            kept = await self._keep_by_scribe(scribe, target, capture, cut)
+        else:
+            loop = asyncio.get_running_loop()
+            kept = await loop.run_in_executor(self.writer, self._write, target, capture, cut)
         if kept.failed:
             self.counters.errors += 1
             self.counters.write_failures += 1
@@ -363,23 +380,57 @@ class Engine:
         self.counters.recorded += 1
         return kept.outcome
 
-    def _write(self, target: Target, capture: Capture, cut: bool) -> Kept:
-        """In a writer thread: the exchange captured, scrubbed, numbered, written durably."""
+    async def _keep_by_scribe(
+        self, scribe: Scribe, target: Target, capture: Capture, cut: bool
+    ) -> Kept:
+        """`keep`, by the scribe. It is told the ordinal up front (the numbering lives
+        here), which is given back should the answer not be kept after all."""
+        try:
+            doomed = capture.doomed(cut)
+            if doomed is not None and not self.settings.record_failures:
+                return Kept(f"not recorded ({doomed.value})")
+            run, key = target.run, capture.key
+            if not run.note_dropped:  # before the first write: see _write
+                await asyncio.to_thread(self.runs.forget_note, run)
+            ordinal = run.next_ordinal(key, target.anew)
+            fresh = not run.on_disk(key, ordinal)
+            try:
+                written = await scribe.keep(capture, run.cassette, cut, ordinal, fresh)
+            except ScribeGone:  # whatever it did with it, this writes it again
+                loop = asyncio.get_running_loop()
+                write = partial(self._write, target, capture, cut, ordinal)
+                return await loop.run_in_executor(self.writer, write)
+            if written.error is not None:
+                log.error("%s", written.error)
+            if not written.kept:
+                if not written.failed:  # as if never numbered (a failed write keeps its number)
+                    run.release(key, ordinal)
+                return Kept(written.outcome, failed=written.failed)
+            return Kept(written.outcome, key, ordinal)
+        finally:
+            capture.spool.discard()
+
+    def _write(
+        self, target: Target, capture: Capture, cut: bool, ordinal: int | None = None
+    ) -> Kept:
+        """In a writer thread: the exchange captured, scrubbed, numbered (unless `ordinal`
+        was given already), written durably."""
+        run = target.run
         try:
             try:  # a spooled answer's last bytes are written to its scratch file and read back
-                finished = capture.finish(cut, whole=bool(self.scrubber))
+                finished = settle(capture, cut, self.scrubber, self.settings.record_failures)
             except OSError as exc:
                 log.error("recording an answer: its scratch file failed: %s", exc)
+                self._give_back(run, capture.key, ordinal)
                 return Kept("not recorded (write failed)", failed=True)
+            if not isinstance(finished, Finished):
+                self._give_back(run, capture.key, ordinal)
+                return Kept(finished)
             exchange = finished.exchange
             failed = exchange.outcome is not Outcome.COMPLETE
-            if failed and not self.settings.record_failures:
-                return Kept(f"not recorded ({exchange.outcome.value})")
-            if self.scrubber:  # the request was scrubbed when keyed; the answer is scrubbed here
-                exchange = self.scrubber.exchange(exchange)
-            run = target.run
             self.runs.forget_note(run)  # before the write: a crash between leaves no stale note
-            ordinal = run.next_ordinal(exchange.key, target.anew)
+            if ordinal is None:
+                ordinal = run.next_ordinal(exchange.key, target.anew)
             exchange = exchange.model_copy(update={"ordinal": ordinal})
             try:
                 if finished.middle is None:
@@ -395,6 +446,11 @@ class Engine:
             return Kept(outcome, exchange.key, ordinal)
         finally:
             capture.spool.discard()
+
+    @staticmethod
+    def _give_back(run: Run, key: str, ordinal: int | None) -> None:
+        if ordinal is not None:
+            run.release(key, ordinal)
 
     async def spill(self, capture: Capture) -> None:
         loop = asyncio.get_running_loop()
@@ -470,12 +526,20 @@ class Engine:
         )
 
     async def open(self) -> None:
-        """The store, opened for this server (see CassetteStore.open)."""
+        """The store, opened for this server (see CassetteStore.open). With a scribe, which
+        the first recording starts, the scribe keeps the journal, not the store: until the
+        scribe is ready, and should it stop, recordings are written from here."""
+        files = self._files
+        opener = self.store.open if files is None else partial(files.open, keep_journal=False)
+        if not await self._open_store(opener):
+            self._files = None  # then each exchange is synced on its own
+
+    async def _open_store(self, opener: Callable[[], list[Path]]) -> bool:
         try:
-            restored = await asyncio.to_thread(self.store.open)
+            restored = await asyncio.to_thread(opener)
         except OSError as exc:  # each exchange is then synced on its own; replay never writes
             log.error("could not take back the journal of an earlier llmtape: %s", exc)
-            return
+            return False
         if restored:
             log.warning(
                 "wrote back %d exchange file(s) from the journal of an llmtape that "
@@ -483,6 +547,30 @@ class Engine:
                 len(restored),
                 restored[0],
             )
+        return True
+
+    async def _start_scribe(self, files: FileStore) -> None:
+        s = self.settings
+        init = (str(files.root), s.upstream, s.redact_field, s.redact_pattern, s.record_failures)
+        scribe = Scribe(init, self._scribe_gone)
+        try:
+            await scribe.start()
+        except Exception as exc:  # whatever it was, the server writes instead
+            log.warning("llmtape's scribe could not start (%s): the server writes itself", exc)
+            await self._open_store(files.open)
+            return
+        self.scribe = scribe
+        files.elsewhere = scribe.forget
+
+    def _scribe_gone(self) -> None:
+        """The scribe stopped, not told to: its journal is taken back (synced and dropped,
+        as that of any server that crashed in this boot), and the store keeps its own."""
+        files = self._files
+        if self._scribe_closing or files is None:
+            return
+        log.warning("llmtape's scribe stopped: the server writes recordings itself from now on")
+        files.elsewhere = None
+        self._scribe_start = asyncio.create_task(self._open_store(files.open))
 
     async def close(self) -> Snapshot:
         """End every run (dropping what record runs superseded); count the recordings of every
@@ -491,6 +579,11 @@ class Engine:
         self.upstream = None
         await self.runs.end_all()
         await asyncio.to_thread(self.writer.shutdown)
+        if self._scribe_start is not None:
+            await self._scribe_start
+        if self.scribe is not None:
+            self._scribe_closing = True
+            await self.scribe.close()
         try:
             await asyncio.to_thread(self.store.close)
         except OSError as exc:  # what is journaled stays, for the next start to write back

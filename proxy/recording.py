@@ -9,7 +9,7 @@ import itertools
 import time
 from array import array
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
@@ -40,6 +40,7 @@ from llmtape.normalize import RequestParts
 from llmtape.providers.base import Provider
 from llmtape.redact import is_secret_header
 from llmtape.runs import Run
+from llmtape.scrub import Scrubber
 from llmtape.spool import Spool
 from llmtape.stats import Counters, Trace
 from llmtape.upstream import answer_headers
@@ -84,6 +85,27 @@ class Finished:
     middle: Callable[[bool], Iterable[bytes]] | None = None
 
 
+def settle(capture: Capture, cut: bool, scrubber: Scrubber, keep_failures: bool) -> Finished | str:
+    """A finished capture, scrubbed, ready to number and write; or, for an answer that is
+    not kept (a failure without --record-failures), the outcome for the log line. Off the
+    event loop: in a writer thread, or in the scribe (scribe.py)."""
+    finished = capture.finish(cut, whole=bool(scrubber))
+    exchange = finished.exchange
+    if exchange.outcome is not Outcome.COMPLETE and not keep_failures:
+        return f"not recorded ({exchange.outcome.value})"
+    if scrubber:  # the request was scrubbed when keyed; the answer is scrubbed here
+        return Finished(scrubber.exchange(exchange), finished.middle)
+    return finished
+
+
+# What a Capture is made of, but its provider (named instead) and its spool (its bytes):
+# what goes to the scribe, which has the same providers and needs no scratch file.
+_PACKED = (
+    *("request", "key", "seq", "rules", "status", "headers", "chunked", "limit", "started"),
+    *("size", "over", "lost", "_lengths", "_times", "_recent", "_recent_bytes", "_splitter"),
+)
+
+
 @dataclass
 class Capture:
     """Captures a live answer, chunk by chunk with its arrival time, into one Exchange. The
@@ -115,6 +137,27 @@ class Capture:
         asks = 200 <= self.status < 300 and self.provider.asks_to_stream(self.request)
         dialect = dialect_for(self.content_type, self.chunked, asks)
         self._splitter = FrameSplitter(dialect) if dialect else None
+
+    def packed(self) -> tuple[str, bytes, list[Any]]:
+        """An answer held in memory (not spilled), as plain data to pickle: `unpacked`."""
+        return self.provider.name, self.spool.memory, [getattr(self, f) for f in _PACKED]
+
+    @classmethod
+    def unpacked(
+        cls, packed: tuple[str, bytes, list[Any]], providers: Mapping[str, Provider]
+    ) -> Capture:
+        name, memory, values = packed
+        capture = cls.__new__(cls)
+        capture.provider = providers[name]
+        capture.spool = Spool.holding(memory)
+        for name, value in zip(_PACKED, values, strict=True):
+            setattr(capture, name, value)
+        return capture
+
+    def doomed(self, cut: bool) -> Outcome | None:
+        """The outcome, when it is known to be a failure before the answer is finished."""
+        failed = self._outcome(cut, error=False)
+        return None if failed in (Outcome.COMPLETE, Outcome.TRUNCATED) else failed
 
     @property
     def content_type(self) -> str:

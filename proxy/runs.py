@@ -130,6 +130,14 @@ class Run:
             if ordinal > count
         ]
 
+    def release(self, key: str, ordinal: int) -> None:
+        """Give back an ordinal numbered for a recording that was then not kept (the scribe
+        numbers before it finishes: its stream carried an error frame). The next recording
+        of `key` takes it, unless a later one, written meanwhile, took the one after."""
+        with self.numbering:
+            self.pending.get(key, set()).discard(ordinal)
+            self.committed[key] -= 1
+
     def on_disk(self, key: str, ordinal: int) -> bool:
         """Whether a recording of `key` numbered `ordinal` was on disk when the run began or
         was written since (a new one has nothing there to compare with)."""

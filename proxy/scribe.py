@@ -1,0 +1,327 @@
+"""The scribe: a second process that finishes, renders and writes a recording server's
+exchanges, so that this work does not share the server's GIL.
+
+Under load, a writer thread and the event loop hand the GIL to each other at every system
+call either makes; recording at 32 connections spent more time in those hand-overs than in
+its work (bench/RESULTS.md, stop 9). The scribe has its own interpreter: the loop sends it a
+finished answer's bytes and its ordinal, and gets back what became of it. It takes what
+came in together as one batch: one journal write, one sync and one reply for them all.
+
+The scribe owns the write-ahead journal of its server's library (journal.py); the server
+keeps none of its own while the scribe runs. Before the server writes or deletes an
+exchange file without the scribe (an answer too large to hold in memory, a recording a run
+superseded), it tells the scribe to forget that path, so that older journaled bytes are
+never written back over it. Should the scribe die, the server syncs and drops its journal
+(as for any server that crashed in this boot) and writes what was in flight itself.
+
+Spoken over two socket pairs, in frames of a 4-byte length and a pickle: one for the
+work (main -> scribe: init, keep, close; scribe -> main: ready, and one reply per keep),
+one for the forgets (a path, then a byte back), served by a thread of the scribe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import pickle
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llmtape.models import Exchange, Outcome
+from llmtape.recording import Capture, Finished, settle
+from llmtape.store.fs import FileStore
+
+log = logging.getLogger("llmtape")
+
+_LENGTH = struct.Struct(">I")
+READY, KEEP, CLOSE = "ready", "keep", "close"
+# How long a closing server waits for the scribe to write what it holds and sync its journal.
+CLOSE_WAIT_S = 60.0
+
+
+class ScribeGone(Exception):
+    """The scribe stopped before it answered: the caller writes the recording itself."""
+
+
+@dataclass(frozen=True)
+class Written:
+    """What became of one recording sent to the scribe."""
+
+    outcome: str  # for the log line
+    kept: bool  # written (or an equal recording was already there)
+    failed: bool = False  # a write failed: counted as an error
+    error: str | None = None  # for the server's log
+
+
+def frame(message: Any) -> bytes:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    return _LENGTH.pack(len(data)) + data
+
+
+class Scribe:
+    """The server's side of the scribe: start it, send it recordings, close it."""
+
+    def __init__(self, init: tuple[Any, ...], on_gone: Callable[[], None]) -> None:
+        self._init = init  # what the scribe needs of the settings (see `serve`)
+        self._on_gone = on_gone
+        self._process: subprocess.Popen[bytes] | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._waiting: dict[int, asyncio.Future[Written]] = {}
+        self._numbers = itertools.count()
+        self._ready = asyncio.Event()
+        self._forgets: socket.socket | None = None
+        self._forget_lock = threading.Lock()
+        self.gone = False
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set() and not self.gone
+
+    async def start(self) -> None:
+        """Start the scribe; it is `ready` once its journal is open."""
+        work, theirs = socket.socketpair()
+        forgets, their_forgets = socket.socketpair()
+        try:
+            fds = (theirs.fileno(), their_forgets.fileno())
+            command = [sys.executable, "-m", "llmtape.scribe", *map(str, fds)]
+            self._process = await asyncio.to_thread(
+                subprocess.Popen, command, pass_fds=fds, stdin=subprocess.DEVNULL
+            )
+        except BaseException:
+            for sock in (work, forgets):
+                sock.close()
+            raise
+        finally:
+            theirs.close()
+            their_forgets.close()
+        self._forgets = forgets
+        try:
+            reader, self._writer = await asyncio.open_unix_connection(sock=work)
+            self._writer.write(frame(self._init))
+        except BaseException:
+            self._process.kill()
+            work.close()
+            raise
+        self._reader_task = asyncio.create_task(self._read(reader))
+
+    async def keep(
+        self, capture: Capture, cassette: str, cut: bool, ordinal: int, fresh: bool
+    ) -> Written:
+        """Finish, render and write a capture held in memory, numbered `ordinal`."""
+        if self.gone or self._writer is None:
+            raise ScribeGone
+        number = next(self._numbers)
+        waiting: asyncio.Future[Written] = asyncio.get_running_loop().create_future()
+        self._waiting[number] = waiting
+        message = (KEEP, number, cassette, cut, ordinal, fresh, capture.packed())
+        self._writer.write(frame(message))
+        return await waiting
+
+    def forget(self, path: Path) -> None:
+        """Off the loop: the scribe's journal no longer holds `path`, once this returns."""
+        with self._forget_lock:
+            sock = self._forgets
+            if sock is None or self.gone:
+                return
+            try:
+                sock.sendall(frame(str(path)))
+                sock.recv(1)  # b"" when the scribe is gone: its journal is dropped then
+            except OSError:
+                pass
+
+    async def close(self) -> None:
+        """The scribe writes what it holds, syncs and removes its journal, and exits."""
+        process, writer = self._process, self._writer
+        if process is None or writer is None:
+            return
+        if not self._ready.is_set():  # still starting: it holds no recording, nothing to wait for
+            with contextlib.suppress(OSError):
+                process.kill()
+        elif not self.gone:
+            with contextlib.suppress(OSError):
+                writer.write(frame((CLOSE,)))
+                await writer.drain()
+        try:
+            await asyncio.to_thread(process.wait, CLOSE_WAIT_S)
+        except subprocess.TimeoutExpired:
+            log.error("llmtape's scribe did not stop in %.0f s: stopped", CLOSE_WAIT_S)
+            process.kill()
+            await asyncio.to_thread(process.wait)
+        if self._reader_task is not None:
+            await self._reader_task
+        writer.close()
+        with self._forget_lock:
+            if self._forgets is not None:
+                self._forgets.close()
+                self._forgets = None
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                head = await reader.readexactly(_LENGTH.size)
+                message = pickle.loads(await reader.readexactly(_LENGTH.unpack(head)[0]))
+                if message == READY:
+                    self._ready.set()
+                    continue
+                for number, *written in message:
+                    waiting = self._waiting.pop(number, None)
+                    if waiting is not None and not waiting.done():
+                        waiting.set_result(Written(*written))
+        except (asyncio.IncompleteReadError, OSError):
+            pass
+        except Exception:  # a reply it cannot read: as good as gone
+            log.exception("llmtape's scribe sent a reply that could not be read")
+        self.gone = True
+        for waiting in self._waiting.values():
+            if not waiting.done():
+                waiting.set_exception(ScribeGone())
+        self._waiting.clear()
+        self._on_gone()
+
+
+# The scribe's side, in its own process.
+
+
+def serve(work: socket.socket, forgets: socket.socket) -> None:
+    """Answer the server until it closes the scribe, or goes away."""
+    from llmtape.providers import provider_table
+    from llmtape.scrub import Scrubber
+
+    inbox = _Inbox(work)
+    batch = inbox.batch()
+    if not batch:
+        return
+    root, upstream, fields, patterns, keep_failures = batch.pop(0)
+    store = FileStore(Path(root))
+    store.open()
+    providers = provider_table(upstream)
+    scrubber = Scrubber.build(fields, patterns)
+    threading.Thread(target=_forgetting, args=(forgets, store), daemon=True).start()
+    try:
+        work.sendall(frame(READY))
+        while True:
+            keeps = [message[1:] for message in batch if message[0] == KEEP]
+            if keeps:
+                replies = _keep_all(store, providers, scrubber, keep_failures, keeps)
+                work.sendall(frame(replies))
+            if any(message[0] == CLOSE for message in batch):
+                return
+            batch = inbox.batch()  # what came while this batch was written
+            if batch is None:
+                return  # the server went away: close the journal (the files are written)
+    finally:
+        store.close()
+
+
+def _keep_all(
+    store: FileStore,
+    providers: Any,
+    scrubber: Any,
+    keep_failures: bool,
+    keeps: Sequence[tuple[Any, ...]],
+) -> list[tuple[Any, ...]]:
+    """One batch: each capture finished and numbered, then all written together; a reply
+    for each, its number and its Written as a plain tuple."""
+    replies: list[tuple[Any, ...]] = []
+    writes: list[tuple[int, str, Exchange, bool]] = []
+    for number, cassette, cut, ordinal, fresh, packed in keeps:
+        try:
+            settled = settle(Capture.unpacked(packed, providers), cut, scrubber, keep_failures)
+        except Exception as exc:  # one bad answer must not stop the others
+            why = f"recording an answer failed: {exc!r}"
+            replies.append((number, "not recorded (write failed)", False, True, why))
+            continue
+        if not isinstance(settled, Finished):
+            replies.append((number, settled, False, False, None))
+            continue
+        exchange = settled.exchange.model_copy(update={"ordinal": ordinal})
+        writes.append((number, cassette, exchange, fresh))
+    try:
+        done = store.write_many([(cassette, ex, fresh) for _, cassette, ex, fresh in writes])
+    except Exception as exc:  # rendering failed: tell each
+        done = [OSError(f"{exc!r}")] * len(writes)
+    for (number, cassette, exchange, _), result in zip(writes, done, strict=True):
+        if isinstance(result, OSError):
+            why = f"could not write to cassette {cassette!r}: {result}"
+            replies.append((number, "not recorded (write failed)", False, True, why))
+            continue
+        failed = exchange.outcome is not Outcome.COMPLETE
+        outcome = f"recorded {exchange.outcome.value}" if failed else "recorded"
+        replies.append((number, outcome, True, False, None))
+    return replies
+
+
+class _Inbox:
+    """The messages the server sends, as they come."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._buffer = bytearray()
+
+    def batch(self) -> list[Any] | None:
+        """The next message and every other one already here; None when the server is gone."""
+        found = self._parsed()
+        while not found:
+            if not self._fill(0):
+                return None
+            found = self._parsed()
+        with contextlib.suppress(BlockingIOError):
+            while self._fill(socket.MSG_DONTWAIT):
+                found += self._parsed()
+        return found
+
+    def _fill(self, flags: int) -> bool:
+        try:
+            data = self._sock.recv(1 << 20, flags)
+        except BlockingIOError:
+            raise
+        except OSError:
+            return False
+        self._buffer += data
+        return bool(data)
+
+    def _parsed(self) -> list[Any]:
+        found = []
+        buffer = self._buffer
+        at = 0
+        while len(buffer) - at >= _LENGTH.size:
+            size = _LENGTH.unpack_from(buffer, at)[0]
+            if len(buffer) - at < _LENGTH.size + size:
+                break
+            found.append(pickle.loads(buffer[at + _LENGTH.size : at + _LENGTH.size + size]))
+            at += _LENGTH.size + size
+        del buffer[:at]
+        return found
+
+
+def _forgetting(sock: socket.socket, store: FileStore) -> None:
+    inbox = _Inbox(sock)
+    while (paths := inbox.batch()) is not None:
+        for path in paths:
+            store.forget(Path(path))
+            sock.sendall(b"\x01")
+
+
+def main(argv: list[str]) -> None:
+    # A ^C in the terminal reaches the whole process group: the server closes the scribe
+    # when it stops, and so it must outlive that signal.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    work, forgets = (socket.socket(fileno=int(fd)) for fd in argv[1:3])
+    serve(work, forgets)
+    os._exit(0)  # no atexit work: the journal is closed and every reply sent
+
+
+if __name__ == "__main__":
+    main(sys.argv)

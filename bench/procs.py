@@ -39,16 +39,17 @@ class Server:
         return self.process.pid
 
     def memory_mb(self) -> tuple[float | None, float | None]:
-        """(current RSS, peak RSS) in MB from /proc/PID/status; None where unreadable."""
-        values: dict[str, float] = {}
-        try:
-            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-                name, _, rest = line.partition(":")
-                if name in ("VmRSS", "VmHWM"):
-                    values[name] = int(rest.split()[0]) / 1024
-        except (OSError, ValueError, IndexError):
-            pass
-        return values.get("VmRSS"), values.get("VmHWM")
+        """(current RSS, peak RSS) in MB from /proc/PID/status, of the server and its child
+        processes (llmtape's scribe) together; None where unreadable. The peak is the sum
+        of each process's own peak: at most that, at once."""
+        now = peak = None
+        for pid in [self.pid, *_children(self.pid)]:
+            values = _memory(pid)
+            if "VmRSS" in values:
+                now = (now or 0.0) + values["VmRSS"]
+            if "VmHWM" in values:
+                peak = (peak or 0.0) + values["VmHWM"]
+        return now, peak
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -165,3 +166,26 @@ def start_llmtape(name: str, workdir: Path, *options: str) -> Server:
         *options,
     ]
     return start(name, argv, workdir)
+
+
+def _memory(pid: int) -> dict[str, float]:
+    values: dict[str, float] = {}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            name, _, rest = line.partition(":")
+            if name in ("VmRSS", "VmHWM"):
+                values[name] = int(rest.split()[0]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return values
+
+
+def _children(pid: int) -> list[int]:
+    """A process's children: each is listed under the thread that started it."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(p) for p in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return found

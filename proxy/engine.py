@@ -24,6 +24,7 @@ from llmtape.errors import (
     UpstreamError,
 )
 from llmtape.hangup import Watch
+from llmtape.hopheaders import answer_headers
 from llmtape.inbound import Answer, Inbound, Live, Refuse, Serve
 from llmtape.keycache import KeyCache, raw_key
 from llmtape.matching import follow_order
@@ -48,7 +49,7 @@ from llmtape.store.base import CassetteStore, exchange_file
 from llmtape.store.fs import FileStore
 from llmtape.store.names import check_cassette_name, derived_name
 from llmtape.timing import TIMING_HEADER, parse_timing
-from llmtape.upstream import Outbound, Upstream, answer_headers
+from llmtape.upstream import Outbound, Upstream
 
 MAX_MISSES = 50
 # Threads that write recordings. Many, since each mostly waits on its fsync, and fsyncs in

@@ -26,6 +26,7 @@ from llmtape.framing import (
     read_frame,
     read_item,
 )
+from llmtape.hopheaders import answer_headers
 from llmtape.models import (
     STREAMED,
     Exchange,
@@ -43,7 +44,6 @@ from llmtape.runs import Run
 from llmtape.scrub import Scrubber
 from llmtape.spool import Spool
 from llmtape.stats import Counters, Trace
-from llmtape.upstream import answer_headers
 
 
 def stored_headers(

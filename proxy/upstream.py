@@ -12,31 +12,9 @@ import aiohttp
 from yarl import URL
 
 from llmtape.errors import UpstreamCut, UpstreamError, UpstreamTimeout, UpstreamUnreachable
+from llmtape.hopheaders import forward_headers
 from llmtape.inflate import CAPS, INFLATABLE, InflateLimits, Inflater, unknown_encoding
 from llmtape.redact import redact_text, redact_url
-
-# RFC 9110 7.6.1: headers meant for one connection, never passed on; so is every header a
-# Connection header names.
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "trailers",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
-# What llmtape sets itself on the way up: the host, the length, the encodings it can decode;
-# and no `Expect: 100-continue`, since the body is already read (an upstream that never
-# sends 100 Continue would stall the upload).
-SET_ON_REQUEST = frozenset({"host", "content-length", "accept-encoding", "expect"})
-# And on the way down: the body is decompressed and framed anew.
-SET_ON_ANSWER = frozenset({"content-length", "content-encoding"})
 
 
 @dataclass
@@ -82,40 +60,6 @@ class UpstreamResponse(Protocol):
 
 class Upstream(Protocol):
     async def open(self, request: Outbound) -> UpstreamResponse: ...
-
-
-def _connection_named(headers: Sequence[tuple[str, str]]) -> frozenset[str]:
-    return frozenset(
-        token.strip().lower()
-        for k, v in headers
-        if k.lower() == "connection"
-        for token in v.split(",")
-        if token.strip()
-    )
-
-
-def forward_headers(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Client headers as they go upstream: credentials and Content-Encoding kept (the body
-    goes as it came), hop-by-hop and ours dropped."""
-    dropped = HOP_BY_HOP | SET_ON_REQUEST | _connection_named(headers)
-    kept = [
-        (k, v)
-        for k, v in headers
-        if k.lower() not in dropped and not k.lower().startswith("x-llmtape-")
-    ]
-    # We inflate for the client and the cassette (llmtape.inflate); only ask for what it can.
-    return [*kept, ("accept-encoding", "gzip, deflate")]
-
-
-def answer_headers(
-    headers: Sequence[tuple[str, str]], keep_length: bool = False
-) -> list[tuple[str, str]]:
-    """Upstream answer headers (lowercase) as they go to the client. `keep_length` for a HEAD
-    answer, whose Content-Length tells the size of a body that is not sent."""
-    dropped = HOP_BY_HOP | SET_ON_ANSWER | _connection_named(headers)
-    if keep_length:
-        dropped -= {"content-length"}
-    return [(k, v) for k, v in headers if k not in dropped]
 
 
 class AiohttpResponse:

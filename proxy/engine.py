@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -128,8 +129,10 @@ class Engine:
         # Exchanges held in memory are written by the scribe, where it can run (scribe.py).
         scribing = settings.scribe and journal.SUPPORTED
         self._files = store if scribing and isinstance(store, FileStore) else None
-        self.scribe: Scribe | None = None
-        self._scribe_start: asyncio.Task[Any] | None = None
+        self.scribe: Scribe | None = None  # once it took the journal over
+        self._starting: Scribe | None = None
+        self._scribe_start: asyncio.Task[None] | None = None
+        self._reopening: asyncio.Task[None] | None = None
         self._scribe_closing = False
 
     async def exchange(self, inbound: Inbound) -> Answer:
@@ -527,20 +530,15 @@ class Engine:
         )
 
     async def open(self) -> None:
-        """The store, opened for this server (see CassetteStore.open). With a scribe, which
-        the first recording starts, the scribe keeps the journal, not the store: until the
-        scribe is ready, and should it stop, recordings are written from here."""
-        files = self._files
-        opener = self.store.open if files is None else partial(files.open, keep_journal=False)
-        if not await self._open_store(opener):
-            self._files = None  # then each exchange is synced on its own
+        """The store, opened for this server (see CassetteStore.open)."""
+        await self._open_store(self.store.open)
 
-    async def _open_store(self, opener: Callable[[], list[Path]]) -> bool:
+    async def _open_store(self, opener: Callable[[], list[Path]]) -> None:
         try:
             restored = await asyncio.to_thread(opener)
         except OSError as exc:  # each exchange is then synced on its own; replay never writes
             log.error("could not take back the journal of an earlier llmtape: %s", exc)
-            return False
+            return
         if restored:
             log.warning(
                 "wrote back %d exchange file(s) from the journal of an llmtape that "
@@ -548,30 +546,49 @@ class Engine:
                 len(restored),
                 restored[0],
             )
-        return True
 
     async def _start_scribe(self, files: FileStore) -> None:
+        """Started by the first recording. Once it is ready, the store hands it the journal
+        (synced and removed: no file is ever journaled by both), and it takes recordings;
+        until then they are written, and journaled, from here."""
         s = self.settings
         init = (str(files.root), s.upstream, s.redact_field, s.redact_pattern, s.record_failures)
-        scribe = Scribe(init, self._scribe_gone)
+        scribe = self._starting = Scribe(init, self._scribe_gone)
         try:
             await scribe.start()
+            ready = await scribe.started()
         except Exception as exc:  # whatever it was, the server writes instead
             log.warning("llmtape's scribe could not start (%s): the server writes itself", exc)
-            await self._open_store(files.open)
             return
-        self.scribe = scribe
+        if not ready:
+            log.warning("llmtape's scribe stopped as it started: the server writes itself")
+            return
+        try:
+            await asyncio.to_thread(files.close)
+        except OSError as exc:  # the store's journal stays for the next start: so does it
+            log.error("handing the journal to llmtape's scribe: %s", exc)
+            return
+        if scribe.gone:
+            self._take_journal_back()
+            return
         files.elsewhere = scribe.forget
+        self.scribe = scribe
 
     def _scribe_gone(self) -> None:
-        """The scribe stopped, not told to: its journal is taken back (synced and dropped,
-        as that of any server that crashed in this boot), and the store keeps its own."""
-        files = self._files
-        if self._scribe_closing or files is None:
+        """The scribe stopped, not told to. Before it took the journal over, _start_scribe
+        sees to it; after, it is taken back."""
+        if not self._scribe_closing and self.scribe is not None:
+            self._take_journal_back()
+
+    def _take_journal_back(self) -> None:
+        """The dead scribe's journal is synced and dropped (as that of any server that
+        crashed in this boot), and the store keeps its own again."""
+        files, self._files = self._files, None  # no second scribe
+        if files is None:
             return
         log.warning("llmtape's scribe stopped: the server writes recordings itself from now on")
         files.elsewhere = None
-        self._scribe_start = asyncio.create_task(self._open_store(files.open))
+        self._reopening = asyncio.create_task(self._open_store(files.open))
 
     async def close(self) -> Snapshot:
         """End every run (dropping what record runs superseded); count the recordings of every
@@ -580,11 +597,16 @@ class Engine:
         self.upstream = None
         await self.runs.end_all()
         await asyncio.to_thread(self.writer.shutdown)
-        if self._scribe_start is not None:
-            await self._scribe_start
-        if self.scribe is not None:
-            self._scribe_closing = True
-            await self.scribe.close()
+        self._scribe_closing = True
+        starting = self._scribe_start
+        if starting is not None and not starting.done():  # no waiting for it to be ready
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
+        if self._starting is not None:
+            await self._starting.close()
+        if self._reopening is not None:
+            await self._reopening
         try:
             await asyncio.to_thread(self.store.close)
         except OSError as exc:  # what is journaled stays, for the next start to write back

@@ -89,6 +89,11 @@ class Scribe:
     def ready(self) -> bool:
         return self._ready.is_set() and not self.gone
 
+    async def started(self) -> bool:
+        """Whether it became ready (False: it stopped first)."""
+        await self._ready.wait()
+        return not self.gone
+
     async def start(self) -> None:
         """Start the scribe; it is `ready` once its journal is open."""
         work, theirs = socket.socketpair()
@@ -146,7 +151,7 @@ class Scribe:
         process, writer = self._process, self._writer
         if process is None or writer is None:
             return
-        if not self._ready.is_set():  # still starting: it holds no recording, nothing to wait for
+        if not self.ready:  # still starting, or gone: it holds no recording, nothing to wait for
             with contextlib.suppress(OSError):
                 process.kill()
         elif not self.gone:
@@ -184,6 +189,7 @@ class Scribe:
         except Exception:  # a reply it cannot read: as good as gone
             log.exception("llmtape's scribe sent a reply that could not be read")
         self.gone = True
+        self._ready.set()  # for `started`: ready or gone
         for waiting in self._waiting.values():
             if not waiting.done():
                 waiting.set_exception(ScribeGone())

@@ -31,14 +31,12 @@ class FileStore:
         # told first, so that its older bytes are never written back over the newer file.
         self.elsewhere: Callable[[Path], None] | None = None
 
-    def open(self, keep_journal: bool = True) -> list[Path]:
+    def open(self) -> list[Path]:
         """From now on exchange files go through a write-ahead journal (a recording
         server's store; see journal.py); first, write back what a crashed one left in
-        its journal. The paths written back. Without `keep_journal`, only the latter."""
+        its journal. The paths written back."""
         if not journal.SUPPORTED:
             return []
-        if not keep_journal:
-            return journal.recover(self.root)
         kept = journal.Journal(self.root)
         restored = kept.open()
         self._journal = kept

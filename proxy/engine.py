@@ -130,6 +130,11 @@ class Engine:
         self.scribe: Scribe | None = None
         self._scribe_start: asyncio.Task[Any] | None = None
         self._scribe_closing = False
+        # Answers sent to the scribe and not yet kept: a closing server waits for them (the
+        # server writes them itself should the scribe die or be stopped meanwhile).
+        self._held = 0
+        self._none_held = asyncio.Event()
+        self._none_held.set()
 
     async def exchange(self, inbound: Inbound) -> Answer:
         """Serve it from the cassette, refuse it, or go live (and record, as planned)."""
@@ -365,7 +370,14 @@ class Engine:
             self._scribe_start = asyncio.create_task(self._start_scribe(self._files))
         scribe = self.scribe
         if scribe is not None and scribe.ready and not capture.spool.spilled:
-            kept = await self._keep_by_scribe(scribe, target, capture, cut)
+            self._held += 1
+            self._none_held.clear()
+            try:
+                kept = await self._keep_by_scribe(scribe, target, capture, cut)
+            finally:
+                self._held -= 1
+                if not self._held:
+                    self._none_held.set()
         else:
             loop = asyncio.get_running_loop()
             kept = await loop.run_in_executor(self.writer, self._write, target, capture, cut)
@@ -578,12 +590,14 @@ class Engine:
         the final snapshot."""
         self.upstream = None
         await self.runs.end_all()
-        await asyncio.to_thread(self.writer.shutdown)
         if self._scribe_start is not None:
             await self._scribe_start
         if self.scribe is not None:
             self._scribe_closing = True
             await self.scribe.close()
+            # What it held is written, by the writer threads if it did not write it.
+            await self._none_held.wait()
+        await asyncio.to_thread(self.writer.shutdown)
         try:
             await asyncio.to_thread(self.store.close)
         except OSError as exc:  # what is journaled stays, for the next start to write back

@@ -3,10 +3,12 @@ dead scribe, seen from outside through a real server, a fake upstream and real f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -24,10 +26,17 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def in_thread(call: object) -> tuple[threading.Thread, list[object]]:
-    """Run `call` in a thread; its result lands in the list."""
+def in_thread(call: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
+    """Run `call` in a thread; its result (or the exception it raised) lands in the list."""
     out: list[object] = []
-    thread = threading.Thread(target=lambda: out.append(call()), daemon=True)  # type: ignore[operator]
+
+    def run() -> None:
+        try:
+            out.append(call())
+        except Exception as exc:  # a client cut by a stopping server
+            out.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread, out
 
@@ -60,3 +69,37 @@ def test_an_answer_not_kept_gives_back_its_ordinal_without_losing_a_later_one(
     proxy.stop()  # the run ends: what it superseded is dropped
     ordinals = FileStore(cassettes).entries("default").get(key)
     assert ordinals is not None and len(ordinals) == 2, f"two whole answers kept: {ordinals}"
+
+
+def test_a_scribe_hung_at_shutdown_is_stopped_and_the_server_writes_what_it_held(
+    make_proxy: MakeProxy, cassettes: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scribe that never answers (SIGSTOP) while answers wait on it: the stopping server
+    gives up on it after CLOSE_WAIT_S, and then writes those answers itself."""
+    from llmtape import scribe as scribe_module
+
+    monkeypatch.setattr(scribe_module, "CLOSE_WAIT_S", 2.0)
+    proxy = make_proxy(mode="record")
+    pid = scribe_at_work(proxy, cassettes)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        prompts = [f"held by a hung scribe {n}" for n in range(3)]
+        asking = [in_thread(lambda text=text: ask(proxy, text))[0] for text in prompts]
+        time.sleep(1.0)  # each is numbered and sent to the scribe, which says nothing
+        started = time.monotonic()
+        proxy.stop()
+        took = time.monotonic() - started
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    for thread in asking:
+        thread.join(20)
+    assert took < 25, f"the server took {took:.0f} s to stop"
+    assert pid not in scribes(), "the hung scribe was stopped"
+    store = FileStore(cassettes)
+    asked = {
+        store.read("default", key, ordinal).request.body["json"]["messages"][0]["content"]  # type: ignore[index]
+        for key, ordinals in store.entries("default").items()
+        for ordinal in ordinals
+    }
+    assert set(prompts) <= asked, "every answer the hung scribe held was written by the server"

@@ -103,3 +103,58 @@ def test_a_scribe_hung_at_shutdown_is_stopped_and_the_server_writes_what_it_held
         for ordinal in ordinals
     }
     assert set(prompts) <= asked, "every answer the hung scribe held was written by the server"
+
+
+def test_a_run_that_ends_does_not_wait_forever_on_a_hung_scribe(
+    make_proxy: MakeProxy, cassettes: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deleting a superseded recording asks the scribe to forget it first: a scribe that
+    stopped answering (SIGSTOP) is stopped after ANSWER_WAIT_S, and the run ends."""
+    from llmtape import scribe as scribe_module
+
+    monkeypatch.setattr(scribe_module, "ANSWER_WAIT_S", 2.0)
+    proxy = make_proxy(mode="record")
+    pid = scribe_at_work(proxy, cassettes)
+    for _ in range(2):
+        first = ask(proxy, "asked twice, then once")
+    key = first.headers["x-llmtape-key"]
+    assert proxy.put_cassette(cassette="default", mode="record").status_code == 200
+    assert ask(proxy, "asked twice, then once").status_code == 200  # ordinal 2: superseded
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        ended, answers = in_thread(lambda: proxy.put_cassette(cassette="other", mode="record"))
+        ended.join(15)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert answers and isinstance(answers[0], httpx.Response), "the run's end did not hang"
+    assert answers[0].status_code == 200
+    until(lambda: pid not in scribes(), "the hung scribe is stopped")
+    assert FileStore(cassettes).entries("default")[key] == [1], "the superseded one is gone"
+    assert ask(proxy, "asked once the scribe was stopped").status_code == 200
+
+
+def test_a_hung_scribe_does_not_hold_its_clients_forever(
+    make_proxy: MakeProxy, cassettes: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Answers sent to a scribe that stopped answering (SIGSTOP): it is stopped after
+    ANSWER_WAIT_S, and the server writes them itself."""
+    from llmtape import scribe as scribe_module
+
+    monkeypatch.setattr(scribe_module, "ANSWER_WAIT_S", 2.0)
+    proxy = make_proxy(mode="record")
+    pid = scribe_at_work(proxy, cassettes)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        prompts = [f"asked of a hung scribe {n}" for n in range(3)]
+        asking = [in_thread(lambda text=text: ask(proxy, text)) for text in prompts]
+        for thread, _ in asking:
+            thread.join(15)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    for _, answers in asking:
+        assert answers and isinstance(answers[0], httpx.Response), "answered in time"
+        assert answers[0].status_code == 200
+        key = answers[0].headers["x-llmtape-key"]
+        assert FileStore(cassettes).entries("default")[key] == [1], "and recorded"

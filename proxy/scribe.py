@@ -203,6 +203,10 @@ class Scribe:
             if not waiting.done():
                 waiting.set_exception(ScribeGone())
         self._waiting.clear()
+        if self._process is not None:  # ended (or as good as): waited for, never a zombie
+            with contextlib.suppress(OSError):
+                self._process.kill()
+            await asyncio.to_thread(self._process.wait)
         self._on_gone()
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -158,3 +160,96 @@ def test_a_hung_scribe_does_not_hold_its_clients_forever(
         assert answers[0].status_code == 200
         key = answers[0].headers["x-llmtape-key"]
         assert FileStore(cassettes).entries("default")[key] == [1], "and recorded"
+
+
+def children(parent: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                stat = (entry / "stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+                    found.append(int(entry.name))
+    return found
+
+
+def state(pid: int) -> str | None:
+    """The process's state letter (Z: a zombie), None when it is gone."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_the_whole_process_group_loses_no_recording_in_flight(
+    tmp_path: Path, fake: FakeUpstream, sig: int
+) -> None:
+    """^C in a terminal (or systemd's SIGTERM to the unit) reaches the server and its scribe
+    at once, while streamed answers are still coming: each one the client had whole is
+    recorded, the server exits 0, and neither a scribe nor a journal is left."""
+    fake.frame_delay = 0.05
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
+    environ["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    command = [sys.executable, "-m", "llmtape", "serve", "--port", "0", "--mode", "record"]
+    process = subprocess.Popen(
+        [*command, "--upstream", f"openai={fake.url}"],
+        cwd=tmp_path,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        process_group=0,  # its own group, as a shell's job
+    )
+    try:
+        assert process.stdout is not None
+        proxy_url = process.stdout.readline().split("ready on ")[-1].strip()
+
+        class Remote:
+            url = proxy_url
+
+        until(
+            lambda: (
+                ask(Remote, f"warm up {time.monotonic()}").status_code == 200  # type: ignore[arg-type]
+                and any(state(c) not in (None, "Z") for c in children(process.pid))
+            ),
+            "the scribe starts",
+        )
+        [scribe] = children(process.pid)
+        prompts = [f"in flight at the signal {n}" for n in range(6)]
+        asking = [in_thread(lambda t=t: ask(Remote, t, stream=True)) for t in prompts]  # type: ignore[arg-type]
+        time.sleep(0.3)  # each answer is under way
+        os.killpg(process.pid, sig)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, err
+    for thread, _ in asking:
+        thread.join(20)
+    whole = [
+        text
+        for text, (_, out) in zip(prompts, asking, strict=True)
+        if out and isinstance(out[0], httpx.Response) and out[0].status_code == 200
+    ]
+    library = tmp_path / "cassettes"
+    store = FileStore(library)
+    recorded = {
+        store.read("default", key, ordinal).request.body["json"]["messages"][0]["content"]  # type: ignore[index]
+        for key, ordinals in store.entries("default").items()
+        for ordinal in ordinals
+    }
+    assert whole and set(whole) <= recorded, err
+    assert state(scribe) is None, "no scribe left behind"
+    assert not (library / journal.JOURNAL_DIR).exists(), "no journal left behind"
+
+
+def test_a_scribe_that_died_is_waited_for_at_once(make_proxy: MakeProxy, cassettes: Path) -> None:
+    """Not left a zombie until the server stops (as pid 1 in a container, nothing else
+    would ever wait for it)."""
+    proxy = make_proxy(mode="record")
+    pid = scribe_at_work(proxy, cassettes)
+    os.kill(pid, signal.SIGKILL)
+    assert ask(proxy, "asked once the scribe died").status_code == 200
+    until(lambda: state(pid) is None, "the dead scribe is waited for", limit=5)

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -19,7 +20,7 @@ import pytest
 from llmtape.store import journal
 from llmtape.store.fs import FileStore
 from tests.conftest import MakeProxy
-from tests.e2e.test_scribe import ask, scribe_at_work, scribes, until
+from tests.e2e.test_scribe import CHAT, ask, scribe_at_work, scribes, until
 from tests.fakes.upstream import FakeUpstream
 
 pytestmark = pytest.mark.skipif(
@@ -86,7 +87,7 @@ def test_a_scribe_hung_at_shutdown_is_stopped_and_the_server_writes_what_it_held
     os.kill(pid, signal.SIGSTOP)
     try:
         prompts = [f"held by a hung scribe {n}" for n in range(3)]
-        asking = [in_thread(lambda text=text: ask(proxy, text))[0] for text in prompts]
+        asking = [in_thread(partial(ask, proxy, text))[0] for text in prompts]
         time.sleep(1.0)  # each is numbered and sent to the scribe, which says nothing
         started = time.monotonic()
         proxy.stop()
@@ -149,7 +150,7 @@ def test_a_hung_scribe_does_not_hold_its_clients_forever(
     os.kill(pid, signal.SIGSTOP)
     try:
         prompts = [f"asked of a hung scribe {n}" for n in range(3)]
-        asking = [in_thread(lambda text=text: ask(proxy, text)) for text in prompts]
+        asking = [in_thread(partial(ask, proxy, text)) for text in prompts]
         for thread, _ in asking:
             thread.join(15)
     finally:
@@ -160,6 +161,12 @@ def test_a_hung_scribe_does_not_hold_its_clients_forever(
         assert answers[0].status_code == 200
         key = answers[0].headers["x-llmtape-key"]
         assert FileStore(cassettes).entries("default")[key] == [1], "and recorded"
+
+
+def post(url: str, text: str, stream: bool = False) -> httpx.Response:
+    """`ask` of a server found by its URL (one run by the CLI)."""
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}]}
+    return httpx.post(url + CHAT, json={**body, "stream": stream}, timeout=20)
 
 
 def children(parent: int) -> list[int]:
@@ -205,19 +212,16 @@ def test_a_signal_to_the_whole_process_group_loses_no_recording_in_flight(
         assert process.stdout is not None
         proxy_url = process.stdout.readline().split("ready on ")[-1].strip()
 
-        class Remote:
-            url = proxy_url
-
         until(
             lambda: (
-                ask(Remote, f"warm up {time.monotonic()}").status_code == 200  # type: ignore[arg-type]
+                post(proxy_url, f"warm up {time.monotonic()}").status_code == 200
                 and any(state(c) not in (None, "Z") for c in children(process.pid))
             ),
             "the scribe starts",
         )
         [scribe] = children(process.pid)
         prompts = [f"in flight at the signal {n}" for n in range(6)]
-        asking = [in_thread(lambda t=t: ask(Remote, t, stream=True)) for t in prompts]  # type: ignore[arg-type]
+        asking = [in_thread(partial(post, proxy_url, text, stream=True)) for text in prompts]
         time.sleep(0.3)  # each answer is under way
         os.killpg(process.pid, sig)
         _, err = process.communicate(timeout=30)
@@ -253,3 +257,94 @@ def test_a_scribe_that_died_is_waited_for_at_once(make_proxy: MakeProxy, cassett
     os.kill(pid, signal.SIGKILL)
     assert ask(proxy, "asked once the scribe died").status_code == 200
     until(lambda: state(pid) is None, "the dead scribe is waited for", limit=5)
+
+
+def recorded_as(library: Path) -> dict[str, dict[str, object]]:
+    """Each recording by its key, without what differs from one run to the next (arrival
+    times, its place in the run)."""
+    found: dict[str, dict[str, object]] = {}
+    store = FileStore(library)
+    for key, ordinals in store.entries("default").items():
+        exchange = store.read("default", key, ordinals[-1]).model_dump(mode="json")
+        exchange.pop("seq")
+        response = exchange["response"]
+        response.pop("end_ms", None)
+        for item in response.get("frames") or []:
+            item.pop("ms", None)
+        found[key] = exchange
+    return found
+
+
+def test_the_scribe_writes_every_provider_s_answers_as_the_server_does_redacted_alike(
+    make_proxy: MakeProxy, fake: FakeUpstream, tmp_path: Path, cassettes: Path
+) -> None:
+    from llmtape.providers import BUILTIN
+    from tests.e2e.test_conformance import STREAMS, send, wire_of
+
+    calls = [(name, wire_of(name).streams[label]) for name, label in STREAMS]
+    calls += [(name, wire_of(name).answer) for name in BUILTIN]
+    redact = {"redact_pattern": ["there"], "redact_field": ["model"]}
+    alone = make_proxy(mode="record", scribe=False, cassettes=tmp_path / "alone", **redact)
+    for name, call in calls:
+        assert send(alone.url, name, call)[0] == 200
+    alone.stop()
+
+    proxy = make_proxy(mode="record", **redact)
+    scribe_at_work(proxy, cassettes)
+    for name, call in calls:
+        assert send(proxy.url, name, call)[0] == 200
+    proxy.stop()
+    by_scribe = recorded_as(cassettes)
+    by_server = recorded_as(tmp_path / "alone")
+    assert len(by_server) == len(calls)
+    for where, exchange in by_server.items():
+        assert by_scribe.get(where) == exchange, where
+    assert b"there" not in b"".join(p.read_bytes() for p in cassettes.rglob("*.json"))
+
+
+def test_answers_either_side_of_the_spool_threshold_are_recorded_whole(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    """Just under SPOOL_AFTER an answer goes to the scribe in one message; just over, the
+    server writes it (the scribe forgetting its path first). Both replay byte for byte."""
+    from llmtape.spool import SPOOL_AFTER
+    from tests.e2e.test_large_answers import chat_stream
+    from tests.fakes.upstream import Reply
+
+    def sized(target: int) -> str:
+        frames = target // len(chat_stream(1000).encode()) * 1000
+        while len(chat_stream(frames).encode()) < target:
+            frames += 1
+        return chat_stream(frames)
+
+    bodies = [sized(SPOOL_AFTER - 200), sized(SPOOL_AFTER + 200)]
+    assert len(bodies[0].encode()) < SPOOL_AFTER < len(bodies[1].encode())
+    proxy = make_proxy(mode="record")
+    pid = scribe_at_work(proxy, cassettes)
+    lives = []
+    for n, body in enumerate(bodies):
+        headers = {"content-type": "text/event-stream"}
+        fake.script("/v1/chat/completions", Reply(body=body, headers=headers, chunked=True))
+        lives.append(ask(proxy, f"large {n}", stream=True).content)
+    assert lives == [body.encode() for body in bodies]
+    proxy.stop()
+    assert pid not in scribes()
+    replay = make_proxy(mode="replay")
+    assert [ask(replay, f"large {n}", stream=True).content for n in range(2)] == lives
+
+
+@pytest.mark.parametrize("python", ["/bin/false", "/nonexistent/python"])
+def test_a_scribe_that_cannot_start_leaves_the_server_writing_with_its_own_journal(
+    make_proxy: MakeProxy, cassettes: Path, monkeypatch: pytest.MonkeyPatch, python: str
+) -> None:
+    """A frozen build, or an interpreter that cannot import llmtape: the server records."""
+    monkeypatch.setattr(sys, "executable", python)
+    proxy = make_proxy(mode="record")
+    for n in range(6):
+        assert ask(proxy, f"no scribe {n}", stream=bool(n % 2)).status_code == 200
+        time.sleep(0.1)
+    until(lambda: (cassettes / journal.JOURNAL_DIR).is_dir(), "the server keeps its journal")
+    assert ask(proxy, "no scribe, later").status_code == 200
+    proxy.stop()
+    assert len(FileStore(cassettes).entries("default")) == 7
+    assert not (cassettes / journal.JOURNAL_DIR).exists()

@@ -348,3 +348,18 @@ def test_a_scribe_that_cannot_start_leaves_the_server_writing_with_its_own_journ
     proxy.stop()
     assert len(FileStore(cassettes).entries("default")) == 7
     assert not (cassettes / journal.JOURNAL_DIR).exists()
+
+
+def test_a_server_that_only_replays_starts_no_scribe(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    recorder = make_proxy(mode="record", scribe=False)
+    assert ask(recorder, "recorded once").status_code == 200
+    recorder.stop()
+    replay = make_proxy(mode="replay")
+    assert ask(replay, "recorded once").status_code == 200
+    assert ask(replay, "never recorded").status_code != 200  # a miss: refused, not recorded
+    time.sleep(0.3)
+    assert scribes() == []
+    replay.stop()
+    assert not (cassettes / journal.JOURNAL_DIR).exists()

@@ -134,6 +134,11 @@ class Engine:
         self._scribe_start: asyncio.Task[None] | None = None
         self._reopening: asyncio.Task[None] | None = None
         self._scribe_closing = False
+        # Answers sent to the scribe and not yet kept: a closing server waits for them (the
+        # server writes them itself should the scribe die or be stopped meanwhile).
+        self._held = 0
+        self._none_held = asyncio.Event()
+        self._none_held.set()
 
     async def exchange(self, inbound: Inbound) -> Answer:
         """Serve it from the cassette, refuse it, or go live (and record, as planned)."""
@@ -369,7 +374,14 @@ class Engine:
             self._scribe_start = asyncio.create_task(self._start_scribe(self._files))
         scribe = self.scribe
         if scribe is not None and scribe.ready and not capture.spool.spilled:
-            kept = await self._keep_by_scribe(scribe, target, capture, cut)
+            self._held += 1
+            self._none_held.clear()
+            try:
+                kept = await self._keep_by_scribe(scribe, target, capture, cut)
+            finally:
+                self._held -= 1
+                if not self._held:
+                    self._none_held.set()
         else:
             loop = asyncio.get_running_loop()
             kept = await loop.run_in_executor(self.writer, self._write, target, capture, cut)
@@ -596,7 +608,6 @@ class Engine:
         the final snapshot."""
         self.upstream = None
         await self.runs.end_all()
-        await asyncio.to_thread(self.writer.shutdown)
         self._scribe_closing = True
         starting = self._scribe_start
         if starting is not None and not starting.done():  # no waiting for it to be ready
@@ -605,8 +616,11 @@ class Engine:
                 await starting
         if self._starting is not None:
             await self._starting.close()
+            # What it held is written, by the writer threads if it did not write it.
+            await self._none_held.wait()
         if self._reopening is not None:
             await self._reopening
+        await asyncio.to_thread(self.writer.shutdown)
         try:
             await asyncio.to_thread(self.store.close)
         except OSError as exc:  # what is journaled stays, for the next start to write back

@@ -48,6 +48,9 @@ _LENGTH = struct.Struct(">I")
 READY, KEEP, CLOSE = "ready", "keep", "close"
 # How long a closing server waits for the scribe to write what it holds and sync its journal.
 CLOSE_WAIT_S = 60.0
+# A scribe that has answered neither a recording nor a forget in this long is stuck (stopped,
+# or blocked): it is stopped, and the server writes what it held.
+ANSWER_WAIT_S = 60.0
 
 
 class ScribeGone(Exception):
@@ -132,7 +135,9 @@ class Scribe:
         self._waiting[number] = waiting
         message = (KEEP, number, cassette, cut, ordinal, fresh, capture.packed())
         self._writer.write(frame(message))
-        return await waiting
+        if not (await asyncio.wait((waiting,), timeout=ANSWER_WAIT_S))[0]:
+            self._stuck()
+        return await waiting  # ScribeGone once a stuck one is seen to end
 
     def forget(self, path: Path) -> None:
         """Off the loop: the scribe's journal no longer holds `path`, once this returns."""
@@ -141,10 +146,20 @@ class Scribe:
             if sock is None or self.gone:
                 return
             try:
+                sock.settimeout(ANSWER_WAIT_S)
                 sock.sendall(frame(str(path)))
                 sock.recv(1)  # b"" when the scribe is gone: its journal is dropped then
+            except TimeoutError:
+                self._stuck()
             except OSError:
                 pass
+
+    def _stuck(self) -> None:
+        """It did not answer in ANSWER_WAIT_S: stopped (its journal is then taken back)."""
+        log.error("llmtape's scribe did not answer in %.0f s: stopped", ANSWER_WAIT_S)
+        if self._process is not None:
+            with contextlib.suppress(OSError):
+                self._process.kill()
 
     async def close(self) -> None:
         """The scribe writes what it holds, syncs and removes its journal, and exits."""
@@ -194,6 +209,10 @@ class Scribe:
             if not waiting.done():
                 waiting.set_exception(ScribeGone())
         self._waiting.clear()
+        if self._process is not None:  # ended (or as good as): waited for, never a zombie
+            with contextlib.suppress(OSError):
+                self._process.kill()
+            await asyncio.to_thread(self._process.wait)
         self._on_gone()
 
 

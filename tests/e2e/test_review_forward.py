@@ -70,7 +70,9 @@ def chunk(data: bytes) -> bytes:
     return b"%x\r\n" % len(data) + data + b"\r\n"
 
 
-OK_JSON = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+# The fake closes each connection after one answer, and says so: else the proxy's pool may
+# send the next request down a socket that is closing (a reset, seen as unreachable).
+OK_JSON = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n"
 SSE_HEAD = (
     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 )
@@ -98,7 +100,7 @@ WHOLE: dict[str, tuple[tuple[bytes | float, ...], bytes]] = {
         (OK_JSON + b"transfer-encoding: chunked\r\n\r\n", chunk(PLAIN) + b"0\r\n\r\n"),
         PLAIN,
     ),
-    "until-close": ((OK_JSON + b"connection: close\r\n\r\n", PLAIN[:5], 0.05, PLAIN[5:]), PLAIN),
+    "until-close": ((OK_JSON + b"\r\n", PLAIN[:5], 0.05, PLAIN[5:]), PLAIN),
     "empty": ((OK_JSON + b"content-length: 0\r\n\r\n",), b""),
     "empty-chunked": ((OK_JSON + b"transfer-encoding: chunked\r\n\r\n0\r\n\r\n",), b""),
     "gzip-length": (

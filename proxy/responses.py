@@ -46,12 +46,13 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
     recording, answer = live.recording, live.answer
     watch = live.watch if live.watch is not None else Watch(partial(until_disconnect, receive))
     finished = ended = False
+    last = b""  # held back until the exchange is written
 
     def grace() -> float:  # sends to a client that left are no-ops in uvicorn: read on
         return GRACE_AFTER_FINAL_FRAME if recording.final_seen() else 0.0
 
     async def pump() -> None:
-        nonlocal finished, ended
+        nonlocal finished, ended, last
         await send(
             {"type": "http.response.start", "status": answer.status, "headers": live.headers}
         )
@@ -59,9 +60,13 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
             async for chunk in answer.chunks():
                 if recording.feed(chunk):  # a large answer: to its scratch file, off the loop
                     await recording.spill()
-                # With nothing to write first, the last chunk carries the end of the body: one
-                # write to the client socket less (an answer that came in one piece, mostly).
-                ended = answer.ended and not recording.writes
+                # The last chunk carries the end of the body: one write to the client socket
+                # less (an answer that came in one piece, mostly). When it is recorded, that
+                # is once the exchange is written.
+                if answer.ended and recording.writes:
+                    last = chunk
+                    continue
+                ended = answer.ended
                 await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
         except AnswerRefused as exc:
             finished = True
@@ -80,7 +85,7 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
         commit = recording.commit(cut=False)
         await (_outliving(commit) if recording.writes else commit)
         if not ended:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await send({"type": "http.response.body", "body": last, "more_body": False})
 
     try:
         whole = await cut_on_shutdown(watch.run_unless_gone(pump(), grace))

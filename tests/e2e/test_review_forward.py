@@ -343,7 +343,10 @@ def test_a_commit_failing_after_its_request_ended_is_logged_not_left_unretrieved
         engine._write = failing
         with connect(proxy) as sock:
             sock.sendall(stream_request())
-            read_until(sock, b"[DONE]")
+            # The last chunk ([DONE]) waits for the commit: the client leaves before it,
+            # once the upstream sent it (the grace then runs out during the commit).
+            read_until(sock, b'"finish_reason":"stop"')
+            time.sleep(0.2)
         wait_for(
             lambda: any("after its request ended" in r.getMessage() for r in caplog.records),
             timeout=GRACE_AFTER_FINAL_FRAME + 5,

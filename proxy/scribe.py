@@ -33,13 +33,16 @@ import struct
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from llmtape.models import Exchange, Outcome
+from llmtape.providers import provider_table
+from llmtape.providers.base import Provider
 from llmtape.recording import Capture, Finished, settle
+from llmtape.scrub import Scrubber
 from llmtape.store.fs import FileStore
 
 log = logging.getLogger("llmtape")
@@ -221,9 +224,6 @@ class Scribe:
 
 def serve(work: socket.socket, forgets: socket.socket) -> None:
     """Answer the server until it closes the scribe, or goes away."""
-    from llmtape.providers import provider_table
-    from llmtape.scrub import Scrubber
-
     inbox = _Inbox(work)
     batch = inbox.batch()
     if not batch:
@@ -252,8 +252,8 @@ def serve(work: socket.socket, forgets: socket.socket) -> None:
 
 def _keep_all(
     store: FileStore,
-    providers: Any,
-    scrubber: Any,
+    providers: Mapping[str, Provider],
+    scrubber: Scrubber,
     keep_failures: bool,
     keeps: Sequence[tuple[Any, ...]],
 ) -> list[tuple[Any, ...]]:

@@ -76,14 +76,10 @@ class FileStore:
             ) from exc
 
     def write(self, cassette: str, exchange: Exchange, fresh: bool = False) -> bool:
-        path = self.path(cassette, exchange.key, exchange.ordinal)
-        stored = None if fresh else _stored(path)
-        if stored is not None and same_recording(stored, exchange):
-            return False
-        data = dump_exchange(exchange)
-        if self._journal is None or not self._journal.write(path, data):
-            self._write_synced(path, data)
-        return True
+        done = self.write_many([(cassette, exchange, fresh)])[0]
+        if isinstance(done, OSError):
+            raise done
+        return done
 
     def write_many(self, items: Sequence[tuple[str, Exchange, bool]]) -> list[bool | OSError]:
         """`write` for several (cassette, exchange, fresh) at once, sharing one journal write

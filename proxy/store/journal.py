@@ -198,27 +198,25 @@ class Journal:
             for _, name, entry in placed:
                 half.paths[name] = entry
             half.pending += 1
+        put_in_place = 0
         try:
-            half.syncs.sync()
-        except OSError as exc:
+            try:
+                half.syncs.sync()
+            except OSError as exc:
+                for n, name, _ in placed:
+                    self._void(half, name)
+                    done[n] = exc
+                return done
             for n, name, _ in placed:
-                self._void(half, name)
-                done[n] = exc
-            self._done(half)
-            return done
-        left = list(placed)
-        try:
-            while left:
-                n, name, _ = left[0]
                 try:
                     put(files[n][0], files[n][1], sync=False)
                     done[n] = True
                 except OSError as exc:
                     self._void(half, name)
                     done[n] = exc
-                left.pop(0)
+                put_in_place += 1
         except BaseException:
-            for _, name, _ in left:
+            for _, name, _ in placed[put_in_place:]:
                 self._void(half, name)
             raise
         finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from llmtape.app import create_app
 from llmtape.cli.server import ReadyServer, uvicorn_config
 from llmtape.lastrun import LAST_RUN_FILE
 from llmtape.settings import Settings
+from llmtape.store.journal import JOURNAL_DIR
 
 SECRET_OPENAI = "sk-test-SECRET-openai-0123456789abcdef"
 SECRET_ANTHROPIC = "sk-ant-test-SECRET-anthropic-0123456789"
@@ -82,13 +84,23 @@ def closed_port() -> int:
     return port
 
 
+def library_files(root: Path) -> list[Path]:
+    """Every file below `root` but the write-ahead journal's, sorted. A live server removes
+    its journal's folder when it hands the journal to its scribe: it is not walked."""
+    found = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d != JOURNAL_DIR]
+        found += [Path(folder) / name for name in names]
+    return sorted(found)
+
+
 def files_under(folder: Path) -> dict[str, bytes]:
     """Every file below `folder`, by relative path, with its bytes; not the note a replay run
     leaves of what it used (LAST_RUN_FILE): tests compare what was recorded."""
     return {
         p.relative_to(folder).as_posix(): p.read_bytes()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and p.name != LAST_RUN_FILE
+        for p in library_files(folder)
+        if p.name != LAST_RUN_FILE
     }
 
 

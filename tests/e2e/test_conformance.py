@@ -23,6 +23,7 @@ from tests.support import (
     SECRET_OPENAI,
     SECRETS,
     files_under,
+    library_files,
     wait_for,
 )
 
@@ -137,7 +138,7 @@ def send(url: str, provider: str, call: Call) -> tuple[int, str, bytes]:
 
 
 def stored(cassettes: Path) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted(cassettes.rglob("*.json"))]
+    return [json.loads(p.read_text()) for p in library_files(cassettes) if p.suffix == ".json"]
 
 
 def frames_of(exchange: dict[str, Any]) -> bytes:

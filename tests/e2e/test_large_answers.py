@@ -11,11 +11,10 @@ import httpx
 import openai
 
 from llmtape.spool import SPOOL_AFTER
-from llmtape.store.journal import JOURNAL_DIR
 from tests.conftest import MakeProxy
 from tests.e2e.test_cli import Serve
 from tests.fakes.upstream import FakeUpstream, Reply
-from tests.support import SECRET_OPENAI, wait_for
+from tests.support import SECRET_OPENAI, library_files, wait_for
 
 CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "a long one"}]}
 
@@ -40,7 +39,7 @@ def chat_stream(frames: int, words: str = "the quick brown fox é ") -> str:
 
 
 def only_exchange(cassettes: Path) -> tuple[Path, dict[str, object]]:
-    files = [p for p in cassettes.rglob("*") if p.is_file() and JOURNAL_DIR not in p.parts]
+    files = library_files(cassettes)
     assert len(files) == 1, f"one exchange file and nothing else (the journal aside): {files}"
     return files[0], json.loads(files[0].read_bytes())
 

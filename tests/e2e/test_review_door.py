@@ -20,7 +20,7 @@ from tests.e2e.test_inflate import PLAIN, SocketUpstream, gzip_stream, whole
 from tests.e2e.test_streaming import stream_through_shutdown
 from tests.fakes.raw import RawUpstream
 from tests.fakes.upstream import FakeUpstream, Reply
-from tests.support import files_under
+from tests.support import files_under, library_files
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -145,7 +145,7 @@ def test_a_gzip_answer_cut_short_is_kept_as_a_cut_with_record_failures(
         with pytest.raises(httpx.RemoteProtocolError):
             post(proxy.url)
         proxy.stop()
-    [stored] = cassettes.rglob("*.json")
+    [stored] = [p for p in library_files(cassettes) if p.suffix == ".json"]
     assert json.loads(stored.read_text())["outcome"] == "upstream_cut"
 
 
@@ -209,7 +209,7 @@ def test_a_bare_v1_path_with_anthropic_version_in_any_case_goes_to_anthropic(
     answer = raw_request(proxy.url, head, body.encode())
     assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
     proxy.stop()
-    [stored] = cassettes.rglob("*.json")
+    [stored] = [p for p in library_files(cassettes) if p.suffix == ".json"]
     assert json.loads(stored.read_text())["request"]["upstream"] == "anthropic"
 
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -40,7 +39,7 @@ from llmtape.replays import Replay, ReplayCache
 from llmtape.routing import check_live
 from llmtape.rules import MatchRules
 from llmtape.runs import Run, Runs
-from llmtape.scribe import Scribe, ScribeGone
+from llmtape.scribe import Scribe, ScribeGone, Scribing
 from llmtape.scrub import Scrubber
 from llmtape.settings import Mode, Settings
 from llmtape.spool import Spool
@@ -127,18 +126,9 @@ class Engine:
         self.upstream: Upstream | None = None  # set while the server runs
         self.writer = ThreadPoolExecutor(WRITERS, thread_name_prefix="llmtape-writer")
         # Exchanges held in memory are written by the scribe, where it can run (scribe.py).
-        scribing = settings.scribe and journal.SUPPORTED
-        self._files = store if scribing and isinstance(store, FileStore) else None
-        self.scribe: Scribe | None = None  # once it took the journal over
-        self._starting: Scribe | None = None
-        self._scribe_start: asyncio.Task[None] | None = None
-        self._reopening: asyncio.Task[None] | None = None
-        self._scribe_closing = False
-        # Answers sent to the scribe and not yet kept: a closing server waits for them (the
-        # server writes them itself should the scribe die or be stopped meanwhile).
-        self._held = 0
-        self._none_held = asyncio.Event()
-        self._none_held.set()
+        self.scribing: Scribing | None = None
+        if settings.scribe and journal.SUPPORTED and isinstance(store, FileStore):
+            self.scribing = Scribing(store, settings, self._open_store)
 
     async def exchange(self, inbound: Inbound) -> Answer:
         """Serve it from the cassette, refuse it, or go live (and record, as planned)."""
@@ -370,18 +360,11 @@ class Engine:
         in memory, once the scribe is ready) or in one trip to a writer thread. Its ordinal
         is given then, not when it was asked, so an answer that is not kept (a 429 the SDK
         retried) leaves no gap in the numbering."""
-        if self._files is not None and self._scribe_start is None:  # the first recording
-            self._scribe_start = asyncio.create_task(self._start_scribe(self._files))
-        scribe = self.scribe
-        if scribe is not None and scribe.ready and not capture.spool.spilled:
-            self._held += 1
-            self._none_held.clear()
-            try:
+        scribing = self.scribing
+        scribe = scribing.taker() if scribing is not None else None
+        if scribing is not None and scribe is not None and not capture.spool.spilled:
+            with scribing.holding():
                 kept = await self._keep_by_scribe(scribe, target, capture, cut)
-            finally:
-                self._held -= 1
-                if not self._held:
-                    self._none_held.set()
         else:
             loop = asyncio.get_running_loop()
             kept = await loop.run_in_executor(self.writer, self._write, target, capture, cut)
@@ -559,67 +542,14 @@ class Engine:
                 restored[0],
             )
 
-    async def _start_scribe(self, files: FileStore) -> None:
-        """Started by the first recording. Once it is ready, the store hands it the journal
-        (synced and removed: no file is ever journaled by both), and it takes recordings;
-        until then they are written, and journaled, from here."""
-        s = self.settings
-        init = (str(files.root), s.upstream, s.redact_field, s.redact_pattern, s.record_failures)
-        scribe = self._starting = Scribe(init, self._scribe_gone)
-        try:
-            await scribe.start()
-            ready = await scribe.started()
-        except Exception as exc:  # whatever it was, the server writes instead
-            log.warning("llmtape's scribe could not start (%s): the server writes itself", exc)
-            return
-        if not ready:
-            log.warning("llmtape's scribe stopped as it started: the server writes itself")
-            return
-        try:
-            await asyncio.to_thread(files.close)
-        except OSError as exc:  # the store's journal stays for the next start: so does it
-            log.error("handing the journal to llmtape's scribe: %s", exc)
-            return
-        if scribe.gone:
-            self._take_journal_back()
-            return
-        files.elsewhere = scribe.forget
-        self.scribe = scribe
-
-    def _scribe_gone(self) -> None:
-        """The scribe stopped, not told to. Before it took the journal over, _start_scribe
-        sees to it; after, it is taken back."""
-        if not self._scribe_closing and self.scribe is not None:
-            self._take_journal_back()
-
-    def _take_journal_back(self) -> None:
-        """The dead scribe's journal is synced and dropped (as that of any server that
-        crashed in this boot), and the store keeps its own again."""
-        files, self._files = self._files, None  # no second scribe
-        if files is None:
-            return
-        log.warning("llmtape's scribe stopped: the server writes recordings itself from now on")
-        files.elsewhere = None
-        self._reopening = asyncio.create_task(self._open_store(files.open))
-
     async def close(self) -> Snapshot:
         """End every run (dropping what record runs superseded); count the recordings of every
         cassette it was told to serve in a replaying mode and no request reached as unused;
         the final snapshot."""
         self.upstream = None
         await self.runs.end_all()
-        self._scribe_closing = True
-        starting = self._scribe_start
-        if starting is not None and not starting.done():  # no waiting for it to be ready
-            starting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await starting
-        if self._starting is not None:
-            await self._starting.close()
-            # What it held is written, by the writer threads if it did not write it.
-            await self._none_held.wait()
-        if self._reopening is not None:
-            await self._reopening
+        if self.scribing is not None:
+            await self.scribing.close()
         await asyncio.to_thread(self.writer.shutdown)
         try:
             await asyncio.to_thread(self.store.close)

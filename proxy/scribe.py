@@ -33,10 +33,10 @@ import struct
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmtape.models import Exchange, Outcome
 from llmtape.providers import provider_table
@@ -44,6 +44,9 @@ from llmtape.providers.base import Provider
 from llmtape.recording import Capture, Finished, settle
 from llmtape.scrub import Scrubber
 from llmtape.store.fs import FileStore
+
+if TYPE_CHECKING:
+    from llmtape.settings import Settings
 
 log = logging.getLogger("llmtape")
 
@@ -217,6 +220,113 @@ class Scribe:
                 self._process.kill()
             await asyncio.to_thread(self._process.wait)
         self._on_gone()
+
+
+class Scribing:
+    """A recording server's scribe, from the server's first recording to its close.
+
+    The first recording starts it. Once it is ready, the store hands it the journal (synced
+    and removed: no file is ever journaled by both) and it takes the recordings held in
+    memory; until then, and should it die, the server writes and journals them itself (a
+    dead scribe's journal is taken back, and no second one is started). A closing server
+    waits until every answer the scribe held is written, by it or by the server.
+    """
+
+    def __init__(
+        self,
+        files: FileStore,
+        settings: Settings,
+        reopen: Callable[[Callable[[], list[Path]]], Coroutine[Any, Any, None]],
+    ) -> None:
+        self._files: FileStore | None = files  # None once the scribe died: no second one
+        self._init = (  # what the scribe needs of the settings (see `serve`)
+            str(files.root),
+            settings.upstream,
+            settings.redact_field,
+            settings.redact_pattern,
+            settings.record_failures,
+        )
+        self._reopen = reopen  # opens the store's own journal again, writing back what it held
+        self._scribe: Scribe | None = None  # once it took the journal over
+        self._starting: Scribe | None = None
+        self._start: asyncio.Task[None] | None = None
+        self._reopening: asyncio.Task[None] | None = None
+        self._closing = False
+        self._held = 0  # answers sent to it and not yet kept
+        self._none_held = asyncio.Event()
+        self._none_held.set()
+
+    def taker(self) -> Scribe | None:
+        """The scribe, if it takes recordings now; the first call starts it."""
+        if self._files is not None and self._start is None:
+            self._start = asyncio.create_task(self._started(self._files))
+        scribe = self._scribe
+        return scribe if scribe is not None and scribe.ready else None
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """Around one answer sent to the scribe, until it is kept (or written instead)."""
+        self._held += 1
+        self._none_held.clear()
+        try:
+            yield
+        finally:
+            self._held -= 1
+            if not self._held:
+                self._none_held.set()
+
+    async def _started(self, files: FileStore) -> None:
+        scribe = self._starting = Scribe(self._init, self._gone)
+        try:
+            await scribe.start()
+            ready = await scribe.started()
+        except Exception as exc:  # whatever it was, the server writes instead
+            log.warning("llmtape's scribe could not start (%s): the server writes itself", exc)
+            return
+        if not ready:
+            log.warning("llmtape's scribe stopped as it started: the server writes itself")
+            return
+        try:
+            await asyncio.to_thread(files.close)
+        except OSError as exc:  # the store's journal stays for the next start: so does it
+            log.error("handing the journal to llmtape's scribe: %s", exc)
+            return
+        if scribe.gone:
+            self._take_journal_back()
+            return
+        files.elsewhere = scribe.forget
+        self._scribe = scribe
+
+    def _gone(self) -> None:
+        """The scribe stopped, not told to. Before it took the journal over, _started sees
+        to it; after, the journal is taken back."""
+        if not self._closing and self._scribe is not None:
+            self._take_journal_back()
+
+    def _take_journal_back(self) -> None:
+        """The dead scribe's journal is synced and dropped (as that of any server that
+        crashed in this boot), and the store keeps its own again."""
+        files, self._files = self._files, None
+        if files is None:
+            return
+        log.warning("llmtape's scribe stopped: the server writes recordings itself from now on")
+        files.elsewhere = None
+        self._reopening = asyncio.create_task(self._reopen(files.open))
+
+    async def close(self) -> None:
+        """Stop the scribe once it wrote what it holds; a start under way is called off."""
+        self._closing = True
+        start = self._start
+        if start is not None and not start.done():  # no waiting for it to be ready
+            start.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await start
+        if self._starting is not None:
+            await self._starting.close()
+            # What it held is written, by the server's writers if it did not write it.
+            await self._none_held.wait()
+        if self._reopening is not None:
+            await self._reopening
 
 
 # The scribe's side, in its own process.

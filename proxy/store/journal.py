@@ -119,7 +119,11 @@ class Journal:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.folder = root / JOURNAL_DIR
-        self._cond = threading.Condition()
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)
+        # A swap waits on this for the writers of a half: a condition of its own, so that a
+        # write that ends does not wake the journal's thread for nothing.
+        self._drained = threading.Condition(lock)
         self._halves: list[_Half] = []
         self._active = 0
         self._wanted = False  # an exchange came: make the halves
@@ -227,7 +231,8 @@ class Journal:
         """A writer's files are in place (or given up): the half may be emptied."""
         with self._cond:
             half.pending -= 1
-            self._cond.notify_all()
+            if not half.pending:
+                self._drained.notify_all()
 
     def _beside(self, folder: Path) -> bool:
         """Whether `folder` is on the journal's filesystem, which is all its `syncfs` syncs
@@ -313,7 +318,7 @@ class Journal:
                 return []
             half = self._halves[self._active]
             self._active = 1 - self._active
-            self._cond.wait_for(lambda: half.pending == 0)
+            self._drained.wait_for(lambda: half.pending == 0)
             found = [h for h in self._halves if h is half or self._closing]
             return [h for h in found if h.end > _HEAD.size]
 

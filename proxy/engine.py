@@ -361,9 +361,8 @@ class Engine:
         is given then, not when it was asked, so an answer that is not kept (a 429 the SDK
         retried) leaves no gap in the numbering."""
         scribing = self.scribing
-        scribe = scribing.taker() if scribing is not None else None
-        if scribing is not None and scribe is not None and not capture.spool.spilled:
-            with scribing.holding():
+        if scribing is not None and (scribe := scribing.taker(capture)) is not None:
+            with scribing.holding(capture):
                 kept = await self._keep_by_scribe(scribe, target, capture, cut)
         else:
             loop = asyncio.get_running_loop()

@@ -52,6 +52,10 @@ log = logging.getLogger("llmtape")
 
 _LENGTH = struct.Struct(">I")
 READY, KEEP, CLOSE = "ready", "keep", "close"
+# What answers sent to the scribe and not yet kept may add up to. Past it, the server's
+# threads write the next ones: each answer sent is also pickled, and waits in the socket's
+# buffers while the scribe syncs, so the scribe's copies stay under this, whatever comes.
+HELD_BYTES = 64 * 2**20
 # How long a closing server waits for the scribe to write what it holds and sync its journal.
 CLOSE_WAIT_S = 60.0
 # A scribe that has answered neither a recording nor a forget in this long is stuck (stopped,
@@ -253,25 +257,33 @@ class Scribing:
         self._reopening: asyncio.Task[None] | None = None
         self._closing = False
         self._held = 0  # answers sent to it and not yet kept
+        self._held_bytes = 0  # their sizes
         self._none_held = asyncio.Event()
         self._none_held.set()
 
-    def taker(self) -> Scribe | None:
-        """The scribe, if it takes recordings now; the first call starts it."""
+    def taker(self, capture: Capture) -> Scribe | None:
+        """The scribe, if it takes this answer now; the first call starts it. It takes what
+        is held in memory, while what it holds stays under HELD_BYTES."""
         if self._files is not None and self._start is None:
             self._start = asyncio.create_task(self._started(self._files))
         scribe = self._scribe
-        return scribe if scribe is not None and scribe.ready else None
+        if scribe is None or not scribe.ready or capture.spool.spilled:
+            return None
+        if self._held and self._held_bytes + capture.size > HELD_BYTES:
+            return None
+        return scribe
 
     @contextlib.contextmanager
-    def holding(self) -> Iterator[None]:
-        """Around one answer sent to the scribe, until it is kept (or written instead)."""
+    def holding(self, capture: Capture) -> Iterator[None]:
+        """Around an answer sent to the scribe, until it is kept (or written instead)."""
         self._held += 1
+        self._held_bytes += capture.size
         self._none_held.clear()
         try:
             yield
         finally:
             self._held -= 1
+            self._held_bytes -= capture.size
             if not self._held:
                 self._none_held.set()
 

@@ -16,6 +16,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
+from llmtape import scribe as scribe_module
 from llmtape.store import journal
 from llmtape.store.fs import FileStore
 from tests.conftest import MakeProxy
@@ -69,14 +70,17 @@ def ask(proxy: ProxyServer, text: str, stream: bool = False) -> httpx.Response:
 
 
 def scribe_at_work(proxy: ProxyServer, library: Path) -> int:
-    """Record until the scribe writes (its journal's halves are made at its first write):
-    the recordings before that were written by the server, while the scribe started."""
+    """Record until the scribe journals what it writes (its journal's halves are made at its
+    first write): the recordings before that were written by the server, or by the scribe
+    the usual way while it made its halves."""
     found: list[int] = []
 
     def writing() -> bool:
-        assert ask(proxy, f"warm up {time.monotonic()}").status_code == 200
+        text = f"warm up {time.monotonic()}"
+        assert ask(proxy, text).status_code == 200
         found[:] = scribes()
-        return bool(found) and bool(halves(library, found[0]))
+        held = [half.read_bytes() for half in halves(library, found[0])] if found else []
+        return any(text.encode() in raw for raw in held)
 
     until(writing, "the scribe writes recordings")
     return found[0]
@@ -186,3 +190,35 @@ def test_without_the_scribe_the_server_writes_recordings_itself(
     entries = FileStore(cassettes).entries("default")
     assert sorted(len(o) for o in entries.values()) == [3] * 4
     assert (cassettes / journal.JOURNAL_DIR).is_dir(), "the server keeps the journal itself"
+
+
+def test_past_its_byte_cap_the_scribe_takes_no_more_and_the_server_writes(
+    make_proxy: MakeProxy, cassettes: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scribe's copies of what it holds stay bounded: with a cap below one answer, it
+    holds one at a time, and the server writes the others (unjournaled: the journal is the
+    scribe's)."""
+    monkeypatch.setattr(scribe_module, "HELD_BYTES", 1)
+    proxy = make_proxy(mode="record")
+    pid = scribe_at_work(proxy, cassettes)
+    prompts = [f"asked past the cap {n}" for n in range(6)]
+
+    async def while_stopped() -> list[str]:
+        os.kill(pid, signal.SIGSTOP)  # what it takes waits; so do the server's forgets
+        try:
+            answers = asyncio.create_task(burst(proxy, prompts))
+            await asyncio.sleep(1.0)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        return await answers
+
+    assert all(asyncio.run(while_stopped()))
+    journaled = b"".join(half.read_bytes() for half in halves(cassettes, pid))
+    assert sum(text.encode() in journaled for text in prompts) == 1, "it held one at a time"
+    store = FileStore(cassettes)
+    asked = {
+        store.read("default", key, ordinal).request.body["json"]["messages"][0]["content"]  # type: ignore[index]
+        for key, ordinals in store.entries("default").items()
+        for ordinal in ordinals
+    }
+    assert asked >= set(prompts)

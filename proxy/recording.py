@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
-from llmtape.bodies import response_payload, textual
+from llmtape.bodies import Payload, response_payload, textual
 from llmtape.framing import (
     Dialect,
     FrameSigns,
@@ -98,11 +98,12 @@ def settle(capture: Capture, cut: bool, scrubber: Scrubber, keep_failures: bool)
     return finished
 
 
-# What a Capture is made of, but its provider (named instead) and its spool (its bytes):
+# What a Capture is made of, but its provider (named instead), its spool (its bytes), its
+# request, its frames' lengths and times, and its newest frames (all four as plain data):
 # what goes to the scribe, which has the same providers and needs no scratch file.
 _PACKED = (
-    *("request", "key", "seq", "rules", "status", "headers", "chunked", "limit", "started"),
-    *("size", "over", "lost", "_lengths", "_times", "_recent", "_recent_bytes", "_splitter"),
+    *("key", "seq", "rules", "status", "headers", "chunked", "limit", "started"),
+    *("size", "over", "lost", "_recent_bytes", "_splitter"),
 )
 
 
@@ -138,18 +139,37 @@ class Capture:
         dialect = dialect_for(self.content_type, self.chunked, asks)
         self._splitter = FrameSplitter(dialect) if dialect else None
 
-    def packed(self) -> tuple[str, bytes, list[Any]]:
-        """An answer held in memory (not spilled), as plain data to pickle: `unpacked`."""
-        return self.provider.name, self.spool.memory, [getattr(self, f) for f in _PACKED]
+    def packed(self) -> tuple[Any, ...]:
+        """An answer held in memory (not spilled), as plain data to pickle: `unpacked`. Only
+        builtins (tuples, bytes, str, numbers): a dataclass, an array or a deque pickles many
+        times slower, on the event loop."""
+        request, body = self.request, self.request.body
+        return (
+            self.provider.name,
+            self.spool.memory,
+            (request.method, request.upstream, request.path, request.query, request.headers),
+            (body.kind, body.value, body.style),
+            self._lengths.tobytes(),
+            self._times.tobytes(),
+            tuple(self._recent),
+            [getattr(self, f) for f in _PACKED],
+        )
 
     @classmethod
-    def unpacked(
-        cls, packed: tuple[str, bytes, list[Any]], providers: Mapping[str, Provider]
-    ) -> Capture:
-        name, memory, values = packed
+    def unpacked(cls, packed: tuple[Any, ...], providers: Mapping[str, Provider]) -> Capture:
+        name, memory, request, body, lengths, times, recent, values = packed
         capture = cls.__new__(cls)
         capture.provider = providers[name]
         capture.spool = Spool.holding(memory)
+        method, upstream, path, query, headers = request
+        kind, value, style = body
+        capture.request = RequestParts(
+            method, upstream, path, query, headers, Payload(kind, value, style)
+        )
+        capture._lengths, capture._times = array("q"), array("q")
+        capture._lengths.frombytes(lengths)
+        capture._times.frombytes(times)
+        capture._recent = deque(recent)
         for name, value in zip(_PACKED, values, strict=True):
             setattr(capture, name, value)
         return capture

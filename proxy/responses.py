@@ -51,11 +51,16 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
     def grace() -> float:  # sends to a client that left are no-ops in uvicorn: read on
         return GRACE_AFTER_FINAL_FRAME if recording.final_seen() else 0.0
 
+    start = {"type": "http.response.start", "status": answer.status, "headers": live.headers}
+    # An answer that is all in already (nearly every one that is not a stream) and recorded
+    # goes out whole once it is written: its head and body in two writes back to back, not
+    # the head now and the body a write to disk later (one wake-up of the client less).
+    held = recording.writes and answer.whole
+
     async def pump() -> None:
-        nonlocal finished, ended, last
-        await send(
-            {"type": "http.response.start", "status": answer.status, "headers": live.headers}
-        )
+        nonlocal finished, ended, last, held
+        if not held:
+            await send(start)
         try:
             async for chunk in answer.chunks():
                 if recording.feed(chunk):  # a large answer: to its scratch file, off the loop
@@ -66,6 +71,9 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
                 if answer.ended and recording.writes:
                     last = chunk
                     continue
+                if held:
+                    held = False
+                    await send(start)
                 ended = answer.ended
                 await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
         except AnswerRefused as exc:
@@ -74,6 +82,9 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
             raise
         except UpstreamCut:
             finished = True
+            if held:
+                held = False
+                await send(start)
             await _outliving(recording.commit(cut=True))
             raise
         finally:
@@ -84,6 +95,8 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
         finished = True
         commit = recording.commit(cut=False)
         await (_outliving(commit) if recording.writes else commit)
+        if held:
+            await send(start)
         if not ended:
             await send({"type": "http.response.body", "body": last, "more_body": False})
 

@@ -91,7 +91,9 @@ class Scribe:
         self._process: subprocess.Popen[bytes] | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
-        self._waiting: dict[int, asyncio.Future[Written]] = {}
+        self._waiting: dict[int, asyncio.Future[Written]] = {}  # oldest first
+        self._sent: dict[int, float] = {}  # when each was sent (loop time)
+        self._watchdog: asyncio.TimerHandle | None = None
         self._numbers = itertools.count()
         self._ready = asyncio.Event()
         self._forgets: socket.socket | None = None
@@ -141,13 +143,28 @@ class Scribe:
         if self.gone or self._writer is None:
             raise ScribeGone
         number = next(self._numbers)
-        waiting: asyncio.Future[Written] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiting: asyncio.Future[Written] = loop.create_future()
         self._waiting[number] = waiting
+        self._sent[number] = loop.time()
         message = (KEEP, number, cassette, cut, ordinal, fresh, capture.packed())
         self._writer.write(frame(message))
-        if not (await asyncio.wait((waiting,), timeout=ANSWER_WAIT_S))[0]:
-            self._stuck()
+        if self._watchdog is None:
+            self._watchdog = loop.call_later(ANSWER_WAIT_S, self._watch)
         return await waiting  # ScribeGone once a stuck one is seen to end
+
+    def _watch(self) -> None:
+        """One timer for every recording in flight (not one per recording: they cost the loop
+        more than the rest of the wait): the oldest unanswered in ANSWER_WAIT_S is stuck."""
+        self._watchdog = None
+        if not self._waiting or self.gone:
+            return
+        loop = asyncio.get_running_loop()
+        due = self._sent[next(iter(self._waiting))] + ANSWER_WAIT_S
+        if loop.time() >= due:
+            self._stuck()
+        else:
+            self._watchdog = loop.call_later(due - loop.time(), self._watch)
 
     def forget(self, path: Path) -> None:
         """Off the loop: the scribe's journal no longer holds `path`, once this returns."""
@@ -207,6 +224,7 @@ class Scribe:
                     continue
                 for number, *written in message:
                     waiting = self._waiting.pop(number, None)
+                    self._sent.pop(number, None)
                     if waiting is not None and not waiting.done():
                         waiting.set_result(Written(*written))
         except (asyncio.IncompleteReadError, OSError):
@@ -219,6 +237,10 @@ class Scribe:
             if not waiting.done():
                 waiting.set_exception(ScribeGone())
         self._waiting.clear()
+        self._sent.clear()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         if self._process is not None:  # ended (or as good as): waited for, never a zombie
             with contextlib.suppress(OSError):
                 self._process.kill()

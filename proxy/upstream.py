@@ -57,6 +57,12 @@ class UpstreamResponse(Protocol):
         False when it cannot tell without waiting."""
         ...
 
+    @property
+    def whole(self) -> bool:
+        """Whether every byte of the answer has come in, read or not, and goes on unchanged (not
+        inflated). May say False when it cannot tell."""
+        ...
+
 
 class Upstream(Protocol):
     async def open(self, request: Outbound) -> UpstreamResponse: ...
@@ -106,6 +112,10 @@ class AiohttpResponse:
     @property
     def ended(self) -> bool:
         return self._inflater is None and self._response.content.at_eof()
+
+    @property
+    def whole(self) -> bool:
+        return self._inflater is None and self._response.content.is_eof()
 
     def _inflated(self, chunk: bytes) -> Iterator[bytes]:
         if self._inflater is None:

@@ -36,6 +36,7 @@ class Scripted:
         self._chunks = chunks
         self.closed = False
         self.ended = False
+        self.whole = False
 
     async def chunks(self) -> AsyncIterator[bytes]:
         for chunk in self._chunks:

@@ -190,3 +190,33 @@ def test_only_the_oldest_stuck_recording_counts_and_the_rest_are_written(
         for ordinal in ordinals
     }
     assert {f"staggered {n}" for n in range(4)} <= asked
+
+
+def test_a_held_answer_cut_by_shutdown_is_a_dropped_connection_not_a_500(
+    make_proxy: MakeProxy, cassettes: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shutdown that cuts an answer whose head is still held (its write is slow): the
+    client sees the connection drop, as for any answer a shutdown cuts, never a 500 that an
+    SDK would retry as a server error; and the answer is still recorded."""
+    monkeypatch.setattr(scribe_module, "CLOSE_WAIT_S", 3.0)
+    proxy = make_proxy(mode="record", shutdown_timeout=1)
+    pid = scribe_at_work(proxy, cassettes)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        thread, out = in_thread(lambda: ask(proxy, "held at shutdown"))
+        time.sleep(0.5)
+        proxy.stop()
+        thread.join(20)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert out, "the client got no answer at all"
+    got = out[0]
+    assert not isinstance(got, httpx.Response), f"status {got.status_code}: {got.text[:80]}"
+    store = FileStore(cassettes)
+    asked = {
+        store.read("default", key, ordinal).request.body["json"]["messages"][0]["content"]  # type: ignore[index]
+        for key, ordinals in store.entries("default").items()
+        for ordinal in ordinals
+    }
+    assert "held at shutdown" in asked

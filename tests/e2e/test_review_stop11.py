@@ -220,3 +220,113 @@ def test_a_held_answer_cut_by_shutdown_is_a_dropped_connection_not_a_500(
         for ordinal in ordinals
     }
     assert "held at shutdown" in asked
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_amid_held_answers_loses_none_and_makes_up_no_500(
+    tmp_path: Path, fake: FakeUpstream, sig: int
+) -> None:
+    """The real CLI, recording answers that are all in at once (their heads held until each
+    is written) from many clients without a pause, when ^C or SIGTERM reaches its process
+    group: exit 0, each answer a client had is recorded, no client got a 500."""
+    import subprocess
+    import sys
+
+    from tests.e2e.test_review_scribe import children, post
+
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
+    environ["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    command = [sys.executable, "-m", "llmtape", "serve", "--port", "0", "--mode", "record"]
+    process = subprocess.Popen(
+        [*command, "--upstream", f"openai={fake.url}"],
+        cwd=tmp_path,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        process_group=0,
+    )
+    got: dict[str, int] = {}
+    failed: list[BaseException] = []
+    stop = False
+
+    def client(n: int) -> None:
+        count = 0
+        while not stop:
+            text = f"client {n} asks {count}"
+            count += 1
+            try:
+                got[text] = post(url, text).status_code
+            except httpx.HTTPError as exc:
+                failed.append(exc)
+                return
+
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().split("ready on ")[-1].strip()
+        until(
+            lambda: (
+                post(url, f"warm up {time.monotonic()}").status_code == 200
+                and any(state(c) not in (None, "Z") for c in children(process.pid))
+            ),
+            "the scribe starts",
+        )
+        asking = [in_thread(lambda n=n: client(n)) for n in range(12)]
+        time.sleep(1.0)
+        os.killpg(process.pid, sig)
+        _, err = process.communicate(timeout=60)
+        stop = True
+        for thread, _ in asking:
+            thread.join(20)
+    finally:
+        stop = True
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, err
+    assert set(got.values()) == {200}, err
+    store = FileStore(tmp_path / "cassettes")
+    recorded = {
+        store.read("default", key, ordinal).request.body["json"]["messages"][0]["content"]  # type: ignore[index]
+        for key, ordinals in store.entries("default").items()
+        for ordinal in ordinals
+    }
+    assert len(got) > 12
+    assert set(got) <= recorded, sorted(set(got) - recorded)[:5]
+    assert not (tmp_path / "cassettes" / journal.JOURNAL_DIR).exists()
+
+
+def test_a_recording_sent_to_a_scribe_whose_socket_just_closed_is_written_by_the_server(
+    cassettes: Path,
+) -> None:
+    """Under uvloop (uvicorn's loop), writing to a transport that closed raises at once: a
+    scribe that died a moment ago, before its reader saw it, must read as gone (the server
+    writes the answer), not fail the commit (a 500 for an answer the upstream gave whole)."""
+    import asyncio
+
+    import uvloop
+
+    from llmtape.settings import Settings
+    from tests.unit.test_review_stop11 import SAMPLES, capture_of
+
+    settings = Settings(port=0, cassettes=cassettes)
+    cassettes.mkdir(parents=True, exist_ok=True)
+    init = (str(cassettes), settings.upstream, [], [], False)
+
+    async def main() -> None:
+        scribe = scribe_module.Scribe(init, lambda: None)
+        await scribe.start()
+        assert await scribe.started()
+        provider, path, body, content_type, data = SAMPLES[0]
+        capture = capture_of(provider, path, body, content_type)
+        capture.add(data)
+        assert scribe._writer is not None
+        scribe._writer.transport.close()  # as when its socket closed, before `_read` ran
+        await asyncio.sleep(0)  # the transport is closed; `_read` has not run yet
+        assert not scribe.gone
+        with pytest.raises(scribe_module.ScribeGone):
+            await scribe.keep(capture, "default", False, 1, True)
+        await scribe.close()
+        assert not scribe._waiting
+
+    uvloop.run(main())

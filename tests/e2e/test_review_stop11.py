@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import time
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -172,7 +173,7 @@ def test_only_the_oldest_stuck_recording_counts_and_the_rest_are_written(
         started = time.monotonic()
         asking = []
         for n in range(4):
-            asking.append(in_thread(lambda n=n: ask(proxy, f"staggered {n}")))
+            asking.append(in_thread(partial(ask, proxy, f"staggered {n}")))
             time.sleep(0.5)
         until(lambda: state(pid) in (None, "Z"), "the stuck scribe is stopped", limit=10)
         took = time.monotonic() - started
@@ -271,7 +272,7 @@ def test_a_signal_amid_held_answers_loses_none_and_makes_up_no_500(
             ),
             "the scribe starts",
         )
-        asking = [in_thread(lambda n=n: client(n)) for n in range(12)]
+        asking = [in_thread(partial(client, n)) for n in range(12)]
         time.sleep(1.0)
         os.killpg(process.pid, sig)
         _, err = process.communicate(timeout=60)
@@ -306,12 +307,10 @@ def test_a_recording_sent_to_a_scribe_whose_socket_just_closed_is_written_by_the
 
     import uvloop
 
-    from llmtape.settings import Settings
     from tests.unit.test_review_stop11 import SAMPLES, capture_of
 
-    settings = Settings(port=0, cassettes=cassettes)
     cassettes.mkdir(parents=True, exist_ok=True)
-    init = (str(cassettes), settings.upstream, [], [], False)
+    init: tuple[object, ...] = (str(cassettes), {}, [], [], False)
 
     async def main() -> None:
         scribe = scribe_module.Scribe(init, lambda: None)
@@ -330,3 +329,39 @@ def test_a_recording_sent_to_a_scribe_whose_socket_just_closed_is_written_by_the
         assert not scribe._waiting
 
     uvloop.run(main())
+
+
+def test_past_the_cap_with_answers_of_mixed_sizes_a_scribe_killed_mid_forget_loses_none(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Answers small and large (under the spool threshold) past a small cap: the scribe holds
+    some, the server's threads write the rest, each after a forget the stopped scribe does
+    not answer; it is then killed. Every answer reaches its client whole and is written."""
+    from tests.fakes.upstream import Reply
+
+    monkeypatch.setattr(scribe_module, "HELD_BYTES", 300_000)
+    proxy = make_proxy(mode="record", upstream={"tools": fake.url})
+    pid = scribe_at_work(proxy, cassettes)
+    sizes = [10, 400_000, 50, 200_000, 900_000, 5, 250_000, 100]
+    for n, size in enumerate(sizes):
+        fake.script(f"/sized/{n}", Reply(body={"n": n, "pad": "x" * size}))
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        asking = [
+            in_thread(partial(httpx.post, proxy.url + f"/tools/sized/{n}", json={}, timeout=30))
+            for n in range(len(sizes))
+        ]
+        time.sleep(1.5)  # some held by the scribe, the rest in the server's threads, in forget
+        os.kill(pid, signal.SIGKILL)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    for n, (thread, out) in enumerate(asking):
+        thread.join(20)
+        assert out and isinstance(out[0], httpx.Response), n
+        assert out[0].status_code == 200 and out[0].json() == {"n": n, "pad": "x" * sizes[n]}
+    proxy.stop()
+    replay = make_proxy(mode="replay", upstream={"tools": fake.url})
+    for n, size in enumerate(sizes):
+        again = httpx.post(replay.url + f"/tools/sized/{n}", json={}, timeout=30)
+        assert again.status_code == 200 and again.json() == {"n": n, "pad": "x" * size}, n

@@ -57,6 +57,16 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
     # the head now and the body a write to disk later (one wake-up of the client less).
     held = recording.writes and answer.whole
 
+    async def unheld() -> None:
+        """Cancelled (a shutdown, or a client gone) while the head is held: the head goes
+        out first, so that the answer ends as a cut (the connection dropped mid-body), as
+        any other answer a shutdown cuts, not as a 500 the server makes up, which an SDK
+        retries as a server error (the answer is still written: its commit runs on)."""
+        nonlocal held
+        if held:
+            held = False
+            await send(start)
+
     async def pump() -> None:
         nonlocal finished, ended, last, held
         if not held:
@@ -87,6 +97,9 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
                 await send(start)
             await _outliving(recording.commit(cut=True))
             raise
+        except asyncio.CancelledError:
+            await unheld()
+            raise
         finally:
             answer.close()
         # The whole answer is in: a client that hangs up now (it had all it wanted of a 204
@@ -94,7 +107,11 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
         # suspension, nothing to shield): no task.
         finished = True
         commit = recording.commit(cut=False)
-        await (_outliving(commit) if recording.writes else commit)
+        try:
+            await (_outliving(commit) if recording.writes else commit)
+        except asyncio.CancelledError:
+            await unheld()
+            raise
         if held:
             await send(start)
         if not ended:

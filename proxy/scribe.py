@@ -148,7 +148,11 @@ class Scribe:
         self._waiting[number] = waiting
         self._sent[number] = loop.time()
         message = (KEEP, number, cassette, cut, ordinal, fresh, capture.packed())
-        self._writer.write(frame(message))
+        try:
+            self._writer.write(frame(message))
+        except (RuntimeError, OSError):  # its socket closed (uvloop raises): it is going
+            del self._waiting[number], self._sent[number]
+            raise ScribeGone from None
         if self._watchdog is None:
             self._watchdog = loop.call_later(ANSWER_WAIT_S, self._watch)
         return await waiting  # ScribeGone once a stuck one is seen to end
@@ -197,7 +201,7 @@ class Scribe:
             with contextlib.suppress(OSError):
                 process.kill()
         elif not self.gone:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, RuntimeError):  # it died: nothing to tell
                 writer.write(frame((CLOSE,)))
                 await writer.drain()
         try:

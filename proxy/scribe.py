@@ -116,8 +116,14 @@ class Scribe:
         try:
             fds = (theirs.fileno(), their_forgets.fileno())
             command = [sys.executable, "-m", "llmtape.scribe", *map(str, fds)]
+            # In a process group of its own, a signal to the server's group (^C in a
+            # terminal) does not reach it even while it starts: the server closes it.
             self._process = await asyncio.to_thread(
-                subprocess.Popen, command, pass_fds=fds, stdin=subprocess.DEVNULL
+                subprocess.Popen,
+                command,
+                pass_fds=fds,
+                stdin=subprocess.DEVNULL,
+                process_group=0,
             )
         except BaseException:
             for sock in (work, forgets):
@@ -195,7 +201,10 @@ class Scribe:
     async def close(self) -> None:
         """The scribe writes what it holds, syncs and removes its journal, and exits."""
         process, writer = self._process, self._writer
-        if process is None or writer is None:
+        if process is None:
+            return
+        if writer is None:  # its start failed once it ran (and killed it): reaped here
+            await asyncio.to_thread(process.wait)
             return
         if not self.ready:  # still starting, or gone: it holds no recording, nothing to wait for
             with contextlib.suppress(OSError):
@@ -280,6 +289,7 @@ class Scribing:
         self._scribe: Scribe | None = None  # once it took the journal over
         self._starting: Scribe | None = None
         self._start: asyncio.Task[None] | None = None
+        self._handing: asyncio.Future[None] | None = None  # the store's journal, closing
         self._reopening: asyncio.Task[None] | None = None
         self._closing = False
         self._held = 0  # answers sent to it and not yet kept
@@ -324,8 +334,11 @@ class Scribing:
         if not ready:
             log.warning("llmtape's scribe stopped as it started: the server writes itself")
             return
+        # Once begun, the hand-over ends even if the server closes meanwhile: its own close
+        # of the store would not wait for a journal being closed.
+        self._handing = asyncio.ensure_future(asyncio.to_thread(files.close))
         try:
-            await asyncio.to_thread(files.close)
+            await asyncio.shield(self._handing)
         except OSError as exc:  # the store's journal stays for the next start: so does it
             log.error("handing the journal to llmtape's scribe: %s", exc)
             return
@@ -359,6 +372,9 @@ class Scribing:
             start.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await start
+        if self._handing is not None:
+            with contextlib.suppress(OSError):  # logged by _started, if it was still there
+                await self._handing
         if self._starting is not None:
             await self._starting.close()
             # What it held is written, by the server's writers if it did not write it.
@@ -381,7 +397,8 @@ def serve(work: socket.socket, forgets: socket.socket) -> None:
     store.open()
     providers = provider_table(upstream)
     scrubber = Scrubber.build(fields, patterns)
-    threading.Thread(target=_forgetting, args=(forgets, store), daemon=True).start()
+    closing = threading.Lock()  # held by a forget under way, and once the journal closes
+    threading.Thread(target=_forgetting, args=(forgets, store, closing), daemon=True).start()
     try:
         work.sendall(frame(READY))
         while True:
@@ -395,6 +412,7 @@ def serve(work: socket.socket, forgets: socket.socket) -> None:
             if batch is None:
                 return  # the server went away: close the journal (the files are written)
     finally:
+        closing.acquire()  # for good: no forget touches a journal being closed
         store.close()
 
 
@@ -479,18 +497,26 @@ class _Inbox:
         return found
 
 
-def _forgetting(sock: socket.socket, store: FileStore) -> None:
+def _forgetting(sock: socket.socket, store: FileStore, closing: threading.Lock) -> None:
+    """Serves the forgets. Once the journal closes (synced and removed: nothing in it can
+    be written back), a forget has nothing left to do and is answered at once."""
     inbox = _Inbox(sock)
     while (paths := inbox.batch()) is not None:
         for path in paths:
-            store.forget(Path(path))
+            if closing.acquire(blocking=False):
+                try:
+                    store.forget(Path(path))
+                finally:
+                    closing.release()
             sock.sendall(b"\x01")
 
 
 def main(argv: list[str]) -> None:
-    # A ^C in the terminal reaches the whole process group: the server closes the scribe
-    # when it stops, and so it must outlive that signal.
+    # A signal to every process of the server (systemd's SIGTERM to the unit, a ^C to the
+    # group it started in) must not stop it: the server closes it when it stops (and it ends
+    # by itself once the server is gone), so it writes what it holds.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     work, forgets = (socket.socket(fileno=int(fd)) for fd in argv[1:3])
     serve(work, forgets)
     os._exit(0)  # no atexit work: the journal is closed and every reply sent

@@ -245,6 +245,7 @@ def test_a_signal_to_the_whole_process_group_loses_no_recording_in_flight(
         for ordinal in ordinals
     }
     assert whole and set(whole) <= recorded, err
+    assert "scribe stopped" not in err, "the signal does not kill the scribe: the server closes it"
     assert state(scribe) is None, "no scribe left behind"
     assert not (library / journal.JOURNAL_DIR).exists(), "no journal left behind"
 

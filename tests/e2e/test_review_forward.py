@@ -332,6 +332,9 @@ def test_a_commit_failing_after_its_request_ended_is_logged_not_left_unretrieved
 ) -> None:
     """The grace ran out during a (slow) commit, so the request's task is gone when the
     commit fails: the failure is one logged error, not asyncio's "never retrieved"."""
+    # Paced, so the stream is not all in when its head comes: a whole answer's head and
+    # frames would wait for the commit (responses.send_live), and the client would see none.
+    fake.frame_delay = 0.01
     with server_log(caplog):
         proxy = make_proxy(mode="record")
         engine: Any = proxy.app.front.engine  # type: ignore[attr-defined]

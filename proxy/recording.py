@@ -140,9 +140,9 @@ class Capture:
         self._splitter = FrameSplitter(dialect) if dialect else None
 
     def packed(self) -> tuple[Any, ...]:
-        """An answer held in memory (not spilled), as plain data to pickle: `unpacked`. Only
-        builtins (tuples, bytes, str, numbers): a dataclass, an array or a deque pickles many
-        times slower, on the event loop."""
+        """An answer held in memory (not spilled), as plain data to pickle: `unpacked`.
+        Builtins (tuples, bytes, str, numbers) but for the frame splitter's small state: a
+        dataclass, an array or a deque pickles many times slower, on the event loop."""
         request, body = self.request, self.request.body
         return (
             self.provider.name,

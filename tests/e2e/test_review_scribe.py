@@ -188,6 +188,22 @@ def state(pid: int) -> str | None:
         return None
 
 
+def record_in_own_group(folder: Path, fake: FakeUpstream) -> subprocess.Popen[str]:
+    """The real CLI recording in `folder`, in a process group of its own, as a shell's job."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
+    environ["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    command = [sys.executable, "-m", "llmtape", "serve", "--port", "0", "--mode", "record"]
+    return subprocess.Popen(
+        [*command, "--upstream", f"openai={fake.url}"],
+        cwd=folder,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        process_group=0,
+    )
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_to_the_whole_process_group_loses_no_recording_in_flight(
     tmp_path: Path, fake: FakeUpstream, sig: int
@@ -196,18 +212,7 @@ def test_a_signal_to_the_whole_process_group_loses_no_recording_in_flight(
     at once, while streamed answers are still coming: each one the client had whole is
     recorded, the server exits 0, and neither a scribe nor a journal is left."""
     fake.frame_delay = 0.05
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
-    environ["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
-    command = [sys.executable, "-m", "llmtape", "serve", "--port", "0", "--mode", "record"]
-    process = subprocess.Popen(
-        [*command, "--upstream", f"openai={fake.url}"],
-        cwd=tmp_path,
-        env=environ,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        process_group=0,  # its own group, as a shell's job
-    )
+    process = record_in_own_group(tmp_path, fake)
     try:
         assert process.stdout is not None
         proxy_url = process.stdout.readline().split("ready on ")[-1].strip()

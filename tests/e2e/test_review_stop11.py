@@ -230,23 +230,9 @@ def test_a_signal_amid_held_answers_loses_none_and_makes_up_no_500(
     """The real CLI, recording answers that are all in at once (their heads held until each
     is written) from many clients without a pause, when ^C or SIGTERM reaches its process
     group: exit 0, each answer a client had is recorded, no client got a 500."""
-    import subprocess
-    import sys
+    from tests.e2e.test_review_scribe import children, post, record_in_own_group
 
-    from tests.e2e.test_review_scribe import children, post
-
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
-    environ["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
-    command = [sys.executable, "-m", "llmtape", "serve", "--port", "0", "--mode", "record"]
-    process = subprocess.Popen(
-        [*command, "--upstream", f"openai={fake.url}"],
-        cwd=tmp_path,
-        env=environ,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        process_group=0,
-    )
+    process = record_in_own_group(tmp_path, fake)
     got: dict[str, int] = {}
     failed: list[BaseException] = []
     stop = False

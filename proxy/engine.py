@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from llmtape.candidates import candidates, recorded_request
+from llmtape.capture import Capture, Finished, settle
 from llmtape.errors import (
     CassetteMiss,
     ClientGone,
@@ -34,7 +35,7 @@ from llmtape.normalize import RequestParts, canonical, request_key, request_part
 from llmtape.plan import Action, Step, plan
 from llmtape.providers import Rulebook
 from llmtape.providers.base import Provider
-from llmtape.recording import Capture, Finished, Recording, Target, settle
+from llmtape.recording import Recording, Target
 from llmtape.replays import Replay, ReplayCache
 from llmtape.routing import check_live
 from llmtape.rules import MatchRules

@@ -38,10 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llmtape.capture import Capture, Finished, settle
 from llmtape.models import Exchange, Outcome
 from llmtape.providers import provider_table
 from llmtape.providers.base import Provider
-from llmtape.recording import Capture, Finished, settle
 from llmtape.scrub import Scrubber
 from llmtape.store.fs import FileStore
 

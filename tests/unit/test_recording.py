@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmtape.bodies import Payload
+from llmtape.capture import Capture, is_failure_status, stored_headers
 from llmtape.models import Outcome, dump_around, dump_exchange, load_exchange
 from llmtape.normalize import RequestParts
 from llmtape.providers import anthropic, gemini, generic, ollama, openai
 from llmtape.providers.base import Provider
-from llmtape.recording import Capture, is_failure_status, stored_headers
 from llmtape.replays import Replay, frame_bytes
 from llmtape.spool import SPOOL_AFTER, Spool
 

@@ -411,6 +411,8 @@ def serve(work: socket.socket, forgets: socket.socket) -> None:
             batch = inbox.batch()  # what came while this batch was written
             if batch is None:
                 return  # the server went away: close the journal (the files are written)
+    except OSError:  # the server went away (killed) before a reply: no traceback in its log
+        return
     finally:
         closing.acquire()  # for good: no forget touches a journal being closed
         store.close()
@@ -508,7 +510,10 @@ def _forgetting(sock: socket.socket, store: FileStore, closing: threading.Lock) 
                     store.forget(Path(path))
                 finally:
                     closing.release()
-            sock.sendall(b"\x01")
+            try:
+                sock.sendall(b"\x01")
+            except OSError:  # the server went away
+                return
 
 
 def main(argv: list[str]) -> None:

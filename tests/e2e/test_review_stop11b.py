@@ -193,3 +193,18 @@ def test_a_server_killed_while_its_scribe_starts_leaves_none(
         assert "Traceback" not in err, err
     next_start_is_clean(tmp_path, fake)
     readable(tmp_path)
+
+
+def test_a_stopped_scribe_whose_server_is_killed_does_not_stay_behind(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    """A scribe stopped (SIGSTOP, a debugger) when its server is killed sees no EOF until it
+    runs again: in a process group of its own, orphaned, it gets SIGHUP and SIGCONT from the
+    kernel, and must not stay behind stopped forever."""
+    with serving(tmp_path, fake) as (process, url):
+        scribe = scribe_running(process, url)
+        os.kill(scribe, signal.SIGSTOP)
+        until(lambda: state(scribe) == "T", "the scribe is stopped", limit=5)
+        kill_server(process, whole_group=True)
+        until(lambda: state(scribe) in (None, "Z"), "the stopped scribe ends", limit=5)
+    next_start_is_clean(tmp_path, fake)

@@ -398,7 +398,9 @@ def serve(work: socket.socket, forgets: socket.socket) -> None:
     providers = provider_table(upstream)
     scrubber = Scrubber.build(fields, patterns)
     closing = threading.Lock()  # held by a forget under way, and once the journal closes
-    threading.Thread(target=_forgetting, args=(forgets, store, closing), daemon=True).start()
+    closed = threading.Event()  # the journal is closed: synced and removed
+    forgetting = (forgets, store, closing, closed)
+    threading.Thread(target=_forgetting, args=forgetting, daemon=True).start()
     try:
         work.sendall(frame(READY))
         while True:
@@ -415,7 +417,10 @@ def serve(work: socket.socket, forgets: socket.socket) -> None:
         return
     finally:
         closing.acquire()  # for good: no forget touches a journal being closed
-        store.close()
+        try:
+            store.close()
+        finally:
+            closed.set()
 
 
 def _keep_all(
@@ -499,9 +504,11 @@ class _Inbox:
         return found
 
 
-def _forgetting(sock: socket.socket, store: FileStore, closing: threading.Lock) -> None:
-    """Serves the forgets. Once the journal closes (synced and removed: nothing in it can
-    be written back), a forget has nothing left to do and is answered at once."""
+def _forgetting(
+    sock: socket.socket, store: FileStore, closing: threading.Lock, closed: threading.Event
+) -> None:
+    """Serves the forgets. A forget that comes while the journal closes is answered once it
+    is closed (synced and removed: nothing in it can be written back any more)."""
     inbox = _Inbox(sock)
     while (paths := inbox.batch()) is not None:
         for path in paths:
@@ -510,6 +517,8 @@ def _forgetting(sock: socket.socket, store: FileStore, closing: threading.Lock) 
                     store.forget(Path(path))
                 finally:
                     closing.release()
+            else:
+                closed.wait()
             try:
                 sock.sendall(b"\x01")
             except OSError:  # the server went away

@@ -271,16 +271,17 @@ class Journal:
     def _run(self) -> None:
         """The journal's thread: makes the halves when wanted; every CHECKPOINT_S (or when
         the active half is full) swaps them and empties the one that took entries."""
+
+        def wanted() -> bool:  # halves to make: not once they could not be (broken)
+            return self._wanted and not self._halves and not self._broken
+
         while True:
             with self._cond:
-                self._cond.wait_for(
-                    lambda: self._hurry or self._closing or (self._wanted and not self._halves),
-                    CHECKPOINT_S,
-                )
+                self._cond.wait_for(lambda: self._hurry or self._closing or wanted(), CHECKPOINT_S)
                 self._hurry, closing = False, self._closing
                 if closing and not self._halves:
                     return
-                make = not self._halves and self._wanted
+                make = wanted()
             if make:
                 self._make_halves()
                 continue

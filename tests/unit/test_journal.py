@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -218,3 +219,26 @@ def test_without_flock_and_pwrite_every_file_is_synced_on_its_own(
     assert store.path("trip", exchange.key, 1).read_bytes() == dump_exchange(exchange)
     assert not (store.root / JOURNAL_DIR).exists()
     assert recover(store.root) == []
+
+
+def test_a_journal_that_cannot_be_made_is_given_up_once_not_retried_in_a_loop(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its folder's name is taken by a file (or the folder belongs to another user): each
+    exchange is then synced on its own, and the journal's thread says so once. It used to
+    retry at once, for ever: a warning a pass, the GIL held, the server's loop starved."""
+    library = tmp_path / "lib"
+    library.mkdir()
+    (library / JOURNAL_DIR).write_text("not a folder")
+    store = FileStore(library)
+    store.open()
+    try:
+        with caplog.at_level("WARNING", logger="llmtape"):
+            for n in range(5):
+                store.write("c", make_exchange(content=f"answer {n}"))
+            time.sleep(0.5)  # what the thread does meanwhile
+        assert len(store.entries("c")) == 5
+        told = [r for r in caplog.records if "journal could not be made" in r.getMessage()]
+        assert len(told) == 1, f"{len(told)} warnings"
+    finally:
+        store.close()

@@ -8,7 +8,6 @@ import logging
 import math
 import os
 import socket
-import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from starlette.types import ASGIApp
 
 from llmtape.app import Server
 from llmtape.cli.head_limits import HeadLimitedProtocol
+from llmtape.logs import configure_logging
 from llmtape.rules import rule_warnings
 from llmtape.settings import Mode, Settings, is_loopback
 from llmtape.stats import Snapshot
@@ -88,15 +88,6 @@ def write_ready_file(path: Path, url: str) -> None:
     aside = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     aside.write_text(url + "\n")
     os.replace(aside, path)
-
-
-def configure_logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger("llmtape")
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    root.propagate = False
 
 
 def serve(settings: Settings) -> int:

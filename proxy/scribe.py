@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmtape.capture import Capture, Finished, settle
+from llmtape.logs import configure_logging
 from llmtape.models import Exchange, Outcome
 from llmtape.providers import provider_table
 from llmtape.providers.base import Provider
@@ -284,6 +285,7 @@ class Scribing:
             settings.redact_field,
             settings.redact_pattern,
             settings.record_failures,
+            logging.getLogger("llmtape").getEffectiveLevel(),  # its lines as the server's
         )
         self._reopen = reopen  # opens the store's own journal again, writing back what it held
         self._scribe: Scribe | None = None  # once it took the journal over
@@ -392,7 +394,8 @@ def serve(work: socket.socket, forgets: socket.socket) -> None:
     batch = inbox.batch()
     if not batch:
         return
-    root, upstream, fields, patterns, keep_failures = batch.pop(0)
+    root, upstream, fields, patterns, keep_failures, level = batch.pop(0)
+    configure_logging(level)
     store = FileStore(Path(root))
     store.open()
     providers = provider_table(upstream)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -369,3 +370,43 @@ def test_a_server_that_only_replays_starts_no_scribe(
     assert scribes() == []
     replay.stop()
     assert not (cassettes / journal.JOURNAL_DIR).exists()
+
+
+def test_the_scribe_s_log_lines_read_as_the_server_s(tmp_path: Path, fake: FakeUpstream) -> None:
+    """The scribe writes to the server's stderr: its lines come in llmtape's format. Made
+    to speak by a journal that cannot be made (its folder's name taken by a file), which
+    the server and then its scribe each say once; every recording is still written."""
+    library = tmp_path / "cassettes"
+    library.mkdir()
+    (library / journal.JOURNAL_DIR).write_text("not a folder")
+    process = record_in_own_group(tmp_path, fake)
+    lines: list[str] = []
+
+    def said() -> list[str]:
+        return [line for line in list(lines) if "journal could not be made" in line]
+
+    try:
+        assert process.stdout is not None and process.stderr is not None
+        url = process.stdout.readline().split("ready on ")[-1].strip()
+        reading = threading.Thread(target=lambda: lines.extend(process.stderr or []))
+        reading.start()
+        asked = []
+
+        def both_said() -> bool:  # the scribe says it at its first write, once it is ready
+            asked.append(f"asked {time.monotonic()}")
+            assert post(url, asked[-1]).status_code == 200
+            return len(said()) >= 2
+
+        until(both_said, "the scribe writes")
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=30)
+        reading.join(10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, "".join(lines)
+    assert len(said()) == 2, "".join(lines)  # the server's journal, then the scribe's
+    for line in said():
+        assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} WARNING llmtape: ", line), line
+    assert len(FileStore(library).entries("default")) == len(asked), "every answer recorded"

@@ -296,7 +296,7 @@ def test_a_recording_sent_to_a_scribe_whose_socket_just_closed_is_written_by_the
     from tests.unit.test_review_stop11 import SAMPLES, capture_of
 
     cassettes.mkdir(parents=True, exist_ok=True)
-    init: tuple[object, ...] = (str(cassettes), {}, [], [], False)
+    init: tuple[object, ...] = (str(cassettes), {}, [], [], False, "WARNING")
 
     async def main() -> None:
         scribe = scribe_module.Scribe(init, lambda: None)

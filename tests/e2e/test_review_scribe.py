@@ -189,8 +189,11 @@ def state(pid: int) -> str | None:
         return None
 
 
-def record_in_own_group(folder: Path, fake: FakeUpstream) -> subprocess.Popen[str]:
-    """The real CLI recording in `folder`, in a process group of its own, as a shell's job."""
+def record_in_own_group(
+    folder: Path, fake: FakeUpstream, session: bool = False
+) -> subprocess.Popen[str]:
+    """The real CLI recording in `folder`, in a process group of its own, as a shell's job
+    (with `session`, in a session of its own: found again through /proc)."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
     environ["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
     command = [sys.executable, "-m", "llmtape", "serve", "--port", "0", "--mode", "record"]
@@ -201,7 +204,7 @@ def record_in_own_group(folder: Path, fake: FakeUpstream) -> subprocess.Popen[st
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        process_group=0,
+        **({"start_new_session": True} if session else {"process_group": 0}),
     )
 
 

@@ -8,7 +8,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -19,7 +18,7 @@ import pytest
 
 from llmtape.store import journal
 from llmtape.store.fs import FileStore
-from tests.e2e.test_review_scribe import in_thread, post, state
+from tests.e2e.test_review_scribe import in_thread, post, record_in_own_group, state
 from tests.e2e.test_scribe import until
 from tests.fakes.upstream import FakeUpstream
 
@@ -55,18 +54,7 @@ def scribes_of(session: int) -> list[int]:
 def serving(folder: Path, fake: FakeUpstream) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """The real CLI recording in `folder`, in a session of its own; whatever is left of that
     session at the end is killed (a test that fails leaves nothing running)."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
-    environ["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
-    command = [sys.executable, "-m", "llmtape", "serve", "--port", "0", "--mode", "record"]
-    process = subprocess.Popen(
-        [*command, "--upstream", f"openai={fake.url}"],
-        cwd=folder,
-        env=environ,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    process = record_in_own_group(folder, fake, session=True)
     try:
         assert process.stdout is not None
         url = process.stdout.readline().split("ready on ")[-1].strip()

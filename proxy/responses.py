@@ -57,18 +57,19 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
     # the head now and the body a write to disk later (one wake-up of the client less).
     held = recording.writes and answer.whole
 
-    async def unheld() -> None:
-        """Cancelled (a shutdown, or a client gone) while the head is held: the head goes
-        out first, so that the answer ends as a cut (the connection dropped mid-body), as
-        any other answer a shutdown cuts, not as a 500 the server makes up, which an SDK
-        retries as a server error (the answer is still written: its commit runs on)."""
+    async def head() -> None:
+        """The held head, once: before the first chunk that goes on alone, before a cut's
+        commit, after the commit, or when cancelled (a shutdown, a client gone) while it is
+        held. Then the answer ends as a cut (the connection dropped mid-body), as any other
+        answer a shutdown cuts, not as a 500 the server makes up, which an SDK retries as a
+        server error (the answer is still written: its commit runs on)."""
         nonlocal held
         if held:
             held = False
             await send(start)
 
     async def pump() -> None:
-        nonlocal finished, ended, last, held
+        nonlocal finished, ended, last
         if not held:
             await send(start)
         try:
@@ -81,9 +82,7 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
                 if answer.ended and recording.writes:
                     last = chunk
                     continue
-                if held:
-                    held = False
-                    await send(start)
+                await head()
                 ended = answer.ended
                 await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
         except AnswerRefused as exc:
@@ -92,13 +91,11 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
             raise
         except UpstreamCut:
             finished = True
-            if held:
-                held = False
-                await send(start)
+            await head()
             await _outliving(recording.commit(cut=True))
             raise
         except asyncio.CancelledError:
-            await unheld()
+            await head()
             raise
         finally:
             answer.close()
@@ -110,10 +107,9 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
         try:
             await (_outliving(commit) if recording.writes else commit)
         except asyncio.CancelledError:
-            await unheld()
+            await head()
             raise
-        if held:
-            await send(start)
+        await head()
         if not ended:
             await send({"type": "http.response.body", "body": last, "more_body": False})
 

@@ -92,8 +92,8 @@ class Scribe:
         self._process: subprocess.Popen[bytes] | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
-        self._waiting: dict[int, asyncio.Future[Written]] = {}  # oldest first
-        self._sent: dict[int, float] = {}  # when each was sent (loop time)
+        # Each recording sent, oldest first: its reply to come, and when it was sent (loop time).
+        self._waiting: dict[int, tuple[asyncio.Future[Written], float]] = {}
         self._watchdog: asyncio.TimerHandle | None = None
         self._numbers = itertools.count()
         self._ready = asyncio.Event()
@@ -152,13 +152,12 @@ class Scribe:
         number = next(self._numbers)
         loop = asyncio.get_running_loop()
         waiting: asyncio.Future[Written] = loop.create_future()
-        self._waiting[number] = waiting
-        self._sent[number] = loop.time()
+        self._waiting[number] = (waiting, loop.time())
         message = (KEEP, number, cassette, cut, ordinal, fresh, capture.packed())
         try:
             self._writer.write(frame(message))
         except (RuntimeError, OSError):  # its socket closed (uvloop raises): it is going
-            del self._waiting[number], self._sent[number]
+            del self._waiting[number]
             raise ScribeGone from None
         if self._watchdog is None:
             self._watchdog = loop.call_later(ANSWER_WAIT_S, self._watch)
@@ -171,7 +170,8 @@ class Scribe:
         if not self._waiting or self.gone:
             return
         loop = asyncio.get_running_loop()
-        due = self._sent[next(iter(self._waiting))] + ANSWER_WAIT_S
+        _, sent = next(iter(self._waiting.values()))
+        due = sent + ANSWER_WAIT_S
         if loop.time() >= due:
             self._stuck()
         else:
@@ -237,8 +237,7 @@ class Scribe:
                     self._ready.set()
                     continue
                 for number, *written in message:
-                    waiting = self._waiting.pop(number, None)
-                    self._sent.pop(number, None)
+                    waiting, _ = self._waiting.pop(number, (None, 0.0))
                     if waiting is not None and not waiting.done():
                         waiting.set_result(Written(*written))
         except (asyncio.IncompleteReadError, OSError):
@@ -247,11 +246,10 @@ class Scribe:
             log.exception("llmtape's scribe sent a reply that could not be read")
         self.gone = True
         self._ready.set()  # for `started`: ready or gone
-        for waiting in self._waiting.values():
+        for waiting, _ in self._waiting.values():
             if not waiting.done():
                 waiting.set_exception(ScribeGone())
         self._waiting.clear()
-        self._sent.clear()
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None

@@ -1,5 +1,5 @@
 """create_app(settings): the engine, the ASGI front and the control API, and a lifespan that owns
-the aiohttp session. Wiring only."""
+the upstream's connection pool. Wiring only."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import aiohttp
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -23,7 +22,7 @@ from llmtape.responses import QuietCuts
 from llmtape.settings import Settings
 from llmtape.stats import Snapshot
 from llmtape.store import open_store
-from llmtape.upstream import AiohttpUpstream
+from llmtape.upstream import HttpUpstream
 
 log = logging.getLogger("llmtape")
 
@@ -44,18 +43,14 @@ class Server:
 
         @asynccontextmanager
         async def lifespan(app: Starlette) -> AsyncIterator[None]:
-            connector = aiohttp.TCPConnector(limit=100, enable_cleanup_closed=True)
-            # No cookie jar: a proxy passes cookies on as they come, and keeps none of one
-            # client's answers to send with the next client's requests.
-            async with aiohttp.ClientSession(
-                connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar()
-            ) as session:
-                engine.upstream = AiohttpUpstream(
-                    session, settings.connect_timeout, settings.read_timeout
-                )
+            upstream = HttpUpstream(settings.connect_timeout, settings.read_timeout)
+            engine.upstream = upstream
+            try:
                 await engine.open()
                 yield
                 self.final = await engine.close()
+            finally:
+                upstream.close()
 
         async def gone(request: Request, exc: Exception) -> Response:
             """A client that hung up while sending a control request: no traceback."""

@@ -40,7 +40,7 @@ CAPS = InflateLimits()
 class Inflater:
     """One answer's body, fed as its compressed bytes come, given back inflated in pieces of
     at most PIECE bytes. Gzip answers of several members (concatenated) inflate whole, like a
-    deflate answer sent with or without its zlib header, as aiohttp did before."""
+    deflate answer sent with or without its zlib header, as aiohttp's client did."""
 
     def __init__(self, encoding: str, limits: InflateLimits = CAPS) -> None:
         self.encoding = INFLATABLE[encoding]

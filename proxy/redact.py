@@ -299,5 +299,5 @@ def redact_url(url: str) -> str:
 
 
 def redact_text(text: str) -> str:
-    """Free text (an aiohttp error message) with every URL in it passed through redact_url."""
+    """Free text (an upstream error's message) with every URL in it passed through redact_url."""
     return _URL.sub(lambda match: redact_url(match.group(0)), text)

@@ -1,18 +1,18 @@
-"""The Upstream protocol, and its aiohttp implementation: one pooled session, explicit timeouts,
-aiohttp errors translated to llmtape's at this boundary."""
+"""The Upstream protocol, and its implementation over llmtape.http1: one pool of keep-alive
+connections, explicit timeouts, low-level errors translated to llmtape's at this boundary."""
 
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+from urllib.parse import unquote, urlsplit
 
-import aiohttp
-from yarl import URL
-
+from llmtape import __version__
 from llmtape.errors import UpstreamCut, UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from llmtape.hopheaders import forward_headers
+from llmtape.http1 import BadAnswer, Connection, Origin, Pool
 from llmtape.inflate import CAPS, INFLATABLE, InflateLimits, Inflater, unknown_encoding
 from llmtape.redact import redact_text, redact_url
 
@@ -31,17 +31,10 @@ class Outbound:
     def of(
         cls, upstream: str, method: str, url: str, raw: Sequence[tuple[bytes, bytes]], body: bytes
     ) -> Outbound:
-        """The client's request as it goes upstream: same method and body, headers cleaned."""
-        headers = forward_headers([(k.decode("latin-1"), _text(v)) for k, v in raw])
+        """The client's request as it goes upstream: same method and body, headers cleaned.
+        Header bytes are read as latin-1, and so sent: each byte goes on as it came."""
+        headers = forward_headers([(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw])
         return cls(upstream, method, url, headers, body)
-
-
-def _text(value: bytes) -> str:
-    """A header value as aiohttp wants it: it sends str values as UTF-8."""
-    try:
-        return value.decode("utf-8")
-    except UnicodeDecodeError:
-        return value.decode("latin-1")
 
 
 class UpstreamResponse(Protocol):
@@ -68,40 +61,42 @@ class Upstream(Protocol):
     async def open(self, request: Outbound) -> UpstreamResponse: ...
 
 
-class AiohttpResponse:
-    """An answer read as its raw bytes came (aiohttp's own decompression is off), a gzip or
-    deflate body inflated here with its caps (llmtape.inflate)."""
+class HttpResponse:
+    """An answer read as its raw bytes came, a gzip or deflate body inflated here with its caps
+    (llmtape.inflate). `close` gives its connection back to the pool, or closes it."""
 
     def __init__(
         self,
         upstream: str,
-        response: aiohttp.ClientResponse,
+        pool: Pool,
+        conn: Connection,
         limits: InflateLimits = CAPS,
         named: str | None = None,  # its content_encoding(), when worked out already
     ) -> None:
         self._upstream = upstream
-        self._response = response
-        encoding = (content_encoding(response) if named is None else named).strip().lower()
+        self._pool: Pool | None = pool
+        self._conn = conn
+        raw = conn.headers
+        encoding = (_encoding(raw) if named is None else named).strip().lower()
         self._inflater = Inflater(encoding, limits) if encoding in INFLATABLE else None
-        self.status = response.status
+        self.status = conn.status
         # From the raw bytes, as latin-1: every byte passes through to the client unchanged.
         self.headers: Sequence[tuple[str, str]] = [
-            (k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in response.raw_headers
+            (k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in raw
         ]
-        self.chunked = response.headers.get("transfer-encoding", "").lower() == "chunked"
+        te = next((v for k, v in self.headers if k == "transfer-encoding"), "")
+        self.chunked = te.lower() == "chunked"
 
     async def chunks(self) -> AsyncIterator[bytes]:
+        conn = self._conn
         try:
-            async for chunk in self._response.content.iter_any():
+            while chunk := await conn.read():
                 if self._inflater is None:  # the common case, with no generator per chunk
-                    if chunk:
-                        yield chunk
+                    yield chunk
                     continue
                 for piece in self._inflater.feed(chunk):
                     yield piece
-        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError) as exc:
-            for piece in self._inflated(_unread(self._response.content)):
-                yield piece
+        except (OSError, TimeoutError, BadAnswer) as exc:
             raise UpstreamCut(
                 f"upstream {self._upstream!r} stopped mid-answer: {type(exc).__name__}: "
                 f"{_told(exc)}"
@@ -111,77 +106,86 @@ class AiohttpResponse:
 
     @property
     def ended(self) -> bool:
-        return self._inflater is None and self._response.content.at_eof()
+        return self._inflater is None and self._conn.complete and not self._conn.pending
 
     @property
     def whole(self) -> bool:
-        return self._inflater is None and self._response.content.is_eof()
-
-    def _inflated(self, chunk: bytes) -> Iterator[bytes]:
-        if self._inflater is None:
-            if chunk:
-                yield chunk
-        elif chunk:
-            yield from self._inflater.feed(chunk)
+        return self._inflater is None and self._conn.complete
 
     def close(self) -> None:
-        self._response.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.release(self._conn)
 
 
-def _unread(content: aiohttp.StreamReader) -> bytes:
-    """Bytes that came in with a cut but were not read yet. aiohttp's readers raise the cut
-    before they hand over what is buffered, so the last frames an upstream sent before it
-    dropped would be lost to the client and the cassette alike."""
-    buffer = getattr(content, "_buffer", None)
-    if not buffer:
-        return b""
-    rest = b"".join(bytes(piece) for piece in buffer)
-    buffer.clear()
-    return rest
+class HttpUpstream:
+    """Sends through one pool of keep-alive connections (llmtape.http1); owned by the app's
+    lifespan, which closes it."""
 
-
-class AiohttpUpstream:
-    """Sends through one pooled ClientSession; owned by the app's lifespan."""
-
-    def __init__(
-        self,
-        session: aiohttp.ClientSession,
-        connect: float,
-        read: float,
-        limits: InflateLimits = CAPS,
-    ) -> None:
-        self._session = session
-        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read)
+    def __init__(self, connect: float, read: float, limits: InflateLimits = CAPS) -> None:
+        self._pool = Pool(connect, read)
         self._limits = limits
 
-    async def open(self, request: Outbound) -> AiohttpResponse:
-        try:
-            url, headers = _userinfo_as_auth(request)
-            response = await self._session.request(
-                request.method,
-                url,
-                headers=headers,
-                data=request.body or None,
-                allow_redirects=False,
-                timeout=self._timeout,
-                auto_decompress=False,  # inflated in AiohttpResponse, with caps
-            )
-        except TimeoutError as exc:
-            raise UpstreamTimeout(
-                f"{_where(request)} did not answer in time ({_told(exc) or 'timeout'})"
-            ) from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamUnreachable(f"{_where(request)} is unreachable: {_told(exc)}") from exc
-        named = content_encoding(response)
+    async def open(self, request: Outbound) -> HttpResponse:
+        origin, head = _request_head(request)
+        pool = self._pool
+        for attempt in (1, 2):
+            try:
+                conn = await pool.connection(origin)
+            except TimeoutError as exc:
+                raise UpstreamTimeout(
+                    f"{_where(request)} did not answer in time (no connection in "
+                    f"{pool.connect_timeout:g} s)"
+                ) from exc
+            except OSError as exc:
+                raise UpstreamUnreachable(
+                    f"{_where(request)} is unreachable: {_told(exc) or type(exc).__name__}"
+                ) from exc
+            try:
+                conn.send(head, request.body, no_body=request.method == "HEAD")
+                await conn.head()
+                break
+            except BaseException as exc:
+                conn.close()
+                pool.release(conn)
+                if isinstance(exc, TimeoutError):
+                    raise UpstreamTimeout(
+                        f"{_where(request)} did not answer in time ({_told(exc)})"
+                    ) from exc
+                if not isinstance(exc, OSError | BadAnswer):
+                    raise
+                # A kept connection its upstream closed as we sent: once more on a new one,
+                # for a request that may be sent twice (RFC 9110 9.2.2).
+                if attempt == 1 and _stale(conn, exc) and request.method in IDEMPOTENT:
+                    continue
+                if isinstance(exc, BadAnswer):
+                    raise UpstreamError(
+                        f"{_where(request)} answered, but not in HTTP/1.1: {_told(exc)}"
+                    ) from exc
+                raise UpstreamUnreachable(
+                    f"{_where(request)} is unreachable: {_told(exc) or type(exc).__name__}"
+                ) from exc
+        named = _encoding(conn.headers)
         encoding = unknown_encoding(named)
-        if encoding is not None and _has_body(request.method, response.status):
-            response.close()
+        if encoding is not None and _has_body(request.method, conn.status):
+            conn.close()
+            pool.release(conn)
             raise UpstreamError(
                 f"{_where(request)} answered, but compressed with {encoding}, which llmtape cannot "
                 "decode, so the answer was not passed on or recorded. llmtape asks for gzip or "
                 "deflate (accept-encoding); this upstream ignored that."
             )
-        return AiohttpResponse(request.upstream, response, self._limits, named)
+        return HttpResponse(request.upstream, pool, conn, self._limits, named)
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
+
+
+def _stale(conn: Connection, exc: BaseException) -> bool:
+    return conn.reused and not conn.heard and isinstance(exc, ConnectionError)
 
 
 def _where(request: Outbound) -> str:
@@ -189,30 +193,63 @@ def _where(request: Outbound) -> str:
     return f"upstream {request.upstream!r} at {redact_url(request.url)}"
 
 
-def content_encoding(response: aiohttp.ClientResponse) -> str:
+def _encoding(headers: Sequence[tuple[bytes, bytes]]) -> str:
     """Every Content-Encoding the answer names, in order: two header lines are one list
     (RFC 9110 5.3), so `gzip` twice is `gzip, gzip`, not one gzip to inflate."""
-    return ", ".join(response.headers.getall("content-encoding", []))
+    return ", ".join(v.decode("latin-1") for k, v in headers if k.lower() == b"content-encoding")
 
 
 def _has_body(method: str, status: int) -> bool:
     return method != "HEAD" and status >= 200 and status not in (204, 304)
 
 
-def _userinfo_as_auth(request: Outbound) -> tuple[URL, Sequence[tuple[str, str]]]:
-    """The URL as it came (no re-quoting: `%zz` stays `%zz`), and the headers. An upstream URL's
-    `user:pass@` goes as basic auth, unless the client sent its own Authorization."""
-    url = URL(request.url, encoded=True)
-    if url.user is None:
-        return url, request.headers
-    bare = url.with_user(None)
-    if any(name.lower() == "authorization" for name, _ in request.headers):
-        return bare, request.headers
-    pair = f"{url.user}:{url.password or ''}".encode()
-    auth = "Basic " + base64.b64encode(pair).decode("ascii")
-    return bare, [*request.headers, ("Authorization", auth)]
+def _request_head(request: Outbound) -> tuple[Origin, bytes]:
+    """Where the request goes, and its request line and headers as bytes. The URL's path and
+    query go as they came (no re-quoting: `%zz` stays `%zz`); an upstream URL's `user:pass@`
+    goes as basic auth, unless the client sent its own Authorization."""
+    try:
+        parts = urlsplit(request.url)
+        port = parts.port
+    except ValueError as exc:
+        raise UpstreamError(f"{_where(request)}: not a URL llmtape can call: {exc}") from exc
+    secure = parts.scheme == "https"
+    if (not secure and parts.scheme != "http") or not parts.hostname:
+        raise UpstreamError(f"{_where(request)}: llmtape calls http:// and https:// URLs only")
+    host = parts.hostname
+    if not host.isascii():
+        host = host.encode("idna").decode("ascii")
+    netloc = parts.netloc.rpartition("@")[2]
+    if not netloc.isascii():
+        netloc = f"[{host}]" if ":" in host else host
+        netloc += f":{port}" if port is not None else ""
+    target = parts.path or "/"
+    if parts.query:
+        target += "?" + parts.query
+    lines = [f"{request.method} {target} HTTP/1.1", f"Host: {netloc}"]
+    lines += [f"{name}: {value}" for name, value in request.headers]
+    named = {name.lower() for name, _ in request.headers}
+    if request.body or request.method not in BODILESS:
+        lines.append(f"Content-Length: {len(request.body)}")
+    if parts.username is not None and "authorization" not in named:
+        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+        lines.append("Authorization: Basic " + base64.b64encode(pair).decode("ascii"))
+    if "user-agent" not in named:
+        lines.append(USER_AGENT)
+    text = "\r\n".join(lines) + "\r\n\r\n"
+    if text.count("\n") != len(lines) + 1 or text.count("\r") != len(lines) + 1 or "\0" in text:
+        raise UpstreamError(f"{_where(request)}: a header or the path holds CR, LF or NUL")
+    try:
+        head = text.encode("latin-1")  # each byte as the client sent it (Outbound.of)
+    except UnicodeEncodeError:
+        head = text.encode("utf-8")  # a configured upstream URL beyond latin-1
+    port = port if port is not None else (443 if secure else 80)
+    return Origin(secure, host, port), head
+
+
+BODILESS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "CONNECT"})
+USER_AGENT = f"User-Agent: llmtape/{__version__}"
 
 
 def _told(exc: BaseException) -> str:
-    """An aiohttp exception's own text, which quotes the URL: with its secrets taken out."""
+    """An exception's own text, which may quote a URL: with its secrets taken out."""
     return redact_text(str(exc))

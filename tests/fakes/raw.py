@@ -4,6 +4,7 @@ short, repeated or non-latin-1 headers. Each connection gets the next scripted a
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 from collections import deque
 from types import TracebackType
@@ -66,3 +67,66 @@ class RawUpstream(LoopbackServer):
             self.requests.append(request)
             if self.answers:
                 conn.sendall(self.answers.popleft())
+
+
+class KeepAliveUpstream(LoopbackServer):
+    """Answers many requests on one connection, each with the next scripted answer; an answer
+    scripted as `(raw, True)` closes the connection after it. `connections` counts them, and
+    `requests` holds each request's bytes (head and body) as they came."""
+
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        super().__init__()
+        if tls is not None:
+            self.url = self.url.replace("http://", "https://")
+        self._tls = tls
+        self.answers: deque[tuple[bytes, bool]] = deque()
+        self.requests: list[bytes] = []
+        self.connections = 0
+
+    def answer(self, raw: bytes, close: bool = False) -> None:
+        self.answers.append((raw, close))
+
+    def handle(self, conn: socket.socket) -> None:
+        self.connections += 1
+        if self._tls is not None:
+            try:
+                conn = self._tls.wrap_socket(conn, server_side=True)
+            except (OSError, ssl.SSLError):
+                conn.close()
+                return
+        with conn:
+            conn.settimeout(5)
+            pending = b""
+            while self.answers:
+                try:
+                    request, pending = _read_request(conn, pending)
+                except OSError:
+                    return
+                if request is None:
+                    return
+                self.requests.append(request)
+                raw, close = self.answers.popleft()
+                conn.sendall(raw)
+                if close:
+                    return
+
+
+def _read_request(conn: socket.socket, pending: bytes) -> tuple[bytes | None, bytes]:
+    """One request (head, and a body of its Content-Length), and the bytes after it."""
+    while b"\r\n\r\n" not in pending:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None, b""
+        pending += chunk
+    head, _, rest = pending.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(rest) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None, b""
+        rest += chunk
+    return head + b"\r\n\r\n" + rest[:length], rest[length:]

@@ -27,6 +27,11 @@ HIGH_WATER = 256 * 1024
 # close theirs, so a request seldom goes out on a connection its upstream is closing.
 IDLE_SECONDS = 4.0
 IDLE_MAX = 100  # idle connections kept, over every origin
+# Bytes of an answer that are not its body (its head, 1xx answers before it, chunk sizes and
+# trailers) are capped: httptools holds a header line whole, however long. Each chunk
+# allows CHUNK_FRAMING more (its size line and CRLFs; an extension is rarely longer).
+MAX_FRAMING = 64 * 1024
+CHUNK_FRAMING = 64
 LIMIT = 100  # connections in use at once; more requests wait for one (aiohttp's default)
 
 
@@ -69,6 +74,7 @@ class Connection(asyncio.Protocol):
         self._chunks: list[bytes] = []
         self._held = 0
         self._paused = False
+        self._framing = MAX_FRAMING  # what may still come that is not body (see MAX_FRAMING)
         self._waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._last = 0.0  # loop time of the last bytes in, or of the request out
@@ -193,11 +199,17 @@ class Connection(asyncio.Protocol):
                 self.close()
             return
         self.heard = True
+        self._framing -= len(data)  # on_body gives back what was body
         try:
             parser.feed_data(data)
         except Exception as exc:  # httptools' errors, or a 101 on_headers_complete refused
             if not self.complete:
                 self._fail(exc if isinstance(exc, BadAnswer) else BadAnswer(str(exc)))
+            self.close()
+            return
+        if self._framing < 0 and not self.complete:
+            where = "trailers or chunk sizes" if self._headed else "head"
+            self._fail(BadAnswer(f"the answer's {where} passed {MAX_FRAMING // 1024} KiB"))
             self.close()
 
     def eof_received(self) -> bool | None:
@@ -260,10 +272,14 @@ class Connection(asyncio.Protocol):
             return
         self._chunks.append(body)
         self._held += len(body)
+        self._framing += len(body)
         if self._held > HIGH_WATER and not self._paused and self._transport is not None:
             self._paused = True
             self._transport.pause_reading()
         self._wake()
+
+    def on_chunk_header(self) -> None:
+        self._framing += CHUNK_FRAMING
 
     def on_message_complete(self) -> None:
         if self._interim:

@@ -4,6 +4,7 @@ in use, the cap on bytes read ahead of the reader, and the timeout between reads
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -11,7 +12,7 @@ from contextlib import asynccontextmanager, contextmanager
 
 import pytest
 
-from llmtape.http1 import HIGH_WATER, Origin, Pool
+from llmtape.http1 import HIGH_WATER, BadAnswer, Origin, Pool
 
 REQUEST = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -137,6 +138,71 @@ def test_a_refused_connection_is_an_oserror_and_frees_its_slot() -> None:
             for _ in range(3):  # with one slot: each failure gave it back
                 with pytest.raises(OSError):
                     await pool.connection(Origin(False, "127.0.0.1", port))
+            pool.close()
+
+    asyncio.run(main())
+
+
+def endless(prefix: bytes, piece: bytes) -> Handler:
+    async def send(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(prefix)
+        with contextlib.suppress(OSError):
+            for _ in range(4096):  # 4 MB at most, in 1 KB writes
+                writer.write(piece)
+                await writer.drain()
+
+    return send
+
+
+@pytest.mark.parametrize(
+    ("prefix", "piece", "where"),
+    [
+        (b"HTTP/1.1 200 OK\r\nX-Endless: ", b"v" * 1024, "head"),
+        (b"HTTP/1.1 200 OK\r\n", b"X-Many: header\r\n" * 64, "head"),
+        (b"HTTP/1.1 100 Continue\r\n\r\n", b"HTTP/1.1 100 Continue\r\n\r\n" * 40, "head"),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\nX-Trailer: ",
+            b"t" * 1024,
+            "trailers or chunk sizes",
+        ),
+    ],
+)
+def test_an_answer_whose_head_or_trailers_never_end_is_refused_past_64_kib(
+    prefix: bytes, piece: bytes, where: str
+) -> None:
+    async def main() -> None:
+        async with server(endless(prefix, piece)) as origin:
+            pool = Pool(5, 5)
+            conn = await pool.connection(origin)
+            conn.send(REQUEST, b"", no_body=False)
+            with pytest.raises(BadAnswer, match=f"answer's {where} passed 64 KiB"):
+                await conn.head()
+                while await conn.read():
+                    pass
+            pool.release(conn)
+            pool.close()
+
+    asyncio.run(main())
+
+
+def test_many_small_chunks_are_body_not_framing() -> None:
+    async def tiny(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        writer.write(b"1;e=1\r\nx\r\n" * 50_000 + b"0\r\n\r\n")  # 500 KB of framing, 50 KB body
+
+    async def main() -> None:
+        async with server(tiny) as origin:
+            pool = Pool(5, 5)
+            conn = await pool.connection(origin)
+            conn.send(REQUEST, b"", no_body=False)
+            await conn.head()
+            body = b""
+            while chunk := await conn.read():
+                body += chunk
+            assert body == b"x" * 50_000 and conn.reusable
+            pool.release(conn)
             pool.close()
 
     asyncio.run(main())

@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmtape.capture import Capture, Finished, settle
+from llmtape.exchangefile import Outcome, Record
 from llmtape.logs import configure_logging
-from llmtape.models import Exchange, Outcome
 from llmtape.providers import provider_table
 from llmtape.providers.base import Provider
 from llmtape.scrub import Scrubber
@@ -434,7 +434,7 @@ def _keep_all(
     """One batch: each capture finished and numbered, then all written together; a reply
     for each, its number and its Written as a plain tuple."""
     replies: list[tuple[Any, ...]] = []
-    writes: list[tuple[int, str, Exchange, bool]] = []
+    writes: list[tuple[int, str, Record, bool]] = []
     for number, cassette, cut, ordinal, fresh, packed in keeps:
         try:
             settled = settle(Capture.unpacked(packed, providers), cut, scrubber, keep_failures)
@@ -445,19 +445,18 @@ def _keep_all(
         if not isinstance(settled, Finished):
             replies.append((number, settled, False, False, None))
             continue
-        exchange = settled.exchange.model_copy(update={"ordinal": ordinal})
-        writes.append((number, cassette, exchange, fresh))
+        writes.append((number, cassette, {**settled.record, "ordinal": ordinal}, fresh))
     try:
         done = store.write_many([(cassette, ex, fresh) for _, cassette, ex, fresh in writes])
     except Exception as exc:  # rendering failed: tell each
         done = [OSError(f"{exc!r}")] * len(writes)
-    for (number, cassette, exchange, _), result in zip(writes, done, strict=True):
+    for (number, cassette, record, _), result in zip(writes, done, strict=True):
         if isinstance(result, OSError):
             why = f"could not write to cassette {cassette!r}: {result}"
             replies.append((number, "not recorded (write failed)", False, True, why))
             continue
-        failed = exchange.outcome is not Outcome.COMPLETE
-        outcome = f"recorded {exchange.outcome.value}" if failed else "recorded"
+        failed = record["outcome"] is not Outcome.COMPLETE
+        outcome = f"recorded {record['outcome'].value}" if failed else "recorded"
         replies.append((number, outcome, True, False, None))
     return replies
 

@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from llmtape import models, runs
 from llmtape.cli.main import app
+from llmtape.exchangefile import Record
 from llmtape.lastrun import LAST_RUN_FILE
 from llmtape.providers import Rulebook, provider_table
 from llmtape.scrub import Scrubber
@@ -382,7 +383,7 @@ class DiesAfter(FileStore):
         if self.steps < 0:
             raise Killed
 
-    def write(self, cassette: str, exchange: models.Exchange, fresh: bool = False) -> bool:
+    def write(self, cassette: str, exchange: models.Exchange | Record, fresh: bool = False) -> bool:
         self._step()
         return super().write(cassette, exchange, fresh)
 

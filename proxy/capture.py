@@ -1,6 +1,7 @@
 """A live answer as it is captured: the Capture that turns its chunks (and their arrival
-times) into an Exchange, and `settle`, which finishes one off the event loop, in a writer
-thread or in the scribe (scribe.py), which imports this and not the engine's bookkeeping."""
+times) into an exchange file's Record, and `settle`, which finishes one off the event loop, in a writer
+thread or in the scribe (scribe_process.py), which imports this and not the engine's
+bookkeeping."""
 
 from __future__ import annotations
 
@@ -97,7 +98,7 @@ class Finished:
 def settle(capture: Capture, cut: bool, scrubber: Scrubber, keep_failures: bool) -> Finished | str:
     """A finished capture, scrubbed, ready to number and write; or, for an answer that is
     not kept (a failure without --record-failures), the outcome for the log line. Off the
-    event loop: in a writer thread, or in the scribe (scribe.py)."""
+    event loop: in a writer thread, or in the scribe (scribe_process.py)."""
     finished = capture.finish(cut, whole=bool(scrubber))
     outcome = finished.record["outcome"]
     if outcome is not Outcome.COMPLETE and not keep_failures:

@@ -1,9 +1,9 @@
 """The exchange file's bytes, without pydantic: an exchange as the plain data its file holds
-(a `Record`), rendered in the one layout every writer uses, and compared with a file on disk.
+(a `Record`), rendered in the one layout every writer uses.
 
 A Record is what `Exchange.model_dump(exclude_none=True)` gives (models.py validates and reads
-files; this module writes them): the recording server and its scribe (scribe.py) build and
-write Records, and never import pydantic to do it. tests/unit/test_exchangefile.py checks
+files; this module writes them): the recording server and its scribe (scribe_process.py) build
+and write Records, and never import pydantic to do it. tests/unit/test_exchangefile.py checks
 that every Record a capture makes is one the model reads back unchanged.
 """
 

@@ -1,7 +1,7 @@
 """A live answer as it is captured: the Capture that turns its chunks (and their arrival
-times) into an exchange file's Record, and `settle`, which finishes one off the event loop, in a writer
-thread or in the scribe (scribe_process.py), which imports this and not the engine's
-bookkeeping."""
+times) into an exchange file's Record, and `settle`, which finishes one off the event loop,
+in a writer thread or in the scribe (scribe_process.py), which imports this and not the
+engine's bookkeeping."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """A live answer as it is captured: the Capture that turns its chunks (and their arrival
-times) into an Exchange, and `settle`, which finishes one off the event loop, in a writer
-thread or in the scribe (scribe.py), which imports this and not the engine's bookkeeping."""
+times) into an exchange file's Record, and `settle`, which finishes one off the event loop,
+in a writer thread or in the scribe (scribe_process.py), which imports this and not the
+engine's bookkeeping."""
 
 from __future__ import annotations
 
@@ -13,9 +14,18 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmtape.bodies import Payload, response_payload, textual
+from llmtape.exchangefile import (
+    SCHEMA_VERSION,
+    STREAMED,
+    Outcome,
+    Record,
+    frame,
+    frames_json,
+    string_json,
+)
 from llmtape.framing import (
     Dialect,
     FrameSigns,
@@ -28,21 +38,14 @@ from llmtape.framing import (
     read_item,
 )
 from llmtape.hopheaders import answer_headers
-from llmtape.models import (
-    STREAMED,
-    Exchange,
-    Frame,
-    Outcome,
-    StoredRequest,
-    StoredResponse,
-    frames_json,
-    string_json,
-)
 from llmtape.normalize import RequestParts
 from llmtape.providers.base import Provider
 from llmtape.redact import is_secret_header
 from llmtape.scrub import Scrubber
 from llmtape.spool import Spool
+
+if TYPE_CHECKING:
+    from llmtape.models import Exchange
 
 
 def stored_headers(
@@ -78,22 +81,30 @@ YIELD_EVERY = 256  # frames a writer thread turns over between two offers of the
 @dataclass(frozen=True)
 class Finished:
     """A captured answer ready to number and write: the exchange whole, or (an answer too
-    large to hold) a skeleton with STREAMED where `middle` writes its body or frames."""
+    large to hold) a skeleton with STREAMED where `middle` writes its body or frames; as a
+    plain Record (exchangefile.py), which the server and its scribe write as it is."""
 
-    exchange: Exchange
+    record: Record
     middle: Callable[[bool], Iterable[bytes]] | None = None
+
+    @property
+    def exchange(self) -> Exchange:
+        """The record as the pydantic model reads it (for the tools and tests, not to write)."""
+        from llmtape.models import Exchange  # the recording path never needs pydantic
+
+        return Exchange.model_validate(self.record)
 
 
 def settle(capture: Capture, cut: bool, scrubber: Scrubber, keep_failures: bool) -> Finished | str:
     """A finished capture, scrubbed, ready to number and write; or, for an answer that is
     not kept (a failure without --record-failures), the outcome for the log line. Off the
-    event loop: in a writer thread, or in the scribe (scribe.py)."""
+    event loop: in a writer thread, or in the scribe (scribe_process.py)."""
     finished = capture.finish(cut, whole=bool(scrubber))
-    exchange = finished.exchange
-    if exchange.outcome is not Outcome.COMPLETE and not keep_failures:
-        return f"not recorded ({exchange.outcome.value})"
+    outcome = finished.record["outcome"]
+    if outcome is not Outcome.COMPLETE and not keep_failures:
+        return f"not recorded ({outcome.value})"
     if scrubber:  # the request was scrubbed when keyed; the answer is scrubbed here
-        return Finished(scrubber.exchange(exchange), finished.middle)
+        return Finished(scrubber.record(finished.record), finished.middle)
     return finished
 
 
@@ -263,14 +274,14 @@ class Capture:
             payload = response_payload(data, self.content_type)
             body = payload.to_dict()
             payloads, error = ([payload.value] if payload.kind == "json" else []), False
-        return Finished(self._exchange(cut, error, truncated, payloads, ms, body, dialect, frames))
+        return Finished(self._record(cut, error, truncated, payloads, ms, body, dialect, frames))
 
     def _finish_spooled(self, cut: bool, truncated: bool, ms: int) -> Finished:
         """An answer too large to hold: read back from the spool twice, in pieces, once for
         what it says and once to write it. A body is kept as text (or base64), not parsed."""
         if self._splitter is None:
             kind = "text" if textual(self.content_type) and self._utf8() else "base64"
-            skeleton = self._exchange(cut, False, False, [], ms, {kind: STREAMED}, None, None)
+            skeleton = self._record(cut, False, False, [], ms, {kind: STREAMED}, None, None)
             pieces = self._text_pieces() if kind == "text" else self._base64_pieces()
             return Finished(skeleton, partial(string_json, pieces))
         dialect = self._splitter.dialect
@@ -283,19 +294,20 @@ class Capture:
             meaning = read_item(item, signs)
             error |= meaning.error
             (head if len(head) < first else tail).append(item)
-        for frame in self._frames() if dialect != "json" else ():
-            if frame.text is None or len(frame.text) > MAX_PARSED:
+        for one in self._frames() if dialect != "json" else ():
+            text = one.get("text")
+            if text is None or len(text) > MAX_PARSED:
                 continue
-            meaning = read_frame(dialect, frame.text, signs)
+            meaning = read_frame(dialect, text, signs)
             error |= meaning.error
             if meaning.payload is not None:
                 (head if len(head) < first else tail).append(meaning.payload)
         payloads = [*head, *tail]
-        marker = [Frame(ms=0, text=STREAMED)]
-        skeleton = self._exchange(cut, error, truncated, payloads, ms, None, dialect, marker)
+        marker = [frame(0, STREAMED)]
+        skeleton = self._record(cut, error, truncated, payloads, ms, None, dialect, marker)
         return Finished(skeleton, partial(frames_json, self._frames()))
 
-    def _frames(self) -> Iterator[Frame]:
+    def _frames(self) -> Iterator[Record]:
         pieces = self.spool.pieces(iter(self._lengths))
         for count, (ms, raw) in enumerate(zip(self._times, pieces, strict=True)):
             if count % YIELD_EVERY == YIELD_EVERY - 1:
@@ -330,7 +342,7 @@ class Capture:
             yield base64.b64encode(data[:whole]).decode("ascii")
         yield base64.b64encode(rest).decode("ascii")
 
-    def _exchange(
+    def _record(
         self,
         cut: bool,
         error: bool,
@@ -339,25 +351,36 @@ class Capture:
         ms: int,
         body: dict[str, Any] | None,
         dialect: Dialect | None,
-        frames: list[Frame] | None,
-    ) -> Exchange:
-        return Exchange(
-            key=self.key,
-            ordinal=1,
-            seq=self.seq,
-            rules=self.rules,
-            outcome=self._outcome(cut, error, truncated),
-            usage=self.provider.usage(payloads),
-            request=StoredRequest.model_validate(self.request.to_dict()),
-            response=StoredResponse(
-                status=self.status,
-                headers=stored_headers(self.headers, self.provider, self.request.method == "HEAD"),
-                body=body,
-                dialect=dialect,
-                frames=frames,
-                end_ms=ms if cut else None,
-            ),
-        )
+        frames: list[Record] | None,
+    ) -> Record:
+        """The exchange as its file holds it: what `Exchange.model_dump(exclude_none=True)`
+        gives, no None anywhere (tests/unit/test_exchangefile.py holds it to that)."""
+        request = self.request.to_dict()
+        if request["body"] is None:
+            del request["body"]
+        response: Record = {
+            "status": self.status,
+            "headers": stored_headers(self.headers, self.provider, self.request.method == "HEAD"),
+        }
+        for name, value in (("body", body), ("dialect", dialect), ("frames", frames)):
+            if value is not None:
+                response[name] = value
+        if cut:
+            response["end_ms"] = ms
+        record: Record = {
+            "schema_version": SCHEMA_VERSION,
+            "key": self.key,
+            "ordinal": 1,
+            "seq": self.seq,
+            "rules": self.rules,
+            "outcome": self._outcome(cut, error, truncated),
+        }
+        usage = self.provider.usage(payloads)
+        if usage is not None:
+            record["usage"] = usage
+        record["request"] = request
+        record["response"] = response
+        return record
 
     def _ms(self) -> int:
         return int((time.monotonic() - self.started) * 1000)
@@ -386,18 +409,18 @@ class Capture:
 
 
 def _stream_meaning(
-    dialect: Dialect, data: bytes, frames: list[Frame], signs: FrameSigns
+    dialect: Dialect, data: bytes, frames: list[Record], signs: FrameSigns
 ) -> tuple[list[Any], bool]:
     """The JSON payloads of a stream, in order, and whether one of its frames is an error."""
     if dialect == "json":
         payloads = json_document(data) or []
         return payloads, any(read_item(p, signs).error for p in payloads)
-    meanings = [read_frame(dialect, f.text or "", signs) for f in frames]
+    meanings = [read_frame(dialect, f.get("text") or "", signs) for f in frames]
     return [m.payload for m in meanings], any(m.error for m in meanings)
 
 
-def _frame(ms: int, raw: bytes) -> Frame:
+def _frame(ms: int, raw: bytes) -> Record:
     try:
-        return Frame(ms=ms, text=raw.decode("utf-8"))
+        return frame(ms, raw.decode("utf-8"))
     except UnicodeDecodeError:
-        return Frame(ms=ms, base64=base64.b64encode(raw).decode("ascii"))
+        return frame(ms, base64=base64.b64encode(raw).decode("ascii"))

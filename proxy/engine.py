@@ -24,13 +24,13 @@ from llmtape.errors import (
     UnknownUpstream,
     UpstreamError,
 )
+from llmtape.exchangefile import Outcome, render_around
 from llmtape.hangup import Watch
 from llmtape.hopheaders import answer_headers
 from llmtape.inbound import Answer, Inbound, Live, Refuse, Serve
 from llmtape.keycache import KeyCache, raw_key
 from llmtape.matching import follow_order
 from llmtape.misses import Miss
-from llmtape.models import Outcome, dump_around
 from llmtape.normalize import RequestParts, canonical, request_key, request_parts
 from llmtape.plan import Action, Step, plan
 from llmtape.providers import Rulebook
@@ -425,24 +425,27 @@ class Engine:
             if not isinstance(finished, Finished):
                 self._give_back(run, capture.key, ordinal)
                 return Kept(finished)
-            exchange = finished.exchange
-            failed = exchange.outcome is not Outcome.COMPLETE
+            record, key = finished.record, capture.key
             self.runs.forget_note(run)  # before the write: a crash between leaves no stale note
             if ordinal is None:
-                ordinal = run.next_ordinal(exchange.key, target.anew)
-            exchange = exchange.model_copy(update={"ordinal": ordinal})
+                ordinal = run.next_ordinal(key, target.anew)
+            record = {**record, "ordinal": ordinal}
             try:
                 if finished.middle is None:
-                    fresh = not run.on_disk(exchange.key, ordinal)
-                    self.store.write(run.cassette, exchange, fresh=fresh)
+                    fresh = not run.on_disk(key, ordinal)
+                    self.store.write(run.cassette, record, fresh=fresh)
                 else:
-                    pieces = dump_around(exchange, finished.middle)
-                    self.store.write_pieces(run.cassette, exchange.key, ordinal, pieces)
+                    pieces = render_around(record, finished.middle)
+                    self.store.write_pieces(run.cassette, key, ordinal, pieces)
             except OSError as exc:
                 log.error("could not write to cassette %r: %s", run.cassette, exc)
                 return Kept("not recorded (write failed)", failed=True)
-            outcome = f"recorded {exchange.outcome.value}" if failed else "recorded"
-            return Kept(outcome, exchange.key, ordinal)
+            outcome = record["outcome"]
+            return Kept(
+                "recorded" if outcome is Outcome.COMPLETE else f"recorded {outcome.value}",
+                key,
+                ordinal,
+            )
         finally:
             capture.spool.discard()
 

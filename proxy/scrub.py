@@ -7,14 +7,17 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmtape.bodies import Payload
 from llmtape.errors import ConfigError
-from llmtape.models import Exchange, Frame
+from llmtape.exchangefile import Record, record_of
 from llmtape.normalize import RequestParts
 from llmtape.redact import MARKER
 from llmtape.rules import parse_path
+
+if TYPE_CHECKING:
+    from llmtape.models import Exchange
 
 Path = tuple[str | int, ...]
 # A JSON string literal, and the colon after it when it is an object's key.
@@ -159,18 +162,19 @@ class Scrubber:
             return parts
         return replace(parts, body=body, path=path, query=query)
 
-    def frames(self, frames: list[Frame], dialect: str | None) -> list[Frame]:
+    def frames(self, frames: list[Record], dialect: str | None) -> list[Record]:
         """Stream frames scrubbed, one by one (a match split across two frames is not seen);
         a streamed JSON document (`json` dialect) as a whole, laid back over its frames."""
         if dialect == "json":
             return self._document(frames)
         out = []
         for frame in frames:
-            if frame.text is None:  # binary: left alone
+            old = frame.get("text")
+            if old is None:  # binary: left alone
                 out.append(frame)
                 continue
-            text = self._frame_text(frame.text, dialect)
-            out.append(frame if text == frame.text else frame.model_copy(update={"text": text}))
+            text = self._frame_text(old, dialect)
+            out.append(frame if text == old else {**frame, "text": text})
         return out
 
     def _frame_text(self, text: str, dialect: str | None) -> str:
@@ -187,10 +191,10 @@ class Scrubber:
                 pieces[index] = line[:start] + self.json_text(line[start:])
         return "".join(pieces)
 
-    def _document(self, frames: list[Frame]) -> list[Frame]:
-        if any(frame.text is None for frame in frames):
+    def _document(self, frames: list[Record]) -> list[Record]:
+        if any(frame.get("text") is None for frame in frames):
             return frames
-        texts = [frame.text or "" for frame in frames]
+        texts: list[str] = [frame["text"] for frame in frames]
         joined = "".join(texts)
         new = self.json_text(joined)
         if new == joined:
@@ -199,27 +203,36 @@ class Scrubber:
         for index, (frame, old) in enumerate(zip(frames, texts, strict=True)):
             end = len(new) if index == len(frames) - 1 else start + len(old)
             if new[start:end]:
-                out.append(frame.model_copy(update={"text": new[start:end]}))
+                out.append({**frame, "text": new[start:end]})
             start = end
         return out
 
+    def record(self, record: Record) -> Record:
+        """An exchange's Record with its request (body, path, query values), response body
+        and frames scrubbed."""
+        if not self:
+            return record
+        request, response = dict(record["request"]), dict(record["response"])
+        request["path"] = self.text(request["path"])
+        request["query"] = [[name, self.text(value)] for name, value in request.get("query", ())]
+        for part in (request, response):
+            body = self.payload(Payload.from_dict(part.get("body"))).to_dict()
+            if body is None:
+                part.pop("body", None)
+            else:
+                part["body"] = body
+        frames = response.get("frames")
+        if frames is not None:
+            response["frames"] = self.frames(frames, response.get("dialect"))
+        return {**record, "request": request, "response": response}
+
     def exchange(self, exchange: Exchange) -> Exchange:
-        """The exchange with its request (body, path, query values), response body and
-        frames scrubbed."""
+        """`record`, for an exchange read back (`llmtape redact`)."""
         if not self:
             return exchange
-        request, response = exchange.request, exchange.response
-        asked = self.payload(Payload.from_dict(request.body)).to_dict()
-        path = self.text(request.path)
-        query = [(name, self.text(value)) for name, value in request.query]
-        answered = self.payload(Payload.from_dict(response.body)).to_dict()
-        frames = None if response.frames is None else self.frames(response.frames, response.dialect)
-        return exchange.model_copy(
-            update={
-                "request": request.model_copy(update={"body": asked, "path": path, "query": query}),
-                "response": response.model_copy(update={"body": answered, "frames": frames}),
-            }
-        )
+        scrubbed = type(exchange).model_validate(self.record(record_of(exchange)))
+        scrubbed._read_as = exchange.read_as
+        return scrubbed
 
 
 def _at_path(value: Any, path: Path) -> Any:

@@ -29,7 +29,8 @@ class Tokens:
 
     def stored(self) -> dict[str, int]:
         """What an exchange file keeps as its `usage`."""
-        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+        # int(): a count given as `true` is 1, as the model reads it (exchangefile.py).
+        return {"input_tokens": int(self.input_tokens), "output_tokens": int(self.output_tokens)}
 
 
 def tokens_of(

@@ -8,17 +8,24 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import BinaryIO
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, BinaryIO
 
 from llmtape.errors import CassetteCorrupt
-from llmtape.lastrun import LAST_RUN_FILE, LastRun, dump_last_run, load_last_run
-from llmtape.models import Exchange, NewerSchema, dump_exchange, load_exchange
+from llmtape.exchangefile import NewerSchema, Record, record_of, render
 from llmtape.store import journal
-from llmtape.store.base import exchange_file, is_leftover, parse_exchange_file, same_recording
+from llmtape.store.base import (
+    exchange_file,
+    is_leftover,
+    parse_exchange_file,
+    same_as_stored,
+    same_recording,
+)
 from llmtape.store.durable import FolderSyncs, fsync_folder, write_atomic
 from llmtape.store.names import check_folder_name
+
+if TYPE_CHECKING:
+    from llmtape.lastrun import LastRun
+    from llmtape.models import Exchange
 
 
 class FileStore:
@@ -65,6 +72,11 @@ class FileStore:
         return self.folder(cassette) / exchange_file(key, ordinal)
 
     def read(self, cassette: str, key: str, ordinal: int) -> Exchange:
+        # Imported here: the scribe's FileStore never reads, and carries no pydantic.
+        from pydantic import ValidationError
+
+        from llmtape.models import load_exchange
+
         path = self.path(cassette, key, ordinal)
         try:
             return load_exchange(path.read_bytes())
@@ -75,23 +87,25 @@ class FileStore:
                 f"cannot read {path}: {exc}; run `llmtape verify {cassette}` to check the cassette"
             ) from exc
 
-    def write(self, cassette: str, exchange: Exchange, fresh: bool = False) -> bool:
+    def write(self, cassette: str, exchange: Exchange | Record, fresh: bool = False) -> bool:
         done = self.write_many([(cassette, exchange, fresh)])[0]
         if isinstance(done, OSError):
             raise done
         return done
 
-    def write_many(self, items: Sequence[tuple[str, Exchange, bool]]) -> list[bool | OSError]:
+    def write_many(
+        self, items: Sequence[tuple[str, Exchange | Record, bool]]
+    ) -> list[bool | OSError]:
         """`write` for several (cassette, exchange, fresh) at once, sharing one journal write
         and one sync; per item, what `write` returns or the error it would raise."""
         done: list[bool | OSError] = [False] * len(items)
         files: list[tuple[Path, bytes]] = []
         where: list[int] = []
         for n, (cassette, exchange, fresh) in enumerate(items):
-            path = self.path(cassette, exchange.key, exchange.ordinal)
-            stored = None if fresh else _stored(path)
-            if stored is None or not same_recording(stored, exchange):
-                files.append((path, dump_exchange(exchange)))
+            record = record_of(exchange)
+            path = self.path(cassette, record["key"], record["ordinal"])
+            if fresh or not _unchanged(path, record):
+                files.append((path, render(record)))
                 where.append(n)
         journaled = self._journal.write_many(files) if self._journal is not None else []
         for at, (path, data) in enumerate(files):
@@ -160,6 +174,10 @@ class FileStore:
         return str(self._place(cassette))
 
     def read_last_run(self, cassette: str) -> LastRun | None:
+        from pydantic import ValidationError
+
+        from llmtape.lastrun import LAST_RUN_FILE, load_last_run
+
         path = self.folder(cassette) / LAST_RUN_FILE
         try:
             return load_last_run(path.read_bytes())
@@ -171,6 +189,8 @@ class FileStore:
             ) from exc
 
     def write_last_run(self, cassette: str, record: LastRun | None) -> None:
+        from llmtape.lastrun import LAST_RUN_FILE, dump_last_run
+
         path = self.folder(cassette) / LAST_RUN_FILE
         if record is None:
             if path.exists():
@@ -201,14 +221,27 @@ class FileStore:
             ) from exc
 
 
-def _stored(path: Path) -> Exchange | None:
-    """What `path` holds, or None when there is nothing readable there to keep, or when it is
-    in an older schema_version (so that writing it again upgrades the file)."""
+def _unchanged(path: Path, record: Record) -> bool:
+    """Whether `path` holds the same recording as `record` (`same_recording`), so that it is
+    not written again. Nothing readable there, or a file in an older schema_version (written
+    again: upgraded), is not the same."""
     try:
-        stored = load_exchange(path.read_bytes())
-    except (OSError, ValueError, ValidationError):
-        return None
-    return stored if stored.read_as == stored.schema_version else None
+        raw = path.read_bytes()
+    except OSError:
+        return False
+    same = same_as_stored(raw, record)
+    if same is not None:
+        return same
+    # A file not as llmtape writes them: read by the model (the scribe imports it only now).
+    from pydantic import ValidationError
+
+    from llmtape.models import load_exchange
+
+    try:
+        stored = load_exchange(raw)
+    except (ValueError, ValidationError):
+        return False
+    return stored.read_as == stored.schema_version and same_recording(stored, record)
 
 
 def sweep_leftovers(root: Path, older_than: float = 60.0) -> list[Path]:

@@ -20,8 +20,9 @@ import openai
 import pytest
 from typer.testing import CliRunner
 
-from llmtape import models, runs
+from llmtape import exchangefile, models, runs
 from llmtape.cli.main import app
+from llmtape.exchangefile import Record
 from llmtape.lastrun import LAST_RUN_FILE
 from llmtape.providers import Rulebook, provider_table
 from llmtape.scrub import Scrubber
@@ -382,7 +383,7 @@ class DiesAfter(FileStore):
         if self.steps < 0:
             raise Killed
 
-    def write(self, cassette: str, exchange: models.Exchange, fresh: bool = False) -> bool:
+    def write(self, cassette: str, exchange: models.Exchange | Record, fresh: bool = False) -> bool:
         self._step()
         return super().write(cassette, exchange, fresh)
 
@@ -542,6 +543,8 @@ def test_verify_upgrade_rewrites_a_file_of_an_older_schema(
     def migrate_1_to_2(data: dict[str, Any]) -> dict[str, Any]:
         return {**data, "schema_version": 2}
 
+    # SCHEMA_VERSION lives in exchangefile.py (models.py names it too): both are bumped.
+    monkeypatch.setattr(exchangefile, "SCHEMA_VERSION", 2)
     monkeypatch.setattr(models, "SCHEMA_VERSION", 2)
     monkeypatch.setattr(models, "MIGRATIONS", {1: migrate_1_to_2})
     code, out = cli("verify", "v1", "--cassettes", str(root))

@@ -18,10 +18,15 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from llmtape import scribe as scribe_module
+from llmtape.exchangefile import Record, frame
+from llmtape.models import dump_exchange, load_exchange
+from llmtape.providers import BUILTIN
 from llmtape.store import journal
+from llmtape.store.base import same_recording
 from llmtape.store.fs import FileStore
 from tests.conftest import MakeProxy
-from tests.support import ProxyServer
+from tests.e2e.test_conformance import send, wire_of
+from tests.support import ProxyServer, files_under
 
 pytestmark = pytest.mark.skipif(
     not journal.SUPPORTED or not Path("/proc/self/stat").exists(),
@@ -236,3 +241,45 @@ def test_past_its_byte_cap_the_scribe_takes_no_more_and_the_server_writes(
         for ordinal in ordinals
     }
     assert asked >= set(prompts)
+
+
+def as_read(raw: bytes) -> Record:
+    """An exchange file as read, a streamed JSON array's frames joined: they are the pieces
+    as the proxy happened to read them (the fake sends them apart)."""
+    record = load_exchange(raw).model_dump(exclude_none=True)
+    response = record["response"]
+    if response.get("dialect") == "json":
+        response["frames"] = [frame(0, "".join(f["text"] for f in response["frames"]))]
+    return record
+
+
+@pytest.mark.parametrize("redact", [False, True], ids=["plain", "redacted"])
+def test_the_scribe_writes_the_files_the_server_writes_itself(
+    make_proxy: MakeProxy, cassettes: Path, tmp_path: Path, redact: bool
+) -> None:
+    """Every provider's streams (SSE, NDJSON, a streamed JSON array) and JSON answers,
+    through the real server: the scribe (which has no pydantic) writes the files the server
+    writes without it, timings and seq aside, and each file is byte for byte what the
+    pydantic model writes of it once read back."""
+    rules: dict[str, object] = {}
+    if redact:
+        # Not the warm-up's text: scribe_at_work finds it in the scribe's journal.
+        rules = {"redact_field": ["max_tokens", "contents"], "redact_pattern": [r"Paris|hi"]}
+    by_scribe = make_proxy(mode="record", **rules)
+    pid = scribe_at_work(by_scribe, cassettes)
+    itself = make_proxy(mode="record", scribe=False, cassettes=tmp_path / "itself", **rules)
+    for proxy in (by_scribe, itself):
+        for name in BUILTIN:
+            wire = wire_of(name)
+            for call in (*wire.streams.values(), wire.answer):
+                assert send(proxy.url, name, call)[0] == 200
+    assert scribes() == [pid], "the scribe wrote them all, and is still at work"
+    written, expected = files_under(cassettes), files_under(tmp_path / "itself")
+    assert len(expected) == sum(len(wire_of(n).streams) + 1 for n in BUILTIN)
+    for name, raw in expected.items():
+        mine = written[name]
+        assert dump_exchange(load_exchange(mine)) == mine
+        assert dump_exchange(load_exchange(raw)) == raw
+        assert same_recording(as_read(raw), as_read(mine)), name
+        if redact:
+            assert b"Paris" not in mine

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from llmtape.bodies import Payload
 from llmtape.errors import CassetteCorrupt
+from llmtape.exchangefile import Record, record_of, render
 from llmtape.lastrun import LAST_RUN_FILE, LastRun, dump_last_run, load_last_run
 from llmtape.listing import show, summarize
 from llmtape.models import (
@@ -20,7 +21,6 @@ from llmtape.models import (
     Frame,
     StoredRequest,
     StoredResponse,
-    dump_exchange,
     load_exchange,
 )
 from llmtape.normalize import RequestParts, request_key
@@ -66,12 +66,13 @@ class MemoryStore:
         except (KeyError, ValueError, ValidationError) as exc:
             raise CassetteCorrupt(f"cannot read {self.where(cassette)}/{name}: {exc}") from exc
 
-    def write(self, cassette: str, exchange: Exchange, fresh: bool = False) -> bool:
-        name = exchange_file(exchange.key, exchange.ordinal)
+    def write(self, cassette: str, exchange: Exchange | Record, fresh: bool = False) -> bool:
+        record = record_of(exchange)
+        name = exchange_file(record["key"], record["ordinal"])
         files = self.data.setdefault(cassette, {})
-        if name in files and same_recording(load_exchange(files[name]), exchange):
+        if name in files and same_recording(load_exchange(files[name]), record):
             return False
-        files[name] = dump_exchange(exchange)
+        files[name] = render(record)
         return True
 
     def write_pieces(self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes]) -> None:

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from llmtape.bodies import Payload
+from llmtape.exchangefile import Record
 from llmtape.models import Exchange, StoredRequest, StoredResponse
 from llmtape.normalize import RequestParts, request_key, request_parts
 from llmtape.providers import BUILTIN
@@ -69,7 +70,7 @@ class CrashingStore(FileStore):
         super().__init__(root)
         self.writes = writes
 
-    def write(self, cassette: str, exchange: Exchange, fresh: bool = False) -> bool:
+    def write(self, cassette: str, exchange: Exchange | Record, fresh: bool = False) -> bool:
         if self.writes == 0:
             raise KeyboardInterrupt("killed")
         self.writes -= 1

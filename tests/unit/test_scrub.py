@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from llmtape.bodies import Payload, payload_bytes, response_payload
 from llmtape.errors import ConfigError
-from llmtape.models import Frame
+from llmtape.exchangefile import frame
 from llmtape.redact import MARKER
 from llmtape.scrub import Scrubber
 
@@ -63,21 +63,21 @@ def test_plain_text_and_binary_bodies() -> None:
 
 def test_sse_frames_keep_their_event_lines_and_ends() -> None:
     frames = [
-        Frame(ms=0, text='event: delta\r\ndata: {"t":"to ann@example.com"}\r\n\r\n'),
-        Frame(ms=3, text="data: [DONE]\n\n"),
+        frame(0, 'event: delta\r\ndata: {"t":"to ann@example.com"}\r\n\r\n'),
+        frame(3, "data: [DONE]\n\n"),
     ]
     out = scrub.frames(frames, "sse")
-    assert out[0].text == f'event: delta\r\ndata: {{"t":"to {MARKER}"}}\r\n\r\n'
-    assert out[0].ms == 0 and out[1] is frames[1]
+    assert out[0]["text"] == f'event: delta\r\ndata: {{"t":"to {MARKER}"}}\r\n\r\n'
+    assert out[0]["ms"] == 0 and out[1] is frames[1]
 
 
 def test_ndjson_and_a_streamed_json_document() -> None:
-    [line] = scrub.frames([Frame(ms=1, text='{"c":"ann@example.com"}\n')], "ndjson")
-    assert line.text == f'{{"c":"{MARKER}"}}\n'
-    pieces = [Frame(ms=0, text='[{"c": "ann@exa'), Frame(ms=5, text='mple.com"}]')]
+    [line] = scrub.frames([frame(1, '{"c":"ann@example.com"}\n')], "ndjson")
+    assert line["text"] == f'{{"c":"{MARKER}"}}\n'
+    pieces = [frame(0, '[{"c": "ann@exa'), frame(5, 'mple.com"}]')]
     out = scrub.frames(pieces, "json")
-    assert json.loads("".join(f.text or "" for f in out)) == [{"c": MARKER}]
-    assert [f.ms for f in out] == [0, 5]
+    assert json.loads("".join(f["text"] for f in out)) == [{"c": MARKER}]
+    assert [f["ms"] for f in out] == [0, 5]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,152 @@
+"""The exchange file's bytes, without pydantic: an exchange as the plain data its file holds
+(a `Record`), rendered in the one layout every writer uses.
+
+A Record is what `Exchange.model_dump(exclude_none=True)` gives (models.py validates and reads
+files; this module writes them): the recording server and its scribe (scribe_process.py) build
+and write Records, and never import pydantic to do it. tests/unit/test_exchangefile.py checks
+that every Record a capture makes is one the model reads back unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable, Iterable, Iterator
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from llmtape.jsontext import indent2
+
+if TYPE_CHECKING:
+    from llmtape.models import Exchange
+
+SCHEMA_VERSION = 1
+
+# An exchange file's data: str keys, JSON values (and an Outcome, a str, as its `outcome`).
+Record = dict[str, Any]
+
+
+class Outcome(StrEnum):
+    COMPLETE = "complete"
+    FAILURE_STATUS = "failure_status"  # a 429 or 5xx, kept only with --record-failures
+    UPSTREAM_CUT = "upstream_cut"  # the stream ended early, kept only with --record-failures
+    STREAM_ERROR = "stream_error"  # an error event mid-stream, kept only with --record-failures
+    TRUNCATED = "truncated"  # a stream that ended without its final frame, likewise
+
+
+class NewerSchema(ValueError):
+    """A file written by a newer llmtape, in a schema this one does not know."""
+
+
+def schema_version(data: dict[str, Any]) -> int:
+    """The version a file says it is in; ValueError when it is no version llmtape can read."""
+    version = data.get("schema_version")
+    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+        raise NewerSchema(
+            f"schema_version {version} was written by a newer llmtape (this one reads up to "
+            f"{SCHEMA_VERSION}): upgrade llmtape (pip install -U llmtape)"
+        )
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ValueError(
+            f"schema_version {version!r} is not supported (this llmtape reads {SCHEMA_VERSION})"
+        )
+    return version
+
+
+def frame(ms: int, text: str | None = None, base64: str | None = None) -> Record:
+    """One stream frame as a Record holds it: its bytes as text (UTF-8) or base64."""
+    if base64 is not None:
+        return {"ms": ms, "base64": base64}
+    return {"ms": ms} if text is None else {"ms": ms, "text": text}
+
+
+def _sorted(value: Any, verbatim: Any) -> Any:
+    if value is verbatim:
+        return value
+    if isinstance(value, dict):
+        return {k: _sorted(value[k], verbatim) for k in sorted(value)}
+    if isinstance(value, list | tuple):
+        return [_sorted(item, verbatim) for item in value]
+    return value
+
+
+def render(record: Record) -> bytes:
+    """Pretty JSON with sorted keys, except the response body's JSON, which keeps the
+    upstream's key order so that replay gives back the very bytes that were recorded."""
+    return _render(record)[0]
+
+
+def _render(record: Record) -> tuple[bytes, bool]:
+    """`render`, and whether it had to escape all but ASCII."""
+    body = record["response"].get("body") or {}
+    value = _sorted(record, body.get("json"))
+    try:
+        return indent2(value) + b"\n", False
+    except UnicodeEncodeError:  # a lone surrogate: valid JSON only when escaped
+        return indent2(value, ensure_ascii=True) + b"\n", True
+
+
+# Stands in a skeleton exchange for the one value that is written piece by piece (see
+# `render_around`): random, so no recorded text can hold it.
+STREAMED = f"llmtape-streamed-{secrets.token_hex(16)}"
+FRAME_INDENT = " " * 6  # the frames list sits at exchange -> response -> frames
+
+
+def render_around(skeleton: Record, middle: Callable[[bool], Iterable[bytes]]) -> Iterator[bytes]:
+    """`render` of an exchange too large to hold, piece by piece: `skeleton` holds STREAMED
+    where its big value goes (a body's `text` or `base64`, or one frame standing for the
+    whole list) and `middle(ascii)` yields that value's JSON (`frames_json`, `string_json`),
+    escaped to ASCII when the rest of the file had to be."""
+    out, ascii = _render(skeleton)
+    mark = json.dumps(STREAMED).encode()
+    at = out.index(mark)
+    start, end = at, at + len(mark)
+    if skeleton["response"].get("frames") is not None:  # the whole list goes, brackets included
+        start, end = out.rindex(b"[", 0, at), out.index(b"]", end) + 1
+    yield out[:start]
+    yield from middle(ascii)
+    yield out[end:]
+
+
+def frames_json(frames: Iterable[Record], ascii: bool = False) -> Iterator[bytes]:
+    """A frames list as `render` lays it out in an exchange file (sorted keys, two spaces a
+    level), written out by hand: a stream may hold a million frames."""
+    first = True
+    inner = FRAME_INDENT + "  "
+    for one in frames:
+        data = one.get("base64")
+        if data is not None:
+            fields = f'{inner}"base64": {json.dumps(data)},\n{inner}"ms": {one["ms"]}'
+        else:
+            fields = f'{inner}"ms": {one["ms"]}'
+            text = one.get("text")
+            if text is not None:
+                fields += f',\n{inner}"text": {json.dumps(text, ensure_ascii=ascii)}'
+        lead = "[\n" if first else ",\n"
+        first = False
+        yield f"{lead}{FRAME_INDENT}{{\n{fields}\n{FRAME_INDENT}}}".encode()
+    yield b"[]" if first else f"\n{FRAME_INDENT[:-2]}]".encode()
+
+
+def string_json(pieces: Iterable[str], ascii: bool = False) -> Iterator[bytes]:
+    """A JSON string written from its pieces, as `json.dumps` would write it whole."""
+    yield b'"'
+    for piece in pieces:
+        yield json.dumps(piece, ensure_ascii=ascii)[1:-1].encode("utf-8")
+    yield b'"'
+
+
+def untimed(record: Record, seq: Any) -> Record:
+    """The record with its timings (frame arrivals, when a cut came) left out, and `seq` as
+    its position in the run: what two recordings of the same answer have in common."""
+    response = dict(record["response"])
+    frames = response.get("frames")
+    if frames is not None:
+        response["frames"] = [{**one, "ms": 0} for one in frames]
+    response.pop("end_ms", None)
+    return {**record, "seq": seq, "response": response}
+
+
+def record_of(exchange: Exchange | Record) -> Record:
+    """An exchange as its Record (a Record as it is)."""
+    return exchange if isinstance(exchange, dict) else exchange.model_dump(exclude_none=True)

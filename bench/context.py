@@ -105,6 +105,7 @@ class Bench:
     def add(self, row: Row, server: Server | None = None) -> Row:
         if server is not None:
             row.rss_mb = server.memory_mb()[1]
+            row.pss_mb = server.pss_mb()
         self.rows.append(row)
         return row
 

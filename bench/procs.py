@@ -51,6 +51,21 @@ class Server:
                 peak = (peak or 0.0) + values["VmHWM"]
         return now, peak
 
+    def pss_mb(self) -> float | None:
+        """The proportional set size now, in MB, of the server and its children together:
+        pages they share (the interpreter, its libraries) counted once between them, which
+        a sum of RSS counts in each. None where unreadable."""
+        total = None
+        for pid in [self.pid, *_children(self.pid)]:
+            try:
+                rollup = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+            except OSError:
+                continue
+            for line in rollup:
+                if line.startswith("Pss:"):
+                    total = (total or 0.0) + int(line.split()[1]) / 1024
+        return total
+
     def log_tail(self, lines: int = 20) -> str:
         try:
             text = self.log.read_text(errors="replace")

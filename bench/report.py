@@ -24,7 +24,8 @@ class Row:
     p50_ms: float | None = None
     p99_ms: float | None = None
     ratio: float | None = None
-    rss_mb: float | None = None
+    rss_mb: float | None = None  # the sum of each process's peak RSS
+    pss_mb: float | None = None  # their PSS at the scenario's end: shared pages counted once
     note: str = ""
     warning: bool = False
 
@@ -73,6 +74,7 @@ def render(rows: list[Row], title: str) -> None:
         ("p99 ms", "right"),
         ("x base p50", "right"),
         ("peak RSS MB", "right"),
+        ("PSS MB", "right"),
         ("notes", "left"),
     ]
     for name, justify in columns:
@@ -87,6 +89,7 @@ def render(rows: list[Row], title: str) -> None:
             _number(row.p99_ms, 2),
             _number(row.ratio, 2),
             _number(row.rss_mb, 0),
+            _number(row.pss_mb, 0),
             row.note,
             style="bold red" if row.warning else None,
         )

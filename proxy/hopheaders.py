@@ -1,5 +1,5 @@
 """Which headers pass the proxy, each way (RFC 9110 7.6.1): no client code here, so that the
-scribe (scribe.py), which stores answer headers, does not load it."""
+scribe (scribe_process.py), which stores answer headers, does not load it."""
 
 from __future__ import annotations
 

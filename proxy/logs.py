@@ -1,4 +1,4 @@
-"""llmtape's log lines: one format for the server and for its scribe (scribe.py), whose
+"""llmtape's log lines: one format for the server and for its scribe (scribe_process.py), whose
 lines reach the same stderr."""
 
 from __future__ import annotations

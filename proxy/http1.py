@@ -26,6 +26,10 @@ HIGH_WATER = 256 * 1024
 # An idle connection is reused for this long: less than the 5 s after which uvicorn and Node
 # close theirs, so a request seldom goes out on a connection its upstream is closing.
 IDLE_SECONDS = 4.0
+# The answer's head (with any 1xx before it), held whole by the parser: past this it is
+# refused, so an upstream that never ends its head neither fills memory nor stalls the
+# request (its bytes keep the read timeout from firing). aiohttp refused 8 KiB a line.
+HEAD_MAX = 256 * 1024
 IDLE_MAX = 100  # idle connections kept, over every origin
 LIMIT = 100  # connections in use at once; more requests wait for one (aiohttp's default)
 
@@ -61,6 +65,7 @@ class Connection(asyncio.Protocol):
         self.heard = False  # any byte of this exchange's answer came in
         self.complete = False  # every byte of the answer came in
         self._headed = False
+        self._unheaded = 0  # bytes fed before the head was complete
         self._interim = False  # a 1xx answer is being read: dropped, the real one follows
         self._no_body = False  # the answer to a HEAD: its head is all of it
         self._until_close = False  # no length and not chunked: the body ends with the connection
@@ -195,6 +200,10 @@ class Connection(asyncio.Protocol):
         self.heard = True
         try:
             parser.feed_data(data)
+            if not self._headed:
+                self._unheaded += len(data)
+                if self._unheaded > HEAD_MAX:
+                    raise BadAnswer(f"its head went on past {HEAD_MAX // 1024} KiB")
         except Exception as exc:  # httptools' errors, or a 101 on_headers_complete refused
             if not self.complete:
                 self._fail(exc if isinstance(exc, BadAnswer) else BadAnswer(str(exc)))

@@ -283,10 +283,10 @@ class Connection(asyncio.Protocol):
 
 
 def _chunked(headers: list[tuple[bytes, bytes]]) -> bool:
-    return any(
-        name.lower() == b"transfer-encoding" and b"chunked" in value.lower()
-        for name, value in headers
-    )
+    """Whether chunked is the last transfer coding, as llhttp reads it: an answer whose last
+    coding is another ends with the connection (RFC 9112 6.3)."""
+    codings = b",".join(value for name, value in headers if name.lower() == b"transfer-encoding")
+    return codings.rpartition(b",")[2].strip().lower() == b"chunked"
 
 
 class Pool:

@@ -130,6 +130,10 @@ class Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self.open = False
+        if self._parser is not None and not self.complete:
+            # Closed by us mid-answer (the pool at shutdown): a cut, even for a body that
+            # ends with the connection, which connection_lost would take for whole.
+            self._fail(ConnectionAbortedError("llmtape closed the connection mid-answer"))
         self._cancel_timer()
         if self._transport is not None:
             self._transport.close()
@@ -218,7 +222,7 @@ class Connection(asyncio.Protocol):
         if self._parser is None or self.complete:
             self._cancel_timer()
             return
-        if self._headed and self._until_close and exc is None:
+        if self._headed and self._until_close and exc is None and self._error is None:
             self._finish(keep=False)
         else:
             self._fail(exc or ConnectionResetError(self._closed_why()))

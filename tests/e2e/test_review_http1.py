@@ -4,12 +4,15 @@ server: answers a broken or hostile upstream may send, and what must never follo
 from __future__ import annotations
 
 import json
+import socket
+import threading
 from pathlib import Path
 
 import httpx
 
 from tests.conftest import MakeProxy
-from tests.fakes.raw import KeepAliveUpstream
+from tests.fakes.raw import KeepAliveUpstream, LoopbackServer
+from tests.support import wait_for
 
 
 def answer(body: bytes, *headers: bytes) -> bytes:
@@ -42,3 +45,67 @@ def test_a_transfer_encoding_that_does_not_end_in_chunked_ends_with_the_connecti
     [stored] = recorded(cassettes)
     assert stored["outcome"] == "complete"
     assert stored["response"]["body"]["text"] == '{"a": 1}'  # type: ignore[index]
+
+
+class ThreadedUpstream(LoopbackServer):
+    """Each connection in a thread of its own: `/stall` gets a head and half a body, `/mute`
+    nothing, anything else a short answer; `seen` counts the requests read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = 0
+        self._lock = threading.Lock()
+
+    def handle(self, conn: socket.socket) -> None:
+        threading.Thread(target=self._serve_one, args=(conn,), daemon=True).start()
+
+    def _serve_one(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(20)
+            try:
+                while True:
+                    request = b""
+                    while b"\r\n\r\n" not in request:
+                        chunk = conn.recv(65536)
+                        if not chunk:
+                            return
+                        request += chunk
+                    with self._lock:
+                        self.seen += 1
+                    if b" /stall " in request:
+                        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nhalf")
+                    elif b" /mute " in request:
+                        pass
+                    else:
+                        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                        continue
+                    while conn.recv(65536):  # until llmtape hangs up
+                        pass
+                    return
+            except OSError:
+                return
+
+
+def test_clients_that_hang_up_at_any_point_leave_every_upstream_connection_free(
+    make_proxy: MakeProxy,
+) -> None:
+    """More hang-ups than the pool has connections (100): a connection a hang-up kept would
+    make the request after them wait for ever."""
+    with ThreadedUpstream() as up:
+        proxy = make_proxy(mode="passthrough", upstream={"tool": up.url})
+        port = int(proxy.url.rsplit(":", 1)[1])
+        for path, count in [(b"/tool/mute", 50)] * 3 + [(b"/tool/stall", 50)] * 3:
+            socks = [
+                socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(count)
+            ]
+            before = up.seen
+            for sock in socks:
+                sock.sendall(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path)
+            if path.endswith(b"stall"):
+                for sock in socks:
+                    assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+            wait_for(lambda: up.seen >= before + count)
+            for sock in socks:
+                sock.close()
+        response = httpx.get(proxy.url + "/tool/fine", timeout=10)
+    assert response.text == "ok"

@@ -208,9 +208,9 @@ class Connection(asyncio.Protocol):
                 self._unheaded += len(data)
                 if self._unheaded > HEAD_MAX:
                     raise BadAnswer(f"its head went on past {HEAD_MAX // 1024} KiB")
-        except Exception as exc:  # httptools' errors, or a 101 on_headers_complete refused
+        except Exception as exc:  # httptools' errors, or a status on_headers_complete refused
             if not self.complete:
-                self._fail(exc if isinstance(exc, BadAnswer) else BadAnswer(str(exc)))
+                self._fail(_bad(exc))
             self.close()
 
     def eof_received(self) -> bool | None:
@@ -250,6 +250,8 @@ class Connection(asyncio.Protocol):
             self._keep = False
             return
         status = self._parser.get_status_code()
+        if status < 100:  # llhttp takes any three digits; a 0xx is no interim answer
+            raise BadAnswer(f"status {status:03d}, not an HTTP status")
         if status < 200:
             if status == 101:
                 raise BadAnswer("101 Switching Protocols, to a request that asked for no upgrade")
@@ -284,6 +286,16 @@ class Connection(asyncio.Protocol):
             return
         if not self.complete and self._parser is not None:
             self._finish(keep=self._parser.should_keep_alive())
+
+
+def _bad(exc: Exception) -> BadAnswer:
+    """httptools' error as a BadAnswer; one raised by a callback is what httptools raises
+    from (its own says only "User callback error")."""
+    if isinstance(exc, BadAnswer):
+        return exc
+    if isinstance(exc.__context__, BadAnswer):
+        return exc.__context__
+    return BadAnswer(str(exc))
 
 
 def _chunked(headers: list[tuple[bytes, bytes]]) -> bool:

@@ -109,3 +109,27 @@ def test_clients_that_hang_up_at_any_point_leave_every_upstream_connection_free(
                 sock.close()
         response = httpx.get(proxy.url + "/tool/fine", timeout=10)
     assert response.text == "ok"
+
+
+def test_a_status_under_100_is_a_502_not_an_interim_answer_whose_body_joins_the_next(
+    make_proxy: MakeProxy,
+) -> None:
+    """llhttp reads `099` as a status; taken for a 1xx, its body went out as the start of
+    the answer after it."""
+    with KeepAliveUpstream() as up:
+        up.answer(b"HTTP/1.1 099 X\r\nContent-Length: 6\r\n\r\nforged" + answer(b"fresh"))
+        proxy = make_proxy(mode="passthrough", upstream={"tool": up.url})
+        response = httpx.get(proxy.url + "/tool/a", timeout=10)
+    assert response.status_code == 502, response.content
+    assert "status" in response.json()["error"]["message"]
+
+
+def test_a_101_to_a_request_that_asked_for_no_upgrade_is_a_502_that_says_so(
+    make_proxy: MakeProxy,
+) -> None:
+    with KeepAliveUpstream() as up:
+        up.answer(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n")
+        proxy = make_proxy(mode="passthrough", upstream={"tool": up.url})
+        response = httpx.get(proxy.url + "/tool/a", timeout=10)
+    assert response.status_code == 502
+    assert "101 Switching Protocols" in response.json()["error"]["message"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -56,6 +57,9 @@ class ThreadedUpstream(LoopbackServer):
         self.seen = 0
         self._lock = threading.Lock()
 
+    def reached(self, count: int) -> bool:
+        return self.seen >= count
+
     def handle(self, conn: socket.socket) -> None:
         threading.Thread(target=self._serve_one, args=(conn,), daemon=True).start()
 
@@ -104,7 +108,7 @@ def test_clients_that_hang_up_at_any_point_leave_every_upstream_connection_free(
             if path.endswith(b"stall"):
                 for sock in socks:
                     assert sock.recv(65536).startswith(b"HTTP/1.1 200")
-            wait_for(lambda: up.seen >= before + count)
+            wait_for(partial(up.reached, before + count))
             for sock in socks:
                 sock.close()
         response = httpx.get(proxy.url + "/tool/fine", timeout=10)

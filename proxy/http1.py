@@ -28,7 +28,8 @@ HIGH_WATER = 256 * 1024
 IDLE_SECONDS = 4.0
 IDLE_MAX = 100  # idle connections kept, over every origin
 # Bytes of an answer that are not its body (its head, 1xx answers before it, chunk sizes and
-# trailers) are capped: httptools holds a header line whole, however long. Each chunk
+# trailers) are capped: httptools holds a header line whole, however long, and an endless
+# head would keep the read timeout from firing (aiohttp refused 8 KiB a line). Each chunk
 # allows CHUNK_FRAMING more (its size line and CRLFs; an extension is rarely longer).
 MAX_FRAMING = 64 * 1024
 CHUNK_FRAMING = 64
@@ -63,6 +64,7 @@ class Connection(asyncio.Protocol):
         self._parser = parser
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
+        self.chunked = False  # chunked is the answer's last transfer coding
         self.heard = False  # any byte of this exchange's answer came in
         self.complete = False  # every byte of the answer came in
         self._headed = False
@@ -131,6 +133,10 @@ class Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self.open = False
+        if self._parser is not None and not self.complete:
+            # Closed by us mid-answer (the pool at shutdown): a cut, even for a body that
+            # ends with the connection, which connection_lost would take for whole.
+            self._fail(ConnectionAbortedError("llmtape closed the connection mid-answer"))
         self._cancel_timer()
         if self._transport is not None:
             self._transport.close()
@@ -202,9 +208,9 @@ class Connection(asyncio.Protocol):
         self._framing -= len(data)  # on_body gives back what was body
         try:
             parser.feed_data(data)
-        except Exception as exc:  # httptools' errors, or a 101 on_headers_complete refused
+        except Exception as exc:  # httptools' errors, or a status on_headers_complete refused
             if not self.complete:
-                self._fail(exc if isinstance(exc, BadAnswer) else BadAnswer(str(exc)))
+                self._fail(_bad(exc))
             self.close()
             return
         if self._framing < 0 and not self.complete:
@@ -213,6 +219,8 @@ class Connection(asyncio.Protocol):
             self.close()
 
     def eof_received(self) -> bool | None:
+        # Not handed out again from now: connection_lost may come a loop pass later.
+        self.open = False
         return None  # the transport closes; connection_lost ends the exchange
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -221,7 +229,7 @@ class Connection(asyncio.Protocol):
         if self._parser is None or self.complete:
             self._cancel_timer()
             return
-        if self._headed and self._until_close and exc is None:
+        if self._headed and self._until_close and exc is None and self._error is None:
             self._finish(keep=False)
         else:
             self._fail(exc or ConnectionResetError(self._closed_why()))
@@ -249,6 +257,8 @@ class Connection(asyncio.Protocol):
             self._keep = False
             return
         status = self._parser.get_status_code()
+        if status < 100:  # llhttp takes any three digits; a 0xx is no interim answer
+            raise BadAnswer(f"status {status:03d}, not an HTTP status")
         if status < 200:
             if status == 101:
                 raise BadAnswer("101 Switching Protocols, to a request that asked for no upgrade")
@@ -257,13 +267,14 @@ class Connection(asyncio.Protocol):
             return
         self.status = status
         self._headed = True
+        self.chunked = _chunked(self.headers)
         if self._no_body:
             self._finish(keep=self._parser.should_keep_alive())
             self._parser = None  # later bytes are not this answer's (data_received drops them)
             return
         if status not in (204, 304):
             named = {name.lower() for name, _ in self.headers}
-            self._until_close = b"content-length" not in named and not _chunked(self.headers)
+            self._until_close = b"content-length" not in named and not self.chunked
         self._wake()
 
     def on_body(self, body: bytes) -> None:
@@ -289,11 +300,21 @@ class Connection(asyncio.Protocol):
             self._finish(keep=self._parser.should_keep_alive())
 
 
+def _bad(exc: Exception) -> BadAnswer:
+    """httptools' error as a BadAnswer; one raised by a callback is what httptools raises
+    from (its own says only "User callback error")."""
+    if isinstance(exc, BadAnswer):
+        return exc
+    if isinstance(exc.__context__, BadAnswer):
+        return exc.__context__
+    return BadAnswer(str(exc))
+
+
 def _chunked(headers: list[tuple[bytes, bytes]]) -> bool:
-    return any(
-        name.lower() == b"transfer-encoding" and b"chunked" in value.lower()
-        for name, value in headers
-    )
+    """Whether chunked is the last transfer coding, as llhttp reads it: an answer whose last
+    coding is another ends with the connection (RFC 9112 6.3)."""
+    codings = b",".join(value for name, value in headers if name.lower() == b"transfer-encoding")
+    return codings.rpartition(b",")[2].strip().lower() == b"chunked"
 
 
 class Pool:

@@ -70,9 +70,9 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
 
     async def pump() -> None:
         nonlocal finished, ended, last
-        if not held:
-            await send(start)
         try:
+            if not held:
+                await send(start)
             async for chunk in answer.chunks():
                 if recording.feed(chunk):  # a large answer: to its scratch file, off the loop
                     await recording.spill()
@@ -125,6 +125,7 @@ async def send_live(live: Live, receive: Receive, send: Send) -> None:
         raise
     finally:
         watch.close()
+        answer.close()  # closed by pump already, unless it never ran: its connection back
     if not whole and not finished:
         recording.abort("client went away, nothing recorded")
 

@@ -84,8 +84,7 @@ class HttpResponse:
         self.headers: Sequence[tuple[str, str]] = [
             (k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in raw
         ]
-        te = next((v for k, v in self.headers if k == "transfer-encoding"), "")
-        self.chunked = te.lower() == "chunked"
+        self.chunked = conn.chunked
 
     async def chunks(self) -> AsyncIterator[bytes]:
         conn = self._conn

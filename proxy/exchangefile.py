@@ -60,16 +60,6 @@ def frame(ms: int, text: str | None = None, base64: str | None = None) -> Record
     return {"ms": ms} if text is None else {"ms": ms, "text": text}
 
 
-def _sorted(value: Any, verbatim: Any) -> Any:
-    if value is verbatim:
-        return value
-    if isinstance(value, dict):
-        return {k: _sorted(value[k], verbatim) for k in sorted(value)}
-    if isinstance(value, list | tuple):
-        return [_sorted(item, verbatim) for item in value]
-    return value
-
-
 def render(record: Record) -> bytes:
     """Pretty JSON with sorted keys, except the response body's JSON, which keeps the
     upstream's key order so that replay gives back the very bytes that were recorded."""
@@ -78,18 +68,34 @@ def render(record: Record) -> bytes:
 
 def _render(record: Record) -> tuple[bytes, bool]:
     """`render`, and whether it had to escape all but ASCII."""
-    body = record["response"].get("body") or {}
-    value = _sorted(record, body.get("json"))
     try:
-        return indent2(value) + b"\n", False
+        return _rendered(record, ascii=False), False
     except UnicodeEncodeError:  # a lone surrogate: valid JSON only when escaped
-        return indent2(value, ensure_ascii=True) + b"\n", True
+        return _rendered(record, ascii=True), True
+
+
+def _rendered(record: Record, ascii: bool) -> bytes:
+    """The record with sorted keys; a JSON body, which keeps its own order, is rendered on
+    its own and put in its place (orjson sorts keys in C: ~10x what a sorted copy costs)."""
+    response = record["response"]
+    body = response.get("body")
+    if not body or "json" not in body:
+        return indent2(record, ensure_ascii=ascii, sort_keys=True) + b"\n"
+    skeleton = {**record, "response": {**response, "body": {**body, "json": _BODY}}}
+    out = indent2(skeleton, ensure_ascii=ascii, sort_keys=True)
+    inner = indent2(body["json"], ensure_ascii=ascii).replace(b"\n", _BODY_INDENT)
+    at = out.index(_BODY_MARK)
+    return b"".join((out[:at], inner, out[at + len(_BODY_MARK) :], b"\n"))
 
 
 # Stands in a skeleton exchange for the one value that is written piece by piece (see
 # `render_around`): random, so no recorded text can hold it.
 STREAMED = f"llmtape-streamed-{secrets.token_hex(16)}"
 FRAME_INDENT = " " * 6  # the frames list sits at exchange -> response -> frames
+# A JSON body sits at exchange -> response -> body -> json: its lines indented 6 more.
+_BODY = STREAMED
+_BODY_MARK = json.dumps(STREAMED).encode()
+_BODY_INDENT = b"\n" + b" " * 6
 
 
 def render_around(skeleton: Record, middle: Callable[[bool], Iterable[bytes]]) -> Iterator[bytes]:

@@ -39,17 +39,28 @@ def connection_named(headers: Sequence[tuple[str, str]]) -> frozenset[str]:
     )
 
 
-def forward_headers(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Client headers as they go upstream: credentials and Content-Encoding kept (the body
-    goes as it came), hop-by-hop and ours dropped."""
-    dropped = HOP_BY_HOP | SET_ON_REQUEST | connection_named(headers)
+def forward_headers(headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """Client headers (as bytes) as they go upstream: credentials and Content-Encoding kept
+    (the body goes as it came), hop-by-hop and ours dropped."""
+    named = {
+        token.strip().lower()
+        for k, v in headers
+        if k.lower() == b"connection"
+        for token in v.split(b",")
+        if token.strip()
+    }
+    dropped = _DROPPED_UP | named if named else _DROPPED_UP
     kept = [
         (k, v)
         for k, v in headers
-        if k.lower() not in dropped and not k.lower().startswith("x-llmtape-")
+        if (low := k.lower()) not in dropped and not low.startswith(b"x-llmtape-")
     ]
     # We inflate for the client and the cassette (llmtape.inflate); only ask for what it can.
-    return [*kept, ("accept-encoding", "gzip, deflate")]
+    kept.append((b"accept-encoding", b"gzip, deflate"))
+    return kept
+
+
+_DROPPED_UP = frozenset(name.encode("latin-1") for name in HOP_BY_HOP | SET_ON_REQUEST)
 
 
 def answer_headers(

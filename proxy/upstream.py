@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
@@ -24,17 +25,15 @@ class Outbound:
     upstream: str
     method: str
     url: str
-    headers: Sequence[tuple[str, str]]
+    headers: Sequence[tuple[bytes, bytes]]  # each byte as the client sent it
     body: bytes
 
     @classmethod
     def of(
         cls, upstream: str, method: str, url: str, raw: Sequence[tuple[bytes, bytes]], body: bytes
     ) -> Outbound:
-        """The client's request as it goes upstream: same method and body, headers cleaned.
-        Header bytes are read as latin-1, and so sent: each byte goes on as it came."""
-        headers = forward_headers([(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw])
-        return cls(upstream, method, url, headers, body)
+        """The client's request as it goes upstream: same method and body, headers cleaned."""
+        return cls(upstream, method, url, forward_headers(raw), body)
 
 
 class UpstreamResponse(Protocol):
@@ -204,16 +203,53 @@ def _has_body(method: str, status: int) -> bool:
 
 def _request_head(request: Outbound) -> tuple[Origin, bytes]:
     """Where the request goes, and its request line and headers as bytes. The URL's path and
-    query go as they came (no re-quoting: `%zz` stays `%zz`); an upstream URL's `user:pass@`
-    goes as basic auth, unless the client sent its own Authorization."""
+    query go as they came (no re-quoting: `%zz` stays `%zz`), the headers' bytes too; an
+    upstream URL's `user:pass@` goes as basic auth, unless the client sent its own
+    Authorization."""
+    url = request.url
+    scheme_end = url.find("://")
+    end = len(url)
+    for mark in "/?#":
+        at = url.find(mark, scheme_end + 3)
+        if at != -1 and at < end:
+            end = at
     try:
-        parts = urlsplit(request.url)
-        port = parts.port
+        origin, host, auth = _origin(url[:end])
     except ValueError as exc:
         raise UpstreamError(f"{_where(request)}: not a URL llmtape can call: {exc}") from exc
+    target = url[end:]
+    if not target.startswith("/"):
+        target = "/" + target
+    try:
+        line = f"{request.method} {target} HTTP/1.1\r\n".encode("latin-1")
+    except UnicodeEncodeError:
+        line = f"{request.method} {target} HTTP/1.1\r\n".encode()  # a configured URL's path
+    headers = request.headers
+    parts = [line, host]
+    parts += [b"%s: %s\r\n" % pair for pair in headers]
+    named = {name.lower() for name, _ in headers}
+    if request.body or request.method not in BODILESS:
+        parts.append(b"Content-Length: %d\r\n" % len(request.body))
+    if auth is not None and b"authorization" not in named:
+        parts.append(auth)
+    if b"user-agent" not in named:
+        parts.append(USER_AGENT)
+    parts.append(b"\r\n")
+    head = b"".join(parts)
+    if head.count(b"\n") != len(parts) or head.count(b"\r") != len(parts) or b"\0" in head:
+        raise UpstreamError(f"{_where(request)}: a header or the path holds CR, LF or NUL")
+    return origin, head
+
+
+@lru_cache(maxsize=256)
+def _origin(prefix: str) -> tuple[Origin, bytes, bytes | None]:
+    """An upstream URL's scheme and authority, once: where to connect, the Host header, and
+    the Authorization its `user:pass@` makes. ValueError for one that is not usable."""
+    parts = urlsplit(prefix)
+    port = parts.port
     secure = parts.scheme == "https"
     if (not secure and parts.scheme != "http") or not parts.hostname:
-        raise UpstreamError(f"{_where(request)}: llmtape calls http:// and https:// URLs only")
+        raise ValueError("llmtape calls http:// and https:// URLs only")
     host = parts.hostname
     if not host.isascii():
         host = host.encode("idna").decode("ascii")
@@ -221,32 +257,16 @@ def _request_head(request: Outbound) -> tuple[Origin, bytes]:
     if not netloc.isascii():
         netloc = f"[{host}]" if ":" in host else host
         netloc += f":{port}" if port is not None else ""
-    target = parts.path or "/"
-    if parts.query:
-        target += "?" + parts.query
-    lines = [f"{request.method} {target} HTTP/1.1", f"Host: {netloc}"]
-    lines += [f"{name}: {value}" for name, value in request.headers]
-    named = {name.lower() for name, _ in request.headers}
-    if request.body or request.method not in BODILESS:
-        lines.append(f"Content-Length: {len(request.body)}")
-    if parts.username is not None and "authorization" not in named:
+    auth = None
+    if parts.username is not None:
         pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
-        lines.append("Authorization: Basic " + base64.b64encode(pair).decode("ascii"))
-    if "user-agent" not in named:
-        lines.append(USER_AGENT)
-    text = "\r\n".join(lines) + "\r\n\r\n"
-    if text.count("\n") != len(lines) + 1 or text.count("\r") != len(lines) + 1 or "\0" in text:
-        raise UpstreamError(f"{_where(request)}: a header or the path holds CR, LF or NUL")
-    try:
-        head = text.encode("latin-1")  # each byte as the client sent it (Outbound.of)
-    except UnicodeEncodeError:
-        head = text.encode("utf-8")  # a configured upstream URL beyond latin-1
+        auth = b"Authorization: Basic %s\r\n" % base64.b64encode(pair)
     port = port if port is not None else (443 if secure else 80)
-    return Origin(secure, host, port), head
+    return Origin(secure, host, port), f"Host: {netloc}\r\n".encode("ascii"), auth
 
 
 BODILESS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "CONNECT"})
-USER_AGENT = f"User-Agent: llmtape/{__version__}"
+USER_AGENT = f"User-Agent: llmtape/{__version__}\r\n".encode()
 
 
 def _told(exc: BaseException) -> str:

@@ -4,6 +4,7 @@ repeated and non-ASCII headers, re-records, retries, cassettes that are not fold
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -148,3 +149,31 @@ def test_frames_that_arrive_with_the_cut_still_reach_the_client_and_the_cassette
     exchange = json.loads(stored.read_text())
     assert exchange["outcome"] == "upstream_cut"
     assert [f["text"] for f in exchange["response"]["frames"]] == [f.decode() for f in frames]
+
+
+def test_a_replayed_answer_reaches_its_client_in_one_read_head_and_body_together(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    """uvicorn writes a head and a body apart; Coalescing (cli/head_limits.py) sends them in
+    one write, so a client waiting for its answer reads it whole at once."""
+    body = json.dumps({"model": "m", "input": "x"}).encode()
+    request = (
+        b"POST /openai/v1/embeddings HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    recorder = make_proxy(mode="record")
+    assert httpx.post(recorder.url + "/openai/v1/embeddings", content=body).status_code == 200
+    player = make_proxy(mode="replay")
+    port = int(player.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        first = sock.recv(65536)  # the client waits here before the server writes anything
+    head, _, rest = first.partition(b"\r\n\r\n")
+    length = int(
+        next(
+            v
+            for k, _, v in (h.partition(b": ") for h in head.split(b"\r\n"))
+            if k.lower() == b"content-length"
+        )
+    )
+    assert head.startswith(b"HTTP/1.1 200") and len(rest) == length > 0

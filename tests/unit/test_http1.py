@@ -19,17 +19,21 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 
 
 @asynccontextmanager
-async def server(handle: Handler) -> AsyncIterator[Origin]:
+async def server(handle: Handler, secure: bool = False) -> AsyncIterator[Origin]:
+    """A loopback upstream that runs `handle` for each connection, as the Origin to call."""
+
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             await handle(reader, writer)
+        except (OSError, asyncio.IncompleteReadError):
+            pass
         finally:
             writer.close()
 
     listening = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = listening.sockets[0].getsockname()[1]
     try:
-        yield Origin(False, "127.0.0.1", port)
+        yield Origin(secure, "127.0.0.1", port)
     finally:
         listening.close()
 

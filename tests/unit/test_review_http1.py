@@ -5,33 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 
 import pytest
 
 from llmtape.http1 import Origin, Pool
-
-REQUEST = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-
-
-@asynccontextmanager
-async def server(handle: Handler, secure: bool = False) -> AsyncIterator[Origin]:
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await handle(reader, writer)
-        except (OSError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-
-    listening = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = listening.sockets[0].getsockname()[1]
-    try:
-        yield Origin(secure, "127.0.0.1", port)
-    finally:
-        listening.close()
+from tests.unit.test_http1 import REQUEST, server
 
 
 async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -157,6 +157,8 @@ class Settings(BaseModel):
                 raise ValueError(f"upstream name {name!r}: use lowercase letters, digits, - or _")
             if not re.match(r"^https?://[^/\s]+", url):
                 raise ValueError(f"upstream {name}={url!r} needs an http:// or https:// URL")
+            if re.search(r"[\s#]", url):  # each would go on the request line as it is
+                raise ValueError(f"upstream {name}={url!r}: a URL holds no space and no #fragment")
         return {name: url.rstrip("/") for name, url in value.items()}
 
     @field_validator("live")

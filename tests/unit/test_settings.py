@@ -343,6 +343,8 @@ def test_parse_pairs_refuses_what_is_not_name_equals_url(item: str) -> None:
         ({"local": "ftp://x"}, "http:// or https://"),
         ({"local": "localhost:8080"}, "http:// or https://"),
         ({"local": "http://"}, "http:// or https://"),
+        ({"local": "http://x/a#b"}, "no #fragment"),
+        ({"local": "http://x/a b"}, "no space"),
     ],
 )
 def test_upstream_names_and_urls_are_validated(upstream: dict[str, str], problem: str) -> None:

@@ -159,6 +159,11 @@ class Settings(BaseModel):
                 raise ValueError(f"upstream {name}={url!r} needs an http:// or https:// URL")
             if re.search(r"[\s#]", url):  # each would go on the request line as it is
                 raise ValueError(f"upstream {name}={url!r}: a URL holds no space and no #fragment")
+            if "?" in url:  # the client's path would go after the query
+                raise ValueError(
+                    f"upstream {name}={url!r}: no ?query in an upstream URL (the client's path "
+                    "and query are added to it)"
+                )
         return {name: url.rstrip("/") for name, url in value.items()}
 
     @field_validator("live")

@@ -344,6 +344,7 @@ def test_parse_pairs_refuses_what_is_not_name_equals_url(item: str) -> None:
         ({"local": "localhost:8080"}, "http:// or https://"),
         ({"local": "http://"}, "http:// or https://"),
         ({"local": "http://x/a#b"}, "no #fragment"),
+        ({"local": "http://x/a?key=1"}, r"no \?query"),
         ({"local": "http://x/a b"}, "no space"),
     ],
 )

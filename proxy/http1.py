@@ -89,7 +89,7 @@ class Connection(asyncio.Protocol):
         self._begin(httptools.HttpResponseParser(self))
         self._no_body = no_body
         self._last = self._loop.time()
-        if body and len(body) > 16 * 1024:
+        if len(body) > 16 * 1024:
             self._transport.write(head)
             self._transport.write(body)
         else:
@@ -267,14 +267,13 @@ class Connection(asyncio.Protocol):
             return
         self.status = status
         self._headed = True
-        self.chunked = _chunked(self.headers)
+        self.chunked, length_given = _framing_of(self.headers)
         if self._no_body:
             self._finish(keep=self._parser.should_keep_alive())
             self._parser = None  # later bytes are not this answer's (data_received drops them)
             return
         if status not in (204, 304):
-            named = {name.lower() for name, _ in self.headers}
-            self._until_close = b"content-length" not in named and not self.chunked
+            self._until_close = not length_given and not self.chunked
         self._wake()
 
     def on_body(self, body: bytes) -> None:
@@ -310,11 +309,20 @@ def _bad(exc: Exception) -> BadAnswer:
     return BadAnswer(str(exc))
 
 
-def _chunked(headers: list[tuple[bytes, bytes]]) -> bool:
-    """Whether chunked is the last transfer coding, as llhttp reads it: an answer whose last
-    coding is another ends with the connection (RFC 9112 6.3)."""
-    codings = b",".join(value for name, value in headers if name.lower() == b"transfer-encoding")
-    return codings.rpartition(b",")[2].strip().lower() == b"chunked"
+def _framing_of(headers: list[tuple[bytes, bytes]]) -> tuple[bool, bool]:
+    """In one pass: whether chunked is the last transfer coding, as llhttp reads it (an answer
+    whose last coding is another ends with the connection, RFC 9112 6.3), and whether a
+    Content-Length is given."""
+    codings: list[bytes] = []
+    length_given = False
+    for name, value in headers:
+        low = name.lower()
+        if low == b"transfer-encoding":
+            codings.append(value)
+        elif low == b"content-length":
+            length_given = True
+    last = b",".join(codings).rpartition(b",")[2].strip().lower()
+    return last == b"chunked", length_given
 
 
 class Pool:

@@ -69,14 +69,14 @@ class HttpResponse:
         upstream: str,
         pool: Pool,
         conn: Connection,
+        named: str,  # its Content-Encoding list (_encoding), worked out by `open` already
         limits: InflateLimits = CAPS,
-        named: str | None = None,  # its content_encoding(), when worked out already
     ) -> None:
         self._upstream = upstream
         self._pool: Pool | None = pool
         self._conn = conn
         raw = conn.headers
-        encoding = (_encoding(raw) if named is None else named).strip().lower()
+        encoding = named.strip().lower()
         self._inflater = Inflater(encoding, limits) if encoding in INFLATABLE else None
         self.status = conn.status
         # From the raw bytes, as latin-1: every byte passes through to the client unchanged.
@@ -173,7 +173,7 @@ class HttpUpstream:
                 "decode, so the answer was not passed on or recorded. llmtape asks for gzip or "
                 "deflate (accept-encoding); this upstream ignored that."
             )
-        return HttpResponse(request.upstream, pool, conn, self._limits, named)
+        return HttpResponse(request.upstream, pool, conn, named, self._limits)
 
     def close(self) -> None:
         self._pool.close()

@@ -67,13 +67,18 @@ def create_temp(path: Path) -> tuple[int, str]:
     name a crashed process with the same pid left is skipped."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
     while True:
-        temp = f"{path.parent}/.{path.name}.{_PID[0]}-{next(_TEMP_NUMBERS)}.tmp"
+        temp = temp_name(path)
         try:
             return os.open(temp, flags, 0o666), temp
         except FileExistsError:
             continue
         except FileNotFoundError:
             path.parent.mkdir(parents=True, exist_ok=True)
+
+
+def temp_name(path: Path) -> str:
+    """A name for a temp file beside `path`, `.<name>.<pid>-<n>.tmp` (see `is_leftover`)."""
+    return f"{path.parent}/.{path.name}.{_PID[0]}-{next(_TEMP_NUMBERS)}.tmp"
 
 
 _TEMP_NUMBERS = itertools.count()  # next() on a count is atomic under the GIL

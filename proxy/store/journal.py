@@ -43,6 +43,7 @@ from llmtape.errors import BadCassetteName
 from llmtape.store.base import parse_exchange_file
 from llmtape.store.durable import GroupSync, datasync, fsync_folder, put, write_atomic
 from llmtape.store.names import check_folder_name
+from llmtape.store.spares import Spares
 
 try:
     import fcntl
@@ -135,6 +136,7 @@ class Journal:
         self._thread: threading.Thread | None = None
         self._name = f"journal-{os.getpid()}-{os.urandom(4).hex()}"
         self._devices: dict[Path, bool] = {}  # cassette folder -> on the journal's filesystem
+        self._spares: Spares | None = None  # files made ahead, once the halves are
 
     def open(self) -> list[Path]:
         """Write back what crashed servers left in their journals; the paths written back."""
@@ -211,9 +213,12 @@ class Journal:
                     self._void(half, name)
                     done[n] = exc
                 return done
+            spares = self._spares
             for n, name, _ in placed:
+                path, data = files[n]
                 try:
-                    put(files[n][0], files[n][1], sync=False)
+                    if spares is None or not spares.place(path, data):
+                        put(path, data, sync=False)
                     done[n] = True
                 except OSError as exc:
                     self._void(half, name)
@@ -337,8 +342,10 @@ class Journal:
             with self._cond:
                 self._broken = True
             return
+        spares = Spares(self.folder)
+        spares.start()
         with self._cond:
-            self._halves = halves
+            self._halves, self._spares = halves, spares
 
     def _make(self, n: int) -> _Half:
         """A half under a temp name, locked, written full of zeros and synced, then renamed:
@@ -384,6 +391,9 @@ class Journal:
         thread.join()
         with self._cond:
             halves, self._halves = self._halves, []
+            spares, self._spares = self._spares, None
+        if spares is not None:  # no writer is left to place a file
+            spares.close()
         for half in halves:
             if half.end == _HEAD.size:
                 half.path.unlink(missing_ok=True)

@@ -1,0 +1,172 @@
+"""Files made ahead for a recording server's journal, so that putting a new exchange file in
+place costs a write and a link, not the making of a file.
+
+Making a file is the one step of a recording whose cost the disk sets: 15-40 us on a quiet
+disk, and up to a millisecond on ext4 without a journal of its own when many files were
+deleted in the last half minute (it steps over each of their inodes; bench/RESULTS.md,
+stop 13). A thread makes spares ahead instead, off every answer's path: unnamed files
+(`O_TMPFILE`) in the journal's folder, which a crash frees by itself (no name, nothing to
+sweep, nothing for git to see). An exchange file is then written into one and linked under
+its name, whole at once as a rename would put it.
+
+Where `O_TMPFILE` or `/proc/self/fd` is missing (macOS, Windows, an older overlayfs), or
+the cassette's folder is on another mount, `place` says no and the file is made the usual
+way (durable.put).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import threading
+from pathlib import Path
+
+from llmtape.store.durable import temp_name
+
+log = logging.getLogger("llmtape")
+
+WANT = 16  # spares kept ready: a batch of 32 answers uses half, then makes the rest
+LOW = WANT // 2  # the thread tops them up once fewer are ready: a burst, not a wake-up each
+_TMPFILE = getattr(os, "O_TMPFILE", 0)
+SUPPORTED = bool(_TMPFILE) and os.path.isdir("/proc/self/fd")
+# A link that no spare can make to that folder: another mount, a filesystem without links.
+_NO_LINK = {errno.EXDEV, errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK}
+
+
+class Spares:
+    """Unnamed files on the filesystem of `folder`, made ahead by a thread of their own."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._cond = threading.Condition()
+        self._ready: list[int] = []
+        self._closing = False
+        self._broken = not SUPPORTED
+        self._elsewhere: set[Path] = set()  # folders on another mount: no link reaches them
+        self._folder_fd = -1
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """The thread makes the first spares; until they are ready `place` says no."""
+        if self._broken:
+            return
+        try:
+            self._folder_fd = os.open(self.folder, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            self._give_up(exc)
+            return
+        self._thread = threading.Thread(target=self._run, name="llmtape-spares", daemon=True)
+        self._thread.start()
+
+    def place(self, path: Path, data: bytes) -> bool:
+        """`data` as the file at `path`, unsynced (as durable.put puts it): written into a
+        spare, then linked under its name. False, having done nothing, when no spare is
+        ready or none can reach `path`'s folder; an OSError as durable.put would raise it."""
+        if path.parent in self._elsewhere:
+            return False
+        fd = self._take()
+        if fd is None:
+            return False
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            return self._link(fd, path)
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        """The thread stops; the spares not used are freed (unnamed: nothing is left)."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        with self._cond:
+            ready, self._ready = self._ready, []
+        for fd in ready:
+            os.close(fd)
+        if self._folder_fd >= 0:
+            os.close(self._folder_fd)
+            self._folder_fd = -1
+
+    @property
+    def ready(self) -> int:
+        with self._cond:
+            return len(self._ready)
+
+    def _take(self) -> int | None:
+        with self._cond:
+            if not self._ready:
+                self._cond.notify()
+                return None
+            fd = self._ready.pop()
+            if len(self._ready) < LOW:
+                self._cond.notify()
+            return fd
+
+    def _link(self, fd: int, path: Path) -> bool:
+        """The spare `fd` named `path`. A file already there is replaced as a rename would
+        (linked beside it under a temp name, renamed over it)."""
+        source = f"/proc/self/fd/{fd}"
+        # A dir fd makes os.link call linkat, which follows the /proc link with
+        # follow_symlinks (plain link(2) would try to link the /proc link itself).
+        at = self._folder_fd
+        try:
+            os.link(source, path, src_dir_fd=at, follow_symlinks=True)
+            return True
+        except FileExistsError:
+            pass
+        except FileNotFoundError:  # its folder is gone (deleted meanwhile): put makes it
+            return False
+        except OSError as exc:
+            if exc.errno not in _NO_LINK:
+                raise
+            self._elsewhere.add(path.parent)
+            return False
+        while True:  # a link cannot replace a file: linked under a temp name, renamed over
+            temp = temp_name(path)
+            try:
+                os.link(source, temp, src_dir_fd=at, follow_symlinks=True)
+                break
+            except FileExistsError:
+                continue
+        try:
+            os.replace(temp, path)
+        except BaseException:
+            Path(temp).unlink(missing_ok=True)
+            raise
+        return True
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._closing or len(self._ready) < LOW)
+                if self._closing:
+                    return
+                missing = WANT - len(self._ready)
+            made: list[int] = []
+            try:
+                for _ in range(missing):
+                    made.append(os.open(self.folder, _TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o666))
+            except OSError as exc:
+                self._give_up(exc)
+            with self._cond:
+                closing = self._closing
+                if not closing:
+                    self._ready += made
+            if closing:
+                for fd in made:
+                    os.close(fd)
+                return
+            if self._broken:
+                return
+
+    def _give_up(self, exc: OSError) -> None:
+        """No spare can be made here (the filesystem has no O_TMPFILE): files are made the
+        usual way, as before."""
+        log.debug("llmtape's journal makes no spare files in %s: %s", self.folder, exc)
+        with self._cond:
+            self._broken = True

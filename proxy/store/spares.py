@@ -28,6 +28,7 @@ log = logging.getLogger("llmtape")
 
 WANT = 16  # spares kept ready: a batch of 32 answers uses half, then makes the rest
 LOW = WANT // 2  # the thread tops them up once fewer are ready: a burst, not a wake-up each
+MAX_FOLDERS = 4096  # folders remembered at most: cassettes are named by a header (bounded)
 _TMPFILE = getattr(os, "O_TMPFILE", 0)
 SUPPORTED = bool(_TMPFILE) and os.path.isdir("/proc/self/fd")
 # A link that no spare can make to that folder: another mount, a filesystem without links.
@@ -43,7 +44,8 @@ class Spares:
         self._ready: list[int] = []
         self._closing = False
         self._broken = not SUPPORTED
-        self._elsewhere: set[Path] = set()  # folders on another mount: no link reaches them
+        # Folders no spare can be placed in (another mount: no link reaches them), bounded
+        self._elsewhere: dict[Path, bool] = {}
         self._folder_fd = -1
         self._thread: threading.Thread | None = None
 
@@ -124,7 +126,7 @@ class Spares:
         except OSError as exc:
             if exc.errno not in _NO_LINK:
                 raise
-            self._elsewhere.add(path.parent)
+            self._remember(path.parent, False)
             return False
         while True:  # a link cannot replace a file: linked under a temp name, renamed over
             temp = temp_name(path)
@@ -139,6 +141,11 @@ class Spares:
             Path(temp).unlink(missing_ok=True)
             raise
         return True
+
+    def _remember(self, folder: Path, fits: bool) -> None:
+        if len(self._elsewhere) >= MAX_FOLDERS:
+            self._elsewhere.clear()
+        self._elsewhere[folder] = fits
 
     def _run(self) -> None:
         while True:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import struct
 import subprocess
 import time
 from collections.abc import Iterator
@@ -30,12 +31,98 @@ def slow_checkpoints(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(journal_module, "CHECKPOINT_S", 3600.0)
 
 
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    """A known umask while the spares are made (they take it when made, not when placed)."""
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def another_group() -> int:
+    """A group this process may give a folder, other than its own."""
+    if os.geteuid() == 0:
+        return 1 if os.getegid() != 1 else 2
+    others = [gid for gid in os.getgroups() if gid != os.getegid()]
+    if not others:
+        pytest.skip("needs a second group to give the cassette folder")
+    return others[0]
+
+
+def plain_open_gives(folder: Path) -> os.stat_result:
+    """What a file made by a plain open in `folder` is given (as durable.put makes one)."""
+    reference = folder / ".reference"
+    reference.touch()
+    try:
+        return reference.stat()
+    finally:
+        reference.unlink()
+
+
 def started(store: FileStore) -> Spares:
     journal = journaling(store)
     spares = journal._spares
     assert spares is not None
     wait_for(lambda: spares.ready == WANT)
     return spares
+
+
+def test_a_file_in_a_setgid_folder_gets_the_folder_s_group_as_a_plain_open_gives_it(
+    tmp_path: Path,
+) -> None:
+    """A cassette folder shared by a team (`chgrp team; chmod g+s`): every file made in it
+    belongs to the team, so that the team can re-record over it. A spare is made in
+    `.llmtape`, whose group it keeps when linked into the folder."""
+    group = another_group()
+    store = FileStore(tmp_path / "lib")
+    store.open()
+    try:
+        started(store)
+        folder = tmp_path / "lib" / "team"
+        folder.mkdir()
+        os.chown(folder, -1, group)
+        folder.chmod(0o2775)
+        exchange = make_exchange(content="in a folder shared by a team")
+        store.write("team", exchange)
+        written = (folder / f"{exchange.key}.json").stat()
+        assert plain_open_gives(folder).st_gid == group
+        assert written.st_gid == group
+    finally:
+        store.close()
+
+
+def _minimal_acl(perm: int) -> bytes:
+    """A `system.posix_acl_*` value: user::, group:: and other:: entries all `perm`."""
+    entries = ((0x01, perm), (0x04, perm), (0x20, perm))  # USER_OBJ, GROUP_OBJ, OTHER
+    return struct.pack("<I", 2) + b"".join(
+        struct.pack("<HHI", t, p, 0xFFFFFFFF) for t, p in entries
+    )
+
+
+def test_a_file_in_a_folder_with_a_default_acl_gets_the_mode_a_plain_open_gives_it(
+    tmp_path: Path, umask_022: None
+) -> None:
+    """`setfacl -d -m g::rw,o::rw` on a cassette folder: its new files are 0666, whatever the
+    umask. A spare takes the umask (or `.llmtape`'s ACL) instead."""
+    store = FileStore(tmp_path / "lib")
+    store.open()
+    try:
+        started(store)
+        folder = tmp_path / "lib" / "shared"
+        folder.mkdir()
+        try:
+            os.setxattr(folder, "system.posix_acl_default", _minimal_acl(6))
+        except OSError as exc:
+            pytest.skip(f"no POSIX ACLs here: {exc}")
+        exchange = make_exchange(content="in a folder with a default ACL")
+        store.write("shared", exchange)
+        written = (folder / f"{exchange.key}.json").stat()
+        assert plain_open_gives(folder).st_mode & 0o777 == 0o666
+        assert written.st_mode & 0o777 == 0o666
+    finally:
+        store.close()
 
 
 @contextlib.contextmanager

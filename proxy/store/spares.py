@@ -9,6 +9,12 @@ stop 13). A thread makes spares ahead instead, off every answer's path: unnamed 
 sweep, nothing for git to see). An exchange file is then written into one and linked under
 its name, whole at once as a rename would put it.
 
+A file takes more than its name from the folder it is made in: a setgid folder's group (a
+team's shared cassettes), a default ACL's mode in place of the umask, a security label. A
+spare was made in the journal's folder and has that folder's: it is placed only in a folder
+that would give a new file the same (looked at once per folder), else the file is made
+there the usual way.
+
 Where `O_TMPFILE` or `/proc/self/fd` is missing (macOS, Windows, an older overlayfs), or
 the cassette's folder is on another mount, `place` says no and the file is made the usual
 way (durable.put).
@@ -19,6 +25,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import stat
 import threading
 from pathlib import Path
 
@@ -28,10 +35,15 @@ log = logging.getLogger("llmtape")
 
 WANT = 16  # spares kept ready: a batch of 32 answers uses half, then makes the rest
 LOW = WANT // 2  # the thread tops them up once fewer are ready: a burst, not a wake-up each
+MAX_FOLDERS = 4096  # folders remembered at most: cassettes are named by a header (bounded)
 _TMPFILE = getattr(os, "O_TMPFILE", 0)
 SUPPORTED = bool(_TMPFILE) and os.path.isdir("/proc/self/fd")
 # A link that no spare can make to that folder: another mount, a filesystem without links.
 _NO_LINK = {errno.EXDEV, errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK}
+# What else a new file takes from its folder: the mode and ACL a default ACL gives (in place
+# of the umask), the label of the folder's security context.
+_INHERITED = ("system.posix_acl_default", "security.selinux")
+_NO_ATTRIBUTE = {errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP}
 
 
 class Spares:
@@ -43,7 +55,11 @@ class Spares:
         self._ready: list[int] = []
         self._closing = False
         self._broken = not SUPPORTED
-        self._elsewhere: set[Path] = set()  # folders on another mount: no link reaches them
+        # Folder -> whether a spare may be placed there: False where no link reaches it
+        # (another mount) or a file made there would differ (see _fits). Bounded.
+        self._folders: dict[Path, bool] = {}
+        self._gid: int | None = None  # the spares' group (the journal folder's, if setgid)
+        self._inherits: tuple[bytes | None, ...] = ()  # the journal folder's _INHERITED
         self._folder_fd = -1
         self._thread: threading.Thread | None = None
 
@@ -53,6 +69,7 @@ class Spares:
             return
         try:
             self._folder_fd = os.open(self.folder, os.O_RDONLY | os.O_CLOEXEC)
+            self._inherits = _inherited(self._folder_fd)
         except OSError as exc:
             self._give_up(exc)
             return
@@ -63,7 +80,14 @@ class Spares:
         """`data` as the file at `path`, unsynced (as durable.put puts it): written into a
         spare, then linked under its name. False, having done nothing, when no spare is
         ready or none can reach `path`'s folder; an OSError as durable.put would raise it."""
-        if path.parent in self._elsewhere:
+        folder = path.parent
+        fits = self._folders.get(folder)
+        if fits is None:
+            fits = self._fits(folder)
+            if fits is None:
+                return False
+            self._remember(folder, fits)
+        if not fits:
             return False
         fd = self._take()
         if fd is None:
@@ -124,7 +148,7 @@ class Spares:
         except OSError as exc:
             if exc.errno not in _NO_LINK:
                 raise
-            self._elsewhere.add(path.parent)
+            self._remember(path.parent, False)
             return False
         while True:  # a link cannot replace a file: linked under a temp name, renamed over
             temp = temp_name(path)
@@ -140,6 +164,32 @@ class Spares:
             raise
         return True
 
+    def _fits(self, folder: Path) -> bool | None:
+        """Whether a file made in `folder` would be given what a spare was: its group and
+        its _INHERITED attributes. None, not to be remembered, when no spare was made yet
+        or `folder` is gone (put makes it)."""
+        gid = self._gid
+        if gid is None:
+            return None
+        try:
+            found = os.stat(folder)
+            inherits = _inherited(folder)
+        except FileNotFoundError:
+            return None
+        except OSError:
+            return False
+        # A new file takes its folder's group where the folder is setgid (or the mount is
+        # `grpid`), else the process's own: a spare's must be both to be the same.
+        same_group = found.st_gid == gid and (
+            bool(found.st_mode & stat.S_ISGID) or os.getegid() == gid
+        )
+        return same_group and inherits == self._inherits
+
+    def _remember(self, folder: Path, fits: bool) -> None:
+        if len(self._folders) >= MAX_FOLDERS:
+            self._folders.clear()
+        self._folders[folder] = fits
+
     def _run(self) -> None:
         while True:
             with self._cond:
@@ -148,18 +198,22 @@ class Spares:
                     return
                 missing = WANT - len(self._ready)
             made: list[int] = []
+            gid = None
             try:
                 for _ in range(missing):
                     made.append(os.open(self.folder, _TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o666))
+                gid = os.fstat(made[0]).st_gid  # the group each file made there is given
             except OSError as exc:
                 self._give_up(exc)
             with self._cond:
                 closing = self._closing
-                if not closing:
+                if not closing and gid is not None:
+                    self._gid = gid
                     self._ready += made
-            if closing:
+            if closing or gid is None:
                 for fd in made:
                     os.close(fd)
+            if closing:
                 return
             if self._broken:
                 return
@@ -170,3 +224,16 @@ class Spares:
         log.debug("llmtape's journal makes no spare files in %s: %s", self.folder, exc)
         with self._cond:
             self._broken = True
+
+
+def _inherited(at: int | Path) -> tuple[bytes | None, ...]:
+    """The _INHERITED attributes of a folder (None for each it has not)."""
+    found: list[bytes | None] = []
+    for name in _INHERITED:
+        try:
+            found.append(os.getxattr(at, name))
+        except OSError as exc:
+            if exc.errno not in _NO_ATTRIBUTE:
+                raise
+            found.append(None)
+    return tuple(found)

@@ -157,6 +157,8 @@ class Spares:
                 break
             except FileExistsError:
                 continue
+            except FileNotFoundError:  # the folder went between the two links: put makes it
+                return False
         try:
             os.replace(temp, path)
         except BaseException:

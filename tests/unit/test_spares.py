@@ -97,6 +97,27 @@ def test_a_folder_deleted_meanwhile_is_left_to_the_usual_write(
     assert not (tmp_path / "gone").exists()
 
 
+def test_a_folder_deleted_between_the_two_links_of_a_replacement_is_left_to_the_usual_write(
+    spares: Spares, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "cassette"
+    folder.mkdir()
+    (folder / "a.json").write_bytes(b"old")
+    real_link = os.link
+
+    def link_then_lose_the_folder(*args: object, **kwargs: object) -> None:
+        try:
+            real_link(*args, **kwargs)  # type: ignore[arg-type]
+        except FileExistsError:
+            (folder / "a.json").unlink()
+            folder.rmdir()  # someone deletes the cassette right then
+            raise
+
+    monkeypatch.setattr(os, "link", link_then_lose_the_folder)
+    assert not spares.place(folder / "a.json", b"new")
+    assert not folder.exists()
+
+
 def test_closed_spares_place_nothing_and_a_folder_that_cannot_be_opened_gives_up(
     tmp_path: Path,
 ) -> None:

@@ -6,10 +6,13 @@ durable write on this disk, the floor under every recorded exchange."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import statistics
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +31,11 @@ SSE_BODY = chat_body(stream_model(SSE_FRAMES, 0), stream=True)
 TALKBACK = ROOT / "bench" / "talkback.js"
 TALKBACK_MODULE = ROOT / "bench" / ".peers" / "node_modules" / "talkback"
 DURABLE_WRITES = 200
+# An ext4 without a journal of its own (this machine's disk) steps over every inode freed in
+# the last 60 s when it makes a file (RECENTCY_MIN in fs/ext4/ialloc.c; 360 s while the
+# inode's table block is dirty): a run right after another meets the first one's clean-up.
+SETTLE_S = 60.0
+CLEANED = Path(tempfile.gettempdir()) / "llmtape-bench-cleaned"
 
 
 @dataclass(frozen=True)
@@ -233,6 +241,7 @@ async def head_to_head(bench: Bench, seconds: float) -> Contest:
 
     # Right before the record loads, in the state they meet: making a file costs 10x more on
     # a disk that just deleted many (an ext4 without a journal; bench/RESULTS.md, stop 13).
+    settle(contest)
     disk_floor(contest, work)
     direct = game.wrk(bench.fake_url, DIRECT_PATH, BODIES, 1)
     contest.put(DIRECT50, "direct", direct.p50_ms)
@@ -252,8 +261,33 @@ async def head_to_head(bench: Bench, seconds: float) -> Contest:
             game.record_loads("talkback", recorder.url, DIRECT_PATH, direct.p50_ms)
         finally:
             recorder.stop()
-    shutil.rmtree(work, ignore_errors=True)
+    # `work` goes with the run's folder at its end: deleted now, its thousands of files
+    # would slow every file the scenarios after it make (SETTLE_S).
     return contest
+
+
+def mark_cleaned() -> None:
+    """The run's files are deleted now: the next run's record loads wait for them to settle."""
+    with contextlib.suppress(OSError):  # only a wait is lost
+        CLEANED.write_text(f"{time.time():.3f}\n")
+
+
+def settle(contest: Contest) -> None:
+    """Wait out the rest of SETTLE_S since the previous run deleted its files, if it did."""
+    try:
+        cleaned = float(CLEANED.read_text())
+    except (OSError, ValueError):
+        return
+    wait = SETTLE_S - (time.time() - cleaned)
+    if 0 < wait <= SETTLE_S:
+        print(
+            f"waiting {wait:.0f} s for the files the previous run deleted to settle "
+            "(bench/README.md)",
+            file=sys.stderr,
+            flush=True,
+        )
+        time.sleep(wait)
+        contest.notes.append(f"waited {wait:.0f} s before the record loads: a run had just ended")
 
 
 def disk_floor(contest: Contest, work: Path) -> None:

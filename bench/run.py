@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.context import FULL, QUICK, Bench, Budget
 from bench.library import big_library, library_parent
-from bench.peers import Contest, as_json, head_to_head, render_contest
+from bench.peers import Contest, as_json, head_to_head, mark_cleaned, render_contest
 from bench.procs import ROOT, BenchError, start_app
 from bench.report import Row, render, write_json
 from bench.scenarios import baseline, direct, passthrough, record, replay
@@ -144,6 +144,7 @@ def main(argv: list[str]) -> int:
         failure = str(exc)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        mark_cleaned()
     bench.rows.append(exit_row(bench))
     if failure:
         bench.rows.append(Row("BENCHMARK STOPPED", note=failure, warning=True))

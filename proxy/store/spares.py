@@ -159,8 +159,17 @@ class Spares:
                 continue
             except FileNotFoundError:  # the folder went between the two links: put makes it
                 return False
+            except OSError as exc:
+                # Linux says EEXIST before EXDEV: a bind mount shows only now.
+                if exc.errno not in _NO_LINK:
+                    raise
+                self._remember(path.parent, False)
+                return False
         try:
             os.replace(temp, path)
+        except FileNotFoundError:  # the folder went after the link: put makes it
+            Path(temp).unlink(missing_ok=True)
+            return False
         except BaseException:
             Path(temp).unlink(missing_ok=True)
             raise

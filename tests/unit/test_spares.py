@@ -3,6 +3,7 @@ bytes under its name and nothing else is left; where no spare can reach, nothing
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterator
@@ -116,6 +117,59 @@ def test_a_folder_deleted_between_the_two_links_of_a_replacement_is_left_to_the_
     monkeypatch.setattr(os, "link", link_then_lose_the_folder)
     assert not spares.place(folder / "a.json", b"new")
     assert not folder.exists()
+
+
+def test_a_folder_deleted_between_the_link_and_the_rename_is_left_to_the_usual_write(
+    spares: Spares, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "cassette"
+    folder.mkdir()
+    (folder / "a.json").write_bytes(b"old")
+    real_replace = os.replace
+
+    def lose_the_folder_then_replace(source: str, target: str) -> None:
+        for name in os.listdir(folder):
+            (folder / name).unlink()
+        folder.rmdir()
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "replace", lose_the_folder_then_replace)
+    assert not spares.place(folder / "a.json", b"new")
+    assert not folder.exists()
+
+
+def test_a_replacement_across_a_mount_is_left_to_the_usual_write_and_remembered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Linux reports EEXIST before EXDEV: a bind-mounted folder shows only at the second link.
+    store = FileStore(tmp_path / "lib")
+    store.open()
+    try:
+        journal = journaling(store)
+        spares = journal._spares
+        assert spares is not None
+        wait_for(lambda: spares.ready == WANT)
+        exchange = make_exchange(content="across a mount")
+        folder = tmp_path / "lib" / "c"
+        folder.mkdir()
+        (folder / f"{exchange.key}.json").write_bytes(b"old")
+        real_link = os.link
+
+        def second_link_crosses_a_mount(*args: object, **kwargs: object) -> None:
+            target = str(args[1])
+            if os.path.basename(target).startswith("."):  # the temp name
+                raise OSError(errno.EXDEV, "Invalid cross-device link", target)
+            real_link(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(os, "link", second_link_crosses_a_mount)
+        store.write("c", exchange)  # made by the usual write: not lost
+        assert store.read("c", exchange.key, 1) == exchange
+        assert names(folder) == [f"{exchange.key}.json"]
+        ready = spares.ready
+        assert not spares.place(folder / "b.json", b"x")  # remembered: not tried again
+        assert spares.ready == ready
+    finally:
+        store.close()
 
 
 def test_closed_spares_place_nothing_and_a_folder_that_cannot_be_opened_gives_up(

@@ -93,6 +93,7 @@ class Bench:
     workdir: Path
     library_dir: Path | None = None  # where the big library goes; None: see library_parent()
     fake_url: str = ""
+    settle_s: float = 60.0  # waited after a previous run's clean-up before record (peers.py)
     rows: list[Row] = field(default_factory=list)
     baseline: dict[str, float] = field(default_factory=dict)  # "c1", "c8", "startup" (ms)
     direct: dict[str, float] = field(default_factory=dict)  # the fake hit directly (ms)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import statistics
@@ -35,6 +36,7 @@ DURABLE_WRITES = 200
 # the last 60 s when it makes a file (RECENTCY_MIN in fs/ext4/ialloc.c; 360 s while the
 # inode's table block is dirty): a run right after another meets the first one's clean-up.
 SETTLE_S = 60.0
+DIRTY_S = 360.0  # while a block of the inode table is dirty: the next run's files make it so
 CLEANED = Path(tempfile.gettempdir()) / "llmtape-bench-cleaned"
 
 
@@ -241,7 +243,7 @@ async def head_to_head(bench: Bench, seconds: float) -> Contest:
 
     # Right before the record loads, in the state they meet: making a file costs 10x more on
     # a disk that just deleted many (an ext4 without a journal; bench/RESULTS.md, stop 13).
-    settle(contest)
+    settle(contest, bench.settle_s)
     disk_floor(contest, work)
     direct = game.wrk(bench.fake_url, DIRECT_PATH, BODIES, 1)
     contest.put(DIRECT50, "direct", direct.p50_ms)
@@ -269,17 +271,23 @@ async def head_to_head(bench: Bench, seconds: float) -> Contest:
 def mark_cleaned() -> None:
     """The run's files are deleted now: the next run's record loads wait for them to settle."""
     with contextlib.suppress(OSError):  # only a wait is lost
-        CLEANED.write_text(f"{time.time():.3f}\n")
+        temp = CLEANED.with_name(f"{CLEANED.name}.{os.getpid()}")
+        temp.write_text(f"{time.time():.3f}\n")
+        os.replace(temp, CLEANED)  # whole: a run starting meanwhile reads it whole
 
 
-def settle(contest: Contest) -> None:
-    """Wait out the rest of SETTLE_S since the previous run deleted its files, if it did."""
+def settle(contest: Contest, settle_s: float = SETTLE_S) -> None:
+    """Wait out the rest of `settle_s` since the previous run deleted its files, if it did,
+    and note how long ago that was when ext4 may still step over them (RECENTCY_DIRTY)."""
     try:
         cleaned = float(CLEANED.read_text())
     except (OSError, ValueError):
         return
-    wait = SETTLE_S - (time.time() - cleaned)
-    if 0 < wait <= SETTLE_S:
+    if not math.isfinite(cleaned):
+        return
+    age = max(time.time() - cleaned, 0.0)  # in the future (a clock set back): as if just now
+    wait = settle_s - age
+    if wait > 0:
         print(
             f"waiting {wait:.0f} s for the files the previous run deleted to settle "
             "(bench/README.md)",
@@ -287,7 +295,12 @@ def settle(contest: Contest) -> None:
             flush=True,
         )
         time.sleep(wait)
-        contest.notes.append(f"waited {wait:.0f} s before the record loads: a run had just ended")
+        age += wait
+    if age < DIRTY_S:
+        contest.notes.append(
+            f"the previous run deleted its files {age:.0f} s before the record loads: ext4 "
+            f"without a journal may step over them for up to {DIRTY_S:.0f} s (--settle)"
+        )
 
 
 def disk_floor(contest: Contest, work: Path) -> None:

@@ -25,10 +25,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.context import FULL, QUICK, Bench, Budget
 from bench.library import big_library, library_parent
-from bench.peers import Contest, as_json, head_to_head, mark_cleaned, render_contest
+from bench.peers import (
+    DIRTY_S,
+    SETTLE_S,
+    Contest,
+    as_json,
+    head_to_head,
+    mark_cleaned,
+    render_contest,
+    settle,
+)
 from bench.procs import ROOT, BenchError, start_app
 from bench.report import Row, render, write_json
 from bench.scenarios import baseline, direct, passthrough, record, replay
+from bench.wrk import wrk_path
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -56,6 +66,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
         metavar="DIR",
         help="where to build it (default /dev/shm if usable, else the temp dir)",
     )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=SETTLE_S,
+        metavar="S",
+        help=(
+            "seconds since a previous run deleted its files to wait before the record loads "
+            f"(default {SETTLE_S:.0f}; {DIRTY_S:.0f} for an ext4 without a journal at rest)"
+        ),
+    )
     return parser.parse_args(argv)
 
 
@@ -75,6 +95,8 @@ async def run(bench: Bench, started: float, seconds: float, only_wrk: bool) -> C
         await baseline(bench)
         progress(started, "fake upstream, direct")
         await direct(bench)
+        if wrk_path() is None:  # no head-to-head: its wait comes here
+            settle(contest, bench.settle_s)
         progress(started, "record")
         recording = await record(bench, bench.workdir / "library")
         progress(started, "passthrough")
@@ -134,7 +156,7 @@ def main(argv: list[str]) -> int:
         budget = dataclasses.replace(budget, library_size=max(args.library_size, 1))
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="llmtape-bench-"))
-    bench = Bench(budget, workdir, library_dir=args.library_dir)
+    bench = Bench(budget, workdir, library_dir=args.library_dir, settle_s=max(args.settle, 0.0))
     failure = ""
     seconds = args.seconds or (3.0 if args.quick else 8.0)
     contest = Contest()

@@ -135,36 +135,15 @@ class Spares:
         """The spare `fd` named `path`. A file already there is replaced as a rename would
         (linked beside it under a temp name, renamed over it)."""
         source = f"/proc/self/fd/{fd}"
-        # A dir fd makes os.link call linkat, which follows the /proc link with
-        # follow_symlinks (plain link(2) would try to link the /proc link itself).
-        at = self._folder_fd
-        try:
-            os.link(source, path, src_dir_fd=at, follow_symlinks=True)
-            return True
-        except FileExistsError:
-            pass
-        except FileNotFoundError:  # its folder is gone (deleted meanwhile): put makes it
+        linked = self._link_as(source, str(path), path.parent)
+        if linked is not None:
+            return linked
+        # A link cannot replace a file: linked under a temp name, renamed over.
+        temp = temp_name(path)
+        while (linked := self._link_as(source, temp, path.parent)) is None:
+            temp = temp_name(path)  # taken: another
+        if not linked:
             return False
-        except OSError as exc:
-            if exc.errno not in _NO_LINK:
-                raise
-            self._remember(path.parent, False)
-            return False
-        while True:  # a link cannot replace a file: linked under a temp name, renamed over
-            temp = temp_name(path)
-            try:
-                os.link(source, temp, src_dir_fd=at, follow_symlinks=True)
-                break
-            except FileExistsError:
-                continue
-            except FileNotFoundError:  # the folder went between the two links: put makes it
-                return False
-            except OSError as exc:
-                # Linux says EEXIST before EXDEV: a bind mount shows only now.
-                if exc.errno not in _NO_LINK:
-                    raise
-                self._remember(path.parent, False)
-                return False
         try:
             os.replace(temp, path)
         except FileNotFoundError:  # the folder went after the link: put makes it
@@ -174,6 +153,26 @@ class Spares:
             Path(temp).unlink(missing_ok=True)
             raise
         return True
+
+    def _link_as(self, source: str, name: str, folder: Path) -> bool | None:
+        """The spare at `source` linked as `name` in `folder`: True; None when `name` is
+        taken; False when the usual write is to make it (the folder gone, or one no link
+        reaches: remembered)."""
+        try:
+            # A dir fd makes os.link call linkat, which follows the /proc link with
+            # follow_symlinks (plain link(2) would try to link the /proc link itself).
+            os.link(source, name, src_dir_fd=self._folder_fd, follow_symlinks=True)
+            return True
+        except FileExistsError:
+            return None
+        except FileNotFoundError:  # the folder is gone (deleted meanwhile): put makes it
+            return False
+        except OSError as exc:
+            # Linux says EEXIST before EXDEV: a bind mount may show only at the temp name.
+            if exc.errno not in _NO_LINK:
+                raise
+            self._remember(folder, False)
+            return False
 
     def _fits(self, folder: Path) -> bool | None:
         """Whether a file made in `folder` would be given what a spare was: its group and

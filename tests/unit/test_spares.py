@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from llmtape.store import spares as spares_module
+from llmtape.store.durable import temp_name
 from llmtape.store.fs import FileStore
 from llmtape.store.spares import LOW, WANT, Spares
 from tests.support import wait_for
@@ -33,6 +34,14 @@ def spares(tmp_path: Path) -> Iterator[Spares]:
 
 def names(folder: Path) -> list[str]:
     return sorted(os.listdir(folder))
+
+
+def ready_spares(store: FileStore) -> Spares:
+    """The spares of the store's journal (its halves made), once all are made."""
+    spares = journaling(store)._spares
+    assert spares is not None
+    wait_for(lambda: spares.ready == WANT)
+    return spares
 
 
 def test_a_placed_file_holds_its_bytes_under_its_name_and_leaves_nothing_else(
@@ -57,6 +66,19 @@ def test_a_file_already_there_is_replaced_whole(spares: Spares, tmp_path: Path) 
     assert spares.place(target, b"new")
     assert target.read_bytes() == b"new"
     assert names(target.parent) == ["a.json"]  # no temp name left
+
+
+def test_a_temp_name_taken_is_passed_over_for_another(spares: Spares, tmp_path: Path) -> None:
+    target = tmp_path / "cassette" / "a.json"
+    target.parent.mkdir()
+    target.write_bytes(b"old")
+    pid, number = temp_name(target).rsplit(".", 2)[1].split("-")  # the next is number + 1
+    taken = target.parent / f".a.json.{pid}-{int(number) + 1}.tmp"
+    taken.write_bytes(b"someone else's")
+    assert spares.place(target, b"new")
+    assert target.read_bytes() == b"new"
+    assert taken.read_bytes() == b"someone else's"
+    assert names(target.parent) == [taken.name, "a.json"]
 
 
 def test_the_thread_tops_the_spares_up_once_fewer_than_low_are_ready(
@@ -145,10 +167,7 @@ def test_a_replacement_across_a_mount_is_left_to_the_usual_write_and_remembered(
     store = FileStore(tmp_path / "lib")
     store.open()
     try:
-        journal = journaling(store)
-        spares = journal._spares
-        assert spares is not None
-        wait_for(lambda: spares.ready == WANT)
+        spares = ready_spares(store)
         exchange = make_exchange(content="across a mount")
         folder = tmp_path / "lib" / "c"
         folder.mkdir()
@@ -190,11 +209,9 @@ def test_closed_spares_place_nothing_and_a_folder_that_cannot_be_opened_gives_up
 def test_the_journal_puts_exchange_files_in_place_from_its_spares(tmp_path: Path) -> None:
     store = FileStore(tmp_path / "lib")
     store.open()
+    journal = store._journal
     try:
-        journal = journaling(store)
-        spares = journal._spares
-        assert spares is not None
-        wait_for(lambda: spares.ready == WANT)
+        spares = ready_spares(store)
         exchange = make_exchange(content="from a spare")
         store.write("c", exchange)
         assert spares.ready == WANT - 1
@@ -202,5 +219,6 @@ def test_the_journal_puts_exchange_files_in_place_from_its_spares(tmp_path: Path
         assert names(tmp_path / "lib" / "c") == [f"{exchange.key}.json"]
     finally:
         store.close()
+    assert journal is not None
     assert journal._spares is None
     assert not (tmp_path / "lib" / ".llmtape").exists()  # closed: nothing left behind

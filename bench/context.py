@@ -17,6 +17,12 @@ from bench.report import Row, ratio
 OPENAI_PATH = "/openai/v1/chat/completions"
 DIRECT_PATH = "/v1/chat/completions"
 SLOW_SHUTDOWN_S = 3.0
+# An ext4 without a journal of its own (this machine's disk) steps over every inode freed in
+# the last 60 s when it makes a file (RECENTCY_MIN in fs/ext4/ialloc.c), 360 s while the
+# inode's table block is dirty (the next run's own files make it so): a run right after
+# another meets the first one's clean-up. The record loads wait SETTLE_S after it (peers.py).
+SETTLE_S = 60.0
+DIRTY_S = 360.0
 
 
 @dataclass(frozen=True)
@@ -93,7 +99,7 @@ class Bench:
     workdir: Path
     library_dir: Path | None = None  # where the big library goes; None: see library_parent()
     fake_url: str = ""
-    settle_s: float = 60.0  # waited after a previous run's clean-up before record (peers.py)
+    settle_s: float = SETTLE_S  # waited after a previous run's clean-up before record
     rows: list[Row] = field(default_factory=list)
     baseline: dict[str, float] = field(default_factory=dict)  # "c1", "c8", "startup" (ms)
     direct: dict[str, float] = field(default_factory=dict)  # the fake hit directly (ms)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.apps import SSE_PATH, stream_model
-from bench.context import DIRECT_PATH, OPENAI_PATH, Bench, call, chat_body, check
+from bench.context import DIRECT_PATH, DIRTY_S, OPENAI_PATH, Bench, call, chat_body, check
 from bench.load import one
 from bench.procs import ROOT, BenchError, Server, start, start_app
 from bench.wrk import INSTALL_HINT, WrkResult, run_wrk, wrk_path
@@ -32,11 +32,6 @@ SSE_BODY = chat_body(stream_model(SSE_FRAMES, 0), stream=True)
 TALKBACK = ROOT / "bench" / "talkback.js"
 TALKBACK_MODULE = ROOT / "bench" / ".peers" / "node_modules" / "talkback"
 DURABLE_WRITES = 200
-# An ext4 without a journal of its own (this machine's disk) steps over every inode freed in
-# the last 60 s when it makes a file (RECENTCY_MIN in fs/ext4/ialloc.c; 360 s while the
-# inode's table block is dirty): a run right after another meets the first one's clean-up.
-SETTLE_S = 60.0
-DIRTY_S = 360.0  # while a block of the inode table is dirty: the next run's files make it so
 CLEANED = Path(tempfile.gettempdir()) / "llmtape-bench-cleaned"
 
 
@@ -264,7 +259,7 @@ async def head_to_head(bench: Bench, seconds: float) -> Contest:
         finally:
             recorder.stop()
     # `work` goes with the run's folder at its end: deleted now, its thousands of files
-    # would slow every file the scenarios after it make (SETTLE_S).
+    # would slow every file the scenarios after it make (context.SETTLE_S).
     return contest
 
 
@@ -276,7 +271,7 @@ def mark_cleaned() -> None:
         os.replace(temp, CLEANED)  # whole: a run starting meanwhile reads it whole
 
 
-def settle(contest: Contest, settle_s: float = SETTLE_S) -> None:
+def settle(contest: Contest, settle_s: float) -> None:
     """Wait out the rest of `settle_s` since the previous run deleted its files, if it did,
     and note how long ago that was when ext4 may still step over them (RECENTCY_DIRTY)."""
     try:

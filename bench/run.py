@@ -23,11 +23,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.context import FULL, QUICK, Bench, Budget
+from bench.context import DIRTY_S, FULL, QUICK, SETTLE_S, Bench, Budget
 from bench.library import big_library, library_parent
 from bench.peers import (
-    DIRTY_S,
-    SETTLE_S,
     Contest,
     as_json,
     head_to_head,

@@ -1,1 +1,1 @@
-"""The llmtape benchmark: run with `.venv/bin/python bench/run.py [--quick]`."""
+"""The tapeproxy benchmark: run with `.venv/bin/python bench/run.py [--quick]`."""

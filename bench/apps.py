@@ -1,7 +1,7 @@
-"""The two servers the benchmark runs beside llmtape, each in its own process: the bare
+"""The two servers the benchmark runs beside tapeproxy, each in its own process: the bare
 starlette baseline and the fake provider upstream. Each prints `... ready on URL`.
 
-    python bench/apps.py baseline     # uvicorn + starlette, same settings as llmtape
+    python bench/apps.py baseline     # uvicorn + starlette, same settings as tapeproxy
     python bench/apps.py fake         # aiohttp: chat completions, JSON or SSE
 """
 
@@ -133,7 +133,7 @@ def run_baseline() -> None:
             port = self.servers[0].sockets[0].getsockname()[1]
             print(f"baseline ready on http://127.0.0.1:{port}", flush=True)
 
-    # The uvicorn settings of llmtape's cli/server.py: one worker bound by uvicorn itself on
+    # The uvicorn settings of tapeproxy's cli/server.py: one worker bound by uvicorn itself on
     # port 0, no access log, warnings only, no server header, no X-Forwarded-* middleware.
     config = uvicorn.Config(
         app,

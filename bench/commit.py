@@ -1,11 +1,11 @@
-"""Recording large answers: while llmtape records (and commits) an answer of N MB, how long
-does `/__llmtape/health` take, and how far does llmtape's RSS grow? Targets (issue 11):
+"""Recording large answers: while tapeproxy records (and commits) an answer of N MB, how long
+does `/__tapeproxy/health` take, and how far does tapeproxy's RSS grow? Targets (issue 11):
 health under 100 ms throughout, RSS bounded whatever the answer's size.
 
     .venv/bin/python bench/commit.py [--sizes 60,500] [--kinds json,sse] [--mode passthrough]
 
 Everything on 127.0.0.1: an in-process upstream makes each answer piece by piece (bounded
-memory), llmtape runs as a subprocess in record mode with --max-record above the largest
+memory), tapeproxy runs as a subprocess in record mode with --max-record above the largest
 size, and a probe asks for health every 10 ms. Stops by itself.
 """
 
@@ -24,7 +24,7 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.procs import Server, start_llmtape
+from bench.procs import Server, start_tapeproxy
 
 PIECE = 256 * 1024
 
@@ -77,10 +77,10 @@ async def start_upstream() -> tuple[web.AppRunner, str]:
 async def probe(
     session: aiohttp.ClientSession, url: str, server: Server, out: dict[str, float]
 ) -> None:
-    """Health every 10 ms until cancelled: the slowest answer, and llmtape's peak RSS."""
+    """Health every 10 ms until cancelled: the slowest answer, and tapeproxy's peak RSS."""
     while True:
         started = time.perf_counter()
-        async with session.get(url + "/__llmtape/health") as response:
+        async with session.get(url + "/__tapeproxy/health") as response:
             await response.read()
         took = (time.perf_counter() - started) * 1000
         if took > out.get("health_max_ms", 0.0):
@@ -99,7 +99,7 @@ async def one(url: str, upstream: str, server: Server, mb: float, kind: str) -> 
     loop_probe = await asyncio.create_subprocess_exec(
         "bash",
         "-c",
-        f'while :; do curl -s -o /dev/null -w "%{{time_total}}\\n" {url}/__llmtape/health; '
+        f'while :; do curl -s -o /dev/null -w "%{{time_total}}\\n" {url}/__tapeproxy/health; '
         "sleep 0.01; done",
         stdout=asyncio.subprocess.PIPE,
     )
@@ -131,13 +131,13 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--sizes", default="60,500", help="answer sizes in MB (default 60,500)")
     parser.add_argument("--kinds", default="json,sse", help="json, sse or both")
     parser.add_argument(
-        "--mode", default="record", help="llmtape's mode: record, or passthrough to compare"
+        "--mode", default="record", help="tapeproxy's mode: record, or passthrough to compare"
     )
     args = parser.parse_args(argv)
     sizes = [float(s) for s in args.sizes.split(",")]
     kinds = args.kinds.split(",")
     runner, upstream = await start_upstream()
-    with tempfile.TemporaryDirectory(prefix="llmtape-commit-") as work:
+    with tempfile.TemporaryDirectory(prefix="tapeproxy-commit-") as work:
         library = Path(work) / "cassettes"
         limit = f"{int(max(sizes) * 2) + 16}MiB"
         options = [
@@ -149,7 +149,7 @@ async def main(argv: list[str]) -> int:
             limit,
         ]
         server = await asyncio.to_thread(
-            start_llmtape, "commit", Path(work), *options, "--upstream", f"up={upstream}"
+            start_tapeproxy, "commit", Path(work), *options, "--upstream", f"up={upstream}"
         )
         try:
             print(

@@ -1,5 +1,5 @@
 """What every scenario shares: the budget, the requests, the run's rows and baselines, and
-llmtape servers that are always stopped and checked for a clean SIGTERM exit."""
+tapeproxy servers that are always stopped and checked for a clean SIGTERM exit."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from bench.apps import stream_model
 from bench.load import Call, Reply
-from bench.procs import BenchError, Server, start_llmtape
+from bench.procs import BenchError, Server, start_tapeproxy
 from bench.report import Row, ratio
 
 OPENAI_PATH = "/openai/v1/chat/completions"
@@ -87,7 +87,7 @@ def call(base: str, body: bytes, *headers: tuple[str, str], path: str = OPENAI_P
 
 @dataclass
 class Recording:
-    """The exchange files llmtape wrote while recording, by scenario."""
+    """The exchange files tapeproxy wrote while recording, by scenario."""
 
     library: Path
     files: dict[str, Path]
@@ -117,10 +117,10 @@ class Bench:
         return row
 
     @contextmanager
-    def llmtape(self, name: str, *options: str) -> Iterator[Server]:
-        """A running `llmtape serve`, stopped with SIGTERM at the end; a warning row if it
+    def tapeproxy(self, name: str, *options: str) -> Iterator[Server]:
+        """A running `tapeproxy serve`, stopped with SIGTERM at the end; a warning row if it
         does not exit 0 or takes long to."""
-        server = start_llmtape(name, self.workdir, *options)
+        server = start_tapeproxy(name, self.workdir, *options)
         try:
             yield server
         finally:
@@ -131,7 +131,7 @@ class Bench:
                 tail = server.log_tail(5).replace("\n", " | ")
                 self.add(
                     Row(
-                        f"WARNING: llmtape {name}",
+                        f"WARNING: tapeproxy {name}",
                         note=(
                             f"exited with {code} on SIGTERM (want 0) after {took:.1f} s; "
                             f"log: {tail}"
@@ -142,7 +142,7 @@ class Bench:
             elif took > SLOW_SHUTDOWN_S:
                 self.add(
                     Row(
-                        f"WARNING: llmtape {name}",
+                        f"WARNING: tapeproxy {name}",
                         note=(f"took {took:.1f} s to exit on SIGTERM"),
                         warning=True,
                     )

@@ -1,5 +1,5 @@
 """Scenario 6: replay timing fidelity. A stream recorded with 50 ms between its 10 frames is
-replayed with `x-llmtape-timing: recorded`; the gaps the client sees are compared with the
+replayed with `x-tapeproxy-timing: recorded`; the gaps the client sees are compared with the
 gaps in the cassette (`response.frames[i].ms`). `none` must take far less than the span."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from bench.load import Reply, client, send
 from bench.procs import BenchError, Server
 from bench.report import Row, ratio
 
-TIMING_HEADER = "x-llmtape-timing"
+TIMING_HEADER = "x-tapeproxy-timing"
 
 
 def recorded_ms(cassette_file: Path) -> list[int]:

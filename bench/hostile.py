@@ -1,4 +1,4 @@
-"""Hostile inputs: the server's peak RSS for each row of issue 11's table, one fresh llmtape
+"""Hostile inputs: the server's peak RSS for each row of issue 11's table, one fresh tapeproxy
 per row (record mode, default limits) against a hostile upstream in this process. Everything
 on 127.0.0.1; every row is bounded in time and the whole run by --cap.
 
@@ -28,7 +28,7 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.procs import Server, start_llmtape
+from bench.procs import Server, start_tapeproxy
 
 MiB = 1024 * 1024
 BLOCK = bytes(MiB)
@@ -138,7 +138,7 @@ async def many_names(url: str) -> str:
 
     async def worker(session: aiohttp.ClientSession) -> None:
         for n in names:
-            headers = {"x-llmtape-cassette": f"hostile/name-{n:05d}"}
+            headers = {"x-tapeproxy-cassette": f"hostile/name-{n:05d}"}
             async with session.post(url + "/tool/x", json={"n": 1}, headers=headers) as answer:
                 await answer.read()
                 statuses[answer.status] = statuses.get(answer.status, 0) + 1
@@ -180,12 +180,12 @@ async def idle_sockets(url: str) -> str:
     used, unused, halfway = [], [], []
     for _ in range(IDLE):
         reader, writer = await asyncio.open_connection(host, int(port))
-        writer.write(b"GET /__llmtape/health HTTP/1.1\r\nhost: x\r\n\r\n")
+        writer.write(b"GET /__tapeproxy/health HTTP/1.1\r\nhost: x\r\n\r\n")
         await reader.readuntil(b"}")
         used.append((reader, writer))
         unused.append(await asyncio.open_connection(host, int(port)))
         reader, writer = await asyncio.open_connection(host, int(port))
-        writer.write(b"GET /__llmtape/health HTTP/1.1\r\nhost: x\r\n")
+        writer.write(b"GET /__tapeproxy/health HTTP/1.1\r\nhost: x\r\n")
         halfway.append((reader, writer))
     await asyncio.sleep(IDLE_WAIT)
 
@@ -239,7 +239,7 @@ def main(argv: list[str]) -> int:
     deadline = time.monotonic() + args.cap
     hostile = Hostile().start()
     print("| input | peak RSS (start) | what happened |\n| --- | --- | --- |", flush=True)
-    with tempfile.TemporaryDirectory(prefix="llmtape-hostile-") as folder:
+    with tempfile.TemporaryDirectory(prefix="tapeproxy-hostile-") as folder:
         work = Path(folder)
         for n, (name, options, run) in enumerate(rows(hostile.url)):
             if args.only and args.only not in name:
@@ -248,7 +248,7 @@ def main(argv: list[str]) -> int:
                 print(f"| {name} | | not run: past --cap |")
                 continue
             library = str(work / f"library-{n}")
-            server = start_llmtape(
+            server = start_tapeproxy(
                 f"row{n}", work, "--mode", "record", "--cassettes", library, *options
             )
             try:

@@ -41,7 +41,7 @@ def fill(cassette: Path, data: bytes, size: int) -> float:
     cassette.mkdir(parents=True, exist_ok=True)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     for i in range(size):
-        name = hashlib.sha256(b"llmtape-bench-%d" % i).hexdigest() + ".json"
+        name = hashlib.sha256(b"tapeproxy-bench-%d" % i).hexdigest() + ".json"
         fd = os.open(cassette / name, flags, 0o644)
         try:
             os.write(fd, data)
@@ -52,7 +52,7 @@ def fill(cassette: Path, data: bytes, size: int) -> float:
 
 async def big_library(bench: Bench, recording: Recording, parent: Path) -> None:
     source = recording.files["json"]
-    library = Path(tempfile.mkdtemp(prefix="llmtape-bench-library-", dir=parent))
+    library = Path(tempfile.mkdtemp(prefix="tapeproxy-bench-library-", dir=parent))
     size = bench.budget.library_size
     try:
         cassette = library / "default"
@@ -76,7 +76,7 @@ async def big_library(bench: Bench, recording: Recording, parent: Path) -> None:
 
 async def _measure(bench: Bench, library: Path, size: int, generated: str) -> None:
     label = f"{size // 1000}k" if size >= 1000 else str(size)
-    with bench.llmtape(
+    with bench.tapeproxy(
         f"replay-{label}",
         "--mode",
         "replay",
@@ -119,7 +119,7 @@ async def _interleaved(bench: Bench, url: str) -> tuple[Sample, Sample]:
     """Lookups in the big cassette and in a 1-file one, alternating request by request (which
     goes first alternates too), so machine noise hits both alike."""
     budget = bench.budget
-    targets = [call(url, JSON_BODY), call(url, JSON_BODY, ("x-llmtape-cassette", "small"))]
+    targets = [call(url, JSON_BODY), call(url, JSON_BODY, ("x-tapeproxy-cassette", "small"))]
     big, small = Sample(), Sample()
     async with client(1) as session:
         for target in targets:  # warm-up; the first request also lists the folder

@@ -1,4 +1,4 @@
-"""The head-to-head, driven by wrk: llmtape against a bare starlette endpoint serving the same
+"""The head-to-head, driven by wrk: tapeproxy against a bare starlette endpoint serving the same
 bytes from memory (the stack's limit) and against Talkback (the peer), in the same run, on
 50 distinct recorded chat completions replayed with `--repeat repeat-last`, a 100-frame SSE
 stream, and record mode against the fake upstream hit directly; plus the cost of one
@@ -32,13 +32,13 @@ SSE_BODY = chat_body(stream_model(SSE_FRAMES, 0), stream=True)
 TALKBACK = ROOT / "bench" / "talkback.js"
 TALKBACK_MODULE = ROOT / "bench" / ".peers" / "node_modules" / "talkback"
 DURABLE_WRITES = 200
-CLEANED = Path(tempfile.gettempdir()) / "llmtape-bench-cleaned"
+CLEANED = Path(tempfile.gettempdir()) / "tapeproxy-bench-cleaned"
 
 
 @dataclass(frozen=True)
 class Metric:
     """One line of the head-to-head: `better` is "higher" or "lower"; `target(contest)` is
-    the bound llmtape must meet (None: no figure to bound it by)."""
+    the bound tapeproxy must meet (None: no figure to bound it by)."""
 
     name: str
     better: str
@@ -48,7 +48,7 @@ class Metric:
 
 @dataclass
 class Contest:
-    """Figures by metric name and contender: "starlette", "talkback", "llmtape", "direct"."""
+    """Figures by metric name and contender: "starlette", "talkback", "tapeproxy", "direct"."""
 
     figures: dict[str, dict[str, float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -102,7 +102,7 @@ METRICS = [
 
 
 def durable_write_ms(folder: Path, data: bytes, count: int = DURABLE_WRITES) -> list[float]:
-    """What one exchange file costs on this disk at the least: each write as llmtape's
+    """What one exchange file costs on this disk at the least: each write as tapeproxy's
     `write_atomic` does it (temp file, write, fsync, rename, fsync the folder)."""
     folder.mkdir(parents=True, exist_ok=True)
     took = []
@@ -208,7 +208,7 @@ async def head_to_head(bench: Bench, seconds: float) -> Contest:
         contest.notes.append(f"SKIPPED: wrk is not installed; {INSTALL_HINT}")
         return contest
     work = bench.workdir / "h2h"
-    library = work / "llmtape"
+    library = work / "tapeproxy"
 
     baseline = start_app("baseline", bench.workdir)
     try:
@@ -218,14 +218,14 @@ async def head_to_head(bench: Bench, seconds: float) -> Contest:
         baseline.stop()
 
     upstream = f"openai={bench.fake_url}"
-    with bench.llmtape(
+    with bench.tapeproxy(
         "h2h-record", "--mode", "record", "--cassettes", str(library), "--upstream", upstream
     ) as server:
-        await record_library(bench, server.url, OPENAI_PATH, "llmtape")
-    with bench.llmtape(
+        await record_library(bench, server.url, OPENAI_PATH, "tapeproxy")
+    with bench.tapeproxy(
         "h2h-replay", "--mode", "replay", "--cassettes", str(library), "--repeat", "repeat-last"
     ) as server:
-        game.replay_loads("llmtape", server.url, OPENAI_PATH, OPENAI_PATH)
+        game.replay_loads("tapeproxy", server.url, OPENAI_PATH, OPENAI_PATH)
 
     why_not = talkback_ready()
     if not why_not:
@@ -242,7 +242,7 @@ async def head_to_head(bench: Bench, seconds: float) -> Contest:
     disk_floor(contest, work)
     direct = game.wrk(bench.fake_url, DIRECT_PATH, BODIES, 1)
     contest.put(DIRECT50, "direct", direct.p50_ms)
-    with bench.llmtape(
+    with bench.tapeproxy(
         "h2h-record-load",
         "--mode",
         "record",
@@ -251,7 +251,7 @@ async def head_to_head(bench: Bench, seconds: float) -> Contest:
         "--upstream",
         upstream,
     ) as server:
-        game.record_loads("llmtape", server.url, OPENAI_PATH, direct.p50_ms)
+        game.record_loads("tapeproxy", server.url, OPENAI_PATH, direct.p50_ms)
     if not why_not:
         recorder = start_talkback(bench.workdir, bench.fake_url, work / "tapes-load", "OVERWRITE")
         try:
@@ -323,10 +323,10 @@ async def talkback_replay(game: HeadToHead, tapes: Path) -> None:
 
 
 def verdicts(contest: Contest) -> list[tuple[Metric, float | None, float | None, str]]:
-    """Per metric: llmtape / starlette, llmtape / Talkback, and whether the target is met."""
+    """Per metric: tapeproxy / starlette, tapeproxy / Talkback, and whether the target is met."""
     out = []
     for metric in METRICS:
-        ours = contest.get(metric.name, "llmtape")
+        ours = contest.get(metric.name, "tapeproxy")
         base = contest.get(metric.name, "starlette")
         peer = contest.get(metric.name, "talkback")
         verdict = ""
@@ -365,7 +365,7 @@ def render_contest(contest: Contest, title: str) -> None:
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")
-    for name in ["metric", "starlette", "Talkback", "llmtape", "x starlette", "x Talkback"]:
+    for name in ["metric", "starlette", "Talkback", "tapeproxy", "x starlette", "x Talkback"]:
         table.add_column(name, justify="left" if name == "metric" else "right")
     table.add_column("target")
     table.add_column("verdict")
@@ -377,7 +377,7 @@ def render_contest(contest: Contest, title: str) -> None:
             metric.name,
             _cell(contest.get(metric.name, "starlette"), digits),
             _cell(contest.get(metric.name, "talkback"), digits),
-            _cell(contest.get(metric.name, "llmtape"), digits),
+            _cell(contest.get(metric.name, "tapeproxy"), digits),
             _cell(vs_base),
             _cell(vs_peer),
             metric.target_text,
@@ -390,7 +390,7 @@ def render_contest(contest: Contest, title: str) -> None:
     if disk50 is not None:
         console.print(
             f"one durable write on this disk (write, fsync, rename, fsync folder): "
-            f"p50 {disk50:.2f} ms, p99 {_cell(disk99)} ms; a journal write (what llmtape's "
+            f"p50 {disk50:.2f} ms, p99 {_cell(disk99)} ms; a journal write (what tapeproxy's "
             f"record path syncs): p50 {_cell(contest.get(JOURNAL50, 'disk'))} ms; "
             f"upstream direct p50 {_cell(contest.get(DIRECT50, 'direct'))} ms"
         )

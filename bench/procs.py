@@ -40,7 +40,7 @@ class Server:
 
     def memory_mb(self) -> tuple[float | None, float | None]:
         """(current RSS, peak RSS) in MB from /proc/PID/status, of the server and its child
-        processes (llmtape's scribe) together; None where unreadable. The peak is the sum
+        processes (tapeproxy's scribe) together; None where unreadable. The peak is the sum
         of each process's own peak: at most that, at once."""
         now = peak = None
         for pid in [self.pid, *_children(self.pid)]:
@@ -95,8 +95,8 @@ class Server:
 
 
 def clean_env() -> dict[str, str]:
-    """The environment minus LLMTAPE_* (a developer's settings must not leak into the run)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
+    """The environment minus TAPEPROXY_* (a developer's settings must not leak into the run)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
 
 
 def start(name: str, argv: list[str], workdir: Path, timeout: float = 60.0) -> Server:
@@ -166,11 +166,11 @@ def start_app(name: str, workdir: Path) -> Server:
     return start(name, [sys.executable, str(APPS), name], workdir)
 
 
-def start_llmtape(name: str, workdir: Path, *options: str) -> Server:
+def start_tapeproxy(name: str, workdir: Path, *options: str) -> Server:
     argv = [
         sys.executable,
         "-m",
-        "llmtape",
+        "tapeproxy",
         "serve",
         "--host",
         "127.0.0.1",

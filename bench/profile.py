@@ -1,4 +1,4 @@
-"""Where llmtape's time goes: py-spy samples `llmtape serve` while wrk drives it, and the
+"""Where tapeproxy's time goes: py-spy samples `tapeproxy serve` while wrk drives it, and the
 hottest frames (own time and time including callees) are printed.
 
     .venv/bin/python bench/profile.py replay|record [--seconds S] [--connections N] [--idle | --gil]
@@ -74,22 +74,22 @@ async def main(argv: list[str]) -> int:
     )
     parser.add_argument("--keep", type=Path, metavar="FILE", help="also keep the raw stacks")
     args = parser.parse_args(argv)
-    workdir = Path(tempfile.mkdtemp(prefix="llmtape-profile-"))
+    workdir = Path(tempfile.mkdtemp(prefix="tapeproxy-profile-"))
     bench = Bench(QUICK, workdir)
     fake = start_app("fake", workdir)
     bench.fake_url = fake.url
     library = workdir / "library"
     upstream = f"openai={fake.url}"
     try:
-        with bench.llmtape(
+        with bench.tapeproxy(
             "record", "--mode", "record", "--cassettes", str(library), "--upstream", upstream
         ) as server:
             if args.path == "replay":
-                await record_library(bench, server.url, OPENAI_PATH, "llmtape")
+                await record_library(bench, server.url, OPENAI_PATH, "tapeproxy")
             else:
                 await drive(server.pid, server.url, args, workdir / "profile.txt")
         if args.path == "replay":
-            with bench.llmtape(
+            with bench.tapeproxy(
                 "replay", "--mode", "replay", "--cassettes", str(library), "--repeat", "repeat-last"
             ) as server:
                 await drive(server.pid, server.url, args, workdir / "profile.txt")

@@ -1,5 +1,5 @@
-"""The llmtape benchmark: starts a bare starlette baseline, a fake provider, Talkback and
-llmtape in each mode as subprocesses on 127.0.0.1; first a head-to-head driven by wrk (ratios
+"""The tapeproxy benchmark: starts a bare starlette baseline, a fake provider, Talkback and
+tapeproxy in each mode as subprocesses on 127.0.0.1; first a head-to-head driven by wrk (ratios
 to the baseline and to Talkback), then the scenarios driven by a pooled aiohttp client, each
 p50 as a ratio to the baseline measured in the same run.
 
@@ -112,7 +112,7 @@ async def run(bench: Bench, started: float, seconds: float, only_wrk: bool) -> C
 
 def exit_row(bench: Bench) -> Row:
     if not bench.exits:
-        return Row("SIGTERM exits", note="no llmtape process ran", warning=True)
+        return Row("SIGTERM exits", note="no tapeproxy process ran", warning=True)
     bad = [f"{name}={code}" for name, code, _ in bench.exits if code != 0]
     verdict = f"NOT 0: {', '.join(bad)}" if bad else "all exited 0"
     took = ", ".join(f"{name} {seconds:.2f}" for name, _, seconds in bench.exits)
@@ -120,7 +120,7 @@ def exit_row(bench: Bench) -> Row:
         "SIGTERM exits",
         requests=len(bench.exits),
         warning=bool(bad),
-        note=f"{len(bench.exits)} llmtape processes: {verdict}; SIGTERM to exit (s): "
+        note=f"{len(bench.exits)} tapeproxy processes: {verdict}; SIGTERM to exit (s): "
         f"{took}; baseline {bench.baseline.get('stop', 0):.2f}",
     )
 
@@ -153,7 +153,7 @@ def main(argv: list[str]) -> int:
     if args.library_size is not None:
         budget = dataclasses.replace(budget, library_size=max(args.library_size, 1))
     started = time.monotonic()
-    workdir = Path(tempfile.mkdtemp(prefix="llmtape-bench-"))
+    workdir = Path(tempfile.mkdtemp(prefix="tapeproxy-bench-"))
     bench = Bench(budget, workdir, library_dir=args.library_dir, settle_s=max(args.settle, 0.0))
     failure = ""
     seconds = args.seconds or (3.0 if args.quick else 8.0)
@@ -175,7 +175,7 @@ def main(argv: list[str]) -> int:
     render_contest(contest, f"head-to-head, wrk, 1 thread ({where})")
     render(
         bench.rows,
-        f"llmtape benchmark ({'quick' if args.quick else 'full'}, {took:.0f} s, {where})",
+        f"tapeproxy benchmark ({'quick' if args.quick else 'full'}, {took:.0f} s, {where})",
     )
     if args.json is not None:
         write_json(args.json, bench.rows, {**info, "head_to_head": as_json(contest)})

@@ -77,18 +77,18 @@ async def record(bench: Bench, library: Path) -> Recording:
     """Record the exchanges the replay scenarios use, then time record mode itself."""
     upstream = f"openai={bench.fake_url}"
     files: dict[str, Path] = {}
-    with bench.llmtape(
+    with bench.tapeproxy(
         "record", "--mode", "record", "--cassettes", str(library), "--upstream", upstream
     ) as server:
         for name, body in [("json", JSON_BODY), ("sse", SSE_BODY), ("timed", TIMED_BODY)]:
             reply = check(await one(call(server.url, body)), f"recording the {name} exchange")
-            key = reply.headers.get("x-llmtape-key", "")
+            key = reply.headers.get("x-tapeproxy-key", "")
             files[name] = library / "default" / f"{key}.json"
             if not files[name].is_file():
                 raise BenchError(f"record mode answered {name} but wrote no {files[name]}")
         budget = bench.budget
         # A cassette of its own: every request is a new ordinal, one fsync'd file each.
-        target = call(server.url, JSON_BODY, ("x-llmtape-cassette", "record-load"))
+        target = call(server.url, JSON_BODY, ("x-tapeproxy-cassette", "record-load"))
         sample = await measure(target, budget.record_count, 1, budget.cap_s, 5)
         note = f"{_plus(sample.p50_ms(), bench.direct.get('json'))} p50 over upstream direct"
         bench.add(Row.of("record JSON (1 file each)", sample, bench.base(1), note), server)
@@ -98,7 +98,7 @@ async def record(bench: Bench, library: Path) -> Recording:
 async def passthrough(bench: Bench) -> None:
     """Scenario 4: what forwarding adds, for a JSON answer and for a paced stream's TTFB."""
     budget = bench.budget
-    with bench.llmtape(
+    with bench.tapeproxy(
         "passthrough", "--mode", "passthrough", "--upstream", f"openai={bench.fake_url}"
     ) as server:
         target = call(server.url, JSON_BODY)
@@ -119,7 +119,7 @@ async def passthrough(bench: Bench) -> None:
 async def replay(bench: Bench, recording: Recording) -> None:
     """Scenarios 2 and 3: replay of the recorded JSON answer and 50-frame stream."""
     budget = bench.budget
-    with bench.llmtape(
+    with bench.tapeproxy(
         "replay",
         "--mode",
         "replay",

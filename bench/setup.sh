@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything the benchmark needs on a fresh clone: the venv with llmtape and its bench extra
+# Everything the benchmark needs on a fresh clone: the venv with tapeproxy and its bench extra
 # (uvicorn[standard] for the baseline, py-spy), wrk (Debian package `wrk`), and Talkback
 # (npm `talkback`, the peer; skipped with a note when node/npm are missing).
 set -euo pipefail

@@ -22,7 +22,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.apps import stream_model
-from bench.procs import Server, start_app, start_llmtape
+from bench.procs import Server, start_app, start_tapeproxy
 
 DISTINCT = 40  # recorded requests of each kind
 KINDS = {"replay": 0.55, "stream": 0.15, "miss": 0.15, "dropped stream": 0.15}
@@ -93,20 +93,20 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--cap", type=float, default=300.0, help="wall-clock cap, seconds")
     args = parser.parse_args(argv)
     random.seed(7)
-    with tempfile.TemporaryDirectory(prefix="llmtape-soak-") as folder:
+    with tempfile.TemporaryDirectory(prefix="tapeproxy-soak-") as folder:
         work = Path(folder)
         fake = start_app("fake", work)
         servers = [fake]
         try:
             library = str(work / "library")
             upstream = f"openai={fake.url}"
-            recorder = start_llmtape(
+            recorder = start_tapeproxy(
                 "record", work, "--mode", "record", "--cassettes", library, "--upstream", upstream
             )
             servers.append(recorder)
             asyncio.run(record(recorder.url + "/openai/v1/chat/completions"))
             recorder.stop()
-            replayer = start_llmtape(
+            replayer = start_tapeproxy(
                 "replay",
                 work,
                 "--cassettes",

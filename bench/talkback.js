@@ -1,4 +1,4 @@
-// Talkback (npm `talkback`), the peer the benchmark compares llmtape with.
+// Talkback (npm `talkback`), the peer the benchmark compares tapeproxy with.
 //   node bench/talkback.js UPSTREAM_URL TAPES_DIR RECORD_MODE   (NEW | OVERWRITE | DISABLED)
 // Installed by bench/setup.sh into bench/.peers; prints `talkback ready on URL`.
 const http = require("http");
@@ -18,7 +18,7 @@ const server = talkback({
   port: 0,
   record: record,
   fallbackMode: "NOT_FOUND",
-  allowHeaders: ["content-type"], // match like llmtape: method, path, body
+  allowHeaders: ["content-type"], // match like tapeproxy: method, path, body
   silent: true,
   summary: false,
 });

@@ -1,1 +1,1 @@
-"""llmtape's command line."""
+"""tapeproxy's command line."""

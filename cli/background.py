@@ -1,4 +1,4 @@
-"""llmtape in a background thread of this process, on the address its settings give (the
+"""tapeproxy in a background thread of this process, on the address its settings give (the
 pytest plugin's server): started and stopped from the calling thread, the engine reached on
 the server's own event loop."""
 
@@ -10,9 +10,9 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from llmtape.app import Server
-from llmtape.cli.server import ReadyServer, uvicorn_config
-from llmtape.settings import Settings
+from tapeproxy.app import Server
+from tapeproxy.cli.server import ReadyServer, uvicorn_config
+from tapeproxy.settings import Settings
 
 T = TypeVar("T")
 START_SECONDS = 20.0
@@ -20,7 +20,7 @@ CALL_SECONDS = 60.0  # ending a run waits up to 5 s for recordings; reading miss
 
 
 class BackgroundServer:
-    """llmtape on 127.0.0.1, port 0, in a background thread; engine calls go to its loop."""
+    """tapeproxy on 127.0.0.1, port 0, in a background thread; engine calls go to its loop."""
 
     def __init__(self, settings: Settings) -> None:
         self.server = Server(settings)
@@ -29,7 +29,7 @@ class BackgroundServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
         self._uvicorn = ReadyServer(uvicorn_config(self.server.app, settings), self._on_ready)
-        self._thread = threading.Thread(target=self._run, name="llmtape-pytest", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="tapeproxy-pytest", daemon=True)
 
     def _on_ready(self, url: str) -> None:
         self._loop = asyncio.get_running_loop()
@@ -44,13 +44,13 @@ class BackgroundServer:
     def start(self) -> BackgroundServer:
         self._thread.start()
         if not self._ready.wait(START_SECONDS) or not self.url:
-            raise RuntimeError("llmtape did not start; see the log above")
+            raise RuntimeError("tapeproxy did not start; see the log above")
         return self
 
     def call(self, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """Run `work()` on the server's event loop, where the engine lives; its result."""
         if self._loop is None:
-            raise RuntimeError("llmtape is not running")
+            raise RuntimeError("tapeproxy is not running")
         return asyncio.run_coroutine_threadsafe(work(), self._loop).result(CALL_SECONDS)
 
     def stop(self) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-log = logging.getLogger("llmtape")
+log = logging.getLogger("tapeproxy")
 
 # 4 times node's 16 KiB, 2 times nginx's 32 KiB: a head an upstream would take is never
 # refused (an SDK's is 1-2 KB, a big bearer token a few KB), and httptools holds at most this.

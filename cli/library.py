@@ -13,11 +13,11 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from llmtape.cli.output import make_console
-from llmtape.errors import ConfigError, LlmtapeError
-from llmtape.prices import PriceTable, load_prices
-from llmtape.rules import MatchRules
-from llmtape.settings import (
+from tapeproxy.cli.output import make_console
+from tapeproxy.errors import ConfigError, TapeproxyError
+from tapeproxy.prices import PriceTable, load_prices
+from tapeproxy.rules import MatchRules
+from tapeproxy.settings import (
     MIB,
     Settings,
     env_name,
@@ -26,7 +26,7 @@ from llmtape.settings import (
     option_name,
     parse_pairs,
 )
-from llmtape.store.base import CassetteStore
+from tapeproxy.store.base import CassetteStore
 
 # A command that reads more files than this shows a progress bar (on a terminal).
 PROGRESS_FROM = 2000
@@ -85,16 +85,16 @@ def option(field: str, off_flag: str | None = None) -> Any:
     )
 
 
-def fail(error: LlmtapeError | str, as_json: bool = False, code: int = 2) -> typer.Exit:
+def fail(error: TapeproxyError | str, as_json: bool = False, code: int = 2) -> typer.Exit:
     """Say what went wrong (one JSON object on stdout under --json, else a line on stderr,
     red only on a terminal and without NO_COLOR) and give the exit to raise."""
-    message = error.message if isinstance(error, LlmtapeError) else error
-    kind = error.error_type if isinstance(error, LlmtapeError) else "llmtape_error"
+    message = error.message if isinstance(error, TapeproxyError) else error
+    kind = error.error_type if isinstance(error, TapeproxyError) else "tapeproxy_error"
     if as_json:
         print(json.dumps({"error": {"type": kind, "message": message}}, indent=2))
     else:
         make_console(stderr=True).print(
-            f"llmtape: {message}", style="red", highlight=False, markup=False, soft_wrap=True
+            f"tapeproxy: {message}", style="red", highlight=False, markup=False, soft_wrap=True
         )
     return typer.Exit(code)
 
@@ -104,14 +104,14 @@ UpstreamOption = Annotated[list[str] | None, option("upstream")]
 IgnoreOption = Annotated[list[str] | None, option("ignore")]
 ConfigOption = Annotated[
     Path | None,
-    typer.Option(help="Config file. Default: ./llmtape.toml if present.", metavar="FILE"),
+    typer.Option(help="Config file. Default: ./tapeproxy.toml if present.", metavar="FILE"),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 PricesOption = Annotated[
     Path | None,
     typer.Option(
-        help="A price table (JSON, as llmtape's own) whose models override the shipped "
-        f"prices. Env: {env_name('prices')}; `prices` in llmtape.toml.",
+        help="A price table (JSON, as tapeproxy's own) whose models override the shipped "
+        f"prices. Env: {env_name('prices')}; `prices` in tapeproxy.toml.",
         metavar="FILE",
     ),
 ]
@@ -119,7 +119,7 @@ PricesOption = Annotated[
 
 def library_store(cassettes: Path | None, config: Path | None) -> CassetteStore:
     """The library's store, whether or not its folder is there."""
-    from llmtape.store import open_store
+    from tapeproxy.store import open_store
 
     settings = load_settings({"cassettes": cassettes}, config=config, fields={"cassettes"})
     return open_store(settings.cassettes)
@@ -134,8 +134,8 @@ def open_library(
 ) -> Library:
     """The cassette library and the match rules, from the same sources as `serve` (only the
     folder when the command needs no `rules`); a library that is not there is an error."""
-    from llmtape.providers import Rulebook, provider_table
-    from llmtape.store import open_store
+    from tapeproxy.providers import Rulebook, provider_table
+    from tapeproxy.store import open_store
 
     settings = load_settings(
         {
@@ -155,8 +155,8 @@ def open_library(
 
 def missing_library(store: CassetteStore) -> ConfigError:
     return ConfigError(
-        f"no cassette library at {store.where()} (--cassettes / LLMTAPE_CASSETTES): no "
-        "cassettes there; check the path, or record some with `llmtape serve --mode record`"
+        f"no cassette library at {store.where()} (--cassettes / TAPEPROXY_CASSETTES): no "
+        "cassettes there; check the path, or record some with `tapeproxy serve --mode record`"
     )
 
 
@@ -170,7 +170,7 @@ def existing(library: Library, name: str, folder_will_do: bool = False) -> str:
 
 
 def price_table(prices: Path | None, config: Path | None) -> PriceTable:
-    """The shipped prices with the user's file (--prices > LLMTAPE_PRICES > toml) over them."""
+    """The shipped prices with the user's file (--prices > TAPEPROXY_PRICES > toml) over them."""
     return load_prices(load_tool_settings({"prices": prices}, config=config).prices)
 
 
@@ -191,8 +191,8 @@ def settle_library(library: Library) -> None:
     """Before a tool rewrites recordings: write back what a server cut off by a power loss
     left in its journal (the next `serve` would otherwise put those older bytes back over
     what the tool wrote, a scrubbed secret among them). A live server's is left alone."""
-    from llmtape.store.fs import FileStore
-    from llmtape.store.journal import recover
+    from tapeproxy.store.fs import FileStore
+    from tapeproxy.store.journal import recover
 
     if isinstance(library.store, FileStore):
         recover(library.store.root)
@@ -200,8 +200,8 @@ def settle_library(library: Library) -> None:
 
 def sweep_cassette(library: Library, cassette: str) -> None:
     """Remove the temp files killed writes left in a cassette's folder (older than a minute:
-    another llmtape may be writing the newer ones), as `serve` does for the library."""
-    from llmtape.store.fs import FileStore, sweep_leftovers
+    another tapeproxy may be writing the newer ones), as `serve` does for the library."""
+    from tapeproxy.store.fs import FileStore, sweep_leftovers
 
     if isinstance(library.store, FileStore):
         sweep_leftovers(library.store.folder(cassette))

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from llmtape.cli import tools
-from llmtape.cli.library import (
+from tapeproxy.cli import tools
+from tapeproxy.cli.library import (
     CassettesOption,
     ConfigOption,
     IgnoreOption,
@@ -21,11 +21,11 @@ from llmtape.cli.library import (
     settle_library,
     sweep_cassette,
 )
-from llmtape.errors import ConfigError, LlmtapeError
-from llmtape.settings import Mode, RepeatPolicy, load_settings, parse_pairs
+from tapeproxy.errors import ConfigError, TapeproxyError
+from tapeproxy.settings import Mode, RepeatPolicy, load_settings, parse_pairs
 
 app = typer.Typer(
-    name="llmtape",
+    name="tapeproxy",
     help="Record and replay LLM and HTTP API traffic through content-addressed cassettes.",
     no_args_is_help=True,
     add_completion=False,
@@ -37,9 +37,9 @@ app = typer.Typer(
 
 def _print_version(given: bool) -> None:
     if given:
-        from llmtape import __version__
+        from tapeproxy import __version__
 
-        print(f"llmtape {__version__}")
+        print(f"tapeproxy {__version__}")
         raise typer.Exit()
 
 
@@ -85,15 +85,15 @@ def serve(
     ready_file: Annotated[Path | None, option("ready_file")] = None,
     config: Annotated[
         Path | None,
-        typer.Option(help="Config file. Default: ./llmtape.toml if present.", metavar="FILE"),
+        typer.Option(help="Config file. Default: ./tapeproxy.toml if present.", metavar="FILE"),
     ] = None,
 ) -> None:
     """Start the proxy. Point OPENAI_BASE_URL at http://HOST:PORT/openai/v1 and
-    ANTHROPIC_BASE_URL at http://HOST:PORT/anthropic. Every option also reads LLMTAPE_<OPTION>
-    and llmtape.toml; the command line wins over the environment, which wins over the file."""
+    ANTHROPIC_BASE_URL at http://HOST:PORT/anthropic. Every option also reads TAPEPROXY_<OPTION>
+    and tapeproxy.toml; the command line wins over the environment, which wins over the file."""
     options = dict(locals())
     options.pop("config")
-    from llmtape.cli.server import serve as run_server
+    from tapeproxy.cli.server import serve as run_server
 
     try:
         if upstream:
@@ -122,8 +122,8 @@ def rekey(
 
     Run it after changing --ignore rules or [match.*] tables, so that no recording is
     orphaned. Requests that now match each other become ordinals in recorded order."""
-    from llmtape.cli.output import print_rekey
-    from llmtape.rekey import rekey as rekey_cassette
+    from tapeproxy.cli.output import print_rekey
+    from tapeproxy.rekey import rekey as rekey_cassette
 
     try:
         library = open_library(cassettes, upstream, ignore, config)
@@ -132,7 +132,7 @@ def rekey(
         report = rekey_cassette(library.store, existing(library, name), library.rules, dry_run)
         if not dry_run:
             sweep_cassette(library, name)
-    except LlmtapeError as exc:
+    except TapeproxyError as exc:
         raise fail(exc, as_json) from exc
     print_rekey(report, dry_run, as_json)
 
@@ -154,8 +154,8 @@ def verify(
     Each file must parse under the schema, carry the key and ordinal its name says, and have
     that key under today's match rules. Leftover temporary files are reported too. Files of
     an older schema_version are read fine and listed; --upgrade rewrites them."""
-    from llmtape.cli.output import print_verdicts
-    from llmtape.verification import verify as verify_cassette
+    from tapeproxy.cli.output import print_verdicts
+    from tapeproxy.verification import verify as verify_cassette
 
     try:
         library = open_library(cassettes, upstream, ignore, config)
@@ -165,7 +165,7 @@ def verify(
         if not names:
             raise ConfigError(f"no cassettes under {library.store.where()} to verify")
         verdicts = [verify_cassette(library.store, n, library.rules, upgrade) for n in names]
-    except LlmtapeError as exc:
+    except TapeproxyError as exc:
         raise fail(exc, as_json) from exc
     print_verdicts(verdicts, as_json)
     if any(v.problems for v in verdicts):
@@ -174,7 +174,7 @@ def verify(
 
 tools.register(app)
 # The upkeep commands (prune, redact) register themselves on `app`.
-import llmtape.cli.maintenance  # noqa: E402, F401
+import tapeproxy.cli.maintenance  # noqa: E402, F401
 
 if __name__ == "__main__":
     app()

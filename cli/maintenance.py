@@ -1,4 +1,4 @@
-"""The cassette upkeep commands: `llmtape prune` and `llmtape redact` (registered on the app)."""
+"""The cassette upkeep commands: `tapeproxy prune` and `tapeproxy redact`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from llmtape.cli.library import (
+from tapeproxy.cli.library import (
     CassettesOption,
     ConfigOption,
     IgnoreOption,
@@ -20,13 +20,13 @@ from llmtape.cli.library import (
     settle_library,
     sweep_cassette,
 )
-from llmtape.cli.main import app
-from llmtape.cli.output import make_console, print_json
-from llmtape.errors import ConfigError, LlmtapeError
-from llmtape.prune import PruneReport
-from llmtape.scrub import Scrubber
-from llmtape.scrubbing import RedactReport
-from llmtape.settings import load_settings
+from tapeproxy.cli.main import app
+from tapeproxy.cli.output import make_console, print_json
+from tapeproxy.errors import ConfigError, TapeproxyError
+from tapeproxy.prune import PruneReport
+from tapeproxy.scrub import Scrubber
+from tapeproxy.scrubbing import RedactReport
+from tapeproxy.settings import load_settings
 
 DryRun = Annotated[bool, typer.Option(help="Show what would change; change nothing.")]
 
@@ -41,17 +41,17 @@ def prune(
 ) -> None:
     """Delete the recordings the last finished replay run of a cassette did not use.
 
-    A replay run is finished by a PUT on /__llmtape/cassette or by stopping the server; it
-    leaves a note (.llmtape-run.json) of what it used. Recordings of upstreams that ran live
+    A replay run is finished by a PUT on /__tapeproxy/cassette or by stopping the server; it
+    leaves a note (.tapeproxy-run.json) of what it used. Recordings of upstreams that ran live
     are kept. With no such note nothing is deleted and the exit status is 2."""
-    from llmtape.prune import prune as prune_cassette
+    from tapeproxy.prune import prune as prune_cassette
 
     try:
         library = open_library(cassettes, None, None, config, rules=False)
         if not dry_run:
             settle_library(library)
         report = prune_cassette(library.store, existing(library, name), dry_run)
-    except LlmtapeError as exc:
+    except TapeproxyError as exc:
         raise fail(exc, as_json) from exc
     print_prune(report, as_json)
 
@@ -108,13 +108,13 @@ def redact(
     as_json: JsonOption = False,
 ) -> None:
     """Scrub request and response bodies (stream frames too): each --field and each match of
-    a --pattern becomes [redacted]. Without either, the [redact] rules of llmtape.toml apply.
+    a --pattern becomes [redacted]. Without either, the [redact] rules of tapeproxy.toml apply.
 
     Files are rewritten atomically; a recording whose request changed moves to its new key,
     so replay it with the same rules in [redact] (they apply when requests are keyed). Exit
     1 when a pattern still matches a file where scrubbing cannot reach (a header, a match
     split across stream frames, a binary body)."""
-    from llmtape.scrubbing import redact as redact_cassette
+    from tapeproxy.scrubbing import redact as redact_cassette
 
     try:
         scrubber = _scrubber(field, pattern, config)
@@ -126,7 +126,7 @@ def redact(
         )
         if not dry_run:
             sweep_cassette(library, name)
-    except LlmtapeError as exc:
+    except TapeproxyError as exc:
         raise fail(exc, as_json) from exc
     print_redact(report, as_json)
     if report.left:
@@ -147,7 +147,7 @@ def _scrubber(field: list[str] | None, pattern: list[str] | None, config: Path |
     if not scrubber:
         raise ConfigError(
             "nothing to redact: give --field PATH or --pattern REGEX, or put "
-            "[redact] fields = [...] / patterns = [...] in llmtape.toml"
+            "[redact] fields = [...] / patterns = [...] in tapeproxy.toml"
         )
     return scrubber
 
@@ -177,7 +177,7 @@ def print_redact(report: RedactReport, as_json: bool) -> None:
     if report.moved:
         console.print(
             "A re-keyed recording's request changed: replay with the same rules ([redact] in "
-            "llmtape.toml, or --redact-field / --redact-pattern) so requests key the same.",
+            "tapeproxy.toml, or --redact-field / --redact-pattern) so requests key the same.",
             highlight=False,
             markup=False,
             soft_wrap=True,

@@ -11,8 +11,8 @@ from typing import Any
 
 from rich.console import Console
 
-from llmtape.rekey import RekeyReport
-from llmtape.verification import Verdict
+from tapeproxy.rekey import RekeyReport
+from tapeproxy.verification import Verdict
 
 
 def make_console(**options: Any) -> Console:
@@ -83,7 +83,7 @@ def print_verdicts(verdicts: Sequence[Verdict], as_json: bool) -> None:
         if v.outdated:
             console.print(
                 f"  {len(v.outdated)} file(s) in an older schema_version (read fine); "
-                f"`llmtape verify {v.cassette} --upgrade` rewrites them",
+                f"`tapeproxy verify {v.cassette} --upgrade` rewrites them",
                 highlight=False,
                 soft_wrap=True,
             )

@@ -1,4 +1,4 @@
-"""The pytest plugin, another door onto the engine: one llmtape server per session (per xdist
+"""The pytest plugin, another door onto the engine: one tapeproxy server per session (per xdist
 worker), one cassette per test, and a test failed by the requests that missed its cassette."""
 
 from __future__ import annotations
@@ -12,35 +12,38 @@ from typing import Any
 
 import pytest
 
-from llmtape.cli.background import BackgroundServer
-from llmtape.errors import BadCassetteName, ConfigError
-from llmtape.settings import DEFAULT_CONFIG_FILE, Mode, Settings, env_name, load_settings
-from llmtape.stats import RunSummary
-from llmtape.store.names import cassette_for_test, check_cassette_name
+from tapeproxy.cli.background import BackgroundServer
+from tapeproxy.errors import BadCassetteName, ConfigError
+from tapeproxy.settings import DEFAULT_CONFIG_FILE, Mode, Settings, env_name, load_settings
+from tapeproxy.stats import RunSummary
+from tapeproxy.store.names import cassette_for_test, check_cassette_name
 
 DEFAULT_CASSETTES = "tests/cassettes"
 SDK_PATHS = {"openai": "/v1"}  # what an SDK's base URL adds after the upstream's prefix
 BASE_URL_VARIABLES = {"OPENAI_BASE_URL": "openai", "ANTHROPIC_BASE_URL": "anthropic"}
-REPLAY_KEYS = {"OPENAI_API_KEY": "sk-llmtape-replay", "ANTHROPIC_API_KEY": "sk-ant-llmtape-replay"}
+REPLAY_KEYS = {
+    "OPENAI_API_KEY": "sk-tapeproxy-replay",
+    "ANTHROPIC_API_KEY": "sk-ant-tapeproxy-replay",
+}
 MISSES_SHOWN = 5
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("llmtape", "llmtape record/replay proxy")
+    group = parser.getgroup("tapeproxy", "tapeproxy record/replay proxy")
     group.addoption(
-        "--llmtape-mode",
+        "--tapeproxy-mode",
         choices=[mode.value for mode in Mode],
         default=None,
-        help="Mode of every llmtape test, over a marker's mode (default: replay).",
+        help="Mode of every tapeproxy test, over a marker's mode (default: replay).",
     )
     group.addoption(
-        "--llmtape-cassettes",
+        "--tapeproxy-cassettes",
         default=None,
         metavar="DIR",
         help=f"The cassette library, relative to the rootdir (default: {DEFAULT_CASSETTES}).",
     )
     group.addoption(
-        "--llmtape-fail-on-unused",
+        "--tapeproxy-fail-on-unused",
         action="store_true",
         default=False,
         help="Fail a test that left recordings of its cassette unused.",
@@ -50,16 +53,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "llmtape(cassette=None, mode=None): run the test against llmtape with its own cassette "
-        "(named from the node id unless given) in this mode (--llmtape-mode wins).",
+        "tapeproxy(cassette=None, mode=None): run the test against tapeproxy with its own cassette "
+        "(named from the node id unless given) in this mode (--tapeproxy-mode wins).",
     )
     config.stash[PLUGIN] = Plugin(config)
-    config.pluginmanager.register(config.stash[PLUGIN], "llmtape-session")
+    config.pluginmanager.register(config.stash[PLUGIN], "tapeproxy-session")
 
 
 @dataclass(frozen=True)
 class Tape:
-    """What the `llmtape` fixture gives a test: the server's URL and this test's cassette."""
+    """What the `tapeproxy` fixture gives a test: the server's URL and this test's cassette."""
 
     url: str
     cassette: str
@@ -83,7 +86,7 @@ class Tape:
 
 @dataclass
 class Watch:
-    """One test's use of llmtape: its tape, and the miss count when it began."""
+    """One test's use of tapeproxy: its tape, and the miss count when it began."""
 
     tape: Tape
     misses_before: int
@@ -110,10 +113,10 @@ class Plugin:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        given = config.getoption("llmtape_cassettes")
+        given = config.getoption("tapeproxy_cassettes")
         self.cassettes = Path(config.rootpath, given or DEFAULT_CASSETTES).resolve()
-        self.mode: str | None = config.getoption("llmtape_mode")
-        self.fail_on_unused: bool = config.getoption("llmtape_fail_on_unused")
+        self.mode: str | None = config.getoption("tapeproxy_mode")
+        self.fail_on_unused: bool = config.getoption("tapeproxy_fail_on_unused")
         self.tally: Counter[str] = Counter()
         self._server: BackgroundServer | None = None
 
@@ -124,7 +127,7 @@ class Plugin:
         return self._server
 
     def _settings(self) -> Settings:
-        """Upstreams and match rules as `llmtape serve` reads them; the plugin picks where."""
+        """Upstreams and match rules as `tapeproxy serve` reads them; the plugin picks where."""
         config = None
         root_file = self.config.rootpath / DEFAULT_CONFIG_FILE
         if env_name("config") not in os.environ and root_file.is_file():
@@ -133,7 +136,7 @@ class Plugin:
         try:
             return load_settings(cli, config=config)
         except ConfigError as exc:
-            raise pytest.UsageError(f"llmtape: {exc.message}") from exc
+            raise pytest.UsageError(f"tapeproxy: {exc.message}") from exc
 
     def begin(self, item: pytest.Item) -> Watch:
         """Switch the server to this test's cassette and mode: a fresh run of the cassette."""
@@ -154,14 +157,14 @@ class Plugin:
     def _choose(self, item: pytest.Item) -> tuple[str, Mode, bool]:
         """The test's cassette and mode, and whether the cassette is its own (not one a
         marker named, which other tests may share)."""
-        marker = item.get_closest_marker("llmtape")
+        marker = item.get_closest_marker("tapeproxy")
         args: dict[str, Any] = dict(marker.kwargs) if marker else {}
         if marker and marker.args:
             args.setdefault("cassette", marker.args[0])
         unknown = set(args) - {"cassette", "mode"}
         if unknown or (marker and len(marker.args) > 1):
             pytest.fail(
-                f"@pytest.mark.llmtape takes cassette= and mode=, not {sorted(unknown)}",
+                f"@pytest.mark.tapeproxy takes cassette= and mode=, not {sorted(unknown)}",
                 pytrace=False,
             )
         mode = self.mode or args.get("mode") or Mode.REPLAY.value
@@ -170,10 +173,10 @@ class Plugin:
             cassette = check_cassette_name(named or cassette_for_test(item.nodeid, self._prefix()))
             return cassette, Mode(mode), not named
         except BadCassetteName as exc:
-            pytest.fail(f"@pytest.mark.llmtape: {exc.message}", pytrace=False)
+            pytest.fail(f"@pytest.mark.tapeproxy: {exc.message}", pytrace=False)
         except ValueError:
             pytest.fail(
-                f"@pytest.mark.llmtape(mode={mode!r}): use one of "
+                f"@pytest.mark.tapeproxy(mode={mode!r}): use one of "
                 f"{', '.join(m.value for m in Mode)}",
                 pytrace=False,
             )
@@ -227,7 +230,7 @@ class Plugin:
         if call.when == "call" and watch is not None and not watch.ended:
             verdict = self.end(watch, passed=call.excinfo is None)
             if verdict.kind:
-                item.user_properties.append(("llmtape", verdict.kind))
+                item.user_properties.append(("tapeproxy", verdict.kind))
         report = yield
         if verdict is not None and watch is not None:
             self._judge(report, watch.tape, verdict)
@@ -239,15 +242,15 @@ class Plugin:
             shown = "\n\n".join(verdict.misses[:MISSES_SHOWN])
             more = len(verdict.misses) - MISSES_SHOWN
             problems.append(
-                f"llmtape: {len(verdict.misses)} request(s) missed cassette {tape.cassette!r} "
+                f"tapeproxy: {len(verdict.misses)} request(s) missed cassette {tape.cassette!r} "
                 f"(mode {tape.mode.value}, in {tape.cassettes}):\n{shown}"
                 + (f"\n... and {more} more" if more > 0 else "")
-                + "\nWith pytest: --llmtape-mode record records the test anew, auto adds to it."
+                + "\nWith pytest: --tapeproxy-mode record records the test anew, auto adds to it."
             )
         if verdict.unused is not None and self.fail_on_unused:
             run = verdict.unused
             problems.append(
-                f"llmtape --llmtape-fail-on-unused: {run.unused_count} recording(s) of cassette "
+                f"--tapeproxy-fail-on-unused: {run.unused_count} recording(s) of cassette "
                 f"{tape.cassette!r} went unused: {', '.join(run.unused[:10])}"
             )
         if not problems:
@@ -257,20 +260,20 @@ class Plugin:
             report.outcome = "failed"
             report.longrepr = text
         else:
-            report.sections.append(("llmtape", text))
+            report.sections.append(("tapeproxy", text))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Tally each test once, on the controller too (xdist sends user_properties)."""
         if report.when == "call":
             self.tally.update(
-                str(value) for name, value in report.user_properties if name == "llmtape"
+                str(value) for name, value in report.user_properties if name == "tapeproxy"
             )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.tally:
             counts = self.tally
             terminalreporter.write_line(
-                f"llmtape: {counts['replayed']} replayed, {counts['recorded']} recorded, "
+                f"tapeproxy: {counts['replayed']} replayed, {counts['recorded']} recorded, "
                 f"{counts['missed']} missed (cassettes in {self.cassettes})"
             )
 
@@ -279,8 +282,8 @@ class Plugin:
 
 
 @pytest.fixture
-def llmtape(request: pytest.FixtureRequest) -> Iterator[Tape]:
-    """This test's llmtape: `url`, `base_url(upstream)`, `cassette`, `mode`, `path`. While
+def tapeproxy(request: pytest.FixtureRequest) -> Iterator[Tape]:
+    """This test's tapeproxy: `url`, `base_url(upstream)`, `cassette`, `mode`, `path`. While
     the test runs, OPENAI_BASE_URL and ANTHROPIC_BASE_URL point at the server."""
     plugin = request.config.stash[PLUGIN]
     watch = plugin.begin(request.node)
@@ -302,7 +305,7 @@ def llmtape(request: pytest.FixtureRequest) -> Iterator[Tape]:
 
 
 @pytest.fixture(autouse=True)
-def _llmtape_marked(request: pytest.FixtureRequest) -> None:
-    """A test marked @pytest.mark.llmtape gets the fixture without asking for it."""
-    if request.node.get_closest_marker("llmtape") and "llmtape" not in request.fixturenames:
-        request.getfixturevalue("llmtape")
+def _tapeproxy_marked(request: pytest.FixtureRequest) -> None:
+    """A test marked @pytest.mark.tapeproxy gets the fixture without asking for it."""
+    if request.node.get_closest_marker("tapeproxy") and "tapeproxy" not in request.fixturenames:
+        request.getfixturevalue("tapeproxy")

@@ -12,13 +12,13 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from llmtape import answers
-from llmtape.cassette_diff import CassetteDiff, Totals, body_view, delta
-from llmtape.cli.output import make_console
-from llmtape.listing import Listed, Row, Summary
-from llmtape.models import Exchange
-from llmtape.prices import PriceTable
-from llmtape.tokens import Tokens
+from tapeproxy import answers
+from tapeproxy.cassette_diff import CassetteDiff, Totals, body_view, delta
+from tapeproxy.cli.output import make_console
+from tapeproxy.listing import Listed, Row, Summary
+from tapeproxy.models import Exchange
+from tapeproxy.prices import PriceTable
+from tapeproxy.tokens import Tokens
 
 
 def print_json(data: object) -> None:
@@ -77,7 +77,7 @@ def _notes(console: Console, summaries: Sequence[Summary], prices: PriceTable) -
         if s.unreadable:
             console.print(
                 f"{s.cassette}: {s.unreadable} unreadable file(s); run "
-                f"`llmtape verify {s.cassette}`",
+                f"`tapeproxy verify {s.cassette}`",
                 highlight=False,
                 style="red",
             )

@@ -16,18 +16,18 @@ from pathlib import Path
 import uvicorn
 from starlette.types import ASGIApp
 
-from llmtape.app import Server
-from llmtape.cli.head_limits import HeadLimitedProtocol
-from llmtape.logs import configure_logging
-from llmtape.rules import rule_warnings
-from llmtape.settings import Mode, Settings, is_loopback
-from llmtape.stats import Snapshot
-from llmtape.store.fs import sweep_leftovers
+from tapeproxy.app import Server
+from tapeproxy.cli.head_limits import HeadLimitedProtocol
+from tapeproxy.logs import configure_logging
+from tapeproxy.rules import rule_warnings
+from tapeproxy.settings import Mode, Settings, is_loopback
+from tapeproxy.stats import Snapshot
+from tapeproxy.store.fs import sweep_leftovers
 
-log = logging.getLogger("llmtape")
+log = logging.getLogger("tapeproxy")
 
 # uvicorn closes a connection this long idle after its last answer. A request's head has
-# its own cap and deadline (llmtape.cli.head_limits). llmtape does not set
+# its own cap and deadline (tapeproxy.cli.head_limits). tapeproxy does not set
 # `limit_concurrency`: uvicorn counts idle keep-alive connections against it, so a few idle
 # sockets would turn every client's requests into 503s.
 KEEP_ALIVE_SECONDS = 5
@@ -75,7 +75,7 @@ def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
         date_header=False,  # a live answer carries the upstream's Date; no second one
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
         http=HeadLimitedProtocol,  # httptools, with a cap and a deadline on each request's head
-        # llmtape is reached directly, never through a proxy of its own: a client's
+        # tapeproxy is reached directly, never through a proxy of its own: a client's
         # X-Forwarded-For must not change the address a request is judged by (a loopback
         # client claiming 8.8.8.8, or the reverse). It also saves a middleware per request.
         proxy_headers=False,
@@ -101,7 +101,7 @@ def serve(settings: Settings) -> int:
         log.error("%s", problem)
         return 1
     warn_at_start(settings)
-    llmtape = Server(settings)
+    tapeproxy = Server(settings)
     announced: list[str] = []
 
     def ready(url: str) -> None:
@@ -113,9 +113,9 @@ def serve(settings: Settings) -> int:
             server.should_exit = True
             return
         announced.append(url)
-        print(f"llmtape {settings.mode.value} ready on {url}", flush=True)
+        print(f"tapeproxy {settings.mode.value} ready on {url}", flush=True)
 
-    server = ReadyServer(uvicorn_config(llmtape.app, settings), ready)
+    server = ReadyServer(uvicorn_config(tapeproxy.app, settings), ready)
     gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
     try:
         # uvicorn raises SystemExit when it cannot start; its reason is already logged.
@@ -127,10 +127,10 @@ def serve(settings: Settings) -> int:
     if not server.started:
         log.error("could not listen on %s:%d; see the error above", settings.host, settings.port)
         return 1
-    if llmtape.final is None:
-        log.error("llmtape stopped before its cassettes were closed; see the error above")
+    if tapeproxy.final is None:
+        log.error("tapeproxy stopped before its cassettes were closed; see the error above")
         return 1
-    return report(llmtape.final, settings) if announced else 1
+    return report(tapeproxy.final, settings) if announced else 1
 
 
 def warn_at_start(settings: Settings) -> None:
@@ -147,7 +147,7 @@ def warn_at_start(settings: Settings) -> None:
             "Control requests that change state need the admin token."
             if settings.admin_token
             else "Control requests that change state are off; enable them with --admin-token TOKEN "
-            "(or LLMTAPE_ADMIN_TOKEN) and `Authorization: Bearer TOKEN`.",
+            "(or TAPEPROXY_ADMIN_TOKEN) and `Authorization: Bearer TOKEN`.",
         )
 
 
@@ -183,7 +183,7 @@ def report(final: Snapshot, settings: Settings) -> int:
         log.log(
             logging.WARNING if settings.fail_on_unused else logging.INFO,
             "cassette %r was never touched: no request reached it; is the agent pointed at "
-            "llmtape (OPENAI_BASE_URL, ANTHROPIC_BASE_URL, ...)?",
+            "tapeproxy (OPENAI_BASE_URL, ANTHROPIC_BASE_URL, ...)?",
             name,
         )
     if counts.write_failures:
@@ -220,7 +220,7 @@ def unwritable(settings: Settings) -> str | None:
         try:
             folder.mkdir(parents=True, exist_ok=True)
             handle, probe = tempfile.mkstemp(
-                prefix=".llmtape-write-check.", suffix=".tmp", dir=folder
+                prefix=".tapeproxy-write-check.", suffix=".tmp", dir=folder
             )
             os.close(handle)
             os.unlink(probe)
@@ -230,11 +230,11 @@ def unwritable(settings: Settings) -> str | None:
 
 
 def unwritable_message(folder: Path, mode: Mode, exc: OSError) -> str:
-    """Who needs what: the uid llmtape runs as, the folder, and its owner."""
+    """Who needs what: the uid tapeproxy runs as, the folder, and its owner."""
     where = folder.absolute()
     existing = next((p for p in (where, *where.parents) if p.exists()), where)
     uid, gid = (os.getuid(), os.getgid()) if hasattr(os, "getuid") else (None, None)
-    user = f"uid {uid} (gid {gid})" if uid is not None else "the user running llmtape"
+    user = f"uid {uid} (gid {gid})" if uid is not None else "the user running tapeproxy"
     try:
         owned = f"{existing} belongs to uid {existing.stat().st_uid}"
     except OSError:
@@ -243,6 +243,6 @@ def unwritable_message(folder: Path, mode: Mode, exc: OSError) -> str:
         f"cannot record into the cassette library: {exc.strerror or exc} ({where}). "
         f"{mode.value} mode writes recordings there, so {user} needs write access to {where}; "
         f"{owned}. Make it writable for uid {uid} (e.g. `chown -R {uid} DIR` on the folder "
-        f"mounted there), run llmtape as the folder's owner (in Docker: `--user UID:GID`), "
+        f"mounted there), run tapeproxy as the folder's owner (in Docker: `--user UID:GID`), "
         f"give another --cassettes folder, or serve in replay mode."
     )

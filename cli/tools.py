@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from llmtape.cli.library import (
+from tapeproxy.cli.library import (
     CassettesOption,
     ConfigOption,
     JsonOption,
@@ -20,12 +20,12 @@ from llmtape.cli.library import (
     price_table,
     progress,
 )
-from llmtape.errors import BadCassetteName, ConfigError, LlmtapeError
-from llmtape.store.base import CassetteStore
-from llmtape.store.names import check_folder_name
+from tapeproxy.errors import BadCassetteName, ConfigError, TapeproxyError
+from tapeproxy.store.base import CassetteStore
+from tapeproxy.store.names import check_folder_name
 
 if TYPE_CHECKING:
-    from llmtape.cassette_diff import Side
+    from tapeproxy.cassette_diff import Side
 
 
 def list_cassettes(
@@ -38,8 +38,8 @@ def list_cassettes(
 
     cost_usd adds up the exchanges whose model has a price; it is null when none has, and
     `unpriced` counts the exchanges it leaves out."""
-    from llmtape.cli.reports import print_summaries
-    from llmtape.listing import count_files, summarize
+    from tapeproxy.cli.reports import print_summaries
+    from tapeproxy.listing import count_files, summarize
 
     try:
         library = open_library(cassettes, None, None, config, rules=False)
@@ -47,7 +47,7 @@ def list_cassettes(
         names = library.store.cassettes()
         with progress(count_files(library.store, names), "reading cassettes") as tick:
             found = [summarize(library.store, name, table, tick) for name in names]
-    except LlmtapeError as exc:
+    except TapeproxyError as exc:
         raise fail(exc, as_json) from exc
     print_summaries(found, table, as_json)
 
@@ -71,8 +71,8 @@ def show(
 ) -> None:
     """List the exchanges of one cassette in recorded order: method, upstream, path, model,
     status, streamed, frames, tokens, cost and key."""
-    from llmtape.cli.reports import print_full, print_rows
-    from llmtape.listing import count_files, listed, pick, read_all
+    from tapeproxy.cli.reports import print_full, print_rows
+    from tapeproxy.listing import count_files, listed, pick, read_all
 
     try:
         library = open_library(cassettes, None, None, config, rules=False)
@@ -85,7 +85,7 @@ def show(
         else:
             with progress(count_files(store, [name]), f"reading {name}") as tick:
                 items = read_all(store, name, table, tick)
-    except LlmtapeError as exc:
+    except TapeproxyError as exc:
         raise fail(exc, as_json) from exc
     if full or exchange is not None:
         print_full(name, items, frames, as_json)
@@ -107,8 +107,8 @@ def diff(
     Lists the exchanges only in A, only in B, and the changed ones with their differing
     fields by JSON path. Frame timings and recording order never count; a stream counts as
     its text and its number of frames. Shows the token and cost delta (B - A)."""
-    from llmtape.cassette_diff import aligned, compare
-    from llmtape.cli.reports import print_diff
+    from tapeproxy.cassette_diff import aligned, compare
+    from tapeproxy.cli.reports import print_diff
 
     try:
         store = library_store(cassettes, config)
@@ -118,12 +118,12 @@ def diff(
                 raise ConfigError(
                     f"no exchange files in {found.where()} ({given!r}): a cassette is a "
                     "folder of exchange files; to compare two libraries, diff them cassette "
-                    "by cassette (`llmtape ls` lists them)"
+                    "by cassette (`tapeproxy ls` lists them)"
                 )
         table = price_table(prices, config)
         with progress(aligned(left, right), "comparing") as tick:
             result = compare(left, right, table, tick)
-    except LlmtapeError as exc:
+    except TapeproxyError as exc:
         raise fail(exc, as_json) from exc
     print_diff(result, as_json)
     if not result.equal:
@@ -132,8 +132,8 @@ def diff(
 
 def side(given: str, library: CassetteStore) -> Side:
     """The cassette of the library by that name; else the folder at that path."""
-    from llmtape.cassette_diff import Side
-    from llmtape.store import open_store
+    from tapeproxy.cassette_diff import Side
+    from tapeproxy.store import open_store
 
     try:
         if library.exists() and library.exists(given):
@@ -153,7 +153,7 @@ def side(given: str, library: CassetteStore) -> Side:
         raise ConfigError(f"{given!r} is no folder, and {missing_library(library).message}")
     raise ConfigError(
         f"no cassette {given!r} under {library.where()}, and no folder {given}; "
-        "`llmtape ls` lists the cassettes"
+        "`tapeproxy ls` lists the cassettes"
     )
 
 

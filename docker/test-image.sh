@@ -14,8 +14,8 @@
 # It uses docker when its daemon answers, else podman (podman's host network and bind
 # mounts of root-owned folders want root). Where neither runs it says so and exits 0, as it
 # does where the base image can neither be found, pulled nor made. Environment:
-#   LLMTAPE_ENGINE=docker|podman  the engine to use
-#   LLMTAPE_INSTALL=1             as root with apt-get, install podman, runc and debootstrap
+#   TAPEPROXY_ENGINE=docker|podman  the engine to use
+#   TAPEPROXY_INSTALL=1             as root with apt-get, install podman, runc and debootstrap
 #                                 when needed (.ci/run sets it when CI is set)
 #   PYTHON_IMAGE                  the base image (default: the Dockerfile's pinned one). If it
 #                                 is not there and cannot be pulled, root with debootstrap
@@ -24,9 +24,9 @@
 # the build): 3 minutes; with the base image there, 1 minute; with the build cached, 20 s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-IMAGE=localhost/llmtape:test
-STANDIN=localhost/llmtape-base:bookworm
-PREFIX=llmtape-test-$$
+IMAGE=localhost/tapeproxy:test
+STANDIN=localhost/tapeproxy-base:bookworm
+PREFIX=tapeproxy-test-$$
 STARTED=$SECONDS
 
 say() { echo "test-image: $* [$((SECONDS - STARTED))s]"; }
@@ -39,7 +39,7 @@ fail() {
     exit 1
 }
 is_root() { [[ $(id -u) == 0 ]]; }
-can_install() { [[ ${LLMTAPE_INSTALL:-} == 1 ]] && is_root && command -v apt-get >/dev/null; }
+can_install() { [[ ${TAPEPROXY_INSTALL:-} == 1 ]] && is_root && command -v apt-get >/dev/null; }
 install() {
     say "installing $* (apt-get)"
     local out
@@ -49,7 +49,7 @@ install() {
 }
 
 # --- the engine ---------------------------------------------------------------------------
-ENGINE=${LLMTAPE_ENGINE:-}
+ENGINE=${TAPEPROXY_ENGINE:-}
 if [[ -z $ENGINE ]]; then
     if command -v docker >/dev/null && timeout 20 docker info >/dev/null 2>&1; then
         ENGINE=docker
@@ -59,7 +59,7 @@ if [[ -z $ENGINE ]]; then
         install podman runc
         ENGINE=podman
     else
-        skip "no docker daemon answers and podman is not installed (LLMTAPE_INSTALL=1 as root installs it)"
+        skip "no docker daemon answers and podman is not installed (TAPEPROXY_INSTALL=1 as root installs it)"
     fi
 fi
 command -v "$ENGINE" >/dev/null || skip "$ENGINE is not installed"
@@ -148,7 +148,7 @@ build=(build -f docker/Dockerfile -t "$IMAGE" --build-arg "PYTHON_IMAGE=$BASE")
 LIMIT=900 e "${build[@]}" . >"$WORK/build.log" 2>&1 || fail "build: $(tail -20 "$WORK/build.log")"
 health=$(e image inspect --format '{{json .Config.Healthcheck}}' "$IMAGE")
 [[ $health == *healthcheck.sh* ]] || fail "the image has no health check: $health"
-[[ $(e image inspect --format '{{.Config.User}}' "$IMAGE") == llmtape ]] || fail "not USER llmtape"
+[[ $(e image inspect --format '{{.Config.User}}' "$IMAGE") == tapeproxy ]] || fail "not USER tapeproxy"
 say "built: $(e image inspect --format '{{.Size}}' "$IMAGE") bytes"
 
 detach() { # run -d ARGS: podman without systemd warns about health check timers; keep it aside
@@ -157,7 +157,7 @@ detach() { # run -d ARGS: podman without systemd warns about health check timers
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 wait_healthy() { # NAME URL: the health endpoint answers, then the image's own check passes
     local name=$1 url=$2 deadline=$((SECONDS + 60))
-    until curl -sf --max-time 2 "$url/__llmtape/health" >/dev/null; do
+    until curl -sf --max-time 2 "$url/__tapeproxy/health" >/dev/null; do
         [[ $(e inspect --format '{{.State.Running}}' "$name") == true ]] ||
             fail "$name stopped: $(e logs "$name" 2>&1 | tail -5)"
         ((SECONDS < deadline)) || fail "$name not ready in 60 s: $(e logs "$name" 2>&1 | tail -5)"
@@ -187,7 +187,7 @@ port=$(free_port)
 name=$PREFIX-replay
 say "1. replay cassettes/example through the container on 127.0.0.1:$port"
 detach --name "$name" -p "127.0.0.1:$port:8787" -v "$library:/cassettes" \
-    -e LLMTAPE_CASSETTE=example "$IMAGE"
+    -e TAPEPROXY_CASSETTE=example "$IMAGE"
 wait_healthy "$name" "http://127.0.0.1:$port"
 # shellcheck disable=SC2016 # awk's own $2
 [[ $(e exec "$name" awk '/^Uid:/ {print $2}' /proc/1/status) == 1000 ]] || fail "PID 1 is not uid 1000"
@@ -204,7 +204,7 @@ for path in sorted(folder.glob("*.json")):
     )
     with urllib.request.urlopen(request, timeout=30) as response:
         assert response.status == answer["status"], (path.name, response.status)
-        assert response.headers["x-llmtape-key"] == recorded["key"], path.name
+        assert response.headers["x-tapeproxy-key"] == recorded["key"], path.name
         body = response.read()
     frames = answer.get("frames")
     if frames:  # a stream: every recorded frame comes back, in order
@@ -214,7 +214,7 @@ EOF
 stop_cleanly "$name"
 e logs "$name" 2>&1 | grep -q "stopped: 3 replayed, 0 recorded, 0 misses, 0 errors" ||
     fail "the replay summary: $(e logs "$name" 2>&1 | tail -3)"
-[[ -f $library/example/.llmtape-run.json ]] || fail "the replay run left no note"
+[[ -f $library/example/.tapeproxy-run.json ]] || fail "the replay run left no note"
 
 # --- 2. record ----------------------------------------------------------------------------
 upstream_port=$(free_port)

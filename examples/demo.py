@@ -1,4 +1,4 @@
-"""llmtape in one minute, no API key needed: record against a stand-in provider, replay
+"""tapeproxy in one minute, no API key needed: record against a stand-in provider, replay
 offline, see a clear miss, then replay the bundled example cassette.
 
     python examples/demo.py
@@ -59,14 +59,14 @@ class StandInProvider(BaseHTTPRequestHandler):
 
 def serve(*args: str) -> tuple[subprocess.Popen[str], str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "llmtape", "serve", "--port", "0", "--log-level", "error", *args],
+        [sys.executable, "-m", "tapeproxy", "serve", "--port", "0", "--log-level", "error", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
     )
     assert process.stdout is not None
     ready = process.stdout.readline()
-    print(f"  $ llmtape serve {' '.join(args)}\n    {ready.strip()}")
+    print(f"  $ tapeproxy serve {' '.join(args)}\n    {ready.strip()}")
     return process, ready.split("ready on ")[-1].strip()
 
 

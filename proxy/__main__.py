@@ -1,5 +1,5 @@
-"""`python -m llmtape ARGS` is `llmtape ARGS`."""
+"""`python -m tapeproxy ARGS` is `tapeproxy ARGS`."""
 
-from llmtape.cli.main import app
+from tapeproxy.cli.main import app
 
-app(prog_name="llmtape")
+app(prog_name="tapeproxy")

@@ -9,11 +9,11 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from llmtape.framing import Dialect, frame_payload, json_document
-from llmtape.models import Exchange, Frame
-from llmtape.providers import BUILTIN
-from llmtape.providers.base import Provider
-from llmtape.tokens import Tokens
+from tapeproxy.framing import Dialect, frame_payload, json_document
+from tapeproxy.models import Exchange, Frame
+from tapeproxy.providers import BUILTIN
+from tapeproxy.providers.base import Provider
+from tapeproxy.tokens import Tokens
 
 T = TypeVar("T")
 # A Google-style model path: `/v1beta/models/gemini-2.0-flash:generateContent`.

@@ -13,22 +13,22 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from llmtape.control import CONTROL_PREFIX, control_routes
-from llmtape.engine import Engine
-from llmtape.errors import BadCassetteName
-from llmtape.front import Front
-from llmtape.providers import provider_table
-from llmtape.responses import QuietCuts
-from llmtape.settings import Settings
-from llmtape.stats import Snapshot
-from llmtape.store import open_store
-from llmtape.upstream import HttpUpstream
+from tapeproxy.control import CONTROL_PREFIX, control_routes
+from tapeproxy.engine import Engine
+from tapeproxy.errors import BadCassetteName
+from tapeproxy.front import Front
+from tapeproxy.providers import provider_table
+from tapeproxy.responses import QuietCuts
+from tapeproxy.settings import Settings
+from tapeproxy.stats import Snapshot
+from tapeproxy.store import open_store
+from tapeproxy.upstream import HttpUpstream
 
-log = logging.getLogger("llmtape")
+log = logging.getLogger("tapeproxy")
 
 
 class Server:
-    """One llmtape server: its engine, its ASGI app, and the final snapshot of its counters
+    """One tapeproxy server: its engine, its ASGI app, and the final snapshot of its counters
     once the app has shut down (for the end-of-run report)."""
 
     def __init__(self, settings: Settings) -> None:
@@ -71,7 +71,7 @@ class Server:
 
 
 class Doors:
-    """Splits by path: `/__llmtape/...` (and lifespan) to the control API, every other request
+    """Splits by path: `/__tapeproxy/...` (and lifespan) to the control API, every other request
     to the front as its bytes came, with no router in between (every method is forwarded,
     and a path holding `%0a` is not refused by a route pattern)."""
 

@@ -8,7 +8,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from llmtape.jsontext import indent2
+from tapeproxy.jsontext import indent2
 
 Kind = Literal["empty", "json", "text", "base64"]
 
@@ -108,7 +108,7 @@ def _text(raw: bytes, content_type: str) -> str | None:
         return None
 
 
-MULTIPART_BOUNDARY = b"llmtape-boundary"
+MULTIPART_BOUNDARY = b"tapeproxy-boundary"
 
 
 def _fixed_boundary(raw: bytes, content_type: str) -> bytes:

@@ -3,11 +3,11 @@ every recording, and the canonical request of the few that come closest."""
 
 from __future__ import annotations
 
-from llmtape.errors import LlmtapeError
-from llmtape.misses import MAX_CANDIDATES, Candidate, candidate_of
-from llmtape.normalize import RequestParts, canonical, stored_request
-from llmtape.providers import Rulebook, default_rules
-from llmtape.store.base import CassetteStore
+from tapeproxy.errors import TapeproxyError
+from tapeproxy.misses import MAX_CANDIDATES, Candidate, candidate_of
+from tapeproxy.normalize import RequestParts, canonical, stored_request
+from tapeproxy.providers import Rulebook, default_rules
+from tapeproxy.store.base import CassetteStore
 
 
 def candidates(
@@ -18,7 +18,7 @@ def candidates(
     for key, numbers in list(ordinals.items())[:MAX_CANDIDATES]:
         try:
             exchange = store.read(cassette, key, numbers[0])
-        except LlmtapeError:
+        except TapeproxyError:
             continue
         parts = stored_request(exchange.request)
         found.append(
@@ -40,7 +40,7 @@ def recorded_request(
     """The recorded request of `found` in canonical form under today's rules."""
     try:
         exchange = store.read(cassette, found.key, found.ordinal)
-    except LlmtapeError:
+    except TapeproxyError:
         return None
     parts = stored_request(exchange.request)
     return canonical(parts, rules.for_upstream(parts.upstream))

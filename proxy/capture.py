@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from llmtape.bodies import Payload, response_payload, textual
-from llmtape.exchangefile import (
+from tapeproxy.bodies import Payload, response_payload, textual
+from tapeproxy.exchangefile import (
     SCHEMA_VERSION,
     STREAMED,
     Outcome,
@@ -26,7 +26,7 @@ from llmtape.exchangefile import (
     frames_json,
     string_json,
 )
-from llmtape.framing import (
+from tapeproxy.framing import (
     Dialect,
     FrameSigns,
     FrameSplitter,
@@ -37,15 +37,15 @@ from llmtape.framing import (
     read_frame,
     read_item,
 )
-from llmtape.hopheaders import answer_headers
-from llmtape.normalize import RequestParts
-from llmtape.providers.base import Provider
-from llmtape.redact import is_secret_header
-from llmtape.scrub import Scrubber
-from llmtape.spool import Spool
+from tapeproxy.hopheaders import answer_headers
+from tapeproxy.normalize import RequestParts
+from tapeproxy.providers.base import Provider
+from tapeproxy.redact import is_secret_header
+from tapeproxy.scrub import Scrubber
+from tapeproxy.spool import Spool
 
 if TYPE_CHECKING:
-    from llmtape.models import Exchange
+    from tapeproxy.models import Exchange
 
 
 def stored_headers(
@@ -90,7 +90,7 @@ class Finished:
     @property
     def exchange(self) -> Exchange:
         """The record as the pydantic model reads it (for the tools and tests, not to write)."""
-        from llmtape.models import Exchange  # the recording path never needs pydantic
+        from tapeproxy.models import Exchange  # the recording path never needs pydantic
 
         return Exchange.model_validate(self.record)
 

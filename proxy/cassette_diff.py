@@ -10,13 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from llmtape import answers
-from llmtape.listing import Row, no_tick, row_of, total_cost, unpriced
-from llmtape.matching import MISSING, Difference, diff, json_safe
-from llmtape.models import Exchange
-from llmtape.prices import DIGITS, PriceTable
-from llmtape.store.base import CassetteStore, exchange_file
-from llmtape.tokens import Tokens
+from tapeproxy import answers
+from tapeproxy.listing import Row, no_tick, row_of, total_cost, unpriced
+from tapeproxy.matching import MISSING, Difference, diff, json_safe
+from tapeproxy.models import Exchange
+from tapeproxy.prices import DIGITS, PriceTable
+from tapeproxy.store.base import CassetteStore, exchange_file
+from tapeproxy.tokens import Tokens
 
 
 @dataclass(frozen=True)

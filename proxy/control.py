@@ -1,4 +1,4 @@
-"""The control API under /__llmtape/: health, stats, misses, and switching cassette and mode."""
+"""The control API under /__tapeproxy/: health, stats, misses, and switching cassette and mode."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
-from llmtape.engine import Engine
-from llmtape.settings import Mode, Settings, is_loopback
+from tapeproxy.engine import Engine
+from tapeproxy.settings import Mode, Settings, is_loopback
 
-CONTROL_PREFIX = "/__llmtape/"
+CONTROL_PREFIX = "/__tapeproxy/"
 ENDPOINTS = ("health", "stats", "misses", "cassette")
 
 
@@ -52,9 +52,9 @@ def refusal(request: Request, settings: Settings) -> JSONResponse | None:
         return _error(
             403,
             "forbidden",
-            f"llmtape binds {settings.host}, not loopback, and has no admin token, so control "
+            f"tapeproxy binds {settings.host}, not loopback, and has no admin token, so control "
             "requests that change state are off: start it with --admin-token TOKEN (or "
-            "LLMTAPE_ADMIN_TOKEN) and send `Authorization: Bearer TOKEN`",
+            "TAPEPROXY_ADMIN_TOKEN) and send `Authorization: Bearer TOKEN`",
         )
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
     sent = given.strip().encode("latin-1", "replace")
@@ -107,7 +107,7 @@ def control_routes(engine: Engine) -> list[BaseRoute]:
             change = CassetteSwitch.model_validate(json.loads(body or b"{}"))
         except (ValueError, ValidationError) as exc:
             return _bad_request(
-                f'PUT /__llmtape/cassette takes {{"cassette": NAME, "mode": MODE}} with MODE one '
+                f'PUT /__tapeproxy/cassette takes {{"cassette": NAME, "mode": MODE}} with MODE one '
                 f"of {', '.join(m.value for m in Mode)}: {exc}"
             )
         await engine.switch(change.cassette, change.mode)
@@ -120,10 +120,10 @@ def control_routes(engine: Engine) -> list[BaseRoute]:
         )
 
     return [
-        Route("/__llmtape/health", health, methods=["GET"]),
-        Route("/__llmtape/stats", stats, methods=["GET"]),
-        Route("/__llmtape/misses", misses, methods=["GET"]),
-        Route("/__llmtape/cassette", get_cassette, methods=["GET"]),
-        Route("/__llmtape/cassette", put_cassette, methods=["PUT"]),
-        Route("/__llmtape/{rest:path}", unknown),
+        Route("/__tapeproxy/health", health, methods=["GET"]),
+        Route("/__tapeproxy/stats", stats, methods=["GET"]),
+        Route("/__tapeproxy/misses", misses, methods=["GET"]),
+        Route("/__tapeproxy/cassette", get_cassette, methods=["GET"]),
+        Route("/__tapeproxy/cassette", put_cassette, methods=["PUT"]),
+        Route("/__tapeproxy/{rest:path}", unknown),
     ]

@@ -13,51 +13,51 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from llmtape.candidates import candidates, recorded_request
-from llmtape.capture import Capture, Finished, settle
-from llmtape.errors import (
+from tapeproxy.candidates import candidates, recorded_request
+from tapeproxy.capture import Capture, Finished, settle
+from tapeproxy.errors import (
     CassetteMiss,
     ClientGone,
     ConfigError,
-    LlmtapeError,
     OutOfOrder,
+    TapeproxyError,
     UnknownUpstream,
     UpstreamError,
 )
-from llmtape.exchangefile import Outcome, render_around
-from llmtape.hangup import Watch
-from llmtape.hopheaders import answer_headers
-from llmtape.inbound import Answer, Inbound, Live, Refuse, Serve
-from llmtape.keycache import KeyCache, raw_key
-from llmtape.matching import follow_order
-from llmtape.misses import Miss
-from llmtape.normalize import RequestParts, canonical, request_key, request_parts
-from llmtape.plan import Action, Step, plan
-from llmtape.providers import Rulebook
-from llmtape.providers.base import Provider
-from llmtape.recording import Recording, Target
-from llmtape.replays import Replay, ReplayCache
-from llmtape.routing import check_live
-from llmtape.rules import MatchRules
-from llmtape.runs import Run, Runs
-from llmtape.scribe import Scribe, ScribeGone, Scribing
-from llmtape.scrub import Scrubber
-from llmtape.settings import Mode, Settings
-from llmtape.spool import Spool
-from llmtape.stats import Counters, RunSummary, Snapshot, Trace
-from llmtape.store import journal
-from llmtape.store.base import CassetteStore, exchange_file
-from llmtape.store.fs import FileStore
-from llmtape.store.names import check_cassette_name, derived_name
-from llmtape.timing import TIMING_HEADER, parse_timing
-from llmtape.upstream import Outbound, Upstream
+from tapeproxy.exchangefile import Outcome, render_around
+from tapeproxy.hangup import Watch
+from tapeproxy.hopheaders import answer_headers
+from tapeproxy.inbound import Answer, Inbound, Live, Refuse, Serve
+from tapeproxy.keycache import KeyCache, raw_key
+from tapeproxy.matching import follow_order
+from tapeproxy.misses import Miss
+from tapeproxy.normalize import RequestParts, canonical, request_key, request_parts
+from tapeproxy.plan import Action, Step, plan
+from tapeproxy.providers import Rulebook
+from tapeproxy.providers.base import Provider
+from tapeproxy.recording import Recording, Target
+from tapeproxy.replays import Replay, ReplayCache
+from tapeproxy.routing import check_live
+from tapeproxy.rules import MatchRules
+from tapeproxy.runs import Run, Runs
+from tapeproxy.scribe import Scribe, ScribeGone, Scribing
+from tapeproxy.scrub import Scrubber
+from tapeproxy.settings import Mode, Settings
+from tapeproxy.spool import Spool
+from tapeproxy.stats import Counters, RunSummary, Snapshot, Trace
+from tapeproxy.store import journal
+from tapeproxy.store.base import CassetteStore, exchange_file
+from tapeproxy.store.fs import FileStore
+from tapeproxy.store.names import check_cassette_name, derived_name
+from tapeproxy.timing import TIMING_HEADER, parse_timing
+from tapeproxy.upstream import Outbound, Upstream
 
 MAX_MISSES = 50
 # Threads that write recordings. Many, since each mostly waits on its fsync, and fsyncs in
 # flight together share the disk's journal commits: 32 clients recording at once are not
 # queued behind a handful of writes.
 WRITERS = 32
-log = logging.getLogger("llmtape")
+log = logging.getLogger("tapeproxy")
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ class Engine:
         self.store = store
         self.current = Current(settings.cassette, settings.mode)
         # Every cassette the server was told to serve (start-up, PUT), with its modes then:
-        # one no request reached fails --fail-on-unused (an agent that bypassed llmtape).
+        # one no request reached fails --fail-on-unused (an agent that bypassed tapeproxy).
         self.told: dict[str, set[Mode]] = {settings.cassette: {settings.mode}}
         self.named: set[str] = set()  # the cassettes a PUT named
         self.counters = Counters()
@@ -125,7 +125,7 @@ class Engine:
         self._wanted: dict[str, frozenset[bytes]] = {}  # key header names per upstream
         self.misses: deque[dict[str, Any]] = deque(maxlen=MAX_MISSES)
         self.upstream: Upstream | None = None  # set while the server runs
-        self.writer = ThreadPoolExecutor(WRITERS, thread_name_prefix="llmtape-writer")
+        self.writer = ThreadPoolExecutor(WRITERS, thread_name_prefix="tapeproxy-writer")
         # Exchanges held in memory are written by the scribe, where it can run (scribe.py).
         self.scribing: Scribing | None = None
         if settings.scribe and journal.SUPPORTED and isinstance(store, FileStore):
@@ -147,7 +147,7 @@ class Engine:
             if step.action is Action.REFUSE:
                 return await self._refuse(keyed, run, ask)
             return await self._forward(keyed, await self._target(keyed, step, run, seq))
-        except LlmtapeError as exc:
+        except TapeproxyError as exc:
             if exc.status >= 500:
                 self.counters.errors += 1
             raise
@@ -230,7 +230,7 @@ class Engine:
             rules,
         )
         # Keyed as stored: scrubbed by the [redact] rules, so a replay with the same rules
-        # finds what `llmtape redact` or a recording with them wrote.
+        # finds what `tapeproxy redact` or a recording with them wrote.
         parts = self.scrubber.request(parts)
         key = request_key(parts, rules)
         if raw is not None:
@@ -313,7 +313,7 @@ class Engine:
 
     async def _forward(self, keyed: Keyed, target: Target | None) -> Live:
         if self.upstream is None:
-            raise UpstreamError("llmtape is not started: no upstream client yet")
+            raise UpstreamError("tapeproxy is not started: no upstream client yet")
         self.counters.upstream_calls += 1
         inbound = keyed.inbound
         query = f"?{inbound.query}" if inbound.query else ""
@@ -351,7 +351,7 @@ class Engine:
                 limit=self.settings.max_record,
             )
         headers = answer_headers(answer.headers, keep_length=keyed.parts.method == "HEAD")
-        headers.append(("x-llmtape-key", keyed.key))
+        headers.append(("x-tapeproxy-key", keyed.key))
         raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
         recording = Recording(keyed.trace, answer.status, self, capture, target)
         return Live(answer, raw, recording, watch)
@@ -486,14 +486,14 @@ class Engine:
         self.told.setdefault(self.current.cassette, set()).add(self.current.mode)
         self.runs.watch(self.current.cassette)
         if new_mode:
-            # Only the runs of the cassettes this PUT names are over for `llmtape prune`;
+            # Only the runs of the cassettes this PUT names are over for `tapeproxy prune`;
             # the runs of other clients' header-picked cassettes carry on in their next run.
             named = {before, self.current.cassette}
             await self.runs.restart_all(*named, *(derived_name(name) for name in named))
         else:
             names = {before, self.current.cassette}
             await self.runs.restart(*names, *(derived_name(name) for name in names))
-        self.replays.clear()  # another llmtape may have re-recorded what the new runs read
+        self.replays.clear()  # another tapeproxy may have re-recorded what the new runs read
 
     async def end_run(
         self, cassette: str, prune: bool = False, supersede: bool = True
@@ -535,11 +535,11 @@ class Engine:
         try:
             restored = await asyncio.to_thread(opener)
         except OSError as exc:  # each exchange is then synced on its own; replay never writes
-            log.error("could not take back the journal of an earlier llmtape: %s", exc)
+            log.error("could not take back the journal of an earlier tapeproxy: %s", exc)
             return
         if restored:
             log.warning(
-                "wrote back %d exchange file(s) from the journal of an llmtape that "
+                "wrote back %d exchange file(s) from the journal of an tapeproxy that "
                 "stopped without closing it (first: %s)",
                 len(restored),
                 restored[0],
@@ -563,6 +563,6 @@ class Engine:
             replaying = bool(self.told[name] & {Mode.REPLAY, Mode.AUTO, Mode.ONCE})
             try:
                 await asyncio.to_thread(self.runs.untouched, name, replaying)
-            except LlmtapeError as exc:
+            except TapeproxyError as exc:
                 log.error("cassette %r: %s", name, exc.message)
         return await self.snapshot()

@@ -1,6 +1,6 @@
-"""The one llmtape error tree, and how each error looks on the wire.
+"""The one tapeproxy error tree, and how each error looks on the wire.
 
-    LlmtapeError
+    TapeproxyError
      +-- ConfigError          a bad option or value, found at start
      +-- BadCassetteName      a cassette name that is not a safe relative name (400)
  +-- BadPath              a request path that climbs above its upstream's base (400)
@@ -23,43 +23,43 @@ with ``raise X(...) from exc``.
 from __future__ import annotations
 
 
-class LlmtapeError(Exception):
-    """Root of every error llmtape raises on purpose."""
+class TapeproxyError(Exception):
+    """Root of every error tapeproxy raises on purpose."""
 
     status: int = 500
-    error_type: str = "llmtape_error"
+    error_type: str = "tapeproxy_error"
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
 
 
-class ConfigError(LlmtapeError):
+class ConfigError(TapeproxyError):
     status = 400
     error_type = "config_error"
 
 
-class BadCassetteName(LlmtapeError):
+class BadCassetteName(TapeproxyError):
     status = 400
     error_type = "bad_cassette_name"
 
 
-class BadPath(LlmtapeError):
+class BadPath(TapeproxyError):
     status = 400
     error_type = "bad_path"
 
 
-class BodyTooLarge(LlmtapeError):
+class BodyTooLarge(TapeproxyError):
     status = 413
     error_type = "request_too_large"
 
 
-class UnknownUpstream(LlmtapeError):
+class UnknownUpstream(TapeproxyError):
     status = 404
     error_type = "unknown_upstream"
 
 
-class CassetteMiss(LlmtapeError):
+class CassetteMiss(TapeproxyError):
     # 422: a client error the OpenAI and Anthropic SDKs never retry (they retry 408, 409, 429, 5xx).
     status = 422
     error_type = "cassette_miss"
@@ -71,19 +71,19 @@ class OutOfOrder(CassetteMiss):
     error_type = "cassette_out_of_order"
 
 
-class CassetteCorrupt(LlmtapeError):
+class CassetteCorrupt(TapeproxyError):
     status = 500
     error_type = "cassette_corrupt"
 
 
-class ClientGone(LlmtapeError):
-    """The client hung up while llmtape waited for the upstream's answer to start."""
+class ClientGone(TapeproxyError):
+    """The client hung up while tapeproxy waited for the upstream's answer to start."""
 
     status = 499  # nginx's "client closed request"; nobody is left to read it
     error_type = "client_closed_request"
 
 
-class UpstreamError(LlmtapeError):
+class UpstreamError(TapeproxyError):
     status = 502
     error_type = "upstream_error"
 

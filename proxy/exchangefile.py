@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterable, Iterator
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from llmtape.jsontext import indent2
+from tapeproxy.jsontext import indent2
 
 if TYPE_CHECKING:
-    from llmtape.models import Exchange
+    from tapeproxy.models import Exchange
 
 SCHEMA_VERSION = 1
 
@@ -35,20 +35,20 @@ class Outcome(StrEnum):
 
 
 class NewerSchema(ValueError):
-    """A file written by a newer llmtape, in a schema this one does not know."""
+    """A file written by a newer tapeproxy, in a schema this one does not know."""
 
 
 def schema_version(data: dict[str, Any]) -> int:
-    """The version a file says it is in; ValueError when it is no version llmtape can read."""
+    """The version a file says it is in; ValueError when it is no version tapeproxy can read."""
     version = data.get("schema_version")
     if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
         raise NewerSchema(
-            f"schema_version {version} was written by a newer llmtape (this one reads up to "
-            f"{SCHEMA_VERSION}): upgrade llmtape (pip install -U llmtape)"
+            f"schema_version {version} was written by a newer tapeproxy (this one reads up to "
+            f"{SCHEMA_VERSION}): upgrade tapeproxy (pip install -U tapeproxy)"
         )
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise ValueError(
-            f"schema_version {version!r} is not supported (this llmtape reads {SCHEMA_VERSION})"
+            f"schema_version {version!r} is not supported (this tapeproxy reads {SCHEMA_VERSION})"
         )
     return version
 
@@ -90,7 +90,7 @@ def _rendered(record: Record, ascii: bool) -> bytes:
 
 # Stands in a skeleton exchange for the one value that is written piece by piece (see
 # `render_around`): random, so no recorded text can hold it.
-STREAMED = f"llmtape-streamed-{secrets.token_hex(16)}"
+STREAMED = f"tapeproxy-streamed-{secrets.token_hex(16)}"
 FRAME_INDENT = " " * 6  # the frames list sits at exchange -> response -> frames
 # A JSON body sits at exchange -> response -> body -> json: its lines indented 6 more.
 _BODY = STREAMED

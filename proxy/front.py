@@ -8,16 +8,16 @@ from functools import partial
 
 from starlette.types import Receive, Scope, Send
 
-from llmtape.engine import Engine
-from llmtape.errors import BodyTooLarge, LlmtapeError, UpstreamCut
-from llmtape.hangup import shutdown_cut
-from llmtape.inbound import Inbound, Live, Refuse, Serve
-from llmtape.providers.base import Provider, generic_error
-from llmtape.responses import send_json, send_live, send_replay, until_disconnect
-from llmtape.routing import CASSETTE_HEADER, LIVE_HEADER, live_names, resolve
-from llmtape.timing import TIMING_HEADER
+from tapeproxy.engine import Engine
+from tapeproxy.errors import BodyTooLarge, TapeproxyError, UpstreamCut
+from tapeproxy.hangup import shutdown_cut
+from tapeproxy.inbound import Inbound, Live, Refuse, Serve
+from tapeproxy.providers.base import Provider, generic_error
+from tapeproxy.responses import send_json, send_live, send_replay, until_disconnect
+from tapeproxy.routing import CASSETTE_HEADER, LIVE_HEADER, live_names, resolve
+from tapeproxy.timing import TIMING_HEADER
 
-log = logging.getLogger("llmtape")
+log = logging.getLogger("tapeproxy")
 
 
 class Front:
@@ -57,7 +57,7 @@ class Front:
             raise shutdown_cut() from None  # wrapped around each await (cut_on_shutdown)
         except UpstreamCut:
             raise  # a shutdown: the connection just drops, quietly (see QuietCuts)
-        except LlmtapeError as exc:
+        except TapeproxyError as exc:
             log.warning("%s", exc.message)
             shape = provider.error_body if provider is not None else generic_error
             await send_json(send, exc.status, shape(exc.error_type, exc.message, exc.status))
@@ -99,5 +99,5 @@ async def read_body(receive: Receive, length: str | None, limit: int) -> bytes |
 def too_large(limit: int, how: str) -> BodyTooLarge:
     return BodyTooLarge(
         f"request body over the limit of {limit:,} bytes ({how}); raise it with --max-body or "
-        "LLMTAPE_MAX_BODY. Nothing was forwarded or recorded."
+        "TAPEPROXY_MAX_BODY. Nothing was forwarded or recorded."
     )

@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar, cast
 
-from llmtape.errors import ClientGone, UpstreamCut
+from tapeproxy.errors import ClientGone, UpstreamCut
 
 T = TypeVar("T")
 Gone = Callable[[], Awaitable[None]]
@@ -116,4 +116,4 @@ async def cut_on_shutdown(play: Coroutine[Any, Any, T]) -> T:
 def shutdown_cut() -> UpstreamCut:
     """What a shutdown's CancelledError becomes (see cut_on_shutdown; the replay path catches
     it in place, without a coroutine around each await)."""
-    return UpstreamCut("llmtape shut down: the answer was cut here")
+    return UpstreamCut("tapeproxy shut down: the answer was cut here")

@@ -21,7 +21,7 @@ HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
-# What llmtape sets itself on the way up: the host, the length, the encodings it can decode;
+# What tapeproxy sets itself on the way up: the host, the length, the encodings it can decode;
 # and no `Expect: 100-continue`, since the body is already read (an upstream that never
 # sends 100 Continue would stall the upload).
 SET_ON_REQUEST = frozenset({"host", "content-length", "accept-encoding", "expect"})
@@ -53,9 +53,9 @@ def forward_headers(headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes,
     kept = [
         (k, v)
         for k, v in headers
-        if (low := k.lower()) not in dropped and not low.startswith(b"x-llmtape-")
+        if (low := k.lower()) not in dropped and not low.startswith(b"x-tapeproxy-")
     ]
-    # We inflate for the client and the cassette (llmtape.inflate); only ask for what it can.
+    # We inflate for the client and the cassette (tapeproxy.inflate); only ask for what it can.
     kept.append((b"accept-encoding", b"gzip, deflate"))
     return kept
 

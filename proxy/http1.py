@@ -4,8 +4,8 @@ httptools (llhttp, the parser uvicorn reads requests with).
 It does what a proxy needs and no more: one exchange at a time per connection, a request body
 already whole in memory, an answer handed over as its bytes come with a cap on what waits
 unread, and timeouts to connect and between reads. No redirects, cookies, proxies or
-decompression: llmtape.upstream builds the request and reads the answer. Errors are Python's
-own (OSError, TimeoutError) or BadAnswer; llmtape.upstream translates them.
+decompression: tapeproxy.upstream builds the request and reads the answer. Errors are Python's
+own (OSError, TimeoutError) or BadAnswer; tapeproxy.upstream translates them.
 
 Why not aiohttp's client: it costs ~0.19 ms of CPU per request on these machines, more than
 everything else a recording adds but the disk (bench/RESULTS.md, stop 12)."""
@@ -81,7 +81,7 @@ class Connection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._last = 0.0  # loop time of the last bytes in, or of the request out
 
-    # The exchange, as llmtape.upstream drives it
+    # The exchange, as tapeproxy.upstream drives it
 
     def send(self, head: bytes, body: bytes, no_body: bool) -> None:
         if self._transport is None or not self.open:
@@ -136,7 +136,7 @@ class Connection(asyncio.Protocol):
         if self._parser is not None and not self.complete:
             # Closed by us mid-answer (the pool at shutdown): a cut, even for a body that
             # ends with the connection, which connection_lost would take for whole.
-            self._fail(ConnectionAbortedError("llmtape closed the connection mid-answer"))
+            self._fail(ConnectionAbortedError("tapeproxy closed the connection mid-answer"))
         self._cancel_timer()
         if self._transport is not None:
             self._transport.close()

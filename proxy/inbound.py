@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from llmtape.errors import CassetteMiss
-from llmtape.hangup import Gone, Watch
-from llmtape.recording import Recording
-from llmtape.replays import Replay
-from llmtape.upstream import UpstreamResponse
+from tapeproxy.errors import CassetteMiss
+from tapeproxy.hangup import Gone, Watch
+from tapeproxy.recording import Recording
+from tapeproxy.replays import Replay
+from tapeproxy.upstream import UpstreamResponse
 
 RawHeaders = tuple[tuple[bytes, bytes], ...]
 

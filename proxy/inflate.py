@@ -8,7 +8,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from llmtape.errors import AnswerRefused, UpstreamCut
+from tapeproxy.errors import AnswerRefused, UpstreamCut
 
 # The most one call inflates: the consumer sends each piece on (and waits for the client)
 # before more is inflated, so memory holds a piece, not the answer.

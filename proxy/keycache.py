@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable
 
-from llmtape.normalize import RequestParts
+from tapeproxy.normalize import RequestParts
 
 KEY_CACHE_BYTES = 4 * 1024 * 1024
 KEY_CACHE_ENTRY_BYTES = 256 * 1024  # a larger body is keyed afresh each time

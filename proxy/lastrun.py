@@ -1,5 +1,5 @@
 """The note a cassette keeps of its last finished replay run: which recordings it used and
-which it left unused, each unused one with a digest of its content then. `llmtape prune`
+which it left unused, each unused one with a digest of its content then. `tapeproxy prune`
 reads it; it holds no wall-clock time."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import json
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from llmtape.models import Exchange, dump_exchange
+from tapeproxy.models import Exchange, dump_exchange
 
 # Beside the exchanges, and no exchange name: keys, verify and diff never see it. It starts
 # with a dot like a temporary file, but does not end in `.tmp`, so it is not a leftover.
-LAST_RUN_FILE = ".llmtape-run.json"
+LAST_RUN_FILE = ".tapeproxy-run.json"
 LAST_RUN_VERSION = 2  # 2: digests of the unused recordings
 
 
@@ -33,7 +33,7 @@ class LastRun(BaseModel):
 
 
 def recording_digest(exchange: Exchange) -> str:
-    """sha256 of a recording as llmtape writes it (so an older schema on disk and its
+    """sha256 of a recording as tapeproxy writes it (so an older schema on disk and its
     migrated form have one digest)."""
     return hashlib.sha256(dump_exchange(exchange)).hexdigest()
 

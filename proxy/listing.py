@@ -1,4 +1,4 @@
-"""What cassettes hold, as `llmtape ls` and `show` list it: rows, summaries, unreadable files,
+"""What cassettes hold, as `tapeproxy ls` and `show` list it: rows, summaries, unreadable files,
 tokens and cost."""
 
 from __future__ import annotations
@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from llmtape import answers
-from llmtape.errors import CassetteCorrupt, ConfigError
-from llmtape.models import Exchange
-from llmtape.prices import DIGITS, NO_PRICES, PriceTable
-from llmtape.store.base import CassetteStore, exchange_file
-from llmtape.tokens import Tokens
+from tapeproxy import answers
+from tapeproxy.errors import CassetteCorrupt, ConfigError
+from tapeproxy.models import Exchange
+from tapeproxy.prices import DIGITS, NO_PRICES, PriceTable
+from tapeproxy.store.base import CassetteStore, exchange_file
+from tapeproxy.tokens import Tokens
 
 Tick = Callable[[], None]  # called once per file read, for a progress bar
 
@@ -22,7 +22,7 @@ def no_tick() -> None:
 
 @dataclass(frozen=True)
 class Row:
-    """One exchange as `llmtape show` lists it. Tokens are 0 where the answer holds no usage
+    """One exchange as `tapeproxy show` lists it. Tokens are 0 where the answer holds no usage
     block; `cost_usd` is None where its tokens or its model's price are unknown."""
 
     file: str
@@ -92,7 +92,7 @@ def unreadable_row(key: str, ordinal: int) -> Row:
         key=key,
         ordinal=ordinal,
         seq=-1,
-        request="(unreadable: run `llmtape verify`)",
+        request="(unreadable: run `tapeproxy verify`)",
         method="-",
         upstream="-",
         path="-",
@@ -156,7 +156,7 @@ def pick(store: CassetteStore, cassette: str, prefix: str) -> tuple[str, list[in
     if not keys:
         raise ConfigError(
             f"no exchange of cassette {cassette!r} has a key starting with {prefix!r}; "
-            f"`llmtape show {cassette}` lists the keys"
+            f"`tapeproxy show {cassette}` lists the keys"
         )
     shown = ", ".join(key[:16] for key in keys[:5]) + (", ..." if len(keys) > 5 else "")
     raise ConfigError(
@@ -172,7 +172,7 @@ def count_files(store: CassetteStore, cassettes: list[str]) -> int:
 
 @dataclass(frozen=True)
 class Summary:
-    """A cassette as `llmtape ls` lists it. `cost_usd` adds up the exchanges whose cost is
+    """A cassette as `tapeproxy ls` lists it. `cost_usd` adds up the exchanges whose cost is
     known; it is None when none is. `unpriced` counts the exchanges that used tokens of a
     model with no price (their models in `unpriced_models`), which the sum leaves out."""
 

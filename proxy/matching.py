@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any
 
-from llmtape.normalize import RequestParts
-from llmtape.settings import RepeatPolicy
+from tapeproxy.normalize import RequestParts
+from tapeproxy.settings import RepeatPolicy
 
 MISSING: Any = object()
 MAX_ALIGNED = 250_000  # items of one list times items of the other

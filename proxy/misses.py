@@ -9,10 +9,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from llmtape.matching import Closest, closest, json_safe, request_view
-from llmtape.normalize import RequestParts, canonical
-from llmtape.rules import MatchRules, unstored_headers
-from llmtape.store.base import exchange_file
+from tapeproxy.matching import Closest, closest, json_safe, request_view
+from tapeproxy.normalize import RequestParts, canonical
+from tapeproxy.rules import MatchRules, unstored_headers
+from tapeproxy.store.base import exchange_file
 
 MAX_DIFFERENCES = 12
 MAX_CANDIDATES = 50_000  # recorded requests compared on a miss; a note says when cut short
@@ -189,11 +189,11 @@ class Miss:
         return next(c for c, p in loaded if p is best.parts), best
 
     def _advice(self, where: Candidate, best: Closest) -> list[str]:
-        rekey = f"`llmtape rekey {self.cassette}`"
+        rekey = f"`tapeproxy rekey {self.cassette}`"
         if not best.differences:
             return [
                 "Under today's match rules it is the same request: it was keyed under "
-                + ("other match rules" if not where.current else "an older llmtape")
+                + ("other match rules" if not where.current else "an older tapeproxy")
                 + f" and is not at its key. {rekey} moves every recording to its key."
             ]
         if where.unstored:

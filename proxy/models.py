@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 # What the file is and how it is laid out live in exchangefile.py (no pydantic there, for the
 # scribe): named here too, for every reader of exchange files.
-from llmtape.exchangefile import (
+from tapeproxy.exchangefile import (
     FRAME_INDENT,
     SCHEMA_VERSION,
     STREAMED,

@@ -10,12 +10,12 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qsl
 
-from llmtape.bodies import Payload, decode_content, request_payload
-from llmtape.redact import digest, is_secret_header, redact_payload, redact_query
-from llmtape.rules import MatchRules, parse_path, without_path
+from tapeproxy.bodies import Payload, decode_content, request_payload
+from tapeproxy.redact import digest, is_secret_header, redact_payload, redact_query
+from tapeproxy.rules import MatchRules, parse_path, without_path
 
 if TYPE_CHECKING:
-    from llmtape.models import StoredRequest
+    from tapeproxy.models import StoredRequest
 
 # Beyond 2**53 a float no longer holds every integer, so `1e300` and `10**300` stay apart.
 _EXACT = 2**53

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from llmtape.settings import Mode
+from tapeproxy.settings import Mode
 
 
 class Action(Enum):

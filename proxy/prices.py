@@ -1,4 +1,4 @@
-"""The price table: list prices per model shipped with llmtape (data/prices.json), a user's
+"""The price table: list prices per model shipped with tapeproxy (data/prices.json), a user's
 own file over them, and the cost of an exchange's tokens. A model with no price has no cost:
 it is unknown, never guessed."""
 
@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from llmtape.errors import ConfigError
-from llmtape.tokens import Tokens
+from tapeproxy.errors import ConfigError
+from tapeproxy.tokens import Tokens
 
 PER = 1_000_000  # prices are per million tokens
 DIGITS = 9  # costs are rounded to a billionth of a dollar, so that sums print clean
@@ -125,15 +125,15 @@ def _described(name: str, table: PriceFile) -> str:
 
 
 def shipped() -> PriceFile:
-    text = resources.files("llmtape").joinpath("data", "prices.json").read_text("utf-8")
-    return _parsed(text, "shipped with llmtape")
+    text = resources.files("tapeproxy").joinpath("data", "prices.json").read_text("utf-8")
+    return _parsed(text, "shipped with tapeproxy")
 
 
 def load_prices(user_file: Path | None = None) -> PriceTable:
     """The shipped table, with a user's file over it model by model."""
     base = shipped()
     models: dict[str, Any] = dict(base.models)
-    sources = [_described("llmtape's table", base)]
+    sources = [_described("tapeproxy's table", base)]
     dates = [base.date]
     if user_file is not None:
         try:

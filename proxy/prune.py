@@ -1,13 +1,13 @@
-"""`llmtape prune`: delete the recordings that the last finished replay run of a cassette left
+"""`tapeproxy prune`: delete the recordings that the last finished replay run of a cassette left
 unused, as its last-run note lists them, and only while each still holds what it held then."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from llmtape.errors import ConfigError, LlmtapeError
-from llmtape.lastrun import LAST_RUN_FILE, recording_digest
-from llmtape.store.base import CassetteStore, exchange_file
+from tapeproxy.errors import ConfigError, TapeproxyError
+from tapeproxy.lastrun import LAST_RUN_FILE, recording_digest
+from tapeproxy.store.base import CassetteStore, exchange_file
 
 
 class NoFinishedRun(ConfigError):
@@ -37,8 +37,8 @@ def prune(store: CassetteStore, cassette: str, dry_run: bool = False) -> PruneRe
         raise NoFinishedRun(
             f"cassette {cassette!r} has no finished replay run on record ({LAST_RUN_FILE} in "
             f"{store.where(cassette)}), so nothing is known to be unused; nothing deleted. "
-            "Replay it with `llmtape serve --mode replay` and end the run (a PUT on "
-            "/__llmtape/cassette, or stop the server), then prune"
+            "Replay it with `tapeproxy serve --mode replay` and end the run (a PUT on "
+            "/__tapeproxy/cassette, or stop the server), then prune"
         )
     places = {
         exchange_file(key, ordinal): (key, ordinal)
@@ -64,10 +64,10 @@ def prune(store: CassetteStore, cassette: str, dry_run: bool = False) -> PruneRe
 
 def _holds(store: CassetteStore, cassette: str, place: tuple[str, int], digest: str | None) -> bool:
     """Whether the recording at `place` is still the one the note saw (a note without a
-    digest, from an older llmtape, vouches for nothing)."""
+    digest, from an older tapeproxy, vouches for nothing)."""
     if digest is None:
         return False
     try:
         return recording_digest(store.read(cassette, *place)) == digest
-    except LlmtapeError:
+    except TapeproxyError:
         return False

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from llmtape.capture import Capture
-from llmtape.runs import Run
-from llmtape.stats import Counters, Trace
+from tapeproxy.capture import Capture
+from tapeproxy.runs import Run
+from tapeproxy.stats import Counters, Trace
 
 
 @dataclass

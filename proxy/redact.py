@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, unquote_plus, urlencode
 
-from llmtape.bodies import MULTIPART_BOUNDARY, Payload
+from tapeproxy.bodies import MULTIPART_BOUNDARY, Payload
 
 MARKER = "[redacted]"
 SECRET_HEADERS = frozenset(
@@ -242,7 +242,7 @@ def redact_form(text: str) -> str:
 
 
 def redact_multipart(raw: bytes) -> bytes:
-    """A multipart body, its boundary already made llmtape's fixed one, with the content of
+    """A multipart body, its boundary already made tapeproxy's fixed one, with the content of
     every credential-named part (an `apikey` field) replaced; every other byte kept."""
     pieces = raw.split(_DELIMITER)
     return _DELIMITER.join([pieces[0], *(_masked_part(piece) for piece in pieces[1:])])

@@ -7,11 +7,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from llmtape.models import Exchange, StoredRequest, dump_exchange
-from llmtape.normalize import request_key, stored_request
-from llmtape.providers import default_rules
-from llmtape.rules import MatchRules, unstored_headers
-from llmtape.store.base import CassetteStore, exchange_file
+from tapeproxy.models import Exchange, StoredRequest, dump_exchange
+from tapeproxy.normalize import request_key, stored_request
+from tapeproxy.providers import default_rules
+from tapeproxy.rules import MatchRules, unstored_headers
+from tapeproxy.store.base import CassetteStore, exchange_file
 
 RulesFor = Callable[[str], MatchRules]
 Place = tuple[str, int]  # (key, ordinal): one exchange file
@@ -39,14 +39,14 @@ def rekey(
     transform: Transform | None = None,
 ) -> RekeyReport:
     """Give every exchange the key its request has under today's rules (after `transform`,
-    when given: `llmtape redact` scrubs each exchange first; one that changed in place is
+    when given: `tapeproxy redact` scrubs each exchange first; one that changed in place is
     reported as moved to its own name).
 
     Each key's recordings keep their order; recordings of several old keys that now share
     a key are interleaved in recorded order (by seq). Files are written in an order where none
     is overwritten before its content is safe at its new place, and old files are removed
     last, so a crash leaves duplicates, never a loss. Any change removes the cassette's
-    last-run note (see `llmtape prune`)."""
+    last-run note (see `tapeproxy prune`)."""
     report = RekeyReport(cassette)
     groups = {
         # Where the file is, whatever it says inside (a file renamed by hand is moved too).
@@ -61,7 +61,7 @@ def rekey(
     report.duplicates = [exchange_file(*place) for place in copies]
     if not dry_run and (renamed or copies):
         # The last-run note names files by key and ordinal, which no longer hold what it
-        # says; dropped first, so `llmtape prune` can never act on it after a crash here.
+        # says; dropped first, so `tapeproxy prune` can never act on it after a crash here.
         store.write_last_run(cassette, None)
         taken = {(key, e.ordinal) for key, group in groups.items() for e in group}
         for step in write_steps(renamed, taken):

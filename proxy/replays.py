@@ -8,8 +8,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 
-from llmtape.bodies import Payload, payload_bytes
-from llmtape.models import Exchange, Frame, Outcome
+from tapeproxy.bodies import Payload, payload_bytes
+from tapeproxy.models import Exchange, Frame, Outcome
 
 REPLAY_CACHE_BYTES = 64 * 1024 * 1024
 
@@ -60,7 +60,7 @@ class Replay:
     @classmethod
     def of(cls, exchange: Exchange, key: str) -> Replay:
         response = exchange.response
-        headers = [*header_pairs(response.headers), ("x-llmtape-key", key)]
+        headers = [*header_pairs(response.headers), ("x-tapeproxy-key", key)]
         frames: tuple[tuple[int, bytes], ...]
         cut = exchange.outcome is Outcome.UPSTREAM_CUT
         if response.frames is None:
@@ -112,7 +112,7 @@ class ReplayCache:
             self.size -= entry[1]
 
     def clear(self) -> None:
-        """Forget everything: a new run reads its cassette from disk again (another llmtape
+        """Forget everything: a new run reads its cassette from disk again (another tapeproxy
         may have re-recorded it)."""
         self._entries.clear()
         self.size = 0

@@ -13,15 +13,15 @@ from typing import Any
 
 from starlette.types import Receive, Send
 
-from llmtape.errors import AnswerRefused, UpstreamCut
-from llmtape.hangup import Watch, cut_on_shutdown, shutdown_cut
-from llmtape.inbound import Live, Serve
+from tapeproxy.errors import AnswerRefused, UpstreamCut
+from tapeproxy.hangup import Watch, cut_on_shutdown, shutdown_cut
+from tapeproxy.inbound import Live, Serve
 
 # How long a recording goes on reading the upstream after its client left, when the client
 # had the stream's final frame: the end-of-body marker is usually a few ms behind it.
 GRACE_AFTER_FINAL_FRAME = 2.0
 
-log = logging.getLogger("llmtape")
+log = logging.getLogger("tapeproxy")
 
 
 async def until_disconnect(receive: Receive) -> None:

@@ -5,16 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from urllib.parse import unquote
 
-from llmtape.errors import BadPath, ConfigError, UnknownUpstream
-from llmtape.providers import bare_v1
-from llmtape.providers.base import Provider
+from tapeproxy.errors import BadPath, ConfigError, UnknownUpstream
+from tapeproxy.providers import bare_v1
+from tapeproxy.providers.base import Provider
 
-LIVE_HEADER = "x-llmtape-live"
-CASSETTE_HEADER = "x-llmtape-cassette"
+LIVE_HEADER = "x-tapeproxy-live"
+CASSETTE_HEADER = "x-tapeproxy-cassette"
 
 
 def live_names(value: str) -> frozenset[str]:
-    """The upstreams an `x-llmtape-live` header names."""
+    """The upstreams an `x-tapeproxy-live` header names."""
     return frozenset(n.strip().lower() for n in value.split(",") if n.strip())
 
 
@@ -65,10 +65,10 @@ def resolve(
     to the built-in that claims it (anthropic when the request carries `anthropic-version`),
     else to openai. Only then are the raw `headers` read (and decoded)."""
     first, _, rest = path.lstrip("/").partition("/")
-    if first == "__llmtape":
+    if first == "__tapeproxy":
         raise UnknownUpstream(
-            f"no control endpoint {path!r}; there are /__llmtape/health, /__llmtape/stats, "
-            "/__llmtape/misses and /__llmtape/cassette"
+            f"no control endpoint {path!r}; there are /__tapeproxy/health, /__tapeproxy/stats, "
+            "/__tapeproxy/misses and /__tapeproxy/cassette"
         )
     if first in providers:
         return providers[first], check_path("/" + rest)

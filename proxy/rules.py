@@ -15,7 +15,7 @@ from functools import cached_property, lru_cache
 from itertools import combinations
 from typing import Any
 
-from llmtape.errors import ConfigError
+from tapeproxy.errors import ConfigError
 
 RULE_KINDS = ("body", "query", "header", "key-header")
 _TOKEN = re.compile(r"([^.\[\]]+)|\[(\d+|\*)\]")
@@ -123,7 +123,7 @@ def check_body_path(path: str) -> tuple[str | int, ...]:
         )
     if isinstance(tokens[-1], int) or (tokens[-1] == "*" and path.endswith("]")):
         raise ConfigError(
-            f"JSON path {path!r} ends in an array item, and llmtape never removes array "
+            f"JSON path {path!r} ends in an array item, and tapeproxy never removes array "
             "items (their order and number always count), so it would ignore nothing. "
             "Ignore a field inside the items instead, e.g. messages[*].name"
         )

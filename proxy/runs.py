@@ -11,13 +11,13 @@ import threading
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from llmtape.errors import LlmtapeError
-from llmtape.lastrun import LastRun, recording_digest
-from llmtape.matching import Recorded, pick_ordinal
-from llmtape.misses import Candidate
-from llmtape.settings import RepeatPolicy
-from llmtape.stats import RunSummary
-from llmtape.store.base import CassetteStore, exchange_file
+from tapeproxy.errors import TapeproxyError
+from tapeproxy.lastrun import LastRun, recording_digest
+from tapeproxy.matching import Recorded, pick_ordinal
+from tapeproxy.misses import Candidate
+from tapeproxy.settings import RepeatPolicy
+from tapeproxy.stats import RunSummary
+from tapeproxy.store.base import CassetteStore, exchange_file
 
 MAX_LISTED = 50
 MAX_OPEN_RUNS = 256  # cassettes under way at once; the least recently asked ends past that
@@ -30,7 +30,7 @@ MAX_NOTED = 5_000
 # newest kept: a later PUT of one of them finds it touched even once its run has ended.
 MAX_REACHED_UNTOLD = 1_024
 SETTLE_SECONDS = 5.0  # how long ending a run waits for answers still being recorded into it
-log = logging.getLogger("llmtape")
+log = logging.getLogger("tapeproxy")
 
 
 @dataclass
@@ -318,7 +318,7 @@ class Runs:
 
     async def restart_all(self, *named: str) -> None:
         """End every run (a new mode). Only the runs of the `named` cassettes are over for
-        `llmtape prune`: each other one (picked by header, its client never asked for this)
+        `tapeproxy prune`: each other one (picked by header, its client never asked for this)
         leaves no note, and the next run of its cassette carries on from what it used."""
         runs, self._runs = list(self._runs.values()), {}
         await self._end([run for run in runs if run.cassette in named])
@@ -355,7 +355,7 @@ class Runs:
         self, run: Run, prune: bool = False, carry: bool = False, supersede: bool = True
     ) -> RunSummary:
         """Close a run: drop the repeats a record run superseded (with `prune`, every
-        recording it did not use), note what a replay run used (for `llmtape prune`), keep its
+        recording it did not use), note what a replay run used (for `tapeproxy prune`), keep its
         summary. With `carry` the run is not over for prune: it writes no note (and removes an
         older one, which no longer says what is in use), and the next run of the cassette
         carries on from what it used."""
@@ -385,7 +385,7 @@ class Runs:
             noted = unused[:MAX_NOTED]
             if len(unused) > len(noted):
                 log.info(
-                    "cassette %r: the run left %d recordings unused; its note for `llmtape "
+                    "cassette %r: the run left %d recordings unused; its note for `tapeproxy "
                     "prune` lists the first %d (replay and prune again for the others)",
                     run.cassette,
                     len(unused),
@@ -407,7 +407,7 @@ class Runs:
         prune keeps it)."""
         digests = {}
         for key, ordinal in places:
-            with contextlib.suppress(LlmtapeError):
+            with contextlib.suppress(TapeproxyError):
                 exchange = self._store.read(cassette, key, ordinal)
                 digests[exchange_file(key, ordinal)] = recording_digest(exchange)
         return digests
@@ -423,7 +423,7 @@ class Runs:
     def _write_note(self, cassette: str, note: LastRun | None) -> None:
         try:
             self._store.write_last_run(cassette, note)
-        except (OSError, LlmtapeError) as exc:
+        except (OSError, TapeproxyError) as exc:
             log.error("cassette %r: could not write its last-run note: %s", cassette, exc)
 
     def untouched(self, cassette: str, replaying: bool) -> RunSummary:
@@ -450,7 +450,7 @@ class Runs:
             )
 
     def summary(self, run: Run, unused: list[tuple[str, int]] | None = None) -> RunSummary:
-        """Counts for /__llmtape/stats and the shutdown log. Unused recordings count only for
+        """Counts for /__tapeproxy/stats and the shutdown log. Unused recordings count only for
         a cassette replayed from (not for a `.derived` one that was only written), and not
         for upstreams that ran live (partial replay), whose recordings could not be used.
         May read files (to learn a recording's upstream): call it off the event loop."""
@@ -478,7 +478,7 @@ class Runs:
         if key not in run.upstreams:
             try:
                 run.upstreams[key] = self._store.read(run.cassette, key, ordinal).request.upstream
-            except LlmtapeError:
+            except TapeproxyError:
                 return None
         return run.upstreams[key]
 

@@ -36,14 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmtape.capture import Capture
-from llmtape.scribe_process import CLOSE, KEEP, LENGTH, READY, frame
-from llmtape.store.fs import FileStore
+from tapeproxy.capture import Capture
+from tapeproxy.scribe_process import CLOSE, KEEP, LENGTH, READY, frame
+from tapeproxy.store.fs import FileStore
 
 if TYPE_CHECKING:
-    from llmtape.settings import Settings
+    from tapeproxy.settings import Settings
 
-log = logging.getLogger("llmtape")
+log = logging.getLogger("tapeproxy")
 
 # What answers sent to the scribe and not yet kept may add up to. Past it, the server's
 # threads write the next ones: each answer sent is also pickled, and waits in the socket's
@@ -103,7 +103,7 @@ class Scribe:
         forgets, their_forgets = socket.socketpair()
         try:
             fds = (theirs.fileno(), their_forgets.fileno())
-            command = [sys.executable, "-m", "llmtape.scribe_process", *map(str, fds)]
+            command = [sys.executable, "-m", "tapeproxy.scribe_process", *map(str, fds)]
             # In a process group of its own, a signal to the server's group (^C in a
             # terminal) does not reach it even while it starts: the server closes it.
             self._process = await asyncio.to_thread(
@@ -181,7 +181,7 @@ class Scribe:
 
     def _stuck(self) -> None:
         """It did not answer in ANSWER_WAIT_S: stopped (its journal is then taken back)."""
-        log.error("llmtape's scribe did not answer in %.0f s: stopped", ANSWER_WAIT_S)
+        log.error("tapeproxy's scribe did not answer in %.0f s: stopped", ANSWER_WAIT_S)
         if self._process is not None:
             with contextlib.suppress(OSError):
                 self._process.kill()
@@ -204,7 +204,7 @@ class Scribe:
         try:
             await asyncio.to_thread(process.wait, CLOSE_WAIT_S)
         except subprocess.TimeoutExpired:
-            log.error("llmtape's scribe did not stop in %.0f s: stopped", CLOSE_WAIT_S)
+            log.error("tapeproxy's scribe did not stop in %.0f s: stopped", CLOSE_WAIT_S)
             process.kill()
             await asyncio.to_thread(process.wait)
         if self._reader_task is not None:
@@ -230,7 +230,7 @@ class Scribe:
         except (asyncio.IncompleteReadError, OSError):
             pass
         except Exception:  # a reply it cannot read: as good as gone
-            log.exception("llmtape's scribe sent a reply that could not be read")
+            log.exception("tapeproxy's scribe sent a reply that could not be read")
         self.gone = True
         self._ready.set()  # for `started`: ready or gone
         for waiting, _ in self._waiting.values():
@@ -270,7 +270,7 @@ class Scribing:
             settings.redact_field,
             settings.redact_pattern,
             settings.record_failures,
-            logging.getLogger("llmtape").getEffectiveLevel(),  # its lines as the server's
+            logging.getLogger("tapeproxy").getEffectiveLevel(),  # its lines as the server's
         )
         self._reopen = reopen  # opens the store's own journal again, writing back what it held
         self._scribe: Scribe | None = None  # once it took the journal over
@@ -316,10 +316,10 @@ class Scribing:
             await scribe.start()
             ready = await scribe.started()
         except Exception as exc:  # whatever it was, the server writes instead
-            log.warning("llmtape's scribe could not start (%s): the server writes itself", exc)
+            log.warning("tapeproxy's scribe could not start (%s): the server writes itself", exc)
             return
         if not ready:
-            log.warning("llmtape's scribe stopped as it started: the server writes itself")
+            log.warning("tapeproxy's scribe stopped as it started: the server writes itself")
             return
         # Once begun, the hand-over ends even if the server closes meanwhile: its own close
         # of the store would not wait for a journal being closed.
@@ -327,7 +327,7 @@ class Scribing:
         try:
             await asyncio.shield(self._handing)
         except OSError as exc:  # the store's journal stays for the next start: so does it
-            log.error("handing the journal to llmtape's scribe: %s", exc)
+            log.error("handing the journal to tapeproxy's scribe: %s", exc)
             return
         if scribe.gone:
             self._take_journal_back()
@@ -347,7 +347,7 @@ class Scribing:
         files, self._files = self._files, None
         if files is None:
             return
-        log.warning("llmtape's scribe stopped: the server writes recordings itself from now on")
+        log.warning("tapeproxy's scribe stopped: the server writes recordings itself from now on")
         files.elsewhere = None
         self._reopening = asyncio.create_task(self._reopen(files.open))
 

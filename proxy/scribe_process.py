@@ -1,4 +1,4 @@
-"""The scribe's own process (scribe.py starts it: `python -m llmtape.scribe_process FD FD`):
+"""The scribe's own process (scribe.py starts it: `python -m tapeproxy.scribe_process FD FD`):
 it takes the answers its server sends, settles each into an exchange file's Record and
 writes them through its journal, a batch at a time, and answers each.
 
@@ -20,13 +20,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from llmtape.capture import Capture, Finished, settle
-from llmtape.exchangefile import Outcome, Record
-from llmtape.logs import configure_logging
-from llmtape.providers import provider_table
-from llmtape.providers.base import Provider
-from llmtape.scrub import Scrubber
-from llmtape.store.fs import FileStore
+from tapeproxy.capture import Capture, Finished, settle
+from tapeproxy.exchangefile import Outcome, Record
+from tapeproxy.logs import configure_logging
+from tapeproxy.providers import provider_table
+from tapeproxy.providers.base import Provider
+from tapeproxy.scrub import Scrubber
+from tapeproxy.store.fs import FileStore
 
 # Frames of a 4-byte length and a pickle, both ways (see scribe.py).
 LENGTH = struct.Struct(">I")

@@ -1,5 +1,5 @@
 """The user's redaction rules: JSON fields by path and text by pattern, scrubbed out of request
-and response bodies and stream frames. One path, used when recording and by `llmtape redact`."""
+and response bodies and stream frames. One path, used when recording and by `tapeproxy redact`."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from llmtape.bodies import Payload
-from llmtape.errors import ConfigError
-from llmtape.exchangefile import Record, record_of
-from llmtape.normalize import RequestParts
-from llmtape.redact import MARKER
-from llmtape.rules import parse_path
+from tapeproxy.bodies import Payload
+from tapeproxy.errors import ConfigError
+from tapeproxy.exchangefile import Record, record_of
+from tapeproxy.normalize import RequestParts
+from tapeproxy.redact import MARKER
+from tapeproxy.rules import parse_path
 
 if TYPE_CHECKING:
-    from llmtape.models import Exchange
+    from tapeproxy.models import Exchange
 
 Path = tuple[str | int, ...]
 # A JSON string literal, and the colon after it when it is an object's key.
@@ -227,7 +227,7 @@ class Scrubber:
         return {**record, "request": request, "response": response}
 
     def exchange(self, exchange: Exchange) -> Exchange:
-        """`record`, for an exchange read back (`llmtape redact`)."""
+        """`record`, for an exchange read back (`tapeproxy redact`)."""
         if not self:
             return exchange
         scrubbed = type(exchange).model_validate(self.record(record_of(exchange)))

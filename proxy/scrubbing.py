@@ -1,4 +1,4 @@
-"""`llmtape redact`: a cassette's recordings scrubbed by the redaction rules, rewritten
+"""`tapeproxy redact`: a cassette's recordings scrubbed by the redaction rules, rewritten
 atomically and re-keyed where a request changed; and a check that no pattern is left."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import base64
 import json
 from dataclasses import dataclass, field
 
-from llmtape import answers
-from llmtape.models import Exchange
-from llmtape.rekey import RekeyReport, RulesFor, rekey
-from llmtape.scrub import Scrubber
-from llmtape.store.base import CassetteStore, exchange_file
+from tapeproxy import answers
+from tapeproxy.models import Exchange
+from tapeproxy.rekey import RekeyReport, RulesFor, rekey
+from tapeproxy.scrub import Scrubber
+from tapeproxy.store.base import CassetteStore, exchange_file
 
 
 @dataclass
@@ -69,7 +69,7 @@ def matches_left(store: CassetteStore, cassette: str, scrubber: Scrubber) -> lis
 
 
 def recorded_text(exchange: Exchange) -> str:
-    """What the request and the answer carried, as JSON text: not llmtape's own fields (key,
+    """What the request and the answer carried, as JSON text: not tapeproxy's own fields (key,
     rules fingerprint, seq, ordinal, schema_version, usage, status, timings), whose hex and
     digits a pattern like `[0-9a-f]{8}` would match in every file."""
     response = exchange.response

@@ -20,20 +20,20 @@ from pydantic import (
     field_validator,
 )
 
-from llmtape.errors import BadCassetteName, ConfigError
-from llmtape.providers import BUILTIN
-from llmtape.rules import parse_rule
-from llmtape.scrub import check_field, check_pattern
-from llmtape.store.names import check_cassette_name
-from llmtape.timing import parse_timing
+from tapeproxy.errors import BadCassetteName, ConfigError
+from tapeproxy.providers import BUILTIN
+from tapeproxy.rules import parse_rule
+from tapeproxy.scrub import check_field, check_pattern
+from tapeproxy.store.names import check_cassette_name
+from tapeproxy.timing import parse_timing
 
-ENV_PREFIX = "LLMTAPE_"
+ENV_PREFIX = "TAPEPROXY_"
 MIB = 1024 * 1024
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"k": 1024, "m": MIB, "g": 1024 * MIB}
-DEFAULT_CONFIG_FILE = "llmtape.toml"
+DEFAULT_CONFIG_FILE = "tapeproxy.toml"
 UPSTREAM_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
-RESERVED_NAMES = frozenset({"v1", "__llmtape"})
+RESERVED_NAMES = frozenset({"v1", "__tapeproxy"})
 
 
 class Mode(StrEnum):
@@ -53,8 +53,8 @@ class RepeatPolicy(StrEnum):
 
 
 class Settings(BaseModel):
-    """Every option of `llmtape serve`. Each field is a CLI option, an LLMTAPE_* variable
-    and a key of llmtape.toml (tests/unit/test_settings.py holds the three in step)."""
+    """Every option of `tapeproxy serve`. Each field is a CLI option, an TAPEPROXY_* variable
+    and a key of tapeproxy.toml (tests/unit/test_settings.py holds the three in step)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -128,12 +128,12 @@ class Settings(BaseModel):
     redact_field: tuple[str, ...] = Field(
         (),
         description="A body field scrubbed before recording, e.g. messages[*].content or "
-        "user.email ([redact] fields in llmtape.toml); repeatable.",
+        "user.email ([redact] fields in tapeproxy.toml); repeatable.",
     )
     redact_pattern: tuple[str, ...] = Field(
         (),
         description="A regular expression scrubbed from bodies before recording ([redact] "
-        "patterns in llmtape.toml; one per line in the variable); repeatable.",
+        "patterns in tapeproxy.toml; one per line in the variable); repeatable.",
     )
     ready_file: Path | None = Field(
         None,
@@ -261,7 +261,7 @@ def _check_known(names: Iterable[str], info: ValidationInfo, context: str = "") 
 
 class ToolSettings(BaseModel):
     """Options only the cassette tools read (not `serve`): a CLI option of theirs, an
-    LLMTAPE_* variable and a key of llmtape.toml, in the same order as Settings."""
+    TAPEPROXY_* variable and a key of tapeproxy.toml, in the same order as Settings."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -308,10 +308,10 @@ def load_settings(
 
     `cli` holds only the options given on the command line (None means not given). `fields`,
     when given, are the only ones read: a cassette tool is not stopped by a serve-only
-    setting (an LLMTAPE_LIVE naming an upstream that serve gets on its command line)."""
+    setting (an TAPEPROXY_LIVE naming an upstream that serve gets on its command line)."""
     environ = os.environ if environ is None else environ
     layers: list[tuple[str, dict[str, Any]]] = [
-        ("llmtape.toml", _from_file(config, environ, Settings)),
+        ("tapeproxy.toml", _from_file(config, environ, Settings)),
         ("environment", _from_env(environ, Settings)),
         ("command line", {k: v for k, v in cli.items() if v is not None and v != ()}),
     ]
@@ -335,7 +335,7 @@ def load_settings(
 def _from_file(
     config: Path | None, environ: Mapping[str, str], model: type[BaseModel]
 ) -> dict[str, Any]:
-    """The keys of llmtape.toml that `model` has (a key neither model has is an error)."""
+    """The keys of tapeproxy.toml that `model` has (a key neither model has is an error)."""
     path = config or (Path(environ[env_name("config")]) if env_name("config") in environ else None)
     if path is None:
         path = Path(DEFAULT_CONFIG_FILE)
@@ -448,9 +448,10 @@ def _explain(exc: ValidationError, origin: Mapping[str, str]) -> str:
     for error in exc.errors():
         field = str(error["loc"][0]) if error["loc"] else "?"
         source = origin.get(field, "default")
-        where = {"environment": env_name(field), "llmtape.toml": f"{field} in llmtape.toml"}.get(
-            source, option_name(field)
-        )
+        where = {
+            "environment": env_name(field),
+            "tapeproxy.toml": f"{field} in tapeproxy.toml",
+        }.get(source, option_name(field))
         given = "(hidden)" if field == "admin_token" else error.get("input")
         lines.append(f"{option_name(field)} (from {where}): {given!r}: {error['msg']}")
     return "invalid settings:\n  " + "\n  ".join(lines)

@@ -1,5 +1,5 @@
 """What the server counts and reports: the counters since start, per-run summaries, the
-snapshot behind /__llmtape/stats and the shutdown report, and the one log line per exchange."""
+snapshot behind /__tapeproxy/stats and the shutdown report, and the one log line per exchange."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-log = logging.getLogger("llmtape")
+log = logging.getLogger("tapeproxy")
 
 
 @dataclass
@@ -69,7 +69,7 @@ class Snapshot:
 @dataclass
 class Trace:
     """What the log line of one exchange names; its time counts from the request's arrival.
-    Built for every request, so not frozen (see llmtape.inbound)."""
+    Built for every request, so not frozen (see tapeproxy.inbound)."""
 
     mode: str
     upstream: str

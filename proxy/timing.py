@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-TIMING_HEADER = "x-llmtape-timing"
+TIMING_HEADER = "x-tapeproxy-timing"
 
 
 def parse_timing(value: str) -> float | None:

@@ -1,5 +1,5 @@
-"""The Upstream protocol, and its implementation over llmtape.http1: one pool of keep-alive
-connections, explicit timeouts, low-level errors translated to llmtape's at this boundary."""
+"""The Upstream protocol, and its implementation over tapeproxy.http1: one pool of keep-alive
+connections, explicit timeouts, low-level errors translated to tapeproxy's at this boundary."""
 
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ from functools import lru_cache
 from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
-from llmtape import __version__
-from llmtape.errors import UpstreamCut, UpstreamError, UpstreamTimeout, UpstreamUnreachable
-from llmtape.hopheaders import forward_headers
-from llmtape.http1 import BadAnswer, Connection, Origin, Pool
-from llmtape.inflate import CAPS, INFLATABLE, InflateLimits, Inflater, unknown_encoding
-from llmtape.redact import redact_text, redact_url
+from tapeproxy import __version__
+from tapeproxy.errors import UpstreamCut, UpstreamError, UpstreamTimeout, UpstreamUnreachable
+from tapeproxy.hopheaders import forward_headers
+from tapeproxy.http1 import BadAnswer, Connection, Origin, Pool
+from tapeproxy.inflate import CAPS, INFLATABLE, InflateLimits, Inflater, unknown_encoding
+from tapeproxy.redact import redact_text, redact_url
 
 
 @dataclass
 class Outbound:
-    """Built for every live request, so not frozen (see llmtape.inbound)."""
+    """Built for every live request, so not frozen (see tapeproxy.inbound)."""
 
     upstream: str
     method: str
@@ -62,7 +62,7 @@ class Upstream(Protocol):
 
 class HttpResponse:
     """An answer read as its raw bytes came, a gzip or deflate body inflated here with its caps
-    (llmtape.inflate). `close` gives its connection back to the pool, or closes it."""
+    (tapeproxy.inflate). `close` gives its connection back to the pool, or closes it."""
 
     def __init__(
         self,
@@ -117,7 +117,7 @@ class HttpResponse:
 
 
 class HttpUpstream:
-    """Sends through one pool of keep-alive connections (llmtape.http1); owned by the app's
+    """Sends through one pool of keep-alive connections (tapeproxy.http1); owned by the app's
     lifespan, which closes it."""
 
     def __init__(self, connect: float, read: float, limits: InflateLimits = CAPS) -> None:
@@ -169,9 +169,9 @@ class HttpUpstream:
             conn.close()
             pool.release(conn)
             raise UpstreamError(
-                f"{_where(request)} answered, but compressed with {encoding}, which llmtape cannot "
-                "decode, so the answer was not passed on or recorded. llmtape asks for gzip or "
-                "deflate (accept-encoding); this upstream ignored that."
+                f"{_where(request)} answered, but compressed with {encoding}, which tapeproxy "
+                "cannot decode, so the answer was not passed on or recorded. tapeproxy asks for "
+                "gzip or deflate (accept-encoding); this upstream ignored that."
             )
         return HttpResponse(request.upstream, pool, conn, named, self._limits)
 
@@ -216,7 +216,7 @@ def _request_head(request: Outbound) -> tuple[Origin, bytes]:
     try:
         origin, host, auth = _origin(url[:end])
     except ValueError as exc:
-        raise UpstreamError(f"{_where(request)}: not a URL llmtape can call: {exc}") from exc
+        raise UpstreamError(f"{_where(request)}: not a URL tapeproxy can call: {exc}") from exc
     target = url[end:]
     if not target.startswith("/"):
         target = "/" + target
@@ -249,7 +249,7 @@ def _origin(prefix: str) -> tuple[Origin, bytes, bytes | None]:
     port = parts.port
     secure = parts.scheme == "https"
     if (not secure and parts.scheme != "http") or not parts.hostname:
-        raise ValueError("llmtape calls http:// and https:// URLs only")
+        raise ValueError("tapeproxy calls http:// and https:// URLs only")
     host = parts.hostname
     if not host.isascii():
         host = host.encode("idna").decode("ascii")
@@ -266,7 +266,7 @@ def _origin(prefix: str) -> tuple[Origin, bytes, bytes | None]:
 
 
 BODILESS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "CONNECT"})
-USER_AGENT = f"User-Agent: llmtape/{__version__}\r\n".encode()
+USER_AGENT = f"User-Agent: tapeproxy/{__version__}\r\n".encode()
 
 
 def _told(exc: BaseException) -> str:

@@ -1,4 +1,4 @@
-"""Whether every file of a cassette is sound, as `llmtape verify` checks: schema, name, key."""
+"""Whether every file of a cassette is sound, as `tapeproxy verify` checks: schema, name, key."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmtape.errors import CassetteCorrupt
-from llmtape.models import Exchange
-from llmtape.normalize import request_key, stored_request
-from llmtape.providers import default_rules
-from llmtape.rules import MatchRules, unstored_headers
-from llmtape.store.base import (
+from tapeproxy.errors import CassetteCorrupt
+from tapeproxy.models import Exchange
+from tapeproxy.normalize import request_key, stored_request
+from tapeproxy.providers import default_rules
+from tapeproxy.rules import MatchRules, unstored_headers
+from tapeproxy.store.base import (
     LIKE_EXCHANGE_FILE,
     CassetteStore,
     exchange_file,
@@ -42,7 +42,7 @@ def verify(
     store: CassetteStore, cassette: str, rules_for: RulesFor, upgrade: bool = False
 ) -> Verdict:
     """Each file must parse under the schema, carry the key and ordinal its name says, and
-    have that key under today's rules (else `llmtape rekey` is due). A file in an older
+    have that key under today's rules (else `tapeproxy rekey` is due). A file in an older
     schema_version is noted, and with `upgrade` written again in today's."""
     verdict = Verdict(cassette)
     for name in store.files(cassette):
@@ -56,7 +56,7 @@ def verify(
             if LIKE_EXCHANGE_FILE.match(name):
                 verdict.flag(
                     name,
-                    "not a name llmtape reads (ordinal 1 is KEY.json, n is "
+                    "not a name tapeproxy reads (ordinal 1 is KEY.json, n is "
                     "KEY.n.json, no leading zeros): rename it, or delete a copy",
                 )
             continue
@@ -100,8 +100,8 @@ def _check_file(
     if request_key(parts, rules) == exchange.key:
         return None
     if exchange.rules != rules.fingerprint():
-        return f"recorded under other match rules: run `llmtape rekey {cassette}`"
+        return f"recorded under other match rules: run `tapeproxy rekey {cassette}`"
     return (
-        f"its request does not hash to its key: run `llmtape rekey {cassette}` (an older "
-        "llmtape keyed some requests differently), or record it again if it was edited by hand"
+        f"its request does not hash to its key: run `tapeproxy rekey {cassette}` (an older "
+        "tapeproxy keyed some requests differently), or record it again if it was edited by hand"
     )

@@ -1,4 +1,4 @@
-"""Fixtures: a fake provider upstream and a factory for real llmtape servers pointed at it."""
+"""Fixtures: a fake provider upstream and a factory for real tapeproxy servers pointed at it."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import httpcore2  # noqa: F401  (see below)
 import pytest
 from hypothesis import HealthCheck, settings
 
-from llmtape.providers import BUILTIN
-from llmtape.settings import Settings
+from tapeproxy.providers import BUILTIN
+from tapeproxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream
 from tests.support import ProxyServer
 
@@ -43,7 +43,7 @@ def cassettes(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def make_proxy(fake: FakeUpstream, cassettes: Path) -> Iterator[MakeProxy]:
-    """Start llmtape with every built-in upstream pointed at the fake; stopped at test end."""
+    """Start tapeproxy with every built-in upstream pointed at the fake; stopped at test end."""
     started: list[ProxyServer] = []
 
     def make(**overrides: Any) -> ProxyServer:

@@ -1,4 +1,4 @@
-"""Test harness: the real llmtape app on real uvicorn, port 0, in a background thread."""
+"""Test harness: the real tapeproxy app on real uvicorn, port 0, in a background thread."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from typing import Any
 
 import httpx
 
-from llmtape.app import create_app
-from llmtape.cli.server import ReadyServer, uvicorn_config
-from llmtape.lastrun import LAST_RUN_FILE
-from llmtape.settings import Settings
-from llmtape.store.journal import JOURNAL_DIR
+from tapeproxy.app import create_app
+from tapeproxy.cli.server import ReadyServer, uvicorn_config
+from tapeproxy.lastrun import LAST_RUN_FILE
+from tapeproxy.settings import Settings
+from tapeproxy.store.journal import JOURNAL_DIR
 
 SECRET_OPENAI = "sk-test-SECRET-openai-0123456789abcdef"
 SECRET_ANTHROPIC = "sk-ant-test-SECRET-anthropic-0123456789"
@@ -37,7 +37,7 @@ class ProxyServer:
         self.url = ""
         self._ready = threading.Event()
         self._server = ReadyServer(uvicorn_config(self.app, settings), self._on_ready)
-        self._thread = threading.Thread(target=self._run, name="llmtape-test", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="tapeproxy-test", daemon=True)
 
     def _on_ready(self, url: str) -> None:
         self.url = url
@@ -50,7 +50,7 @@ class ProxyServer:
     def start(self) -> ProxyServer:
         self._thread.start()
         if not self._ready.wait(timeout=20) or not self.url:
-            raise RuntimeError("llmtape did not start")
+            raise RuntimeError("tapeproxy did not start")
         return self
 
     def stop(self) -> None:
@@ -69,11 +69,11 @@ class ProxyServer:
         return httpx.get(self.url + path, timeout=10).json()
 
     def put_cassette(self, **body: str) -> httpx.Response:
-        return httpx.put(self.url + "/__llmtape/cassette", json=body, timeout=10)
+        return httpx.put(self.url + "/__tapeproxy/cassette", json=body, timeout=10)
 
     @property
     def stats(self) -> Any:
-        return self.get("/__llmtape/stats")
+        return self.get("/__tapeproxy/stats")
 
 
 def closed_port() -> int:

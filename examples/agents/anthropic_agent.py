@@ -1,7 +1,7 @@
 """A weather agent on the anthropic SDK: tool use until the model answers, the answer
-streamed. It knows nothing of llmtape: point ANTHROPIC_BASE_URL at it.
+streamed. It knows nothing of tapeproxy: point ANTHROPIC_BASE_URL at it.
 
-    llmtape serve --cassette examples/anthropic-agent       # replays the committed cassette
+    tapeproxy serve --cassette examples/anthropic-agent       # replays the committed cassette
     ANTHROPIC_BASE_URL=http://127.0.0.1:8787/anthropic ANTHROPIC_API_KEY=sk-any \\
         python examples/agents/anthropic_agent.py
 """

@@ -1,7 +1,7 @@
 """A weather agent on the openai SDK: a tool-calling loop that runs the model's tool calls
-until it answers. It knows nothing of llmtape: point OPENAI_BASE_URL at it.
+until it answers. It knows nothing of tapeproxy: point OPENAI_BASE_URL at it.
 
-    llmtape serve --cassette examples/python-agent          # replays the committed cassette
+    tapeproxy serve --cassette examples/python-agent          # replays the committed cassette
     OPENAI_BASE_URL=http://127.0.0.1:8787/openai/v1 OPENAI_API_KEY=sk-any \\
         python examples/agents/python_agent.py
 """

@@ -1,8 +1,8 @@
 #!/bin/sh
-# Plain curl against llmtape: one chat completion, then the same question streamed.
-#   llmtape serve --cassette examples/curl                  # replays the committed cassette
+# Plain curl against tapeproxy: one chat completion, then the same question streamed.
+#   tapeproxy serve --cassette examples/curl                  # replays the committed cassette
 #   OPENAI_BASE_URL=http://127.0.0.1:8787/openai/v1 sh examples/curl/chat.sh
-# In replay any key works; llmtape never writes the one you send.
+# In replay any key works; tapeproxy never writes the one you send.
 set -eu
 base="${OPENAI_BASE_URL:-http://127.0.0.1:8787/openai/v1}"
 key="${OPENAI_API_KEY:-sk-replay}"

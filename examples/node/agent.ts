@@ -1,6 +1,6 @@
 // A weather agent on the openai npm package, in TypeScript: a tool-calling loop that runs the
-// model's tool calls until it answers. It knows nothing of llmtape: point OPENAI_BASE_URL at it.
-//   llmtape serve --cassette examples/node-agent           # replays the committed cassette
+// model's tool calls until it answers. It knows nothing of tapeproxy: point OPENAI_BASE_URL at it.
+//   tapeproxy serve --cassette examples/node-agent           # replays the committed cassette
 //   cd examples/node && npm ci
 //   OPENAI_BASE_URL=http://127.0.0.1:8787/openai/v1 OPENAI_API_KEY=sk-any node --import tsx agent.ts
 import OpenAI from "openai";

@@ -1,7 +1,7 @@
 // The same weather agent on the Vercel AI SDK (`ai` with `@ai-sdk/openai`): generateText runs
-// the model's tool calls until it answers. It knows nothing of llmtape: point OPENAI_BASE_URL
+// the model's tool calls until it answers. It knows nothing of tapeproxy: point OPENAI_BASE_URL
 // at it.
-//   llmtape serve --cassette examples/vercel-agent         # replays the committed cassette
+//   tapeproxy serve --cassette examples/vercel-agent         # replays the committed cassette
 //   cd examples/node && npm ci
 //   OPENAI_BASE_URL=http://127.0.0.1:8787/openai/v1 OPENAI_API_KEY=sk-any node --import tsx vercel_agent.ts
 import { createOpenAI } from "@ai-sdk/openai";

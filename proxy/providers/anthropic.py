@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from llmtape.framing import FrameSigns
-from llmtape.providers.base import Provider, ends_with, error_frame, pick_int, strings, type_of
-from llmtape.rules import MatchRules
-from llmtape.tokens import Tokens
+from tapeproxy.framing import FrameSigns
+from tapeproxy.providers.base import Provider, ends_with, error_frame, pick_int, strings, type_of
+from tapeproxy.rules import MatchRules
+from tapeproxy.tokens import Tokens
 
 
 def error_body(error_type: str, message: str, status: int) -> dict[str, Any]:

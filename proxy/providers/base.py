@@ -1,4 +1,4 @@
-"""What a provider is to llmtape: where it lives, what keys a request, how its answers look."""
+"""What a provider is to tapeproxy: where it lives, what keys a request, how its answers look."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from llmtape.framing import FrameSigns
-from llmtape.normalize import RequestParts
-from llmtape.rules import MatchRules
-from llmtape.tokens import Tokens
+from tapeproxy.framing import FrameSigns
+from tapeproxy.normalize import RequestParts
+from tapeproxy.rules import MatchRules
+from tapeproxy.tokens import Tokens
 
 Usage = dict[str, int]
 
@@ -39,8 +39,8 @@ HTTP_VOLATILE_HEADERS = frozenset(
         "x-amzn-trace-id",
     }
 )
-# `x-ratelimit-*` is the rate-limit convention of most HTTP APIs; `x-llmtape-*` are our own.
-HTTP_VOLATILE_PREFIXES = ("x-ratelimit-", "x-llmtape-")
+# `x-ratelimit-*` is the rate-limit convention of most HTTP APIs; `x-tapeproxy-*` are our own.
+HTTP_VOLATILE_PREFIXES = ("x-ratelimit-", "x-tapeproxy-")
 
 
 def generic_error(error_type: str, message: str, status: int) -> dict[str, Any]:
@@ -85,13 +85,13 @@ def type_of(payload: Any) -> object:
 
 @dataclass(frozen=True)
 class Provider:
-    """One upstream: its name and URL, and what llmtape knows of its requests and answers."""
+    """One upstream: its name and URL, and what tapeproxy knows of its requests and answers."""
 
     name: str
     base_url: str
     # Default match rules: the headers that change the answer, the body fields that never do.
     rules: MatchRules = field(default_factory=MatchRules)
-    # The provider's error shape for (llmtape error type, message, HTTP status).
+    # The provider's error shape for (tapeproxy error type, message, HTTP status).
     error_body: Callable[[str, str, int], dict[str, Any]] = generic_error
     # Token counts from the decoded JSON payloads of a body or of every stream frame, in order.
     tokens: Callable[[Iterable[Any]], Tokens | None] = no_tokens

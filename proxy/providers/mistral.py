@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from llmtape.providers import openai
-from llmtape.providers.base import Provider, ends_with
+from tapeproxy.providers import openai
+from tapeproxy.providers.base import Provider, ends_with
 
 PROVIDER = Provider(
     name="mistral",

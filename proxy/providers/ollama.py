@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from llmtape.framing import FrameSigns
-from llmtape.providers.base import (
+from tapeproxy.framing import FrameSigns
+from tapeproxy.providers.base import (
     Provider,
     ends_with,
     error_frame,
@@ -14,7 +14,7 @@ from llmtape.providers.base import (
     pick_int,
     strings,
 )
-from llmtape.tokens import Tokens, tokens_of
+from tapeproxy.tokens import Tokens, tokens_of
 
 
 def tokens(payloads: Iterable[Any]) -> Tokens | None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from llmtape.framing import FrameSigns
-from llmtape.providers.base import (
+from tapeproxy.framing import FrameSigns
+from tapeproxy.providers.base import (
     Provider,
     ends_with,
     error_frame,
@@ -15,8 +15,8 @@ from llmtape.providers.base import (
     strings,
     type_of,
 )
-from llmtape.rules import MatchRules
-from llmtape.tokens import Tokens, tokens_of
+from tapeproxy.rules import MatchRules
+from tapeproxy.tokens import Tokens, tokens_of
 
 # The Responses API's last event; chat completions end with `data: [DONE]`.
 RESPONSES_FINAL = frozenset({"response.completed", "response.failed", "response.incomplete"})

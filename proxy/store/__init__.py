@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from llmtape.errors import ConfigError
-from llmtape.store.base import CassetteStore
-from llmtape.store.fs import FileStore
+from tapeproxy.errors import ConfigError
+from tapeproxy.store.base import CassetteStore
+from tapeproxy.store.fs import FileStore
 
 # A new backend is one file in store/ and one row here: `scheme://location` opens
 # BACKENDS[scheme](location). Typed as the protocol, so mypy checks each row implements it.

@@ -9,11 +9,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
-from llmtape.exchangefile import SCHEMA_VERSION, Record, record_of, render, untimed
+from tapeproxy.exchangefile import SCHEMA_VERSION, Record, record_of, render, untimed
 
 if TYPE_CHECKING:  # the scribe writes through a FileStore: no pydantic on its way
-    from llmtape.lastrun import LastRun
-    from llmtape.models import Exchange
+    from tapeproxy.lastrun import LastRun
+    from tapeproxy.models import Exchange
 
 # Ordinal 1 is `<key>.json`; n >= 2 is `<key>.<n>.json`, with no leading zero, so each
 # recording has exactly one name.
@@ -53,7 +53,7 @@ def same_as_stored(raw: bytes, new: Record) -> bool | None:
     """`same_recording` of the file `raw` (as `FileStore` reads it: a file that cannot be read,
     or in an older schema_version, is not the same) and `new`, found without the pydantic
     model where that is sure; None where only the model can tell (a file that is not as
-    llmtape writes them: a value the model would coerce, a missing default). `new` is a
+    tapeproxy writes them: a value the model would coerce, a missing default). `new` is a
     Record a capture made, as the model reads it (see tests/unit/test_exchangefile.py)."""
     try:
         data = json.loads(raw)
@@ -163,7 +163,7 @@ class CassetteStore(Protocol):
 
     def files(self, cassette: str) -> list[str]:
         """Every file name of a cassette, sorted: exchanges, leftovers of interrupted writes,
-        and names llmtape does not read; [] when there is no such cassette."""
+        and names tapeproxy does not read; [] when there is no such cassette."""
         ...
 
     def exists(self, cassette: str | None = None) -> bool:

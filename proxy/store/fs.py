@@ -10,22 +10,22 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from llmtape.errors import CassetteCorrupt
-from llmtape.exchangefile import NewerSchema, Record, record_of, render
-from llmtape.store import journal
-from llmtape.store.base import (
+from tapeproxy.errors import CassetteCorrupt
+from tapeproxy.exchangefile import NewerSchema, Record, record_of, render
+from tapeproxy.store import journal
+from tapeproxy.store.base import (
     exchange_file,
     is_leftover,
     parse_exchange_file,
     same_as_stored,
     same_recording,
 )
-from llmtape.store.durable import FolderSyncs, fsync_folder, write_atomic
-from llmtape.store.names import check_folder_name
+from tapeproxy.store.durable import FolderSyncs, fsync_folder, write_atomic
+from tapeproxy.store.names import check_folder_name
 
 if TYPE_CHECKING:
-    from llmtape.lastrun import LastRun
-    from llmtape.models import Exchange
+    from tapeproxy.lastrun import LastRun
+    from tapeproxy.models import Exchange
 
 
 class FileStore:
@@ -75,7 +75,7 @@ class FileStore:
         # Imported here: the scribe's FileStore never reads, and carries no pydantic.
         from pydantic import ValidationError
 
-        from llmtape.models import load_exchange
+        from tapeproxy.models import load_exchange
 
         path = self.path(cassette, key, ordinal)
         try:
@@ -84,7 +84,7 @@ class FileStore:
             raise CassetteCorrupt(f"cannot read {path}: {exc}") from exc
         except (OSError, ValueError, ValidationError) as exc:
             raise CassetteCorrupt(
-                f"cannot read {path}: {exc}; run `llmtape verify {cassette}` to check the cassette"
+                f"cannot read {path}: {exc}; run `tapeproxy verify {cassette}` to check it"
             ) from exc
 
     def write(self, cassette: str, exchange: Exchange | Record, fresh: bool = False) -> bool:
@@ -145,7 +145,7 @@ class FileStore:
         no name (nothing to clean up after a kill) and is gone once closed."""
         folder = self.folder(cassette)
         folder.mkdir(parents=True, exist_ok=True)
-        return tempfile.TemporaryFile(dir=folder, prefix=".llmtape-spool.", suffix=".tmp")
+        return tempfile.TemporaryFile(dir=folder, prefix=".tapeproxy-spool.", suffix=".tmp")
 
     def delete(self, cassette: str, key: str, ordinal: int) -> None:
         path = self.path(cassette, key, ordinal)
@@ -176,7 +176,7 @@ class FileStore:
     def read_last_run(self, cassette: str) -> LastRun | None:
         from pydantic import ValidationError
 
-        from llmtape.lastrun import LAST_RUN_FILE, load_last_run
+        from tapeproxy.lastrun import LAST_RUN_FILE, load_last_run
 
         path = self.folder(cassette) / LAST_RUN_FILE
         try:
@@ -189,7 +189,7 @@ class FileStore:
             ) from exc
 
     def write_last_run(self, cassette: str, record: LastRun | None) -> None:
-        from llmtape.lastrun import LAST_RUN_FILE, dump_last_run
+        from tapeproxy.lastrun import LAST_RUN_FILE, dump_last_run
 
         path = self.folder(cassette) / LAST_RUN_FILE
         if record is None:
@@ -232,10 +232,10 @@ def _unchanged(path: Path, record: Record) -> bool:
     same = same_as_stored(raw, record)
     if same is not None:
         return same
-    # A file not as llmtape writes them: read by the model (the scribe imports it only now).
+    # A file not as tapeproxy writes them: read by the model (the scribe imports it only now).
     from pydantic import ValidationError
 
-    from llmtape.models import load_exchange
+    from tapeproxy.models import load_exchange
 
     try:
         stored = load_exchange(raw)
@@ -246,7 +246,7 @@ def _unchanged(path: Path, record: Record) -> bool:
 
 def sweep_leftovers(root: Path, older_than: float = 60.0) -> list[Path]:
     """Delete the temp files that killed writes left in the library, and say which. Only
-    those older than `older_than` seconds: another llmtape on the same library may be
+    those older than `older_than` seconds: another tapeproxy on the same library may be
     writing the newer ones right now."""
     swept: list[Path] = []
     cutoff = time.time() - older_than

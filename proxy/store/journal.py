@@ -8,14 +8,14 @@ and renamed into place, unsynced; a thread makes those files durable a second or
 in one `syncfs`, and only then lets their journal entries go.
 
 So an exchange is on disk before its answer's last byte leaves, as ever; after a power cut,
-the next `llmtape serve` on the library writes back every journaled file that is missing or
+the next `tapeproxy serve` on the library writes back every journaled file that is missing or
 does not hold its journaled bytes. After a mere crash of the process (the half's header
 names the machine's boot it was written in, and it is this one) the files are intact: the
 kernel still writes them, so the next start syncs the filesystem and drops the journal
 untouched. Writing it back then would undo what was done to the library since the crash
-(`llmtape redact` scrubbing a secret, a cassette deleted, another server's re-recording).
+(`tapeproxy redact` scrubbing a secret, a cassette deleted, another server's re-recording).
 
-Layout: `<library>/.llmtape/journal-<pid>-<tag>-<0|1>`, two halves per server (a random
+Layout: `<library>/.tapeproxy/journal-<pid>-<tag>-<0|1>`, two halves per server (a random
 tag: two servers of one process, or of two containers that are both pid 1), each
 `HALF_SIZE` bytes of zeros written at start (so a sync changes no size and no extent). A
 half starts with a header (magic, epoch, boot); entries follow, each
@@ -39,24 +39,24 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from llmtape.errors import BadCassetteName
-from llmtape.store.base import parse_exchange_file
-from llmtape.store.durable import GroupSync, datasync, fsync_folder, put, write_atomic
-from llmtape.store.names import check_folder_name
-from llmtape.store.spares import Spares
+from tapeproxy.errors import BadCassetteName
+from tapeproxy.store.base import parse_exchange_file
+from tapeproxy.store.durable import GroupSync, datasync, fsync_folder, put, write_atomic
+from tapeproxy.store.names import check_folder_name
+from tapeproxy.store.spares import Spares
 
 try:
     import fcntl
 except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
-log = logging.getLogger("llmtape")
+log = logging.getLogger("tapeproxy")
 
 # Where a journal can be kept: flock (a live server's halves are left alone) and pwrite.
 # Elsewhere (Windows) every exchange file is synced on its own, as the tools do.
 SUPPORTED = fcntl is not None and hasattr(os, "pwrite")
 
-JOURNAL_DIR = ".llmtape"  # dot folder: no cassette, skipped when listing; holds a .gitignore
+JOURNAL_DIR = ".tapeproxy"  # dot folder: no cassette, skipped when listing; holds a .gitignore
 HALF_SIZE = 2 * 2**20
 MAX_HALF = 64 * 2**20  # what recovery reads of a half at most (HALF_SIZE may grow)
 MAX_ENTRY = 256 * 2**10  # a larger exchange file is written and synced on its own
@@ -141,7 +141,7 @@ class Journal:
     def open(self) -> list[Path]:
         """Write back what crashed servers left in their journals; the paths written back."""
         restored = recover(self.root)
-        self._thread = threading.Thread(target=self._run, name="llmtape-journal", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="tapeproxy-journal", daemon=True)
         self._thread.start()
         return restored
 
@@ -305,7 +305,7 @@ class Journal:
         emptied, and marked to be written back by the next start even in this boot; from
         now on each file is synced on its own (and voids its older entries)."""
         log.error(
-            "llmtape's journal: could not sync the library (%s); what it holds is kept for the "
+            "tapeproxy's journal: could not sync the library (%s); what it holds is kept for the "
             "next start to write back, and each exchange is now synced on its own",
             exc,
         )
@@ -333,11 +333,12 @@ class Journal:
             self.folder.mkdir(parents=True, exist_ok=True)
             ignore = self.folder / ".gitignore"
             if not ignore.exists():
-                ignore.write_text("# llmtape's write-ahead journal: never commit it\n*\n")
+                ignore.write_text("# tapeproxy's write-ahead journal: never commit it\n*\n")
             halves = [self._make(n) for n in (0, 1)]
         except OSError as exc:
             log.warning(
-                "llmtape's journal could not be made (%s): each exchange is synced on its own", exc
+                "tapeproxy's journal could not be made (%s): each exchange is synced on its own",
+                exc,
             )
             with self._cond:
                 self._broken = True
@@ -464,7 +465,7 @@ def _recover(root: Path, folder: Path, library: int) -> list[Path]:
     try:  # a killed server's files, on disk before its journal goes
         sync_filesystem(library)
     except OSError as exc:
-        log.error("llmtape's journal: could not sync the library, journal kept: %s", exc)
+        log.error("tapeproxy's journal: could not sync the library, journal kept: %s", exc)
         return restored
     for path in done:  # only once every file is back
         path.unlink(missing_ok=True)

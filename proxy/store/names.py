@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from llmtape.errors import BadCassetteName
+from tapeproxy.errors import BadCassetteName
 
 _SEGMENT = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")

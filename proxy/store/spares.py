@@ -29,9 +29,9 @@ import stat
 import threading
 from pathlib import Path
 
-from llmtape.store.durable import temp_name
+from tapeproxy.store.durable import temp_name
 
-log = logging.getLogger("llmtape")
+log = logging.getLogger("tapeproxy")
 
 WANT = 16  # spares kept ready: a batch of 32 answers uses half, then makes the rest
 LOW = WANT // 2  # the thread tops them up once fewer are ready: a burst, not a wake-up each
@@ -73,7 +73,7 @@ class Spares:
         except OSError as exc:
             self._give_up(exc)
             return
-        self._thread = threading.Thread(target=self._run, name="llmtape-spares", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="tapeproxy-spares", daemon=True)
         self._thread.start()
 
     def place(self, path: Path, data: bytes) -> bool:
@@ -231,7 +231,7 @@ class Spares:
     def _give_up(self, exc: OSError) -> None:
         """No spare can be made here (the filesystem has no O_TMPFILE): files are made the
         usual way, as before."""
-        log.debug("llmtape's journal makes no spare files in %s: %s", self.folder, exc)
+        log.debug("tapeproxy's journal makes no spare files in %s: %s", self.folder, exc)
         with self._cond:
             self._broken = True
 

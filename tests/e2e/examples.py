@@ -1,5 +1,5 @@
 """The example agents (examples/), each with its cassette under cassettes/examples/: how to
-run one against an llmtape URL, what it prints, and how its cassette is recorded (against the
+run one against an tapeproxy URL, what it prints, and how its cassette is recorded (against the
 fake upstream, through the real server; `python examples/record_examples.py`)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmtape.cli.background import BackgroundServer
-from llmtape.providers import BUILTIN
-from llmtape.settings import Mode, Settings
+from tapeproxy.cli.background import BackgroundServer
+from tapeproxy.providers import BUILTIN
+from tapeproxy.settings import Mode, Settings
 from tests.fakes.upstream import FakeUpstream
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,8 +42,8 @@ class Example:
             return "needs `npm ci --prefix examples/node` (.ci/run does it)"
         return None
 
-    def run(self, url: str, key: str = "sk-llmtape-example") -> str:
-        """Run it against the llmtape at `url`: its standard output."""
+    def run(self, url: str, key: str = "sk-tapeproxy-example") -> str:
+        """Run it against the tapeproxy at `url`: its standard output."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
         env.update(
             OPENAI_BASE_URL=f"{url}/openai/v1",
@@ -89,6 +89,6 @@ def record(example: Example, cassettes: Path, fake: FakeUpstream) -> str:
     )
     server = BackgroundServer(settings).start()
     try:
-        return example.run(server.url, key="sk-llmtape-recording")
+        return example.run(server.url, key="sk-tapeproxy-recording")
     finally:
         server.stop()

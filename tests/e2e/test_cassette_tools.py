@@ -1,4 +1,4 @@
-"""`llmtape ls`, `show` and `verify` on a real recorded library."""
+"""`tapeproxy ls`, `show` and `verify` on a real recorded library."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from llmtape.cli.main import app
+from tapeproxy.cli.main import app
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream
 from tests.support import files_under
@@ -76,7 +76,7 @@ def test_verify_passes_a_sound_library_and_names_each_problem(tmp_path: Path) ->
 def test_verify_after_a_rules_change_points_to_rekey(tmp_path: Path) -> None:
     root = library(tmp_path)
     code, out = run("verify", "example", "--cassettes", str(root), "--ignore", "openai:body:model")
-    assert code == 1 and "llmtape rekey" in out
+    assert code == 1 and "tapeproxy rekey" in out
     rekeyed = run("rekey", "example", "--cassettes", str(root), "--ignore", "openai:body:model")
     assert rekeyed[0] == 0
     assert (
@@ -155,14 +155,16 @@ def test_verify_names_recordings_that_lack_a_header_todays_rules_key_on(
 
 
 @pytest.mark.parametrize("odd", [".02.json", ".1.json"])
-def test_verify_flags_an_exchange_file_name_llmtape_does_not_read(tmp_path: Path, odd: str) -> None:
+def test_verify_flags_an_exchange_file_name_tapeproxy_does_not_read(
+    tmp_path: Path, odd: str
+) -> None:
     root = library(tmp_path)
     first = sorted((root / "example").glob("*.json"))[0]
     shutil.copy(first, first.with_name(first.name.removesuffix(".json") + odd))
     code, out = run("verify", "example", "--cassettes", str(root), "--json")
     assert code == 1
     [problem] = json.loads(out)[0]["problems"]
-    assert problem["file"].endswith(odd) and "not a name llmtape reads" in problem["problem"]
+    assert problem["file"].endswith(odd) and "not a name tapeproxy reads" in problem["problem"]
     assert run("rekey", "example", "--cassettes", str(root), "--dry-run")[0] == 0
 
 
@@ -177,7 +179,7 @@ def test_every_tool_refuses_a_library_folder_that_is_not_there(
     code, out = run(*command, "--cassettes", str(missing))
     assert code == 2, out
     assert f"no cassette library at {missing}" in out
-    assert "--cassettes / LLMTAPE_CASSETTES" in out
+    assert "--cassettes / TAPEPROXY_CASSETTES" in out
     assert not missing.exists(), "looking did not create it"
 
 

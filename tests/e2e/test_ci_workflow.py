@@ -1,5 +1,5 @@
 """examples/ci/github-actions.yml: valid against the published GitHub workflow schema (as
-check-jsonschema ships it), every `run:` passing shellcheck, and its two llmtape steps run
+check-jsonschema ships it), every `run:` passing shellcheck, and its two tapeproxy steps run
 here for real, as bash runs them on the runner, on a small agent project whose prompt
 changed since its cassette was recorded: the replay fails with the miss report, and the
 re-record (against the fake upstream instead of OpenAI) leaves the cassette diff."""
@@ -30,7 +30,7 @@ import json, os, urllib.request
 import pytest
 
 
-@pytest.mark.llmtape
+@pytest.mark.tapeproxy
 def test_agent():
     question = {"model": "gpt-4o-mini",
                 "messages": [{"role": "user", "content": os.environ["AGENT_PROMPT"]}]}
@@ -93,8 +93,8 @@ def test_every_run_script_passes_shellcheck(tmp_path: Path) -> None:
 
 
 def test_the_pytest_options_it_uses_are_the_plugins() -> None:
-    used = set(re.findall(r"--llmtape-[a-z-]+", WORKFLOW.read_text()))
-    assert used == {"--llmtape-mode", "--llmtape-cassettes"}
+    used = set(re.findall(r"--tapeproxy-[a-z-]+", WORKFLOW.read_text()))
+    assert used == {"--tapeproxy-mode", "--tapeproxy-cassettes"}
     shown = subprocess.run(
         [sys.executable, "-m", "pytest", "--help"], capture_output=True, text=True, timeout=60
     ).stdout
@@ -121,14 +121,14 @@ def agent_project(tmp_path: Path, fake: FakeUpstream) -> tuple[Path, dict[str, s
     (project / "pytest.ini").write_text("[pytest]\n")
     (project / "tests" / "test_agent.py").write_text(AGENT_TEST)
     env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("LLMTAPE_", "OPENAI_", "PYTEST"))
+        k: v for k, v in os.environ.items() if not k.startswith(("TAPEPROXY_", "OPENAI_", "PYTEST"))
     }
     env.update(workflow()["env"])
     env.update(PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}", AGENT_PROMPT="Say hello")
     recorded = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "--llmtape-mode", "record"],
+        [sys.executable, "-m", "pytest", "-q", "--tapeproxy-mode", "record"],
         cwd=project,
-        env={**env, "LLMTAPE_UPSTREAM": f"openai={fake.url}", "OPENAI_API_KEY": SECRET_OPENAI},
+        env={**env, "TAPEPROXY_UPSTREAM": f"openai={fake.url}", "OPENAI_API_KEY": SECRET_OPENAI},
         capture_output=True,
         text=True,
         timeout=300,
@@ -153,7 +153,7 @@ def test_a_miss_fails_the_replay_and_the_rerecord_leaves_the_cassette_diff(
 
     step_env = step("Re-record")["env"]
     assert step_env == {"OPENAI_API_KEY": "${{ secrets.OPENAI_API_KEY }}"}
-    env.update(OPENAI_API_KEY=SECRET_OPENAI, LLMTAPE_UPSTREAM=f"openai={fake.url}")
+    env.update(OPENAI_API_KEY=SECRET_OPENAI, TAPEPROXY_UPSTREAM=f"openai={fake.url}")
     env.update(RUNNER_TEMP=str(project.parent))
     rerecord = run_step("Re-record", project, env)
     assert rerecord.returncode == 0, rerecord.stdout + rerecord.stderr

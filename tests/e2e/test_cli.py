@@ -1,4 +1,4 @@
-"""`llmtape serve` as a user runs it: a real process, its ready line, its signals, its config."""
+"""`tapeproxy serve` as a user runs it: a real process, its ready line, its signals, its config."""
 
 from __future__ import annotations
 
@@ -16,21 +16,21 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmtape.models import load_exchange
+from tapeproxy.models import load_exchange
 from tests.fakes.upstream import FakeUpstream
 from tests.support import files_under
 
-LLMTAPE = [sys.executable, "-m", "llmtape"]
+TAPEPROXY = [sys.executable, "-m", "tapeproxy"]
 ROOT = Path(__file__).resolve().parents[2]
 
 
 class Serve:
     def __init__(self, args: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
-        environ = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
         environ["PYTHONPATH"] = str(ROOT)
         environ.update(env or {})
         self.process = subprocess.Popen(
-            [*LLMTAPE, "serve", "--port", "0", *args],
+            [*TAPEPROXY, "serve", "--port", "0", *args],
             cwd=cwd,
             env=environ,
             stdout=subprocess.PIPE,
@@ -75,9 +75,9 @@ def test_serve_prints_its_url_and_exits_cleanly_on_signals_with_cassettes_on_dis
 def test_environment_beats_the_config_file_and_the_command_line_beats_both(
     workdir: Path, fake: FakeUpstream
 ) -> None:
-    (workdir / "llmtape.toml").write_text('mode = "passthrough"\ncassette = "from_file"\n')
-    serve = Serve(["--cassette", "from_cli"], workdir, env={"LLMTAPE_MODE": "auto"})
-    state = httpx.get(serve.url + "/__llmtape/cassette").json()
+    (workdir / "tapeproxy.toml").write_text('mode = "passthrough"\ncassette = "from_file"\n')
+    serve = Serve(["--cassette", "from_cli"], workdir, env={"TAPEPROXY_MODE": "auto"})
+    state = httpx.get(serve.url + "/__tapeproxy/cassette").json()
     assert state == {"cassette": "from_cli", "mode": "auto"}
     assert serve.stop()[0] == 0
 
@@ -86,8 +86,8 @@ def test_environment_beats_the_config_file_and_the_command_line_beats_both(
     ("args", "env", "needle"),
     [
         (["--mode", "rewind"], {}, "--mode"),
-        ([], {"LLMTAPE_MODE": "rewind"}, "LLMTAPE_MODE"),
-        ([], {"LLMTAPE_REPLAY_TIMING": "fast"}, "none, recorded"),
+        ([], {"TAPEPROXY_MODE": "rewind"}, "TAPEPROXY_MODE"),
+        ([], {"TAPEPROXY_REPLAY_TIMING": "fast"}, "none, recorded"),
         (["--upstream", "openai"], {}, "NAME=URL"),
         (["--cassette", "../up"], {}, "not allowed"),
         (["--ignore", "openai:nose:user"], {}, "UPSTREAM:WHAT:NAME"),
@@ -96,9 +96,9 @@ def test_environment_beats_the_config_file_and_the_command_line_beats_both(
 def test_a_bad_value_fails_at_start_naming_the_option(
     workdir: Path, args: list[str], env: dict[str, str], needle: str
 ) -> None:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
     result = subprocess.run(
-        [*LLMTAPE, "serve", "--port", "0", *args],
+        [*TAPEPROXY, "serve", "--port", "0", *args],
         cwd=workdir,
         capture_output=True,
         text=True,
@@ -176,7 +176,7 @@ def test_a_killed_proxy_leaves_only_whole_readable_exchanges(
     again = Serve(["--mode", "replay", "--log-level", "warning"], workdir)
     code, err = again.stop()
     assert code == 0, err
-    assert not (workdir / "cassettes" / ".llmtape").exists(), "no journal is left"
+    assert not (workdir / "cassettes" / ".tapeproxy").exists(), "no journal is left"
     assert files_under(workdir / "cassettes" / "default") == recorded
     assert "wrote back" not in err
 
@@ -187,7 +187,7 @@ def test_a_port_in_use_fails_at_start_with_status_1_and_says_so(workdir: Path) -
         taken.listen()
         port = str(taken.getsockname()[1])
         result = subprocess.run(
-            [*LLMTAPE, "serve", "--port", port],
+            [*TAPEPROXY, "serve", "--port", port],
             cwd=workdir,
             capture_output=True,
             text=True,
@@ -203,12 +203,12 @@ def run_cli(
 ) -> subprocess.CompletedProcess[str]:
     environ = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": str(columns), **(env or {})}
     return subprocess.run(
-        [*LLMTAPE, *args], capture_output=True, text=True, timeout=60, env=environ
+        [*TAPEPROXY, *args], capture_output=True, text=True, timeout=60, env=environ
     )
 
 
 def test_serve_help_shows_every_option_and_variable_whole_at_80_columns() -> None:
-    from llmtape.settings import Settings, env_name, option_name
+    from tapeproxy.settings import Settings, env_name, option_name
 
     result = run_cli("serve", "--help")
     assert result.returncode == 0, result.stderr
@@ -233,7 +233,7 @@ def test_ls_lists_the_readable_cassettes_when_one_file_is_corrupt(tmp_path: Path
     assert listed["good"]["exchanges"] == 3 and listed["good"]["unreadable"] == 0
     assert listed["bad"]["unreadable"] == 1 and listed["bad"]["exchanges"] == 3
     shown = run_cli("ls", "--cassettes", str(tmp_path))
-    assert "bad: 1 unreadable file(s)" in shown.stdout and "llmtape verify bad" in shown.stdout
+    assert "bad: 1 unreadable file(s)" in shown.stdout and "tapeproxy verify bad" in shown.stdout
 
 
 def test_verify_warns_of_a_cassette_holding_only_a_torn_first_write(tmp_path: Path) -> None:
@@ -256,7 +256,7 @@ def test_serve_sweeps_what_killed_writes_left_with_one_log_line(workdir: Path) -
     code, err = Serve([], workdir).stop()
     assert code == 0, err
     assert not old.exists(), "an hour-old leftover is swept"
-    assert fresh.exists(), "a fresh one may be another llmtape's write under way"
+    assert fresh.exists(), "a fresh one may be another tapeproxy's write under way"
     assert err.count("left over") == 1
 
 
@@ -291,7 +291,7 @@ def test_a_shutdown_while_the_upstream_has_not_answered_is_quiet_and_exits_0(
 
 
 def test_the_cassette_tools_are_not_stopped_by_serve_only_settings(workdir: Path) -> None:
-    env = {"LLMTAPE_LIVE": "search", "LLMTAPE_IGNORE": "search:query:ts", "LLMTAPE_PORT": "x"}
+    env = {"TAPEPROXY_LIVE": "search", "TAPEPROXY_IGNORE": "search:query:ts", "TAPEPROXY_PORT": "x"}
     for command in ("ls", "show"):
         args = [command] + (["example"] if command == "show" else [])
         result = run_cli(*args, "--cassettes", str(ROOT / "cassettes"), env=env)

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from llmtape.providers import BUILTIN
+from tapeproxy.providers import BUILTIN
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream
 from tests.support import (

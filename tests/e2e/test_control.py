@@ -1,4 +1,4 @@
-"""Cassettes per test: the x-llmtape-cassette header and the control API."""
+"""Cassettes per test: the x-tapeproxy-cassette header and the control API."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import httpx
 import pytest
 from starlette.types import Receive, Scope, Send
 
-from llmtape.app import create_app
-from llmtape.cli.server import ReadyServer, uvicorn_config
-from llmtape.settings import Settings
+from tapeproxy.app import create_app
+from tapeproxy.cli.server import ReadyServer, uvicorn_config
+from tapeproxy.settings import Settings
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import wait_for
@@ -24,7 +24,7 @@ EMBED = {"model": "m", "input": "hello"}
 def embed(url: str, cassette: str | None = None, text: str = "hello") -> httpx.Response:
     headers = {"authorization": "Bearer sk-test-fake"}
     if cassette:
-        headers["x-llmtape-cassette"] = cassette
+        headers["x-tapeproxy-cassette"] = cassette
     return httpx.post(url + "/openai/v1/embeddings", json={**EMBED, "input": text}, headers=headers)
 
 
@@ -42,7 +42,7 @@ def test_control_api_switches_cassette_and_mode_without_restart(
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
 ) -> None:
     proxy = make_proxy(mode="record")
-    assert proxy.get("/__llmtape/cassette") == {"cassette": "default", "mode": "record"}
+    assert proxy.get("/__tapeproxy/cassette") == {"cassette": "default", "mode": "record"}
     switched = proxy.put_cassette(cassette="test_a")
     assert switched.json() == {"cassette": "test_a", "mode": "record"}
     embed(proxy.url, text="only in a")
@@ -54,7 +54,7 @@ def test_control_api_switches_cassette_and_mode_without_restart(
     stats = proxy.stats
     assert (stats["recorded"], stats["replayed"], stats["misses"]) == (1, 1, 1)
     assert stats["upstream_calls"] == 1
-    assert proxy.get("/__llmtape/health")["status"] == "ok"
+    assert proxy.get("/__tapeproxy/health")["status"] == "ok"
 
 
 def test_a_put_starts_a_new_run_so_repeated_requests_replay_from_the_first(
@@ -78,7 +78,7 @@ def test_a_path_traversal_cassette_name_is_refused_and_nothing_is_written(
     assert response.status_code == 400
     assert response.json()["error"]["type"] == "bad_cassette_name"
     assert proxy.put_cassette(cassette=name).status_code == 400
-    assert proxy.get("/__llmtape/cassette")["cassette"] == "default"
+    assert proxy.get("/__tapeproxy/cassette")["cassette"] == "default"
     assert fake.hits == []
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
@@ -91,16 +91,16 @@ def test_put_with_a_bad_mode_or_body_is_a_400_that_lists_the_modes(
         response = proxy.put_cassette(**body)
         assert response.status_code == 400
         assert "record, replay, auto, once, passthrough" in response.json()["error"]["message"]
-    bad_json = httpx.put(proxy.url + "/__llmtape/cassette", content=b"{not json")
+    bad_json = httpx.put(proxy.url + "/__tapeproxy/cassette", content=b"{not json")
     assert bad_json.status_code == 400
 
 
 def test_an_unknown_control_endpoint_is_a_404_listing_the_real_ones(
     make_proxy: MakeProxy,
 ) -> None:
-    response = httpx.get(make_proxy().url + "/__llmtape/stat")
+    response = httpx.get(make_proxy().url + "/__tapeproxy/stat")
     assert response.status_code == 404
-    assert "/__llmtape/stats" in response.json()["error"]["message"]
+    assert "/__tapeproxy/stats" in response.json()["error"]["message"]
 
 
 def test_a_put_also_starts_a_new_run_of_cassettes_picked_by_header(
@@ -153,7 +153,7 @@ def test_a_client_that_hangs_up_mid_upload_is_one_quiet_line(
 ) -> None:
     proxy = make_proxy(mode="replay")
     host, port = proxy.url.removeprefix("http://").split(":")
-    for path in ("/openai/v1/embeddings", "/__llmtape/cassette"):
+    for path in ("/openai/v1/embeddings", "/__tapeproxy/cassette"):
         with socket.create_connection((host, int(port))) as sock:
             sock.sendall(
                 f"PUT {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n"
@@ -185,7 +185,7 @@ def test_once_mode_records_a_new_cassette_then_replays_it_after_a_put(
 def test_a_loopback_client_sending_x_forwarded_for_is_still_seen_at_its_own_address(
     cassettes: Path,
 ) -> None:
-    # llmtape's own uvicorn settings, with a look at the scope its app is handed: a client
+    # tapeproxy's own uvicorn settings, with a look at the scope its app is handed: a client
     # must not pick the address it is judged by (uvicorn's proxy headers would make this
     # loopback client 8.8.8.8, since it trusts X-Forwarded-For from 127.0.0.1).
     settings = Settings.model_validate({"port": 0, "cassettes": cassettes, "shutdown_timeout": 2})
@@ -208,10 +208,10 @@ def test_a_loopback_client_sending_x_forwarded_for_is_still_seen_at_its_own_addr
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
     thread.start()
     try:
-        assert ready.wait(timeout=20), "llmtape did not start"
+        assert ready.wait(timeout=20), "tapeproxy did not start"
         forged = {"x-forwarded-for": "8.8.8.8", "x-forwarded-proto": "https"}
         answer = httpx.put(
-            urls[0] + "/__llmtape/cassette", json={"cassette": "forged"}, headers=forged
+            urls[0] + "/__tapeproxy/cassette", json={"cassette": "forged"}, headers=forged
         )
         assert answer.status_code == 200, answer.text
     finally:

@@ -23,8 +23,8 @@ import httpx
 import pytest
 import yaml
 
-import llmtape
-from llmtape.settings import Settings, env_name
+import tapeproxy
+from tapeproxy.settings import Settings, env_name
 from tests.support import check_jsonschema
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +57,7 @@ def compose() -> dict[str, Any]:
     return loaded
 
 
-def compose_service(name: str = "llmtape") -> dict[str, Any]:
+def compose_service(name: str = "tapeproxy") -> dict[str, Any]:
     service: dict[str, Any] = compose()["services"][name]
     return service
 
@@ -78,22 +78,22 @@ def test_every_copied_path_exists_and_is_not_dockerignored() -> None:
             assert source not in dockerignored(), f"{source} is copied but .dockerignore drops it"
 
 
-def test_the_image_runs_llmtape_serve_as_pid_1_on_its_exposed_port() -> None:
+def test_the_image_runs_tapeproxy_serve_as_pid_1_on_its_exposed_port() -> None:
     [entrypoint] = instructions("ENTRYPOINT")
     [cmd] = instructions("CMD")
-    # Exec form (json) so llmtape itself gets `docker stop`'s SIGTERM.
+    # Exec form (json) so tapeproxy itself gets `docker stop`'s SIGTERM.
     assert entrypoint.json and cmd.json
-    assert [*entrypoint.value, *cmd.value] == ["llmtape", "serve"]
+    assert [*entrypoint.value, *cmd.value] == ["tapeproxy", "serve"]
     env = image_env()
-    assert [e.value for e in instructions("EXPOSE")] == [(env["LLMTAPE_PORT"],)]
-    assert [v.value for v in instructions("VOLUME")] == [(env["LLMTAPE_CASSETTES"],)]
+    assert [e.value for e in instructions("EXPOSE")] == [(env["TAPEPROXY_PORT"],)]
+    assert [v.value for v in instructions("VOLUME")] == [(env["TAPEPROXY_CASSETTES"],)]
 
 
-def test_the_image_and_compose_set_only_real_llmtape_variables() -> None:
+def test_the_image_and_compose_set_only_real_tapeproxy_variables() -> None:
     compose_env = compose_service()["environment"]
     for name in [*image_env(), *compose_env]:
-        if name.startswith("LLMTAPE_"):
-            assert name in SETTINGS_VARIABLES, f"{name} is not an llmtape setting"
+        if name.startswith("TAPEPROXY_"):
+            assert name in SETTINGS_VARIABLES, f"{name} is not an tapeproxy setting"
 
 
 def test_compose_builds_this_dockerfile_and_publishes_on_loopback_only() -> None:
@@ -102,10 +102,10 @@ def test_compose_builds_this_dockerfile_and_publishes_on_loopback_only() -> None
     assert (COMPOSE.parent / build["context"] / build["dockerfile"]).resolve() == DOCKERFILE
     env = image_env()
     [published] = service["ports"]
-    assert published == f"127.0.0.1:{env['LLMTAPE_PORT']}:{env['LLMTAPE_PORT']}"
+    assert published == f"127.0.0.1:{env['TAPEPROXY_PORT']}:{env['TAPEPROXY_PORT']}"
     [volume] = service["volumes"]
     source, target = volume.split(":")
-    assert target == env["LLMTAPE_CASSETTES"]
+    assert target == env["TAPEPROXY_CASSETTES"]
     assert (COMPOSE.parent / source).resolve() == ROOT / "cassettes"
 
 
@@ -127,7 +127,7 @@ def test_the_image_carries_oci_labels_in_step_with_the_package() -> None:
     labels = {k: v.strip('"') for k, v in zip(pairs[::2], pairs[1::2], strict=True)}
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert labels["org.opencontainers.image.title"] == project["name"]
-    assert labels["org.opencontainers.image.version"] == llmtape.__version__
+    assert labels["org.opencontainers.image.version"] == tapeproxy.__version__
     assert labels["org.opencontainers.image.licenses"] == project["license"]
     assert labels["org.opencontainers.image.description"] == project["description"]
 
@@ -141,12 +141,12 @@ def test_the_compose_file_validates_against_the_compose_specification(tmp_path: 
     assert result.returncode == 1 and "service_happy" in result.stdout, "the schema must bite"
 
 
-def test_the_example_agent_waits_for_a_healthy_llmtape_and_reaches_it_by_name() -> None:
+def test_the_example_agent_waits_for_a_healthy_tapeproxy_and_reaches_it_by_name() -> None:
     agent = compose_service("agent")
-    assert agent["depends_on"] == {"llmtape": {"condition": "service_healthy"}}
-    port = image_env()["LLMTAPE_PORT"]
-    assert agent["environment"]["OPENAI_BASE_URL"] == f"http://llmtape:{port}/openai/v1"
-    assert agent["environment"]["ANTHROPIC_BASE_URL"] == f"http://llmtape:{port}/anthropic"
+    assert agent["depends_on"] == {"tapeproxy": {"condition": "service_healthy"}}
+    port = image_env()["TAPEPROXY_PORT"]
+    assert agent["environment"]["OPENAI_BASE_URL"] == f"http://tapeproxy:{port}/openai/v1"
+    assert agent["environment"]["ANTHROPIC_BASE_URL"] == f"http://tapeproxy:{port}/anthropic"
     assert "ports" not in agent, "the agent publishes nothing"
 
 
@@ -158,26 +158,26 @@ def compose_default(value: str) -> str:
 
 
 def test_the_example_agent_gets_its_answer_from_the_bundled_cassette(tmp_path: Path) -> None:
-    """The agent's own command, run here against `llmtape serve` set up as the compose file
+    """The agent's own command, run here against `tapeproxy serve` set up as the compose file
     sets it up (mode and cassette at their defaults, ../cassettes as the library)."""
     service, agent = compose_service(), compose_service("agent")
-    mode = compose_default(service["environment"]["LLMTAPE_MODE"])
-    cassette = compose_default(service["environment"]["LLMTAPE_CASSETTE"])
+    mode = compose_default(service["environment"]["TAPEPROXY_MODE"])
+    cassette = compose_default(service["environment"]["TAPEPROXY_CASSETTE"])
     assert (mode, (ROOT / "cassettes" / cassette).is_dir()) == ("replay", True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
-    env.update(PYTHONPATH=str(ROOT), LLMTAPE_MODE=mode, LLMTAPE_CASSETTE=cassette)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
+    env.update(PYTHONPATH=str(ROOT), TAPEPROXY_MODE=mode, TAPEPROXY_CASSETTE=cassette)
     library = tmp_path / "cassettes"
     shutil.copytree(ROOT / "cassettes" / cassette, library / cassette)
-    llmtape_cmd = [sys.executable, "-m", "llmtape", "serve", "--port", "0"]
+    tapeproxy_cmd = [sys.executable, "-m", "tapeproxy", "serve", "--port", "0"]
     process = subprocess.Popen(
-        [*llmtape_cmd, "--cassettes", str(library)], env=env, stdout=subprocess.PIPE, text=True
+        [*tapeproxy_cmd, "--cassettes", str(library)], env=env, stdout=subprocess.PIPE, text=True
     )
     try:
         assert process.stdout is not None
         url = process.stdout.readline().split("ready on ")[-1].strip()
         assert agent["entrypoint"] == ["python", "-c"]
         [program] = agent["command"]
-        base = agent["environment"]["OPENAI_BASE_URL"].replace("http://llmtape:8787", url)
+        base = agent["environment"]["OPENAI_BASE_URL"].replace("http://tapeproxy:8787", url)
         key = compose_default(agent["environment"]["OPENAI_API_KEY"])
         answer = subprocess.run(
             [sys.executable, "-c", program],
@@ -225,26 +225,26 @@ def health_check(env: dict[str, str]) -> int:
 
 @pytest.fixture
 def container_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], dict[str, str]]]:
-    """`llmtape serve --port P` with the image's environment, as `docker run llmtape serve
-    --port P` runs it: LLMTAPE_PORT says another port. Loopback instead of 0.0.0.0, since
+    """`tapeproxy serve --port P` with the image's environment, as `docker run tapeproxy serve
+    --port P` runs it: TAPEPROXY_PORT says another port. Loopback instead of 0.0.0.0, since
     tests bind nothing else, the bundled cassettes instead of the volume, and the ready file
     in the test's folder."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
     env.update(image_env())
     env.update(
         PATH=os.environ["PATH"],
-        LLMTAPE_HOST="127.0.0.1",
-        LLMTAPE_PORT=str(free_port()),
-        LLMTAPE_CASSETTES=str(ROOT / "cassettes"),
-        LLMTAPE_CASSETTE="example",
-        LLMTAPE_READY_FILE=str(tmp_path / "llmtape.url"),
+        TAPEPROXY_HOST="127.0.0.1",
+        TAPEPROXY_PORT=str(free_port()),
+        TAPEPROXY_CASSETTES=str(ROOT / "cassettes"),
+        TAPEPROXY_CASSETTE="example",
+        TAPEPROXY_READY_FILE=str(tmp_path / "tapeproxy.url"),
         PYTHONPATH=str(ROOT),
     )
     [entrypoint] = instructions("ENTRYPOINT")
     [cmd] = instructions("CMD")
-    assert entrypoint.value == ("llmtape",)
+    assert entrypoint.value == ("tapeproxy",)
     process = subprocess.Popen(
-        [sys.executable, "-m", "llmtape", *cmd.value, "--port", str(free_port())],
+        [sys.executable, "-m", "tapeproxy", *cmd.value, "--port", str(free_port())],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.PIPE,
@@ -266,9 +266,9 @@ def test_the_health_check_follows_the_port_given_on_the_command_line_then_sigter
     assert process.stdout is not None
     ready = process.stdout.readline()
     url = ready.split("ready on ")[-1].strip()
-    assert url.startswith("http://127.0.0.1:") and not url.endswith(f":{env['LLMTAPE_PORT']}")
+    assert url.startswith("http://127.0.0.1:") and not url.endswith(f":{env['TAPEPROXY_PORT']}")
     assert health_check(env) == 0
-    current = httpx.get(f"{url}/__llmtape/cassette").json()
+    current = httpx.get(f"{url}/__tapeproxy/cassette").json()
     assert current == {"cassette": "example", "mode": "replay"}
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=30)
@@ -277,14 +277,14 @@ def test_the_health_check_follows_the_port_given_on_the_command_line_then_sigter
 
 
 def test_the_health_check_fails_with_no_ready_file_or_nothing_listening(tmp_path: Path) -> None:
-    ready_file = tmp_path / "llmtape.url"
-    env = {**os.environ, "LLMTAPE_READY_FILE": str(ready_file)}
+    ready_file = tmp_path / "tapeproxy.url"
+    env = {**os.environ, "TAPEPROXY_READY_FILE": str(ready_file)}
     assert health_check(env) == 1
     ready_file.write_text(f"http://127.0.0.1:{free_port()}\n")
     assert health_check(env) == 1
 
 
-def test_the_health_check_asks_over_loopback_when_llmtape_binds_every_interface(
+def test_the_health_check_asks_over_loopback_when_tapeproxy_binds_every_interface(
     container_process: tuple[subprocess.Popen[str], dict[str, str]], tmp_path: Path
 ) -> None:
     process, env = container_process
@@ -292,4 +292,4 @@ def test_the_health_check_asks_over_loopback_when_llmtape_binds_every_interface(
     url = process.stdout.readline().split("ready on ")[-1].strip()
     ready_file = tmp_path / "any.url"
     ready_file.write_text(url.replace("127.0.0.1", "0.0.0.0") + "\n")
-    assert health_check({**env, "LLMTAPE_READY_FILE": str(ready_file)}) == 0
+    assert health_check({**env, "TAPEPROXY_READY_FILE": str(ready_file)}) == 0

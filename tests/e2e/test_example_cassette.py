@@ -9,10 +9,10 @@ from pathlib import Path
 import anthropic
 import openai
 
-from llmtape.models import load_exchange
-from llmtape.normalize import RequestParts, request_key
-from llmtape.providers import BUILTIN
-from llmtape.store.base import exchange_file
+from tapeproxy.models import load_exchange
+from tapeproxy.normalize import RequestParts, request_key
+from tapeproxy.providers import BUILTIN
+from tapeproxy.store.base import exchange_file
 from tests.conftest import MakeProxy
 from tests.support import SECRET_ANTHROPIC, SECRET_OPENAI
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from llmtape.models import load_exchange
-from llmtape.providers import BUILTIN
-from llmtape.settings import Settings
-from llmtape.store.base import parse_exchange_file, same_recording
+from tapeproxy.models import load_exchange
+from tapeproxy.providers import BUILTIN
+from tapeproxy.settings import Settings
+from tapeproxy.store.base import parse_exchange_file, same_recording
 from tests.e2e.examples import EXAMPLES, ROOT, Example, record
 from tests.fakes.upstream import FakeUpstream
 from tests.support import ProxyServer, closed_port
@@ -35,7 +35,7 @@ def exchange_files(folder: Path) -> list[Path]:
 def test_the_example_replays_its_cassette_offline(example: Example, tmp_path: Path) -> None:
     usable(example)
     assert exchange_files(LIBRARY / example.cassette), "no committed cassette"
-    # A copy: a replay run leaves its note (for `llmtape prune`) beside the exchanges.
+    # A copy: a replay run leaves its note (for `tapeproxy prune`) beside the exchanges.
     shutil.copytree(LIBRARY / example.cassette, tmp_path / example.cassette)
     dead = f"http://127.0.0.1:{closed_port()}"
     settings = Settings.model_validate(
@@ -68,4 +68,4 @@ def test_recording_the_example_today_gives_its_committed_cassette(
     for name, path in recorded.items():
         new, old = load_exchange(path.read_bytes()), load_exchange(committed[name].read_bytes())
         assert same_recording(old, new), f"{example.cassette}/{name} differs from the commit"
-        assert b"sk-llmtape-recording" not in path.read_bytes()
+        assert b"sk-tapeproxy-recording" not in path.read_bytes()

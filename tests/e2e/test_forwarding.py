@@ -176,7 +176,7 @@ def test_an_upstream_error_never_shows_the_api_key_from_the_query(
 ) -> None:
     port = closed_port()
     proxy = make_proxy(mode="record", upstream={"gemini": f"http://127.0.0.1:{port}"})
-    with caplog.at_level("INFO", logger="llmtape"):
+    with caplog.at_level("INFO", logger="tapeproxy"):
         response = httpx.post(
             proxy.url + "/gemini/v1beta/models/g:generateContent?key=AIzaTopSecret123",
             json={"contents": []},
@@ -204,7 +204,7 @@ def test_headers_a_connection_header_names_are_hop_by_hop_both_ways(
     proxy = make_proxy(mode="passthrough", upstream={"tools": fake.url})
     response = httpx.get(
         proxy.url + "/tools/x",
-        headers={"connection": "keep-alive, x-hop", "x-hop": "only for llmtape", "x-end": "kept"},
+        headers={"connection": "keep-alive, x-hop", "x-hop": "only for tapeproxy", "x-end": "kept"},
     )
     assert response.status_code == 200
     hit = fake.hits[-1]
@@ -253,7 +253,7 @@ def test_a_head_answer_keeps_its_content_length_live_and_in_replay(
 def test_cookies_an_upstream_sets_are_not_kept_for_other_clients(
     make_proxy: MakeProxy, fake: FakeUpstream
 ) -> None:
-    """llmtape is a transparent proxy, not a browser: a `set-cookie` (Cloudflare's
+    """tapeproxy is a transparent proxy, not a browser: a `set-cookie` (Cloudflare's
     `__cf_bm` on OpenAI) goes to the client that got it, and never rides along on the
     next request of another client; a client's own cookie goes upstream as it sent it."""
     fake.script(

@@ -23,7 +23,7 @@ SEGMENT = st.one_of(
             "gemini",
             "ollama",
             "v1",
-            "__llmtape",
+            "__tapeproxy",
             "..",
             ".",
             "%2e%2e",
@@ -62,9 +62,9 @@ HEADER_VALUE = st.one_of(
     ),
 )
 OURS = [
-    "x-llmtape-cassette",
-    "x-llmtape-live",
-    "x-llmtape-timing",
+    "x-tapeproxy-cassette",
+    "x-tapeproxy-live",
+    "x-tapeproxy-timing",
     "content-type",
     "content-encoding",
     "anthropic-version",
@@ -79,7 +79,7 @@ OURS = [
 )
 @given(
     method=st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "QUERY"]),
-    first=st.sampled_from(["openai", "anthropic", "gemini", "ollama", "tool", "v1", "__llmtape"]),
+    first=st.sampled_from(["openai", "anthropic", "gemini", "ollama", "tool", "v1", "__tapeproxy"]),
     segments=st.lists(SEGMENT, max_size=4),
     query=st.text(
         alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters="#"),
@@ -105,9 +105,9 @@ def test_the_server_always_answers_and_writes_only_in_its_library(
         event(f"not sendable: {type(exc).__name__}")
         return
     event(f"answered {response.status_code}")
-    # An upstream's own 500 passes through (it carries the key of its exchange); llmtape's own
+    # An upstream's own 500 passes through (it carries the key of its exchange); tapeproxy's own
     # answers never are a 500.
-    ours = "x-llmtape-key" not in response.headers
+    ours = "x-tapeproxy-key" not in response.headers
     assert not (ours and response.status_code >= 500), (method, path, headers, response.text)
     assert files_outside(root, "cassettes") == []
 

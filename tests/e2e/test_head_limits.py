@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from llmtape.cli import head_limits
-from llmtape.cli.head_limits import HEAD_LIMIT
+from tapeproxy.cli import head_limits
+from tapeproxy.cli.head_limits import HEAD_LIMIT
 from tests.conftest import MakeProxy
 from tests.e2e.test_cli import Serve
 from tests.support import ProxyServer
 
-HEALTH = b"GET /__llmtape/health HTTP/1.1\r\nhost: x\r\n"
+HEALTH = b"GET /__tapeproxy/health HTTP/1.1\r\nhost: x\r\n"
 
 
 def connect(proxy: ProxyServer) -> socket.socket:
@@ -182,7 +182,7 @@ def test_a_head_sent_byte_by_byte_past_the_deadline_is_a_408(
         sock.sendall(HEALTH + b"\r\n")
         assert read_answer(sock)[0] == 200, "an answer, then the same socket trickles"
         began = time.monotonic()
-        for byte in b"GET /__llmtape/health HTTP/1.1\r\nhost: x\r\nx-slow: 1":
+        for byte in b"GET /__tapeproxy/health HTTP/1.1\r\nhost: x\r\nx-slow: 1":
             sock.sendall(bytes([byte]))
             if select.select([sock], [], [], 0.1)[0]:
                 break
@@ -207,7 +207,7 @@ def test_a_slow_head_within_the_deadline_is_served(
 
 
 def test_the_real_command_refuses_a_big_head_and_says_so_in_its_log(tmp_path: Path) -> None:
-    """`llmtape serve` as users run it (uvloop, not the tests' asyncio loop)."""
+    """`tapeproxy serve` as users run it (uvloop, not the tests' asyncio loop)."""
     server = Serve(["--mode", "replay"], tmp_path)
     try:
         host, port = server.url.removeprefix("http://").split(":")

@@ -207,7 +207,7 @@ def test_a_gzip_bomb_is_cut_just_past_1_mib_counted_and_not_recorded(
     proxy = make_proxy(mode="record", record_failures=record_failures, upstream={"tool": fake.url})
     received = 0
     with (
-        caplog.at_level("INFO", logger="llmtape"),
+        caplog.at_level("INFO", logger="tapeproxy"),
         pytest.raises(httpx.RemoteProtocolError),
         httpx.stream("GET", proxy.url + "/tool/bomb", timeout=30) as response,
     ):

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import openai
 
-from llmtape.spool import SPOOL_AFTER
+from tapeproxy.spool import SPOOL_AFTER
 from tests.conftest import MakeProxy
 from tests.e2e.test_cli import Serve
 from tests.fakes.upstream import FakeUpstream, Reply
@@ -147,7 +147,7 @@ def test_an_abandoned_large_answer_leaves_nothing_behind(
 def test_recording_a_large_answer_holds_no_copy_of_it_in_memory(
     fake: FakeUpstream, tmp_path: Path
 ) -> None:
-    """`llmtape serve` in its own process records a 48 MB answer: its peak RSS grows by the
+    """`tapeproxy serve` in its own process records a 48 MB answer: its peak RSS grows by the
     pieces it handles (a few MB), not by copies of the answer (before the spool: 300 MB)."""
     size = 48 * 1024 * 1024
     answer = b"".join(b"%07d " % i + b"y" * 56 + b"\n" for i in range(size // 64))
@@ -156,13 +156,13 @@ def test_recording_a_large_answer_holds_no_copy_of_it_in_memory(
     assert received == len(answer)
     path, _ = only_exchange(tmp_path / "cassettes")
     assert path.stat().st_size > size
-    assert growth < 24, f"llmtape's peak RSS grew {growth:.0f} MB"
+    assert growth < 24, f"tapeproxy's peak RSS grew {growth:.0f} MB"
 
 
 def record_in_serve(
     fake: FakeUpstream, tmp_path: Path, path: str, reply: Reply, *options: str
 ) -> tuple[int, float]:
-    """`reply` recorded by `llmtape serve` in its own process, into tmp_path/cassettes: the
+    """`reply` recorded by `tapeproxy serve` in its own process, into tmp_path/cassettes: the
     bytes its client received, and how far (MB) the server's peak RSS grew meanwhile."""
     fake.script(path, reply)
     cassettes = tmp_path / "cassettes"

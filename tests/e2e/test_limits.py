@@ -14,12 +14,12 @@ import httpx
 import pytest
 from starlette.requests import Request
 
-from llmtape.app import create_app
-from llmtape.cli import server
-from llmtape.cli.server import uvicorn_config
-from llmtape.control import refusal
-from llmtape.runs import MAX_OPEN_RUNS
-from llmtape.settings import Settings
+from tapeproxy.app import create_app
+from tapeproxy.cli import server
+from tapeproxy.cli.server import uvicorn_config
+from tapeproxy.control import refusal
+from tapeproxy.runs import MAX_OPEN_RUNS
+from tapeproxy.settings import Settings
 from tests.conftest import MakeProxy
 from tests.fakes.raw import RawUpstream
 from tests.fakes.upstream import FakeUpstream, Reply
@@ -75,19 +75,19 @@ def test_an_answer_over_max_record_reaches_the_client_but_is_not_recorded(
 
 def test_state_changing_control_requests_need_the_admin_token(make_proxy: MakeProxy) -> None:
     proxy = make_proxy(mode="replay", admin_token=TOKEN)
-    url = proxy.url + "/__llmtape/cassette"
+    url = proxy.url + "/__tapeproxy/cassette"
     body = {"cassette": "other"}
     assert httpx.put(url, json=body).status_code == 401
     wrong = httpx.put(url, json=body, headers={"authorization": "Bearer nope"})
     assert wrong.status_code == 401 and TOKEN not in wrong.text
     right = httpx.put(url, json=body, headers={"authorization": f"Bearer {TOKEN}"})
     assert right.status_code == 200 and right.json()["cassette"] == "other"
-    assert httpx.get(proxy.url + "/__llmtape/health").status_code == 200, "health stays open"
+    assert httpx.get(proxy.url + "/__tapeproxy/health").status_code == 200, "health stays open"
 
 
 def put_request(headers: list[tuple[bytes, bytes]]) -> Request:
     return Request(
-        {"type": "http", "method": "PUT", "path": "/__llmtape/cassette", "headers": headers}
+        {"type": "http", "method": "PUT", "path": "/__tapeproxy/cassette", "headers": headers}
     )
 
 
@@ -158,11 +158,11 @@ def test_runs_under_way_are_bounded_however_many_cassettes_clients_name(
     proxy = make_proxy(mode="auto")
     with httpx.Client(base_url=proxy.url) as client:
         for n in range(MAX_OPEN_RUNS + 40):
-            headers = {"x-llmtape-cassette": f"many/c{n}"}
+            headers = {"x-tapeproxy-cassette": f"many/c{n}"}
             answer = client.post("/openai/v1/embeddings", json=EMBED, headers=headers)
             assert answer.status_code == 200
         again = client.post(
-            "/openai/v1/embeddings", json=EMBED, headers={"x-llmtape-cassette": "many/c0"}
+            "/openai/v1/embeddings", json=EMBED, headers={"x-tapeproxy-cassette": "many/c0"}
         )
     assert again.status_code == 200, "an ended run's cassette starts a new run"
     stats = proxy.stats
@@ -178,7 +178,7 @@ def test_past_the_cap_the_run_asked_longest_ago_ends_not_the_one_in_use(
     proxy = make_proxy(mode="auto")
     with httpx.Client(base_url=proxy.url) as client:
         for n in range(MAX_OPEN_RUNS + 40):
-            headers = {"x-llmtape-cassette": f"many/c{n}"}
+            headers = {"x-tapeproxy-cassette": f"many/c{n}"}
             assert client.post("/openai/v1/embeddings", json=EMBED, headers=headers).is_success
             assert client.post("/openai/v1/embeddings", json=EMBED).is_success
     runs = {run["cassette"]: run for run in proxy.stats["runs"]}
@@ -238,7 +238,7 @@ def test_the_control_api_holds_no_large_body_and_takes_any_case_of_bearer(
     make_proxy: MakeProxy,
 ) -> None:
     proxy = make_proxy(mode="replay", admin_token=TOKEN)
-    url = proxy.url + "/__llmtape/cassette"
+    url = proxy.url + "/__tapeproxy/cassette"
     auth = {"authorization": f"bearer {TOKEN}"}
     big = httpx.put(url, content=b"{" + b" " * (1024 * 1024) + b"}", headers=auth)
     assert big.status_code == 413
@@ -254,7 +254,7 @@ def test_an_idle_keep_alive_connection_is_closed_after_the_timeout(
     proxy = make_proxy(mode="replay")
     host, port = proxy.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(b"GET /__llmtape/health HTTP/1.1\r\nhost: x\r\n\r\n")
+        sock.sendall(b"GET /__tapeproxy/health HTTP/1.1\r\nhost: x\r\n\r\n")
         answer = sock.recv(65536)
         while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):  # the whole JSON answer
             more = sock.recv(65536)

@@ -20,14 +20,14 @@ import openai
 import pytest
 from typer.testing import CliRunner
 
-from llmtape import exchangefile, models, runs
-from llmtape.cli.main import app
-from llmtape.exchangefile import Record
-from llmtape.lastrun import LAST_RUN_FILE
-from llmtape.providers import Rulebook, provider_table
-from llmtape.scrub import Scrubber
-from llmtape.scrubbing import redact
-from llmtape.store.fs import FileStore
+from tapeproxy import exchangefile, models, runs
+from tapeproxy.cli.main import app
+from tapeproxy.exchangefile import Record
+from tapeproxy.lastrun import LAST_RUN_FILE
+from tapeproxy.providers import Rulebook, provider_table
+from tapeproxy.scrub import Scrubber
+from tapeproxy.scrubbing import redact
+from tapeproxy.store.fs import FileStore
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream
 from tests.support import SECRET_OPENAI, files_under
@@ -39,7 +39,7 @@ runner = CliRunner()
 
 
 def ask(url: str, text: str, stream: bool = False, cassette: str | None = None) -> str:
-    headers = {"x-llmtape-cassette": cassette} if cassette else {}
+    headers = {"x-tapeproxy-cassette": cassette} if cassette else {}
     client = openai.OpenAI(
         base_url=url + "/openai/v1", api_key=SECRET_OPENAI, max_retries=0, default_headers=headers
     )
@@ -287,9 +287,9 @@ def test_another_clients_mode_change_does_not_split_a_replay_run_for_prune(
 
 
 def serve(args: list[str], cwd: Path) -> tuple[subprocess.Popen[str], str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
     process = subprocess.Popen(
-        [sys.executable, "-m", "llmtape", "serve", "--port", "0", *args],
+        [sys.executable, "-m", "tapeproxy", "serve", "--port", "0", *args],
         cwd=cwd,
         env={**env, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.PIPE,
@@ -532,7 +532,7 @@ def test_the_version_1_fixture_loads_and_verify_passes(tmp_path: Path) -> None:
 def test_verify_upgrade_rewrites_a_file_of_an_older_schema(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Today's files are version 1: an llmtape of a (fake) version 2 reads the version-1
+    """Today's files are version 1: an tapeproxy of a (fake) version 2 reads the version-1
     fixture through its migrate_1_to_2, and `verify --upgrade` rewrites it as version 2."""
     root = tmp_path / "cassettes"
     (root / "v1").mkdir(parents=True)
@@ -560,7 +560,7 @@ def test_verify_upgrade_rewrites_a_file_of_an_older_schema(
     assert code == 0 and json.loads(out)[0]["outdated"] == []
 
 
-def test_a_file_of_a_newer_llmtape_is_refused_with_a_line_saying_to_upgrade(
+def test_a_file_of_a_newer_tapeproxy_is_refused_with_a_line_saying_to_upgrade(
     tmp_path: Path,
 ) -> None:
     root = tmp_path / "cassettes"
@@ -570,4 +570,4 @@ def test_a_file_of_a_newer_llmtape_is_refused_with_a_line_saying_to_upgrade(
     (root / "v9" / fixture.name).write_text(json.dumps(data))
     code, out = cli("verify", "v9", "--cassettes", str(root))
     assert code == 1
-    assert "written by a newer llmtape" in out and "upgrade llmtape" in out
+    assert "written by a newer tapeproxy" in out and "upgrade tapeproxy" in out

@@ -16,8 +16,8 @@ import httpx
 import openai
 import pytest
 
-from llmtape.errors import ConfigError
-from llmtape.settings import load_settings
+from tapeproxy.errors import ConfigError
+from tapeproxy.settings import load_settings
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import SECRET_OPENAI, files_under
@@ -81,7 +81,7 @@ def test_a_changed_prompt_fails_with_a_diff_naming_the_exact_json_path(
     assert "in NYC today" in shown.group(1) and "in LA today" in shown.group(2)
     [difference] = error["details"]["closest"]["differences"]
     assert difference["path"] == "body.messages[1].content"
-    misses = httpx.get(replayer.url + "/__llmtape/misses").json()["misses"]
+    misses = httpx.get(replayer.url + "/__tapeproxy/misses").json()["misses"]
     assert misses[0]["closest"]["differences"] == [difference]
 
 
@@ -153,9 +153,9 @@ def test_strict_order_catches_a_swapped_pair(make_proxy: MakeProxy, fake: FakeUp
 
 
 def serve(args: list[str], cwd: Path) -> tuple[subprocess.Popen[str], str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
     process = subprocess.Popen(
-        [sys.executable, "-m", "llmtape", "serve", "--port", "0", *args],
+        [sys.executable, "-m", "tapeproxy", "serve", "--port", "0", *args],
         cwd=cwd,
         env={**env, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.PIPE,
@@ -176,7 +176,7 @@ def test_fail_on_unused_makes_shutdown_exit_non_zero_and_names_the_unused(
     recorder.stop()
     process, url = serve(["--cassettes", str(cassettes), flag], cassettes.parent)
     embed(url, "used")
-    stats = httpx.get(url + "/__llmtape/stats").json()
+    stats = httpx.get(url + "/__tapeproxy/stats").json()
     [run] = stats["runs"]
     assert run["unused_count"] == 1 and run["served"] == 1
     process.send_signal(signal.SIGTERM)
@@ -187,7 +187,7 @@ def test_fail_on_unused_makes_shutdown_exit_non_zero_and_names_the_unused(
 
 @pytest.fixture
 def tool() -> Any:
-    """A second fake: a 'search' tool API the agent calls through llmtape."""
+    """A second fake: a 'search' tool API the agent calls through tapeproxy."""
     with FakeUpstream() as upstream:
         yield upstream
 
@@ -241,7 +241,7 @@ def test_the_live_header_makes_one_request_partial(
     recorder.stop()
     replayer = make_proxy(mode="replay", upstream={"search": tool.url})
     model_hits = fake.count("/v1/chat/completions")
-    assert agent_step(replayer.url, "hotels", **{"x-llmtape-live": "openai"}) == recorded
+    assert agent_step(replayer.url, "hotels", **{"x-tapeproxy-live": "openai"}) == recorded
     assert fake.count("/v1/chat/completions") == model_hits + 1
     assert replayer.stats["runs"][-1]["cassette"] == "default.derived"
 
@@ -256,7 +256,7 @@ def test_the_live_header_names_a_known_upstream_and_uses_up_nothing_when_wrong(
     typo = httpx.post(
         replayer.url + "/openai/v1/embeddings",
         json={"model": "m", "input": "once"},
-        headers={"x-llmtape-live": "opneai"},
+        headers={"x-tapeproxy-live": "opneai"},
     )
     assert typo.status_code == 400
     assert "'opneai'" in typo.json()["error"]["message"]
@@ -271,7 +271,7 @@ def test_strict_order_skips_what_an_earlier_request_ran_live_by_header(
     recorded = agent_step(recorder.url, "hotels")
     recorder.stop()
     replayer = make_proxy(mode="replay", strict_order=True, upstream={"search": tool.url})
-    answer = client(replayer.url).with_options(default_headers={"x-llmtape-live": "openai"})
+    answer = client(replayer.url).with_options(default_headers={"x-tapeproxy-live": "openai"})
     answer.chat.completions.create(model="gpt-4o-mini", messages=USER)
     found = httpx.get(replayer.url + "/search/v1/find", params={"q": "hotels"})
     assert found.status_code == 200, found.text
@@ -291,7 +291,7 @@ def test_rekey_moves_recordings_to_their_keys_under_new_rules(
         [
             sys.executable,
             "-m",
-            "llmtape",
+            "tapeproxy",
             "rekey",
             "default",
             "--cassettes",
@@ -317,10 +317,10 @@ def test_rekey_moves_recordings_to_their_keys_under_new_rules(
     assert embed(replayer.url, "unchanged")
 
 
-def test_match_tables_in_llmtape_toml_become_rules(
+def test_match_tables_in_tapeproxy_toml_become_rules(
     make_proxy: MakeProxy, fake: FakeUpstream, tmp_path: Path
 ) -> None:
-    config = tmp_path / "llmtape.toml"
+    config = tmp_path / "tapeproxy.toml"
     config.write_text(
         '[match.openai]\nignore_body = ["temperature"]\n[match."*"]\nignore_query = ["ts"]\n'
     )
@@ -393,7 +393,7 @@ def test_a_miss_over_nan_or_infinity_is_a_422_and_the_misses_list_stays_readable
     assert missed.status_code == 422, missed.text
     [difference] = missed.json()["error"]["details"]["closest"]["differences"]
     assert difference == {"path": "body.logit_bias.1", "recorded": "NaN", "requested": "Infinity"}
-    listed = httpx.get(replayer.url + "/__llmtape/misses", timeout=10)
+    listed = httpx.get(replayer.url + "/__tapeproxy/misses", timeout=10)
     assert listed.status_code == 200 and len(listed.json()["misses"]) == 1
 
 
@@ -424,7 +424,7 @@ def test_a_key_in_a_json_or_form_body_goes_upstream_but_is_never_stored_keyed_or
     missed = httpx.post(replayer.url + "/search/search", json={**other_key, "query": "museums"})
     assert missed.status_code == 422 and "NEWSECRET" not in missed.text
     assert 'body.query: "hotels" -> "museums"' in missed.json()["error"]["message"]
-    assert "NEWSECRET" not in httpx.get(replayer.url + "/__llmtape/misses").text
+    assert "NEWSECRET" not in httpx.get(replayer.url + "/__tapeproxy/misses").text
 
 
 @pytest.mark.parametrize("header", ["x-session-id", "x-author", "x-tenant"])
@@ -440,7 +440,7 @@ def test_a_key_header_rule_counts_whatever_the_header_is_called(
             content=body,
             timeout=10,
             headers={header: value, "content-type": "application/json"},
-        ).headers["x-llmtape-key"]
+        ).headers["x-tapeproxy-key"]
 
     assert key("one-HEADERVALUE") != key("two-HEADERVALUE")
     assert key("one-HEADERVALUE") == key("one-HEADERVALUE")
@@ -463,7 +463,7 @@ def test_after_a_rule_change_the_recorded_request_itself_misses_pointing_to_reke
         chat(replayer.url, seed=7)
     message = caught.value.body["message"]  # type: ignore[index]
     assert "it differs in" not in message
-    assert "other match rules" in message and "`llmtape rekey default`" in message
+    assert "other match rules" in message and "`tapeproxy rekey default`" in message
     assert caught.value.body["details"]["closest"]["recorded_under_other_rules"]  # type: ignore[index]
 
 
@@ -579,7 +579,7 @@ def test_a_tool_schema_tool_result_or_form_field_named_like_a_secret_keeps_reque
     tool.script("/draw", Reply(body={"gift": "book"}), Reply(body={"gift": "socks"}))
     recorder = make_proxy(mode="record", upstream={"santa": tool.url})
     live = [send(recorder.url, which) for which in range(6)]
-    keys = [r.headers["x-llmtape-key"] for r in live]
+    keys = [r.headers["x-tapeproxy-key"] for r in live]
     assert len(set(keys)) == 6, "each pair differs in a way that changes the answer"
     recorder.stop()
     replayer = make_proxy(mode="replay", upstream={"santa": tool.url})
@@ -641,11 +641,11 @@ def test_a_gzip_request_body_keys_and_is_stored_as_the_json_it_holds(
     assert replayed.status_code == 200 and replayed.json() == recorded.json()
 
 
-def test_rekey_masks_a_form_key_an_older_llmtape_stored_in_clear(
+def test_rekey_masks_a_form_key_an_older_tapeproxy_stored_in_clear(
     make_proxy: MakeProxy, tool: FakeUpstream, cassettes: Path
 ) -> None:
-    from llmtape.normalize import RequestParts, request_key
-    from llmtape.rules import MatchRules
+    from tapeproxy.normalize import RequestParts, request_key
+    from tapeproxy.rules import MatchRules
 
     form = {"content-type": "application/x-www-form-urlencoded"}
     body = "q=hello&target=de&key=AIzaOLDSECRET"
@@ -653,7 +653,7 @@ def test_rekey_masks_a_form_key_an_older_llmtape_stored_in_clear(
     recorded = httpx.post(recorder.url + "/translate/v2", content=body, headers=form)
     recorder.stop()
     [(name, data)] = files_under(cassettes).items()
-    old = json.loads(data)  # as an older llmtape wrote it: in clear, keyed on the key
+    old = json.loads(data)  # as an older tapeproxy wrote it: in clear, keyed on the key
     old["request"]["body"]["text"] = body
     old["key"] = request_key(RequestParts.from_dict(old["request"]), MatchRules())
     (cassettes / name).unlink()
@@ -662,7 +662,7 @@ def test_rekey_masks_a_form_key_an_older_llmtape_stored_in_clear(
         [
             sys.executable,
             "-m",
-            "llmtape",
+            "tapeproxy",
             "rekey",
             "default",
             "--cassettes",

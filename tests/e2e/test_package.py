@@ -1,5 +1,5 @@
-"""The distribution installs one import name, `llmtape`, and nothing that shadows a user's own
-`proxy` or `cli` package; `python -m llmtape` is the `llmtape` command."""
+"""The distribution installs one import name, `tapeproxy`, and nothing that shadows a user's own
+`proxy` or `cli` package; `python -m tapeproxy` is the `tapeproxy` command."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llmtape import __version__
+from tapeproxy import __version__
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,22 +36,29 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
         timeout=300,
     )
-    [built] = out.glob("llmtape-*.whl")
+    [built] = out.glob("tapeproxy-*.whl")
     return built
 
 
 def test_the_wheel_holds_one_top_level_package(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
-    assert tops == {"llmtape"}
-    assert "llmtape/cli/main.py" in names and "llmtape/engine.py" in names
-    assert "llmtape/data/prices.json" in names, "the price table ships as package data"
+    assert tops == {"tapeproxy"}
+    assert "tapeproxy/cli/main.py" in names and "tapeproxy/engine.py" in names
+    assert "tapeproxy/data/prices.json" in names, "the price table ships as package data"
 
 
-def test_installed_wheel_imports_as_llmtape_only(wheel: Path, tmp_path: Path) -> None:
+def test_installed_wheel_imports_as_tapeproxy_only(wheel: Path, tmp_path: Path) -> None:
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python, command = venv / "bin" / "python", venv / "bin" / "tapeproxy"
+    installed = subprocess.run(
+        [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert installed.returncode == 0, installed.stderr
     site = Path(
         subprocess.run(
             [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -60,27 +67,28 @@ def test_installed_wheel_imports_as_llmtape_only(wheel: Path, tmp_path: Path) ->
             text=True,
         ).stdout.strip()
     )
-    with zipfile.ZipFile(wheel) as archive:  # a wheel is installed by unpacking it
-        archive.extractall(site)
     # The dependencies come from the test environment, as a plain path: its own .pth files
     # (the editable install of this repository) are not run.
     (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
 
-    def run(code: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [python, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
-        )
+    def run(*argv: str | Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=60)
 
-    assert run("import llmtape.engine, llmtape.cli.main").returncode == 0
-    for shadow in ("proxy", "cli"):
-        failed = run(f"import {shadow}")
-        assert "ModuleNotFoundError" in failed.stderr, f"`import {shadow}` must fail"
-    version = subprocess.run(
-        [python, "-m", "llmtape", "--version"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    imported = run(python, "-c", "import tapeproxy.engine, tapeproxy.cli.main")
+    assert imported.returncode == 0, imported.stderr
+    for gone in ("proxy", "cli", "llm" + "tape"):  # the old name, spelled so grep misses it
+        failed = run(python, "-c", f"import {gone}")
+        assert "ModuleNotFoundError" in failed.stderr, f"`import {gone}` must fail"
+    for argv in ((python, "-m", "tapeproxy", "--version"), (command, "--version")):
+        version = run(*argv)
+        assert version.returncode == 0, version.stderr
+        assert version.stdout.strip() == f"tapeproxy {__version__}"
+
+
+def test_the_old_name_is_left_only_in_the_changelog() -> None:
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    found = subprocess.run(
+        ["git", "grep", "-il", "llm" + "tape"], cwd=ROOT, capture_output=True, text=True
     )
-    assert version.returncode == 0, version.stderr
-    assert version.stdout.strip() == f"llmtape {__version__}"
+    assert found.stdout.split() == ["CHANGELOG.md"], found.stdout

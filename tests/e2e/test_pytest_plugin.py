@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llmtape.store.base import parse_exchange_file
+from tapeproxy.store.base import parse_exchange_file
 from tests.fakes.upstream import FakeUpstream
 from tests.support import SECRET_OPENAI, files_under
 
@@ -24,7 +24,7 @@ def ask(prompt):
     )
     return answer.choices[0].message.content
 
-def test_capital(llmtape):
+def test_capital(tapeproxy):
     assert ask(PROMPT) == "echo: " + PROMPT
 """
 
@@ -35,9 +35,9 @@ def chat_test(prompt: str, body: str = "") -> str:
 
 @pytest.fixture
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    """A project with its tests under tests/ and no llmtape settings of the outer session."""
+    """A project with its tests under tests/ and no tapeproxy settings of the outer session."""
     for name in list(os.environ):
-        if name.startswith(("LLMTAPE_", "OPENAI_", "ANTHROPIC_")):
+        if name.startswith(("TAPEPROXY_", "OPENAI_", "ANTHROPIC_")):
             monkeypatch.delenv(name)
     pytester.mkdir("tests")
     return pytester
@@ -55,7 +55,7 @@ def recordings(folder: Path) -> list[str]:
 
 def upstream_at(monkeypatch: pytest.MonkeyPatch, fake: FakeUpstream) -> None:
     """Record against the fake, with a key as a real recording needs one."""
-    monkeypatch.setenv("LLMTAPE_UPSTREAM", f"openai={fake.url},anthropic={fake.url}")
+    monkeypatch.setenv("TAPEPROXY_UPSTREAM", f"openai={fake.url},anthropic={fake.url}")
     monkeypatch.setenv("OPENAI_API_KEY", SECRET_OPENAI)
 
 
@@ -65,9 +65,9 @@ def test_once_records_a_new_test_then_it_replays_offline(
     upstream_at(monkeypatch, fake)
     write_test(project, chat_test("What is the capital of France?"))
 
-    first = project.runpytest("--llmtape-mode", "once")
+    first = project.runpytest("--tapeproxy-mode", "once")
     first.assert_outcomes(passed=1)
-    first.stdout.fnmatch_lines(["llmtape: 0 replayed, 1 recorded, 0 missed*"])
+    first.stdout.fnmatch_lines(["tapeproxy: 0 replayed, 1 recorded, 0 missed*"])
     cassette = project.path / "tests" / "cassettes" / "test_chat" / "test_capital"
     assert len(recordings(cassette)) == 1
     assert len(fake.hits) == 1
@@ -78,7 +78,7 @@ def test_once_records_a_new_test_then_it_replays_offline(
     monkeypatch.delenv("OPENAI_API_KEY")  # replay needs none: the plugin sets a placeholder
     second = project.runpytest()  # replay, the default; the upstream is gone
     second.assert_outcomes(passed=1)
-    second.stdout.fnmatch_lines(["llmtape: 1 replayed, 0 recorded, 0 missed*"])
+    second.stdout.fnmatch_lines(["tapeproxy: 1 replayed, 0 recorded, 0 missed*"])
     assert len(fake.hits) == 1
 
 
@@ -87,11 +87,11 @@ def test_a_diverging_request_fails_with_the_field_diff_even_when_caught(
 ) -> None:
     upstream_at(monkeypatch, fake)
     write_test(project, chat_test("Say hello"))
-    project.runpytest("--llmtape-mode", "record").assert_outcomes(passed=1)
+    project.runpytest("--tapeproxy-mode", "record").assert_outcomes(passed=1)
     fake.stop()
 
     swallowing = """
-@pytest.mark.llmtape(cassette="test_chat/test_capital")
+@pytest.mark.tapeproxy(cassette="test_chat/test_capital")
 def test_swallows_the_error():
     try:
         ask(PROMPT)
@@ -103,24 +103,26 @@ def test_swallows_the_error():
     result.assert_outcomes(failed=2)
     out = result.stdout.str()
     failure = out[out.index("_ test_swallows_the_error _") :]
-    assert "llmtape: 1 request(s) missed cassette 'test_chat/test_capital' (mode replay" in failure
+    assert (
+        "tapeproxy: 1 request(s) missed cassette 'test_chat/test_capital' (mode replay" in failure
+    )
     assert 'body.messages[0].content: "Say hello" -> "Say goodbye"' in failure
-    assert "--llmtape-mode record" in failure
-    result.stdout.fnmatch_lines(["llmtape: 0 replayed, 0 recorded, 2 missed*"])
+    assert "--tapeproxy-mode record" in failure
+    result.stdout.fnmatch_lines(["tapeproxy: 0 replayed, 0 recorded, 2 missed*"])
 
 
 def test_record_mode_rewrites_a_tests_cassette_to_what_it_asks_now(
     project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fake: FakeUpstream
 ) -> None:
     upstream_at(monkeypatch, fake)
-    twice = "\ndef test_two(llmtape):\n    ask('one'); ask('two')\n"
+    twice = "\ndef test_two(tapeproxy):\n    ask('one'); ask('two')\n"
     write_test(project, chat_test("x", twice))
-    project.runpytest("--llmtape-mode", "record", "-k", "test_two").assert_outcomes(passed=1)
+    project.runpytest("--tapeproxy-mode", "record", "-k", "test_two").assert_outcomes(passed=1)
     cassette = project.path / "tests" / "cassettes" / "test_chat" / "test_two"
     assert len(recordings(cassette)) == 2
 
-    write_test(project, chat_test("x", "\ndef test_two(llmtape):\n    ask('one')\n"))
-    project.runpytest("--llmtape-mode", "record", "-k", "test_two").assert_outcomes(passed=1)
+    write_test(project, chat_test("x", "\ndef test_two(tapeproxy):\n    ask('one')\n"))
+    project.runpytest("--tapeproxy-mode", "record", "-k", "test_two").assert_outcomes(passed=1)
     assert len(recordings(cassette)) == 1
 
     fake.stop()
@@ -133,13 +135,13 @@ def test_record_mode_deletes_nothing_of_a_cassette_a_marker_shares_between_tests
     upstream_at(monkeypatch, fake)
     shared = (
         "\nimport pytest\n\n"
-        "@pytest.mark.llmtape(cassette='shared')\n"
+        "@pytest.mark.tapeproxy(cassette='shared')\n"
         "def test_one():\n    ask('one'); ask('one'); ask('uno')\n\n"
-        "@pytest.mark.llmtape(cassette='shared')\n"
+        "@pytest.mark.tapeproxy(cassette='shared')\n"
         "def test_two():\n    ask('one'); ask('two')\n"
     )
     write_test(project, chat_test("x", shared))
-    project.runpytest("--llmtape-mode", "record", "-k", "one or two").assert_outcomes(passed=2)
+    project.runpytest("--tapeproxy-mode", "record", "-k", "one or two").assert_outcomes(passed=2)
     assert len(recordings(project.path / "tests" / "cassettes" / "shared")) == 4
 
     fake.stop()
@@ -150,13 +152,13 @@ def test_fail_on_unused_fails_a_test_that_left_recordings_unused(
     project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fake: FakeUpstream
 ) -> None:
     upstream_at(monkeypatch, fake)
-    write_test(project, chat_test("x", "\ndef test_two(llmtape):\n    ask('one'); ask('two')\n"))
-    project.runpytest("--llmtape-mode", "record", "-k", "test_two").assert_outcomes(passed=1)
+    write_test(project, chat_test("x", "\ndef test_two(tapeproxy):\n    ask('one'); ask('two')\n"))
+    project.runpytest("--tapeproxy-mode", "record", "-k", "test_two").assert_outcomes(passed=1)
     fake.stop()
 
-    write_test(project, chat_test("x", "\ndef test_two(llmtape):\n    ask('one')\n"))
+    write_test(project, chat_test("x", "\ndef test_two(tapeproxy):\n    ask('one')\n"))
     project.runpytest("-k", "test_two").assert_outcomes(passed=1)
-    strict = project.runpytest("-k", "test_two", "--llmtape-fail-on-unused")
+    strict = project.runpytest("-k", "test_two", "--tapeproxy-fail-on-unused")
     strict.assert_outcomes(failed=1)
     strict.stdout.fnmatch_lines(["*1 recording(s) of cassette 'test_chat/test_two' went unused*"])
 
@@ -171,22 +173,23 @@ def test_the_fixture_gives_urls_and_sets_the_environment_only_during_the_test(
 import os
 import pytest
 
-def test_fixture(llmtape):
-    assert llmtape.url.startswith("http://127.0.0.1:")
-    assert os.environ["OPENAI_BASE_URL"] == llmtape.base_url("openai") == llmtape.url + "/openai/v1"
-    assert os.environ["ANTHROPIC_BASE_URL"] == llmtape.url + "/anthropic"
-    assert llmtape.cassette == "test_urls/test_fixture"
-    assert llmtape.mode == "replay"
+def test_fixture(tapeproxy):
+    assert tapeproxy.url.startswith("http://127.0.0.1:")
+    base = tapeproxy.base_url("openai")
+    assert os.environ["OPENAI_BASE_URL"] == base == tapeproxy.url + "/openai/v1"
+    assert os.environ["ANTHROPIC_BASE_URL"] == tapeproxy.url + "/anthropic"
+    assert tapeproxy.cassette == "test_urls/test_fixture"
+    assert tapeproxy.mode == "replay"
     assert os.environ["OPENAI_API_KEY"]  # a placeholder in replay: the SDK wants one
     with pytest.raises(ValueError, match="no upstream named 'nope'"):
-        llmtape.base_url("nope")
+        tapeproxy.base_url("nope")
 
-@pytest.mark.llmtape(cassette="shared/one", mode="auto")
-def test_marker(llmtape):
-    assert llmtape.cassette == "shared/one"
-    assert llmtape.mode == os.environ.get("EXPECTED_MODE", "auto")
+@pytest.mark.tapeproxy(cassette="shared/one", mode="auto")
+def test_marker(tapeproxy):
+    assert tapeproxy.cassette == "shared/one"
+    assert tapeproxy.mode == os.environ.get("EXPECTED_MODE", "auto")
 
-@pytest.mark.llmtape
+@pytest.mark.tapeproxy
 def test_marker_alone():
     assert os.environ["OPENAI_BASE_URL"].endswith("/openai/v1")
 
@@ -199,7 +202,7 @@ def test_after():
 
     # The command line wins over the marker.
     monkeypatch.setenv("EXPECTED_MODE", "passthrough")
-    project.runpytest("--llmtape-mode", "passthrough", "-k", "test_marker").assert_outcomes(
+    project.runpytest("--tapeproxy-mode", "passthrough", "-k", "test_marker").assert_outcomes(
         passed=2
     )
 
@@ -210,11 +213,11 @@ def test_a_bad_marker_fails_its_test_with_a_clear_message(project: pytest.Pytest
         """
 import pytest
 
-@pytest.mark.llmtape(cassette="../escape")
+@pytest.mark.tapeproxy(cassette="../escape")
 def test_bad_name():
     pass
 
-@pytest.mark.llmtape(mode="rewind")
+@pytest.mark.tapeproxy(mode="rewind")
 def test_bad_mode():
     pass
 """,
@@ -231,15 +234,15 @@ def test_xdist_workers_each_run_their_own_server(
 ) -> None:
     upstream_at(monkeypatch, fake)
     tests = "".join(
-        f"\ndef test_{n}(llmtape):\n    assert ask('question {n}') == 'echo: question {n}'\n"
+        f"\ndef test_{n}(tapeproxy):\n    assert ask('question {n}') == 'echo: question {n}'\n"
         for n in range(4)
     )
     write_test(project, chat_test("x", tests))
-    first = project.runpytest_subprocess("-p", "xdist", "-n", "2", "--llmtape-mode", "once")
+    first = project.runpytest_subprocess("-p", "xdist", "-n", "2", "--tapeproxy-mode", "once")
     first.assert_outcomes(passed=5)
-    first.stdout.fnmatch_lines(["llmtape: 0 replayed, 5 recorded, 0 missed*"])
+    first.stdout.fnmatch_lines(["tapeproxy: 0 replayed, 5 recorded, 0 missed*"])
     fake.stop()
 
     second = project.runpytest_subprocess("-p", "xdist", "-n", "2")
     second.assert_outcomes(passed=5)
-    second.stdout.fnmatch_lines(["llmtape: 5 replayed, 0 recorded, 0 missed*"])
+    second.stdout.fnmatch_lines(["tapeproxy: 5 replayed, 0 recorded, 0 missed*"])

@@ -36,8 +36,8 @@ def recipe(name: str) -> str:
 
 @pytest.fixture
 def example_server(tmp_path: Path) -> Iterator[Serve]:
-    """`llmtape serve --cassette example`, as the recipe says, with no upstream to reach (on a
-    copy: a replay run leaves its note for `llmtape prune` beside the exchanges)."""
+    """`tapeproxy serve --cassette example`, as the recipe says, with no upstream to reach (on a
+    copy: a replay run leaves its note for `tapeproxy prune` beside the exchanges)."""
     dead = f"http://127.0.0.1:{closed_port()}"
     shutil.copytree(ROOT / "cassettes" / "example", tmp_path / "example")
     server = Serve(
@@ -56,7 +56,7 @@ def example_server(tmp_path: Path) -> Iterator[Serve]:
 
 
 def client_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LLMTAPE_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TAPEPROXY_"))}
     env["OPENAI_API_KEY"] = SECRET_OPENAI
     return env
 
@@ -98,7 +98,7 @@ def test_the_pytest_recipe_records_once_then_replays_offline(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fake: FakeUpstream
 ) -> None:
     for name in list(os.environ):
-        if name.startswith(("LLMTAPE_", "OPENAI_", "ANTHROPIC_")):
+        if name.startswith(("TAPEPROXY_", "OPENAI_", "ANTHROPIC_")):
             monkeypatch.delenv(name)
     code = recipe("pytest")
     path = code.splitlines()[0].removeprefix("# ")
@@ -106,13 +106,13 @@ def test_the_pytest_recipe_records_once_then_replays_offline(
     pytester.mkdir("tests")
     (pytester.path / path).write_text(code, encoding="utf-8")
 
-    monkeypatch.setenv("LLMTAPE_UPSTREAM", f"openai={fake.url}")
+    monkeypatch.setenv("TAPEPROXY_UPSTREAM", f"openai={fake.url}")
     monkeypatch.setenv("OPENAI_API_KEY", SECRET_OPENAI)
-    pytester.runpytest("--llmtape-mode", "once").assert_outcomes(passed=1)
+    pytester.runpytest("--tapeproxy-mode", "once").assert_outcomes(passed=1)
     assert (pytester.path / "tests" / "cassettes" / "test_capital" / "test_capital").is_dir()
 
     fake.stop()
     monkeypatch.delenv("OPENAI_API_KEY")
     replay = pytester.runpytest()
     replay.assert_outcomes(passed=1)
-    replay.stdout.fnmatch_lines(["llmtape: 1 replayed, 0 recorded, 0 missed*"])
+    replay.stdout.fnmatch_lines(["tapeproxy: 1 replayed, 0 recorded, 0 missed*"])

@@ -136,7 +136,7 @@ def test_a_miss_names_the_closest_recording_and_the_differing_field(
     assert "France" in message and "Italy" in message
     details = response.json()["error"]["details"]
     assert details["closest"]["differences"][0]["path"] == "body.messages[0].content"
-    assert replayer.get("/__llmtape/misses")["misses"][0]["key"] == details["key"]
+    assert replayer.get("/__tapeproxy/misses")["misses"][0]["key"] == details["key"]
 
 
 def test_no_secret_reaches_the_cassette_folder(
@@ -263,7 +263,7 @@ def test_a_corrupt_exchange_file_is_a_clear_error_naming_the_file(
     assert response.status_code == 500
     error = response.json()["error"]
     assert error["type"] == "cassette_corrupt"
-    assert stored.name in error["message"] and "llmtape verify" in error["message"]
+    assert stored.name in error["message"] and "tapeproxy verify" in error["message"]
     assert replayer.stats["errors"] == 1
 
 

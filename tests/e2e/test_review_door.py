@@ -1,5 +1,5 @@
 """Review of the replay door (raw header names, the bare /v1 route, the fast path check) and of
-llmtape.inflate, through the real server: what held and what broke."""
+tapeproxy.inflate, through the real server: what held and what broke."""
 
 from __future__ import annotations
 
@@ -169,8 +169,8 @@ def test_the_door_reads_its_headers_in_any_case_and_the_first_of_two(
     proxy = make_proxy(mode="record")
     head = (
         b"POST /openai/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-        b"content-type: application/json\r\nX-LLMTAPE-CASSETTE: Upper\r\n"
-        b"x-llmtape-cassette: lower\r\nX-Odd: caf\xc3\xa9 \xff\r\n"
+        b"content-type: application/json\r\nX-TAPEPROXY-CASSETTE: Upper\r\n"
+        b"x-tapeproxy-cassette: lower\r\nX-Odd: caf\xc3\xa9 \xff\r\n"
     )
     answer = raw_request(proxy.url, head, CHAT_BYTES)
     assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
@@ -186,7 +186,7 @@ def test_a_non_ascii_cassette_header_is_a_clear_400(make_proxy: MakeProxy, casse
     proxy = make_proxy(mode="record")
     head = (
         b"POST /openai/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-        b"content-type: application/json\r\nx-llmtape-cassette: caf\xc3\xa9\r\n"
+        b"content-type: application/json\r\nx-tapeproxy-cassette: caf\xc3\xa9\r\n"
     )
     answer = raw_request(proxy.url, head, CHAT_BYTES)
     assert answer.startswith(b"HTTP/1.1 400"), answer[:300]
@@ -240,7 +240,7 @@ def test_a_cassette_reached_by_header_before_a_put_names_it_is_not_untouched(
     make_proxy: MakeProxy,
 ) -> None:
     proxy = make_proxy(mode="record", cassette="a", fail_on_unused=True)
-    assert post(proxy.url, headers={"x-llmtape-cassette": "b"}).status_code == 200
+    assert post(proxy.url, headers={"x-tapeproxy-cassette": "b"}).status_code == 200
     assert proxy.put_cassette(cassette="c", mode="replay").status_code == 200  # ends every run
     assert proxy.put_cassette(cassette="b").status_code == 200
     assert proxy.stats["untouched"] == ["c"], "a request reached b: it was touched"

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmtape.cli.server import KEEP_ALIVE_SECONDS
+from tapeproxy.cli.server import KEEP_ALIVE_SECONDS
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream
 from tests.support import ProxyServer
@@ -30,7 +30,7 @@ def test_an_upstream_url_that_would_break_the_request_line_is_refused_at_start(
     as `GET /base#frag/item` (RFC 9112 origin-form holds no fragment; urlsplit had dropped
     it, and the client's path with it), a tab raw. Such a URL is refused, with the reason."""
     done = subprocess.run(
-        [sys.executable, "-m", "llmtape", "serve", "--port", "0", "--upstream", f"tools={url}"],
+        [sys.executable, "-m", "tapeproxy", "serve", "--port", "0", "--upstream", f"tools={url}"],
         cwd=tmp_path,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
         capture_output=True,
@@ -84,7 +84,7 @@ def _answers(sock: socket.socket, count: int) -> list[bytes]:
 
 def test_pipelined_requests_get_their_answers_in_order_each_once(make_proxy: MakeProxy) -> None:
     player = _replayer(make_proxy)
-    health = b"GET /__llmtape/health HTTP/1.1\r\nHost: x\r\n\r\n"
+    health = b"GET /__tapeproxy/health HTTP/1.1\r\nHost: x\r\n\r\n"
     with _connect(player) as sock:
         sock.sendall(EMBED_REQUEST + health + EMBED_REQUEST + health)
         answers = _answers(sock, 4)
@@ -114,7 +114,7 @@ def test_a_head_answer_and_a_keep_alive_timeout_send_what_is_held(
 ) -> None:
     proxy = make_proxy(mode="passthrough")
     with _connect(proxy) as sock:
-        sock.sendall(b"HEAD /__llmtape/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.sendall(b"HEAD /__tapeproxy/health HTTP/1.1\r\nHost: x\r\n\r\n")
         sock.settimeout(1)
         first = sock.recv(65536)
         assert first.startswith(b"HTTP/1.1 ") and first.endswith(b"\r\n\r\n"), first
@@ -124,7 +124,7 @@ def test_a_head_answer_and_a_keep_alive_timeout_send_what_is_held(
 
 def _frame_times(proxy: ProxyServer, timing: str | None) -> list[float]:
     """When each SSE event of a streamed chat reached the client, from the request's send."""
-    headers = {"x-llmtape-timing": timing} if timing else {}
+    headers = {"x-tapeproxy-timing": timing} if timing else {}
     started = time.monotonic()
     times: list[float] = []
     with httpx.stream(

@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from llmtape.cli import head_limits
-from llmtape.responses import GRACE_AFTER_FINAL_FRAME
+from tapeproxy.cli import head_limits
+from tapeproxy.responses import GRACE_AFTER_FINAL_FRAME
 from tests.conftest import MakeProxy
 from tests.e2e.test_inflate import SocketUpstream
 from tests.fakes.upstream import FakeUpstream
@@ -197,7 +197,7 @@ def test_bodiless_answers_leave_the_keep_alive_connection_clean(
                 assert b"content-length: 1234" in top.lower()
             assert b"transfer-encoding" not in top.lower() or status == 200, top
             # The same socket serves a health check next: no stray body bytes came first.
-            sock.sendall(b"GET /__llmtape/health HTTP/1.1\r\nhost: x\r\n\r\n")
+            sock.sendall(b"GET /__tapeproxy/health HTTP/1.1\r\nhost: x\r\n\r\n")
             after = read_until(sock, b"}", rest)
             assert after.startswith(b"HTTP/1.1 200"), after[:80]
         stats = proxy.stats
@@ -215,7 +215,7 @@ def server_log(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     for logger in loggers:
         logger.addHandler(caplog.handler)
     try:
-        with caplog.at_level(logging.INFO, logger="llmtape"):
+        with caplog.at_level(logging.INFO, logger="tapeproxy"):
             yield
     finally:
         for logger in loggers:
@@ -224,7 +224,7 @@ def server_log(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
 
 def noisy(caplog: pytest.LogCaptureFixture) -> list[str]:
     """Errors, tracebacks and asyncio's complaints, but not those of the tests' fake
-    upstreams: an aiohttp *server* (web_protocol) is only ever a fake, llmtape runs on
+    upstreams: an aiohttp *server* (web_protocol) is only ever a fake, tapeproxy runs on
     uvicorn, and a fake torn down in an earlier test may be collected during this one."""
     return [
         r.getMessage()
@@ -341,7 +341,7 @@ def test_a_commit_failing_after_its_request_ended_is_logged_not_left_unretrieved
 
         def failing(*args: Any) -> Any:
             time.sleep(GRACE_AFTER_FINAL_FRAME + 1)
-            raise RuntimeError("a bug of llmtape's own, say")
+            raise RuntimeError("a bug of tapeproxy's own, say")
 
         engine._write = failing
         with connect(proxy) as sock:
@@ -381,7 +381,7 @@ def test_a_shutdown_during_the_commit_keeps_the_exchange_and_logs_it_once(
 
 
 def exchanges(cassettes: Path) -> list[Path]:
-    return [p for p in cassettes.rglob("*.json") if ".llmtape" not in p.parts]
+    return [p for p in cassettes.rglob("*.json") if ".tapeproxy" not in p.parts]
 
 
 def test_an_exchange_is_on_disk_before_the_client_sees_the_end(
@@ -438,7 +438,7 @@ PIPELINE = (
     + b"%x\r\n" % (len(CHAT_BYTES) - 5)
     + CHAT_BYTES[5:]
     + b"\r\n0\r\nx-trailer: yes\r\n\r\n"
-    + b"GET /__llmtape/health HTTP/1.0\r\n\r\n"
+    + b"GET /__tapeproxy/health HTTP/1.0\r\n\r\n"
 )
 
 
@@ -500,7 +500,7 @@ def test_a_pipelined_head_held_back_by_the_server_does_not_cut_a_long_answer(
     through no fault of the client: its deadline must not run out and cut the stream."""
     fake.frame_delay = 0.3
     proxy = make_proxy(mode="record")
-    health = b"GET /__llmtape/health HTTP/1.1\r\nhost: x\r\n\r\n"
+    health = b"GET /__tapeproxy/health HTTP/1.1\r\nhost: x\r\n\r\n"
     with connect(proxy) as sock:
         sock.sendall(stream_request())
         started = read_until(sock, b"data:")  # the stream is under way, its watch waiting

@@ -1,4 +1,4 @@
-"""An adversarial review of llmtape's own HTTP/1.1 client (llmtape.http1) through the real
+"""An adversarial review of tapeproxy's own HTTP/1.1 client (tapeproxy.http1) through the real
 server: answers a broken or hostile upstream may send, and what must never follow from them."""
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class ThreadedUpstream(LoopbackServer):
                     else:
                         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
                         continue
-                    while conn.recv(65536):  # until llmtape hangs up
+                    while conn.recv(65536):  # until tapeproxy hangs up
                         pass
                     return
             except OSError:

@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmtape.store import journal
-from llmtape.store.fs import FileStore
+from tapeproxy.store import journal
+from tapeproxy.store.fs import FileStore
 from tests.conftest import MakeProxy
 from tests.e2e.test_scribe import CHAT, ask, scribe_at_work, scribes, until
 from tests.fakes.upstream import FakeUpstream
@@ -67,7 +67,7 @@ def test_an_answer_not_kept_gives_back_its_ordinal_without_losing_a_later_one(
     whole.join(20)
     answer = answers[0]
     assert isinstance(answer, httpx.Response) and answer.status_code == 200
-    key = answer.headers["x-llmtape-key"]
+    key = answer.headers["x-tapeproxy-key"]
     assert FileStore(cassettes).entries("default").get(key), "the whole answer was recorded"
     assert ask(proxy, "asked twice at once", stream=True).status_code == 200  # a third time
     proxy.stop()  # the run ends: what it superseded is dropped
@@ -80,7 +80,7 @@ def test_a_scribe_hung_at_shutdown_is_stopped_and_the_server_writes_what_it_held
 ) -> None:
     """A scribe that never answers (SIGSTOP) while answers wait on it: the stopping server
     gives up on it after CLOSE_WAIT_S, and then writes those answers itself."""
-    from llmtape import scribe as scribe_module
+    from tapeproxy import scribe as scribe_module
 
     monkeypatch.setattr(scribe_module, "CLOSE_WAIT_S", 2.0)
     proxy = make_proxy(mode="record")
@@ -114,14 +114,14 @@ def test_a_run_that_ends_does_not_wait_forever_on_a_hung_scribe(
 ) -> None:
     """Deleting a superseded recording asks the scribe to forget it first: a scribe that
     stopped answering (SIGSTOP) is stopped after ANSWER_WAIT_S, and the run ends."""
-    from llmtape import scribe as scribe_module
+    from tapeproxy import scribe as scribe_module
 
     monkeypatch.setattr(scribe_module, "ANSWER_WAIT_S", 2.0)
     proxy = make_proxy(mode="record")
     pid = scribe_at_work(proxy, cassettes)
     for _ in range(2):
         first = ask(proxy, "asked twice, then once")
-    key = first.headers["x-llmtape-key"]
+    key = first.headers["x-tapeproxy-key"]
     assert proxy.put_cassette(cassette="default", mode="record").status_code == 200
     assert ask(proxy, "asked twice, then once").status_code == 200  # ordinal 2: superseded
     os.kill(pid, signal.SIGSTOP)
@@ -143,7 +143,7 @@ def test_a_hung_scribe_does_not_hold_its_clients_forever(
 ) -> None:
     """Answers sent to a scribe that stopped answering (SIGSTOP): it is stopped after
     ANSWER_WAIT_S, and the server writes them itself."""
-    from llmtape import scribe as scribe_module
+    from tapeproxy import scribe as scribe_module
 
     monkeypatch.setattr(scribe_module, "ANSWER_WAIT_S", 2.0)
     proxy = make_proxy(mode="record")
@@ -160,7 +160,7 @@ def test_a_hung_scribe_does_not_hold_its_clients_forever(
     for _, answers in asking:
         assert answers and isinstance(answers[0], httpx.Response), "answered in time"
         assert answers[0].status_code == 200
-        key = answers[0].headers["x-llmtape-key"]
+        key = answers[0].headers["x-tapeproxy-key"]
         assert FileStore(cassettes).entries("default")[key] == [1], "and recorded"
 
 
@@ -194,9 +194,9 @@ def record_in_own_group(
 ) -> subprocess.Popen[str]:
     """The real CLI recording in `folder`, in a process group of its own, as a shell's job
     (with `session`, in a session of its own: found again through /proc)."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
     environ["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
-    command = [sys.executable, "-m", "llmtape", "serve", "--port", "0", "--mode", "record"]
+    command = [sys.executable, "-m", "tapeproxy", "serve", "--port", "0", "--mode", "record"]
     return subprocess.Popen(
         [*command, "--upstream", f"openai={fake.url}"],
         cwd=folder,
@@ -288,7 +288,7 @@ def recorded_as(library: Path) -> dict[str, dict[str, object]]:
 def test_the_scribe_writes_every_provider_s_answers_as_the_server_does_redacted_alike(
     make_proxy: MakeProxy, fake: FakeUpstream, tmp_path: Path, cassettes: Path
 ) -> None:
-    from llmtape.providers import BUILTIN
+    from tapeproxy.providers import BUILTIN
     from tests.e2e.test_conformance import STREAMS, send, wire_of
 
     calls = [(name, wire_of(name).streams[label]) for name, label in STREAMS]
@@ -317,7 +317,7 @@ def test_answers_either_side_of_the_spool_threshold_are_recorded_whole(
 ) -> None:
     """Just under SPOOL_AFTER an answer goes to the scribe in one message; just over, the
     server writes it (the scribe forgetting its path first). Both replay byte for byte."""
-    from llmtape.spool import SPOOL_AFTER
+    from tapeproxy.spool import SPOOL_AFTER
     from tests.e2e.test_large_answers import chat_stream
     from tests.fakes.upstream import Reply
 
@@ -347,7 +347,7 @@ def test_answers_either_side_of_the_spool_threshold_are_recorded_whole(
 def test_a_scribe_that_cannot_start_leaves_the_server_writing_with_its_own_journal(
     make_proxy: MakeProxy, cassettes: Path, monkeypatch: pytest.MonkeyPatch, python: str
 ) -> None:
-    """A frozen build, or an interpreter that cannot import llmtape: the server records."""
+    """A frozen build, or an interpreter that cannot import tapeproxy: the server records."""
     monkeypatch.setattr(sys, "executable", python)
     proxy = make_proxy(mode="record")
     for n in range(6):
@@ -376,7 +376,7 @@ def test_a_server_that_only_replays_starts_no_scribe(
 
 
 def test_the_scribe_s_log_lines_read_as_the_server_s(tmp_path: Path, fake: FakeUpstream) -> None:
-    """The scribe writes to the server's stderr: its lines come in llmtape's format. Made
+    """The scribe writes to the server's stderr: its lines come in tapeproxy's format. Made
     to speak by a journal that cannot be made (its folder's name taken by a file), which
     the server and then its scribe each say once; every recording is still written."""
     library = tmp_path / "cassettes"
@@ -411,5 +411,5 @@ def test_the_scribe_s_log_lines_read_as_the_server_s(tmp_path: Path, fake: FakeU
     assert process.returncode == 0, "".join(lines)
     assert len(said()) == 2, "".join(lines)  # the server's journal, then the scribe's
     for line in said():
-        assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} WARNING llmtape: ", line), line
+        assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} WARNING tapeproxy: ", line), line
     assert len(FileStore(library).entries("default")) == len(asked), "every answer recorded"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from llmtape.store import journal
-from llmtape.store import spares as spares_module
+from tapeproxy.store import journal
+from tapeproxy.store import spares as spares_module
 from tests.conftest import MakeProxy
 from tests.e2e.test_scribe import ask, scribe_at_work
 from tests.unit.test_review_spares import another_group

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmtape.spool import SPOOL_AFTER
+from tapeproxy.spool import SPOOL_AFTER
 from tests.conftest import MakeProxy
 from tests.e2e.test_large_answers import record_in_serve
 from tests.fakes.raw import RawUpstream
@@ -70,7 +70,7 @@ def openai_events(count: int, sep: bytes = b"\n", text: str = "x\u00e9\u4e2d\U00
 def record_and_replay(
     make_proxy: MakeProxy, cassettes: Path, raw_answer: bytes, path: str, body: object
 ) -> tuple[bytes, bytes, dict[str, object]]:
-    """Record `raw_answer` from a raw upstream through llmtape, then replay it."""
+    """Record `raw_answer` from a raw upstream through tapeproxy, then replay it."""
     with RawUpstream() as raw:
         raw.answer(raw_answer)
         recorder = make_proxy(mode="record", upstream={"openai": raw.url, "gemini": raw.url})
@@ -253,17 +253,17 @@ def test_spooled_invalid_utf8_text_body_is_base64(
 
 
 def limited_serve(args: list[str], cwd: Path, max_file: int) -> tuple[subprocess.Popen[str], str]:
-    """`llmtape serve` whose files cannot grow past `max_file` bytes (RLIMIT_FSIZE, its
+    """`tapeproxy serve` whose files cannot grow past `max_file` bytes (RLIMIT_FSIZE, its
     SIGXFSZ ignored): every write past it fails with EFBIG, as on a full disk."""
 
     def limit() -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (max_file, max_file))
 
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
     environ["PYTHONPATH"] = str(ROOT)
     process = subprocess.Popen(
-        [sys.executable, "-m", "llmtape", "serve", "--port", "0", *args],
+        [sys.executable, "-m", "tapeproxy", "serve", "--port", "0", *args],
         cwd=cwd,
         env=environ,
         stdout=subprocess.PIPE,
@@ -301,7 +301,7 @@ def test_a_full_disk_while_recording_a_large_stream_is_reported_and_harmless(
         process, url = limited_serve(args, tmp_path, limits[where])
         try:
             got = httpx.post(url + "/openai/v1/chat/completions", json=CHAT, timeout=60)
-            stats = httpx.get(url + "/__llmtape/stats").json()
+            stats = httpx.get(url + "/__tapeproxy/stats").json()
         finally:
             process.send_signal(signal.SIGTERM)
             _, err = process.communicate(timeout=30)
@@ -431,4 +431,4 @@ def test_recording_a_stream_of_large_frames_holds_no_copy_of_it_in_memory(
     received, growth = record_in_serve(fake, tmp_path, "/v1/images", reply, "--max-record", limit)
     assert received == len(answer)
     assert len(exchanges(tmp_path / "cassettes")) == 1
-    assert growth < 40, f"llmtape's peak RSS grew {growth:.0f} MB"
+    assert growth < 40, f"tapeproxy's peak RSS grew {growth:.0f} MB"

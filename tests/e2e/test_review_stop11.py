@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmtape import scribe as scribe_module
-from llmtape.store import journal
-from llmtape.store.fs import FileStore
+from tapeproxy import scribe as scribe_module
+from tapeproxy.store import journal
+from tapeproxy.store.fs import FileStore
 from tests.conftest import MakeProxy
 from tests.e2e.test_review_scribe import in_thread, state
 from tests.e2e.test_scribe import ask, scribe_at_work, scribes, until
@@ -107,7 +107,7 @@ def test_a_held_answer_whose_write_fails_still_reaches_the_client_whole(
     scribe_at_work(proxy, cassettes)
     (cassettes / "nowhere").symlink_to(tmp_path / "gone" / "nowhere")
     body = {"model": "m", "input": "x"}
-    headers = {"x-llmtape-cassette": "nowhere"}
+    headers = {"x-tapeproxy-cassette": "nowhere"}
     live = httpx.post(proxy.url + "/openai/v1/embeddings", json=body, headers=headers, timeout=30)
     direct = httpx.post(fake.url + "/v1/embeddings", json=body, timeout=30)
     assert live.status_code == 200

@@ -1,6 +1,6 @@
 """Review of stop 11's scribe changes: the scribe in a process group of its own, ignoring
 SIGINT and SIGTERM. A server killed outright (itself, or its whole group) must never leave a
-scribe behind, nor a journal the next `llmtape serve` on the library mishandles."""
+scribe behind, nor a journal the next `tapeproxy serve` on the library mishandles."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmtape.store import journal
-from llmtape.store.fs import FileStore
+from tapeproxy.store import journal
+from tapeproxy.store.fs import FileStore
 from tests.e2e.test_review_scribe import in_thread, post, record_in_own_group, state
 from tests.e2e.test_scribe import until
 from tests.fakes.upstream import FakeUpstream
@@ -45,7 +45,7 @@ def scribes_of(session: int) -> list[int]:
     found = []
     for pid in in_session(session):
         with contextlib.suppress(OSError):
-            if b"llmtape.scribe" in (Path("/proc") / str(pid) / "cmdline").read_bytes():
+            if b"tapeproxy.scribe" in (Path("/proc") / str(pid) / "cmdline").read_bytes():
                 found.append(pid)
     return found
 

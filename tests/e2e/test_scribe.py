@@ -17,13 +17,13 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from llmtape import scribe as scribe_module
-from llmtape.exchangefile import Record, frame
-from llmtape.models import dump_exchange, load_exchange
-from llmtape.providers import BUILTIN
-from llmtape.store import journal
-from llmtape.store.base import same_recording
-from llmtape.store.fs import FileStore
+from tapeproxy import scribe as scribe_module
+from tapeproxy.exchangefile import Record, frame
+from tapeproxy.models import dump_exchange, load_exchange
+from tapeproxy.providers import BUILTIN
+from tapeproxy.store import journal
+from tapeproxy.store.base import same_recording
+from tapeproxy.store.fs import FileStore
 from tests.conftest import MakeProxy
 from tests.e2e.test_conformance import send, wire_of
 from tests.support import ProxyServer, files_under
@@ -48,7 +48,7 @@ def scribes() -> list[int]:
         except OSError:
             continue
         parent = int(stat.rsplit(")", 1)[1].split()[1])
-        if parent == os.getpid() and b"llmtape.scribe" in command:
+        if parent == os.getpid() and b"tapeproxy.scribe" in command:
             found.append(int(entry.name))
     return found
 
@@ -159,7 +159,7 @@ def test_a_killed_scribe_loses_no_recording_and_its_journal_is_taken_back(
         os.kill(pid, signal.SIGKILL)
         return await answers
 
-    with caplog.at_level(logging.WARNING, logger="llmtape"):
+    with caplog.at_level(logging.WARNING, logger="tapeproxy"):
         assert all(asyncio.run(kill_during_burst()))
         after = [ask(proxy, f"after the scribe died {n}", stream=bool(n % 2)) for n in range(4)]
         assert all(answer.status_code == 200 for answer in after)
@@ -185,7 +185,7 @@ def test_recordings_a_run_superseded_are_forgotten_by_the_scribes_journal(
     for _ in range(3):
         answer = ask(proxy, "asked three times")
         assert answer.status_code == 200
-    key = answer.headers["x-llmtape-key"]
+    key = answer.headers["x-tapeproxy-key"]
     assert proxy.put_cassette(cassette="default", mode="record").status_code == 200
     assert ask(proxy, "asked three times").status_code == 200  # this run asks it once
     assert proxy.put_cassette(cassette="other", mode="record").status_code == 200

@@ -1,4 +1,4 @@
-"""`llmtape show` (table, bodies, a stream's joined text, one exchange) and `llmtape diff`
+"""`tapeproxy show` (table, bodies, a stream's joined text, one exchange) and `tapeproxy diff`
 on cassettes recorded by the real server from the fake upstream, run as a user runs them."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from llmtape.cli.main import app
+from tapeproxy.cli.main import app
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import SECRET_ANTHROPIC, SECRET_GEMINI, SECRET_OPENAI
@@ -61,7 +61,7 @@ STREAMS = [
 
 
 def post(url: str, path: str, body: dict[str, Any], cassette: str = "default") -> httpx.Response:
-    answer = httpx.post(url + path, json=body, headers={**KEYS, "x-llmtape-cassette": cassette})
+    answer = httpx.post(url + path, json=body, headers={**KEYS, "x-tapeproxy-cassette": cassette})
     assert answer.status_code == 200, answer.text
     return answer
 
@@ -72,11 +72,11 @@ def run(*args: str) -> tuple[int, str]:
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m llmtape ARGS` in a real process, its output piped."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
+    """`python -m tapeproxy ARGS` in a real process, its output piped."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
     environ.update({"PYTHONPATH": str(ROOT), **(env or {})})
     return subprocess.run(
-        [sys.executable, "-m", "llmtape", *args],
+        [sys.executable, "-m", "tapeproxy", *args],
         env=environ,
         capture_output=True,
         text=True,
@@ -153,7 +153,7 @@ def test_errors_are_json_under_json_and_plain_text_without_colour_otherwise(
     error = json.loads(done.stdout)["error"]
     assert error["type"] == "config_error" and error["message"]
     done = cli(*command, "--cassettes", missing, env={"NO_COLOR": "1"})
-    assert done.returncode == 2 and done.stderr.startswith("llmtape: ")
+    assert done.returncode == 2 and done.stderr.startswith("tapeproxy: ")
     assert "\x1b[" not in done.stderr and done.stdout == ""
 
 

@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 
-from llmtape.responses import GRACE_AFTER_FINAL_FRAME
+from tapeproxy.responses import GRACE_AFTER_FINAL_FRAME
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import SECRET_ANTHROPIC, SECRET_OPENAI, ProxyServer, wait_for
@@ -247,7 +247,7 @@ def replay_duration(proxy: ProxyServer, timing: str) -> float:
     body = {"model": "gpt-4o-mini", "messages": USER, "stream": True}
     started = time.monotonic()
     response = httpx.post(
-        proxy.url + "/openai/v1/chat/completions", json=body, headers={"x-llmtape-timing": timing}
+        proxy.url + "/openai/v1/chat/completions", json=body, headers={"x-tapeproxy-timing": timing}
     )
     assert response.status_code == 200
     return time.monotonic() - started
@@ -268,7 +268,7 @@ def test_replay_timing_recorded_waits_the_recorded_gaps_and_a_factor_scales_them
     assert replay_duration(replayer, "2") >= recorded * 2 * 0.95
     bad = httpx.post(
         replayer.url + "/openai/v1/chat/completions",
-        headers={"x-llmtape-timing": "soon"},
+        headers={"x-tapeproxy-timing": "soon"},
         json={"model": "gpt-4o-mini", "messages": USER, "stream": True},
     )
     assert bad.status_code == 400 and "recorded" in bad.json()["error"]["message"]
@@ -375,7 +375,7 @@ def cut_stream_ends(url: str, timing: str) -> tuple[float, str | None]:
             "POST",
             url + "/openai/v1/chat/completions",
             json=body,
-            headers={"x-llmtape-timing": timing},
+            headers={"x-tapeproxy-timing": timing},
         ) as response:
             for _ in response.iter_raw():
                 pass
@@ -434,7 +434,7 @@ def stream_through_shutdown(
                 "POST",
                 proxy.url + "/openai/v1/chat/completions",
                 json=body,
-                headers={"x-llmtape-timing": timing},
+                headers={"x-tapeproxy-timing": timing},
                 timeout=30,
             ) as response:
                 for _ in response.iter_raw():
@@ -446,7 +446,7 @@ def stream_through_shutdown(
     server_log = logging.getLogger("uvicorn.error")
     server_log.addHandler(caplog.handler)
     try:
-        with caplog.at_level(logging.INFO, logger="llmtape"):
+        with caplog.at_level(logging.INFO, logger="tapeproxy"):
             thread = threading.Thread(target=client)
             thread.start()
             assert first.wait(10)
@@ -464,7 +464,7 @@ def test_a_live_stream_cut_by_shutdown_logs_one_line_and_no_traceback(
     proxy = make_proxy(mode="record", shutdown_timeout=0.5)  # open streams get 1 s
     assert stream_through_shutdown(proxy, caplog) == ["RemoteProtocolError"]
     lines = [
-        r.getMessage() for r in caplog.records if r.name == "llmtape" and "key=" in r.getMessage()
+        r.getMessage() for r in caplog.records if r.name == "tapeproxy" and "key=" in r.getMessage()
     ]
     assert len(lines) == 1 and "nothing recorded" in lines[0], lines
     assert [r.getMessage() for r in caplog.records if r.exc_info] == []
@@ -494,7 +494,7 @@ def test_a_bad_timing_header_is_refused_before_it_uses_up_the_recording(
     bad = httpx.post(
         replayer.url + "/openai/v1/chat/completions",
         json=body,
-        headers={"x-llmtape-timing": "fast"},
+        headers={"x-tapeproxy-timing": "fast"},
     )
     assert bad.status_code == 400
     assert openai_chat_text(replayer.url) == recorded

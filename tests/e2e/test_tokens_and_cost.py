@@ -1,4 +1,4 @@
-"""Tokens and cost as `llmtape ls` and `show` report them, for answers recorded by the real
+"""Tokens and cost as `tapeproxy ls` and `show` report them, for answers recorded by the real
 server from the fake upstream in every dialect and every form an answer is stored in."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from llmtape.cli.main import app
+from tapeproxy.cli.main import app
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import SECRET_ANTHROPIC, SECRET_GEMINI, SECRET_OPENAI
@@ -175,7 +175,7 @@ def record_every_case(make_proxy: MakeProxy, fake: FakeUpstream) -> dict[str, tu
         if case.reply is not None:
             fake.script("/" + case.path.split("?")[0].split("/", 2)[2], case.reply)
         answer = httpx.post(
-            proxy.url + case.path, json=case.body, headers={**KEYS, "x-llmtape-cassette": name}
+            proxy.url + case.path, json=case.body, headers={**KEYS, "x-tapeproxy-cassette": name}
         )
         assert answer.status_code == 200, (name, answer.text)
         received[name] = case.usage(decoded(answer))
@@ -238,9 +238,11 @@ def test_a_user_price_file_overrides_the_shipped_one_from_flag_variable_or_toml(
     own.write_text(json.dumps({"models": {"gpt-4o-mini": {"input": 1_000_000, "output": 0}}}))
     flag = run("ls", "--cassettes", str(cassettes), "--prices", str(own), "--json")
     assert cost(flag[1]) == 6.0
-    variable = run("ls", "--cassettes", str(cassettes), "--json", env={"LLMTAPE_PRICES": str(own)})
+    variable = run(
+        "ls", "--cassettes", str(cassettes), "--json", env={"TAPEPROXY_PRICES": str(own)}
+    )
     assert cost(variable[1]) == 6.0
-    toml = tmp_path / "llmtape.toml"
+    toml = tmp_path / "tapeproxy.toml"
     toml.write_text(f'prices = "{own}"\n')
     from_file = run("ls", "--cassettes", str(cassettes), "--config", str(toml), "--json")
     assert cost(from_file[1]) == 6.0

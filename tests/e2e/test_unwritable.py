@@ -11,17 +11,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.test_cli import LLMTAPE, ROOT, Serve
+from tests.e2e.test_cli import ROOT, TAPEPROXY, Serve
 from tests.fakes.upstream import FakeUpstream
 
 EMBEDDING = {"model": "m", "input": "x"}
 
 
 def serve_once(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    """`llmtape serve ARGS` expected to stop by itself (it must not start)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMTAPE_")}
+    """`tapeproxy serve ARGS` expected to stop by itself (it must not start)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
     return subprocess.run(
-        [*LLMTAPE, "serve", "--port", "0", *args],
+        [*TAPEPROXY, "serve", "--port", "0", *args],
         cwd=cwd,
         env={**env, "PYTHONPATH": str(ROOT)},
         capture_output=True,
@@ -97,7 +97,7 @@ def test_a_recording_that_cannot_be_written_makes_the_shutdown_exit_4(
     (library / "default").symlink_to(tmp_path / "gone" / "default")
     answer = httpx.post(serve.url + "/openai/v1/embeddings", json=EMBEDDING, timeout=30)
     assert answer.status_code == 200, "the client still gets its answer"
-    stats = httpx.get(serve.url + "/__llmtape/stats", timeout=10).json()
+    stats = httpx.get(serve.url + "/__tapeproxy/stats", timeout=10).json()
     assert (stats["recorded"], stats["write_failures"], stats["errors"]) == (0, 1, 1)
     code, err = serve.stop(signal.SIGTERM)
     assert code == 4, err
@@ -106,17 +106,17 @@ def test_a_recording_that_cannot_be_written_makes_the_shutdown_exit_4(
 
 
 def test_the_ready_file_holds_the_url_while_it_serves_and_goes_at_exit(tmp_path: Path) -> None:
-    ready_file = tmp_path / "run" / "llmtape.url"
+    ready_file = tmp_path / "run" / "tapeproxy.url"
     serve = Serve(["--ready-file", str(ready_file)], tmp_path)
     assert ready_file.read_text() == serve.url + "\n"
-    assert httpx.get(ready_file.read_text().strip() + "/__llmtape/health", timeout=10).is_success
+    assert httpx.get(ready_file.read_text().strip() + "/__tapeproxy/health", timeout=10).is_success
     code, err = serve.stop()
     assert code == 0, err
     assert not ready_file.exists()
 
 
 def test_a_ready_file_it_cannot_write_stops_it_with_status_1(tmp_path: Path) -> None:
-    ready_file = blocked_library(tmp_path) / "llmtape.url"
+    ready_file = blocked_library(tmp_path) / "tapeproxy.url"
     result = serve_once(["--ready-file", str(ready_file)], tmp_path)
     assert result.returncode == 1, result.stderr
     assert f"could not write --ready-file {ready_file}" in result.stderr

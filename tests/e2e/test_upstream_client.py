@@ -1,4 +1,4 @@
-"""llmtape's own HTTP/1.1 client (llmtape.http1) through the real server, against raw-socket
+"""tapeproxy's own HTTP/1.1 client (tapeproxy.http1) through the real server, against raw-socket
 upstreams: kept connections, answers a library's server would not send, exact header bytes,
 and HTTPS with a CA of the test's own (trustme)."""
 
@@ -147,8 +147,8 @@ def test_header_bytes_go_upstream_as_they_came_with_its_host_and_a_user_agent(
     assert first.startswith(b"POST /v1/x?q=%zz HTTP/1.1\r\n")
     assert b"\r\nx-note: caf\xc3\xa9 \xff\xfe\r\n" in first  # uvicorn lowercases names
     assert f"\r\nHost: {up.url.split('//')[1]}\r\n".encode() in first
-    assert b"\r\nUser-Agent: llmtape/" in first and first.endswith(b"\r\n\r\n{}")
-    assert b"\r\nuser-agent: agent/7\r\n" in second and b"llmtape/" not in second
+    assert b"\r\nUser-Agent: tapeproxy/" in first and first.endswith(b"\r\n\r\n{}")
+    assert b"\r\nuser-agent: agent/7\r\n" in second and b"tapeproxy/" not in second
     assert b"Content-Length" not in second  # a GET with no body names no length
 
 

@@ -1,6 +1,6 @@
 """Upstream failures through the real server: the error text quotes the URL, and no secret
 in it (a query key, a user:password@) may reach the error body or the log; an answer
-in an encoding llmtape cannot decode is said to be one."""
+in an encoding tapeproxy cannot decode is said to be one."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def test_a_garbled_answer_says_so_and_never_shows_the_key_in_its_url(
     with RawUpstream() as raw:
         raw.answer(b"NOT HTTP AT ALL\r\n\r\n")
         proxy = make_proxy(mode="record", upstream={"gemini": raw.url})
-        with caplog.at_level("INFO", logger="llmtape"):
+        with caplog.at_level("INFO", logger="tapeproxy"):
             response = httpx.get(proxy.url + "/gemini/v1beta/models?key=AIzaLEAK1&x=1", timeout=10)
     assert response.status_code == 502
     message = response.json()["error"]["message"]
@@ -38,7 +38,7 @@ def test_user_and_password_in_an_upstream_url_never_show(
     proxy = make_proxy(
         mode="record", upstream={"tool": f"http://apiuser:UserInfoPass@127.0.0.1:{closed}"}
     )
-    with caplog.at_level("INFO", logger="llmtape"):
+    with caplog.at_level("INFO", logger="tapeproxy"):
         response = httpx.get(proxy.url + "/tool/x", timeout=10)
     assert response.status_code == 502
     assert "UserInfoPass" not in response.text and "apiuser" not in response.text
@@ -47,7 +47,7 @@ def test_user_and_password_in_an_upstream_url_never_show(
 
 
 @pytest.mark.parametrize(("encoding", "named"), [("br", "brotli (br)"), ("zstd", "zstd")])
-def test_an_answer_in_an_encoding_llmtape_cannot_decode_is_a_502_that_says_so(
+def test_an_answer_in_an_encoding_tapeproxy_cannot_decode_is_a_502_that_says_so(
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path, encoding: str, named: str
 ) -> None:
     fake.script(

@@ -1,1 +1,1 @@
-"""Test doubles for llmtape: a fake LLM upstream speaking the providers' wire formats."""
+"""Test doubles for tapeproxy: a fake LLM upstream speaking the providers' wire formats."""

@@ -1,4 +1,4 @@
-"""A real HTTP server impersonating LLM providers, for tests of llmtape.
+"""A real HTTP server impersonating LLM providers, for tests of tapeproxy.
 
 :class:`FakeUpstream` runs an aiohttp server on ``127.0.0.1`` (ephemeral port)
 in a background thread with its own event loop, so synchronous tests and the
@@ -192,7 +192,7 @@ class FakeUpstream:
             loop.run_forever()
         # Handlers still streaming when the fake stopped: cancelled and awaited here, else
         # they are collected later, in some other test, as "Task was destroyed but it is
-        # pending" (which tests that watch asyncio's log would take for llmtape's).
+        # pending" (which tests that watch asyncio's log would take for tapeproxy's).
         pending = asyncio.all_tasks(loop)
         for task in pending:
             task.cancel()

@@ -1,4 +1,4 @@
-// Drives llmtape with the official openai npm package: one chat completion, one streamed.
+// Drives tapeproxy with the official openai npm package: one chat completion, one streamed.
 // Usage: node chat.mjs BASE_URL   (prints one JSON line with what the SDK parsed)
 import OpenAI from "openai";
 

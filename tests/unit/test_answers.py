@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmtape import answers
-from llmtape.cassette_diff import view
-from llmtape.matching import diff
-from llmtape.models import Exchange, Frame, StoredRequest, StoredResponse
-from llmtape.tokens import Tokens
+from tapeproxy import answers
+from tapeproxy.cassette_diff import view
+from tapeproxy.matching import diff
+from tapeproxy.models import Exchange, Frame, StoredRequest, StoredResponse
+from tapeproxy.tokens import Tokens
 
 
 def exchange(

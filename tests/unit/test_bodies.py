@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmtape.bodies import (
+from tapeproxy.bodies import (
     EMPTY,
     Payload,
     decode_content,
@@ -222,7 +222,13 @@ def test_a_lone_surrogate_escape_in_a_response_replays_byte_exact() -> None:
 
 
 def test_nan_and_infinity_survive_a_trip_through_the_exchange_file() -> None:
-    from llmtape.models import Exchange, StoredRequest, StoredResponse, dump_exchange, load_exchange
+    from tapeproxy.models import (
+        Exchange,
+        StoredRequest,
+        StoredResponse,
+        dump_exchange,
+        load_exchange,
+    )
 
     raw = b'{"score": NaN, "max": Infinity}'
     payload = response_payload(raw, "application/json")
@@ -279,7 +285,7 @@ def test_gzip_and_deflate_request_bodies_are_decoded(raw: bytes, encoding: str) 
         (b"not gzip at all", "gzip"),
         (gzip.compress(DOC)[:-6], "gzip"),  # cut short
         (gzip.compress(DOC) + b"trailing junk", "gzip"),
-        (gzip.compress(DOC), "br"),  # an encoding llmtape cannot undo
+        (gzip.compress(DOC), "br"),  # an encoding tapeproxy cannot undo
         (gzip.compress(DOC), "gzip, br"),
         (b"\x78\x9c garbage", "deflate"),
     ],
@@ -292,7 +298,7 @@ def test_a_body_that_cannot_be_decoded_is_kept_as_sent(raw: bytes, encoding: str
 def test_a_body_that_would_unpack_beyond_the_bound_is_kept_as_sent(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("llmtape.bodies.MAX_DECODED", 1000)
+    monkeypatch.setattr("tapeproxy.bodies.MAX_DECODED", 1000)
     small, big = gzip.compress(b"a" * 1000), gzip.compress(b"a" * 1001)
     assert decode_content(small, "gzip") == b"a" * 1000
     assert decode_content(big, "gzip") == big

@@ -11,30 +11,30 @@ from typing import Any, BinaryIO
 import pytest
 from pydantic import ValidationError
 
-from llmtape.bodies import Payload
-from llmtape.errors import CassetteCorrupt
-from llmtape.exchangefile import Record, record_of, render
-from llmtape.lastrun import LAST_RUN_FILE, LastRun, dump_last_run, load_last_run
-from llmtape.listing import show, summarize
-from llmtape.models import (
+from tapeproxy.bodies import Payload
+from tapeproxy.errors import CassetteCorrupt
+from tapeproxy.exchangefile import Record, record_of, render
+from tapeproxy.lastrun import LAST_RUN_FILE, LastRun, dump_last_run, load_last_run
+from tapeproxy.listing import show, summarize
+from tapeproxy.models import (
     Exchange,
     Frame,
     StoredRequest,
     StoredResponse,
     load_exchange,
 )
-from llmtape.normalize import RequestParts, request_key
-from llmtape.providers import BUILTIN
-from llmtape.rekey import rekey
-from llmtape.rules import MatchRules, build_rules
-from llmtape.store.base import (
+from tapeproxy.normalize import RequestParts, request_key
+from tapeproxy.providers import BUILTIN
+from tapeproxy.rekey import rekey
+from tapeproxy.rules import MatchRules, build_rules
+from tapeproxy.store.base import (
     CassetteStore,
     exchange_file,
     is_leftover,
     parse_exchange_file,
     same_recording,
 )
-from llmtape.verification import verify
+from tapeproxy.verification import verify
 
 DEFAULTS = BUILTIN["openai"].rules
 HI = [{"role": "user", "content": "hi"}]
@@ -168,7 +168,7 @@ def test_verify_lists_the_store_and_names_each_problem(memory: MemoryStore) -> N
     files[exchange_file("1" * 64, 1)] = b"{not json"
     files[f".{sound.key}.json.x1y2.tmp"] = b'{"sche'  # an interrupted write
     files[f"{sound.key}.02.json"] = files[exchange_file(sound.key, 1)]  # a name never read
-    files["notes.md"] = b"ours, not llmtape's"
+    files["notes.md"] = b"ours, not tapeproxy's"
     verdict = verify(memory, "trip", lambda upstream: DEFAULTS)
     problems = {p["file"]: p["problem"] for p in verdict.problems}
     warnings = {p["file"]: p["problem"] for p in verdict.warnings}
@@ -182,7 +182,7 @@ def test_verify_lists_the_store_and_names_each_problem(memory: MemoryStore) -> N
     unreadable = problems[exchange_file("1" * 64, 1)]
     assert unreadable.startswith("unreadable: ") and "memory://" not in unreadable
     assert "interrupted write" in warnings[f".{sound.key}.json.x1y2.tmp"], "a warning only"
-    assert "not a name llmtape reads" in problems[f"{sound.key}.02.json"]
+    assert "not a name tapeproxy reads" in problems[f"{sound.key}.02.json"]
 
 
 def test_rekey_moves_recordings_within_the_store_and_verify_then_passes(

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from starlette.datastructures import Headers
 
-from llmtape.engine import Engine
-from llmtape.inbound import Inbound, Live, Refuse, Serve
-from llmtape.normalize import request_key, request_parts
-from llmtape.providers import provider_table
-from llmtape.settings import Mode, Settings
-from llmtape.store.fs import FileStore
-from llmtape.upstream import Outbound, UpstreamResponse
+from tapeproxy.engine import Engine
+from tapeproxy.inbound import Inbound, Live, Refuse, Serve
+from tapeproxy.normalize import request_key, request_parts
+from tapeproxy.providers import provider_table
+from tapeproxy.settings import Mode, Settings
+from tapeproxy.store.fs import FileStore
+from tapeproxy.upstream import Outbound, UpstreamResponse
 
 ANSWER = b'{"id": "chatcmpl-1", "choices": [{"message": {"content": "Hello!"}}]}'
 SSE = [

@@ -13,16 +13,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from llmtape.bodies import Payload
-from llmtape.capture import Capture, Finished, settle
-from llmtape.exchangefile import STREAMED, Record, frames_json, render, render_around
-from llmtape.models import Exchange, Frame, dump_around, dump_exchange, load_exchange
-from llmtape.normalize import RequestParts
-from llmtape.providers import anthropic, gemini, ollama, openai
-from llmtape.providers.base import Provider
-from llmtape.scrub import Scrubber
-from llmtape.spool import Spool
-from llmtape.store.base import same_as_stored
+from tapeproxy.bodies import Payload
+from tapeproxy.capture import Capture, Finished, settle
+from tapeproxy.exchangefile import STREAMED, Record, frames_json, render, render_around
+from tapeproxy.models import Exchange, Frame, dump_around, dump_exchange, load_exchange
+from tapeproxy.normalize import RequestParts
+from tapeproxy.providers import anthropic, gemini, ollama, openai
+from tapeproxy.providers.base import Provider
+from tapeproxy.scrub import Scrubber
+from tapeproxy.spool import Spool
+from tapeproxy.store.base import same_as_stored
 
 TEXT = st.text(st.characters(codec="utf-8"), max_size=12) | st.sampled_from(["hide me", "é\u2028"])
 # A token count: `true` is read as 1 (and written so), a count past 64 bits as it is.
@@ -115,12 +115,14 @@ def records(draw: st.DrawFn) -> Record:
     )  # fmt: skip
     times = iter(draw(st.lists(st.floats(0, 5), min_size=9, max_size=9)))
     cuts = sorted(draw(st.lists(st.integers(0, len(data)), max_size=5)))
-    with patch("llmtape.capture.time.monotonic", side_effect=lambda: capture.started + next(times)):
+    with patch(
+        "tapeproxy.capture.time.monotonic", side_effect=lambda: capture.started + next(times)
+    ):
         for start, end in zip([0, *cuts], [*cuts, len(data)], strict=True):
             capture.add(data[start:end])
     redact = draw(st.booleans())
     scrubber = Scrubber.build(["stream", "x"], ["hide me", r"\d{3}"]) if redact else Scrubber()
-    with patch("llmtape.capture.time.monotonic", return_value=capture.started + 7.5):
+    with patch("tapeproxy.capture.time.monotonic", return_value=capture.started + 7.5):
         done = settle(capture, cut, scrubber, keep_failures=True)
     assert isinstance(done, Finished)
     return {**done.record, "ordinal": draw(st.integers(1, 3))}
@@ -237,7 +239,7 @@ def test_a_stored_file_is_judged_without_the_model_only_where_the_model_agrees(
     record: Record, other: Record, same: bool, data: st.DataObject
 ) -> None:
     """`same_as_stored` answers True or False only as the model would (else None: the store
-    then asks the model): for files as llmtape writes them, with other timings and seqs,
+    then asks the model): for files as tapeproxy writes them, with other timings and seqs,
     other answers, and files changed by hand (a value coerced, dropped, nulled, added)."""
     new = record if same else {**other, "key": record["key"], "ordinal": record["ordinal"]}
     stored: Any = {**record, "seq": data.draw(st.integers(0, 9))}

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmtape.framing import (
+from tapeproxy.framing import (
     Dialect,
     FrameSigns,
     FrameSplitter,

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from llmtape.errors import ClientGone
-from llmtape.hangup import Watch
+from tapeproxy.errors import ClientGone
+from tapeproxy.hangup import Watch
 
 
 class Client:

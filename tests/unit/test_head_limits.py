@@ -1,4 +1,4 @@
-"""What llmtape.cli.head_limits relies on inside uvicorn: if an upgrade moves any of it, these
+"""What tapeproxy.cli.head_limits relies on inside uvicorn: if an upgrade moves any of it, these
 fail here, by name, rather than the cap or the deadline silently going away."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
-from llmtape.app import create_app
-from llmtape.cli.head_limits import HEAD_LIMIT, HeadLimitedProtocol
-from llmtape.cli.server import uvicorn_config
-from llmtape.settings import Settings
+from tapeproxy.app import create_app
+from tapeproxy.cli.head_limits import HEAD_LIMIT, HeadLimitedProtocol
+from tapeproxy.cli.server import uvicorn_config
+from tapeproxy.settings import Settings
 
 
 def test_the_server_runs_on_the_limited_protocol() -> None:

@@ -1,4 +1,4 @@
-"""llmtape.http1's pool and connections against real loopback sockets: the cap on connections
+"""tapeproxy.http1's pool and connections against real loopback sockets: the cap on connections
 in use, the cap on bytes read ahead of the reader, and the timeout between reads."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager, contextmanager
 
 import pytest
 
-from llmtape.http1 import HIGH_WATER, BadAnswer, Origin, Pool
+from tapeproxy.http1 import HIGH_WATER, BadAnswer, Origin, Pool
 
 REQUEST = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmtape.errors import AnswerRefused, UpstreamCut
-from llmtape.inflate import PIECE, InflateLimits, Inflater, unknown_encoding
+from tapeproxy.errors import AnswerRefused, UpstreamCut
+from tapeproxy.inflate import PIECE, InflateLimits, Inflater, unknown_encoding
 
 LOOSE = InflateLimits(ratio=10**9)
 

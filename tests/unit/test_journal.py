@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from llmtape.models import Exchange, dump_exchange
-from llmtape.store import journal as journal_module
-from llmtape.store.base import exchange_file
-from llmtape.store.fs import FileStore
-from llmtape.store.journal import JOURNAL_DIR, MAX_ENTRY, Journal, entries, recover
+from tapeproxy.models import Exchange, dump_exchange
+from tapeproxy.store import journal as journal_module
+from tapeproxy.store.base import exchange_file
+from tapeproxy.store.fs import FileStore
+from tapeproxy.store.journal import JOURNAL_DIR, MAX_ENTRY, Journal, entries, recover
 from tests.support import wait_for
 from tests.unit.test_store import exchange
 
@@ -172,7 +172,7 @@ def test_a_file_too_large_for_the_journal_is_synced_on_its_own(store: FileStore)
 
 
 def test_recovery_writes_back_only_exchange_files_of_cassettes(tmp_path: Path) -> None:
-    """A journal is llmtape's own file, but a damaged one must not write outside a cassette."""
+    """A journal is tapeproxy's own file, but a damaged one must not write outside a cassette."""
     root = tmp_path / "lib"
     folder = root / JOURNAL_DIR
     folder.mkdir(parents=True)
@@ -233,7 +233,7 @@ def test_a_journal_that_cannot_be_made_is_given_up_once_not_retried_in_a_loop(
     store = FileStore(library)
     store.open()
     try:
-        with caplog.at_level("WARNING", logger="llmtape"):
+        with caplog.at_level("WARNING", logger="tapeproxy"):
             for n in range(5):
                 store.write("c", make_exchange(content=f"answer {n}"))
             time.sleep(0.5)  # what the thread does meanwhile

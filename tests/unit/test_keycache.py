@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from llmtape.bodies import Payload
-from llmtape.keycache import KeyCache, raw_key
-from llmtape.normalize import RequestParts
+from tapeproxy.bodies import Payload
+from tapeproxy.keycache import KeyCache, raw_key
+from tapeproxy.normalize import RequestParts
 
 WANTED = frozenset({b"x-tenant"})
 HEADERS = ((b"Content-Type", b"application/json"), (b"User-Agent", b"sdk/1"))

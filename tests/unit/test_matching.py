@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmtape.bodies import Payload
-from llmtape.matching import (
+from tapeproxy.bodies import Payload
+from tapeproxy.matching import (
     MISSING,
     Difference,
     Recorded,
@@ -25,7 +25,7 @@ from llmtape.matching import (
     request_view,
     same,
 )
-from llmtape.misses import (
+from tapeproxy.misses import (
     MAX_CANDIDATES,
     MAX_SKETCH,
     SHORTLIST,
@@ -36,9 +36,9 @@ from llmtape.misses import (
     similarity,
     sketch,
 )
-from llmtape.normalize import RequestParts, canonical
-from llmtape.rules import MatchRules
-from llmtape.settings import RepeatPolicy
+from tapeproxy.normalize import RequestParts, canonical
+from tapeproxy.rules import MatchRules
+from tapeproxy.settings import RepeatPolicy
 
 ERROR, LAST, CYCLE = RepeatPolicy.ERROR, RepeatPolicy.REPEAT_LAST, RepeatPolicy.CYCLE
 
@@ -381,14 +381,14 @@ def test_a_recording_that_matches_under_todays_rules_points_to_rekey() -> None:
     found = candidates(chat_of(TRIP), recorded="0123456789abcdef")
     message = miss(chat_of(TRIP), found).explain()["message"]
     assert "it differs in" not in message
-    assert "other match rules" in message and "`llmtape rekey trip`" in message
+    assert "other match rules" in message and "`tapeproxy rekey trip`" in message
 
 
 def test_a_recording_made_under_other_rules_suggests_rekey_next_to_its_differences() -> None:
     found = candidates(chat_of(TRIP), recorded="0123456789abcdef")
     details = miss(chat_of(TRIP[:3]), found).explain()
     assert details["closest"]["recorded_under_other_rules"] is True
-    assert "`llmtape rekey trip`" in details["message"]
+    assert "`tapeproxy rekey trip`" in details["message"]
     current = miss(chat_of(TRIP[:3]), candidates(chat_of(TRIP))).explain()
     assert "rekey" not in current["message"]
 

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from llmtape import models
-from llmtape.models import (
+from tapeproxy import models
+from tapeproxy.models import (
     SCHEMA_VERSION,
     Exchange,
     Frame,
@@ -144,18 +144,18 @@ def test_an_unsupported_schema_version_is_refused_clearly(version: Any) -> None:
     assert f"reads {SCHEMA_VERSION}" in message
 
 
-def test_a_newer_schema_version_says_in_one_line_to_upgrade_llmtape() -> None:
+def test_a_newer_schema_version_says_in_one_line_to_upgrade_tapeproxy() -> None:
     data = json.loads(dump_exchange(exchange()))
     data["schema_version"] = SCHEMA_VERSION + 1
     with pytest.raises(NewerSchema) as caught:
         load_exchange(json.dumps(data).encode())
     message = str(caught.value)
-    assert "\n" not in message and "upgrade llmtape" in message
-    assert f"schema_version {SCHEMA_VERSION + 1} was written by a newer llmtape" in message
+    assert "\n" not in message and "upgrade tapeproxy" in message
+    assert f"schema_version {SCHEMA_VERSION + 1} was written by a newer tapeproxy" in message
 
 
 def test_an_older_file_is_migrated_step_by_step_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The chain with two fake steps: a file of version 1 read by an llmtape of version 3."""
+    """The chain with two fake steps: a file of version 1 read by an tapeproxy of version 3."""
 
     def migrate_1_to_2(data: dict[str, Any]) -> dict[str, Any]:
         return {**data, "schema_version": 2, "seq": data["seq"] + 10}

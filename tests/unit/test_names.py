@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmtape.store.names import MAX_NAME, check_cassette_name
-from llmtape.store.names import cassette_for_test as cassette_name
+from tapeproxy.store.names import MAX_NAME, check_cassette_name
+from tapeproxy.store.names import cassette_for_test as cassette_name
 
 
 @pytest.mark.parametrize(

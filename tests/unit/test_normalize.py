@@ -14,10 +14,10 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from llmtape.bodies import Payload
-from llmtape.errors import ConfigError
-from llmtape.models import StoredRequest
-from llmtape.normalize import (
+from tapeproxy.bodies import Payload
+from tapeproxy.errors import ConfigError
+from tapeproxy.models import StoredRequest
+from tapeproxy.normalize import (
     RequestParts,
     canonical,
     redacted,
@@ -25,7 +25,7 @@ from llmtape.normalize import (
     request_parts,
     stored_request,
 )
-from llmtape.rules import MatchRules, build_rules, parse_path
+from tapeproxy.rules import MatchRules, build_rules, parse_path
 
 RULES = MatchRules(
     ignore_body=("user", "metadata.request_id", "messages[*].name"),
@@ -483,11 +483,11 @@ def test_a_credential_in_a_body_is_neither_stored_nor_keyed(
 
 
 def as_stored(parts: RequestParts) -> RequestParts:
-    """`parts` written to a file by an older build, then read back as llmtape reads them."""
+    """`parts` written to a file by an older build, then read back as tapeproxy reads them."""
     return stored_request(StoredRequest.model_validate(parts.to_dict()))
 
 
-def test_a_credential_an_older_llmtape_stored_keys_as_if_it_had_been_masked() -> None:
+def test_a_credential_an_older_tapeproxy_stored_keys_as_if_it_had_been_masked() -> None:
     rules = MatchRules()
     old = as_stored(
         RequestParts(
@@ -660,7 +660,7 @@ def test_a_compressed_body_is_keyed_and_stored_as_what_it_holds(encoding: str, e
     assert request_key(packed, RULES) == key_of(raw=raw)
 
 
-def test_a_form_an_older_llmtape_stored_in_clear_is_masked_and_keys_as_today() -> None:
+def test_a_form_an_older_tapeproxy_stored_in_clear_is_masked_and_keys_as_today() -> None:
     rules = MatchRules()
     old = as_stored(
         RequestParts(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llmtape.plan import Action, Step, plan
-from llmtape.settings import Mode
+from tapeproxy.plan import Action, Step, plan
+from tapeproxy.settings import Mode
 
 SERVE = Step(Action.SERVE)
 REFUSE = Step(Action.REFUSE)

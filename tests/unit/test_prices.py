@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from llmtape.errors import ConfigError
-from llmtape.prices import load_prices
-from llmtape.tokens import Tokens
+from tapeproxy.errors import ConfigError
+from tapeproxy.prices import load_prices
+from tapeproxy.tokens import Tokens
 
 
 def test_the_shipped_table_says_its_date_and_source_and_prices_each_provider() -> None:
-    raw = json.loads(resources.files("llmtape").joinpath("data", "prices.json").read_text())
+    raw = json.loads(resources.files("tapeproxy").joinpath("data", "prices.json").read_text())
     assert raw["date"] and raw["source"].count("https://") >= 4
     table = load_prices()
     for model in ("gpt-4o-mini", "claude-sonnet-4-5", "gemini-2.5-pro", "mistral-large-2411"):

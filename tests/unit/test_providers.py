@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from llmtape.bodies import Payload
-from llmtape.errors import BadPath
-from llmtape.framing import Dialect, never, read_frame
-from llmtape.normalize import RequestParts
-from llmtape.providers import BUILTIN, generic, mistral, openai, provider_table
-from llmtape.providers.base import HTTP_VOLATILE_HEADERS, Provider
-from llmtape.routing import check_path, resolve
+from tapeproxy.bodies import Payload
+from tapeproxy.errors import BadPath
+from tapeproxy.framing import Dialect, never, read_frame
+from tapeproxy.normalize import RequestParts
+from tapeproxy.providers import BUILTIN, generic, mistral, openai, provider_table
+from tapeproxy.providers.base import HTTP_VOLATILE_HEADERS, Provider
+from tapeproxy.routing import check_path, resolve
 
 TOOL = generic("tool", "http://127.0.0.1:9/")
 EVERY = [*BUILTIN.values(), TOOL]
@@ -141,7 +141,7 @@ def test_a_streaming_method_in_the_path_is_gemini_s_and_any_user_upstream_s(
 
 @pytest.mark.parametrize("provider", EVERY, ids=names(EVERY))
 @pytest.mark.parametrize(
-    "header", [*sorted(HTTP_VOLATILE_HEADERS), "x-ratelimit-remaining-tokens", "x-llmtape-key"]
+    "header", [*sorted(HTTP_VOLATILE_HEADERS), "x-ratelimit-remaining-tokens", "x-tapeproxy-key"]
 )
 def test_every_provider_drops_the_volatile_http_headers(provider: Provider, header: str) -> None:
     assert provider.is_volatile(header)

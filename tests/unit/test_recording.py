@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmtape.bodies import Payload
-from llmtape.capture import Capture, is_failure_status, stored_headers
-from llmtape.models import Outcome, dump_around, dump_exchange, load_exchange
-from llmtape.normalize import RequestParts
-from llmtape.providers import anthropic, gemini, generic, ollama, openai
-from llmtape.providers.base import Provider
-from llmtape.replays import Replay, frame_bytes
-from llmtape.spool import SPOOL_AFTER, Spool
+from tapeproxy.bodies import Payload
+from tapeproxy.capture import Capture, is_failure_status, stored_headers
+from tapeproxy.models import Outcome, dump_around, dump_exchange, load_exchange
+from tapeproxy.normalize import RequestParts
+from tapeproxy.providers import anthropic, gemini, generic, ollama, openai
+from tapeproxy.providers.base import Provider
+from tapeproxy.replays import Replay, frame_bytes
+from tapeproxy.spool import SPOOL_AFTER, Spool
 
 
 def test_stored_headers_keeps_what_describes_the_answer() -> None:
@@ -49,7 +49,7 @@ TOOL = generic("tool", "http://127.0.0.1:9")
         "etag",
         "x-ratelimit-remaining-tokens",
         "anthropic-ratelimit-requests-remaining",
-        "x-llmtape-key",
+        "x-tapeproxy-key",
         # hop-by-hop or reset by the proxy
         "connection",
         "transfer-encoding",

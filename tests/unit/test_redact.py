@@ -10,8 +10,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from llmtape.bodies import MULTIPART_BOUNDARY, Payload
-from llmtape.redact import (
+from tapeproxy.bodies import MULTIPART_BOUNDARY, Payload
+from tapeproxy.redact import (
     MARKER,
     is_secret_field,
     is_secret_form_field,
@@ -597,7 +597,7 @@ DELIMITER = b"--" + MULTIPART_BOUNDARY
 
 
 def multipart(*parts: tuple[str, bytes]) -> bytes:
-    """A multipart/form-data body with llmtape's fixed boundary; a part named `file` is an
+    """A multipart/form-data body with tapeproxy's fixed boundary; a part named `file` is an
     upload with a file name and a content type."""
     out = b""
     for name, content in parts:

@@ -12,15 +12,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmtape.bodies import Payload
-from llmtape.exchangefile import Record
-from llmtape.models import Exchange, StoredRequest, StoredResponse
-from llmtape.normalize import RequestParts, request_key, request_parts
-from llmtape.providers import BUILTIN
-from llmtape.rekey import Place, rekey, write_steps
-from llmtape.rules import MatchRules, build_rules
-from llmtape.store.base import exchange_file
-from llmtape.store.fs import FileStore
+from tapeproxy.bodies import Payload
+from tapeproxy.exchangefile import Record
+from tapeproxy.models import Exchange, StoredRequest, StoredResponse
+from tapeproxy.normalize import RequestParts, request_key, request_parts
+from tapeproxy.providers import BUILTIN
+from tapeproxy.rekey import Place, rekey, write_steps
+from tapeproxy.rules import MatchRules, build_rules
+from tapeproxy.store.base import exchange_file
+from tapeproxy.store.fs import FileStore
 
 DEFAULTS = BUILTIN["openai"].rules
 HI = [{"role": "user", "content": "hi"}]
@@ -252,7 +252,7 @@ def test_write_steps_never_overwrite_or_delete_the_last_copy_of_a_recording(
     assert disk == expected
 
 
-def test_rekey_masks_a_credential_an_older_llmtape_stored_and_keys_it_as_served_today(
+def test_rekey_masks_a_credential_an_older_tapeproxy_stored_and_keys_it_as_served_today(
     tmp_path: Path,
 ) -> None:
     store = FileStore(tmp_path)

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from llmtape.errors import UpstreamError
-from llmtape.exchangefile import Record, render
-from llmtape.hopheaders import forward_headers
-from llmtape.jsontext import indent2
-from llmtape.upstream import Outbound, _request_head
+from tapeproxy.errors import UpstreamError
+from tapeproxy.exchangefile import Record, render
+from tapeproxy.hopheaders import forward_headers
+from tapeproxy.jsontext import indent2
+from tapeproxy.upstream import Outbound, _request_head
 
 KEYS = st.text(max_size=4) | st.sampled_from(
     ["a", "A", "b", "B", "é", "z", "\U0001f600", "\uffff", "\ud800", "1", "10", "2", "-1",
@@ -140,7 +140,7 @@ def test_the_request_head_of_odd_urls_and_header_bytes() -> None:
     assert head("http://u%40s:p%3Aw@[::1]:8080?x", raw, "GET") == (
         b"GET /?x HTTP/1.1\r\nHost: [::1]:8080\r\nx-b: caf\xe9 \xff\r\n"
         b"accept-encoding: gzip, deflate\r\nAuthorization: Basic dUBzOnA6dw==\r\n"
-        b"User-Agent: llmtape/" + head("http://h", [], "GET").split(b"llmtape/")[1]
+        b"User-Agent: tapeproxy/" + head("http://h", [], "GET").split(b"tapeproxy/")[1]
     )
     assert head("http://bücher.de/a%zz", []).startswith(
         b"POST /a%zz HTTP/1.1\r\nHost: xn--bcher-kva.de\r\n"
@@ -150,6 +150,6 @@ def test_the_request_head_of_odd_urls_and_header_bytes() -> None:
 def test_forward_headers_drops_what_connection_names_in_any_case() -> None:
     kept = forward_headers(
         [(b"connection", b"X-Foo, close"), (b"x-foo", b"1"), (b"X-FOO", b"2"), (b"x-bar", b"3"),
-         (b"te", b"trailers"), (b"x-llmtape-cassette", b"c"), (b"Host", b"h")]
+         (b"te", b"trailers"), (b"x-tapeproxy-cassette", b"c"), (b"Host", b"h")]
     )  # fmt: skip
     assert kept == [(b"x-bar", b"3"), (b"accept-encoding", b"gzip, deflate")]

@@ -1,4 +1,4 @@
-"""An adversarial review of llmtape.http1's pool and connections, against real loopback
+"""An adversarial review of tapeproxy.http1's pool and connections, against real loopback
 sockets: slots given back whatever stops a request, timers, and a pool closed mid-answer."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from llmtape.http1 import Origin, Pool
+from tapeproxy.http1 import Origin, Pool
 from tests.unit.test_http1 import REQUEST, server
 
 
@@ -88,7 +88,7 @@ def test_a_kept_connection_outlives_the_read_timeout_while_idle() -> None:
 
 
 def test_a_body_cut_by_closing_the_pool_is_not_taken_for_one_the_upstream_ended() -> None:
-    """A body without a length ends when the upstream closes; when llmtape closes it (at
+    """A body without a length ends when the upstream closes; when tapeproxy closes it (at
     shutdown), the answer is cut, not whole."""
 
     async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from llmtape.cli import main as cli_main
-from llmtape.models import dump_exchange
-from llmtape.store import journal as journal_module
-from llmtape.store.durable import GroupSync
-from llmtape.store.fs import FileStore
-from llmtape.store.journal import MAX_ENTRY, Journal, recover
+from tapeproxy.cli import main as cli_main
+from tapeproxy.models import dump_exchange
+from tapeproxy.store import journal as journal_module
+from tapeproxy.store.durable import GroupSync
+from tapeproxy.store.fs import FileStore
+from tapeproxy.store.journal import MAX_ENTRY, Journal, recover
 from tests.support import SECRET_OPENAI as SECRET
 from tests.support import wait_for
 from tests.unit.test_journal import crash, journaling, make_exchange, power_cut
@@ -69,7 +69,7 @@ def holding(folder: Path, text: str) -> list[Path]:
 
 def test_a_file_changed_after_a_kill_is_not_undone_by_the_next_start(store: FileStore) -> None:
     """A kill is no power cut: the kernel still writes every file the killed server put in
-    place. What the user did to the library before the next start (`llmtape redact` to
+    place. What the user did to the library before the next start (`tapeproxy redact` to
     scrub a secret, deleting a cassette to record it afresh) must stay done."""
     journal = journaling(store)
     leaky = make_exchange(f"key {SECRET}", key_of="leaky")
@@ -83,7 +83,7 @@ def test_a_file_changed_after_a_kill_is_not_undone_by_the_next_start(store: File
     assert result.exit_code == 0, result.output
     assert not holding(store.root / "trip", SECRET)
     shutil.rmtree(store.root / "again")  # to record it afresh
-    recover(store.root)  # the next `llmtape serve`
+    recover(store.root)  # the next `tapeproxy serve`
     assert not holding(store.root / "trip", SECRET), "the secret came back"
     assert not (store.root / "again").exists(), "a deleted cassette came back"
 
@@ -102,7 +102,7 @@ def test_a_redact_after_a_power_cut_is_not_undone_by_the_next_start(
     )
     assert result.exit_code == 0, result.output
     assert not holding(store.root / "trip", SECRET)
-    assert recover(store.root) == []  # the next `llmtape serve`
+    assert recover(store.root) == []  # the next `tapeproxy serve`
     assert not holding(store.root / "trip", SECRET), "the secret came back"
 
 

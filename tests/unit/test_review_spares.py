@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from llmtape.store import journal as journal_module
-from llmtape.store import spares as spares_module
-from llmtape.store.fs import FileStore
-from llmtape.store.spares import WANT, Spares
+from tapeproxy.store import journal as journal_module
+from tapeproxy.store import spares as spares_module
+from tapeproxy.store.fs import FileStore
+from tapeproxy.store.spares import WANT, Spares
 from tests.support import wait_for
 from tests.unit.test_journal import journaling, make_exchange
 
@@ -74,7 +74,7 @@ def test_a_file_in_a_setgid_folder_gets_the_folder_s_group_as_a_plain_open_gives
 ) -> None:
     """A cassette folder shared by a team (`chgrp team; chmod g+s`): every file made in it
     belongs to the team, so that the team can re-record over it. A spare is made in
-    `.llmtape`, whose group it keeps when linked into the folder."""
+    `.tapeproxy`, whose group it keeps when linked into the folder."""
     group = another_group()
     store = FileStore(tmp_path / "lib")
     store.open()
@@ -105,7 +105,7 @@ def test_a_file_in_a_folder_with_a_default_acl_gets_the_mode_a_plain_open_gives_
     tmp_path: Path, umask_022: None
 ) -> None:
     """`setfacl -d -m g::rw,o::rw` on a cassette folder: its new files are 0666, whatever the
-    umask. A spare takes the umask (or `.llmtape`'s ACL) instead."""
+    umask. A spare takes the umask (or `.tapeproxy`'s ACL) instead."""
     store = FileStore(tmp_path / "lib")
     store.open()
     try:

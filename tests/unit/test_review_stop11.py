@@ -15,14 +15,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmtape.bodies import Payload
-from llmtape.capture import Capture, Finished, settle
-from llmtape.normalize import RequestParts
-from llmtape.providers import BUILTIN, anthropic, gemini, ollama, openai
-from llmtape.providers.base import Provider
-from llmtape.scrub import Scrubber
-from llmtape.spool import SPOOL_AFTER, Spool
-from llmtape.store import journal
+from tapeproxy.bodies import Payload
+from tapeproxy.capture import Capture, Finished, settle
+from tapeproxy.normalize import RequestParts
+from tapeproxy.providers import BUILTIN, anthropic, gemini, ollama, openai
+from tapeproxy.providers.base import Provider
+from tapeproxy.scrub import Scrubber
+from tapeproxy.spool import SPOOL_AFTER, Spool
+from tapeproxy.store import journal
 
 PROVIDERS = {name: provider for name, provider in BUILTIN.items()}
 
@@ -117,12 +117,12 @@ def test_a_capture_through_the_scribe_s_wire_settles_as_the_server_would(
     scrubber = Scrubber.build(["secret"], ["hide me"]) if redact else Scrubber.build([], [])
 
     def settled(mine: Capture) -> Any:
-        with patch("llmtape.capture.time.monotonic", return_value=mine.started + 0.25):
+        with patch("tapeproxy.capture.time.monotonic", return_value=mine.started + 0.25):
             done = settle(mine, cut, scrubber, True)
         return done.exchange if isinstance(done, Finished) else done
 
     made = capture_of(provider, path, body, content_type)
-    with patch("llmtape.capture.time.monotonic", return_value=made.started + 0.1):
+    with patch("tapeproxy.capture.time.monotonic", return_value=made.started + 0.1):
         at = 0
         for point in [*sorted({min(c, len(data)) for c in cuts}), len(data)]:
             made.add(data[at:point])

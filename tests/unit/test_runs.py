@@ -6,10 +6,10 @@ import asyncio
 import tracemalloc
 from pathlib import Path
 
-from llmtape.models import Exchange, StoredRequest, StoredResponse
-from llmtape.replays import Replay, ReplayCache
-from llmtape.runs import MAX_REACHED_UNTOLD, Run, Runs, Touched
-from llmtape.store.fs import FileStore
+from tapeproxy.models import Exchange, StoredRequest, StoredResponse
+from tapeproxy.replays import Replay, ReplayCache
+from tapeproxy.runs import MAX_REACHED_UNTOLD, Run, Runs, Touched
+from tapeproxy.store.fs import FileStore
 
 MODEL, TOOL = "a" * 64, "b" * 64
 

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmtape.bodies import Payload, payload_bytes, response_payload
-from llmtape.errors import ConfigError
-from llmtape.exchangefile import frame
-from llmtape.redact import MARKER
-from llmtape.scrub import Scrubber
+from tapeproxy.bodies import Payload, payload_bytes, response_payload
+from tapeproxy.errors import ConfigError
+from tapeproxy.exchangefile import frame
+from tapeproxy.redact import MARKER
+from tapeproxy.scrub import Scrubber
 
 EMAIL = r"[a-z]+@example\.com"
 scrub = Scrubber.build(["user.email", "messages[*].content"], [EMAIL, r"\d{3}-\d{4}"])
@@ -125,9 +125,9 @@ def test_matches_sees_only_a_match_of_something() -> None:
     assert Scrubber.build(patterns=["b+"]).matches("abc")
 
 
-def test_what_redact_checks_sees_binary_bodies_and_not_llmtapes_own_fields() -> None:
-    from llmtape.models import Exchange, StoredRequest, StoredResponse
-    from llmtape.scrubbing import recorded_text
+def test_what_redact_checks_sees_binary_bodies_and_not_tapeproxys_own_fields() -> None:
+    from tapeproxy.models import Exchange, StoredRequest, StoredResponse
+    from tapeproxy.scrubbing import recorded_text
 
     def exchange(body: dict[str, Any]) -> Exchange:
         request = StoredRequest(method="POST", upstream="files", path="/v1/upload", body=body)
@@ -147,7 +147,7 @@ def test_what_redact_checks_sees_binary_bodies_and_not_llmtapes_own_fields() -> 
 
 
 def test_a_request_path_and_query_values_are_scrubbed_for_its_key() -> None:
-    from llmtape.normalize import RequestParts
+    from tapeproxy.normalize import RequestParts
 
     parts = RequestParts(
         "GET", "search", "/v1/users/ann@example.com", (("q", "555-1234"),), (), Payload("empty")

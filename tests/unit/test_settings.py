@@ -1,4 +1,4 @@
-"""Settings: every option from the command line, LLMTAPE_* or llmtape.toml, in that order."""
+"""Settings: every option from the command line, TAPEPROXY_* or tapeproxy.toml, in that order."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from llmtape.cli import main as cli_main
-from llmtape.cli import server as cli_server
-from llmtape.errors import ConfigError
-from llmtape.settings import (
+from tapeproxy.cli import main as cli_main
+from tapeproxy.cli import server as cli_server
+from tapeproxy.errors import ConfigError
+from tapeproxy.settings import (
     Mode,
     RepeatPolicy,
     Settings,
@@ -22,7 +22,7 @@ from llmtape.settings import (
     parse_pairs,
 )
 
-# field -> (LLMTAPE_* value, command-line arguments, the value both must give). Every field of
+# field -> (TAPEPROXY_* value, command-line arguments, the value both must give). Every field of
 # Settings must be here, with a value other than its default.
 SAMPLES: dict[str, tuple[str, list[str], Any]] = {
     "mode": ("record", ["--mode", "record"], Mode.RECORD),
@@ -79,7 +79,7 @@ SAMPLES: dict[str, tuple[str, list[str], Any]] = {
 
 @pytest.fixture(autouse=True)
 def no_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run in an empty folder, so the default ./llmtape.toml is the test's own or absent."""
+    """Run in an empty folder, so the default ./tapeproxy.toml is the test's own or absent."""
     monkeypatch.chdir(tmp_path)
 
 
@@ -91,7 +91,7 @@ def serve_options() -> dict[str, str]:
 
 
 def run_serve(args: list[str], env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Settings:
-    """`llmtape serve ARGS` as a user runs it, stopping just before a server would start."""
+    """`tapeproxy serve ARGS` as a user runs it, stopping just before a server would start."""
     seen: list[Settings] = []
 
     def fake_serve(settings: Settings) -> int:
@@ -120,7 +120,7 @@ def test_every_field_has_a_serve_option_and_every_option_a_field() -> None:
 @pytest.mark.parametrize("field", sorted(SAMPLES))
 def test_every_field_is_read_from_its_environment_variable(field: str) -> None:
     raw, _, expected = SAMPLES[field]
-    assert env_name(field) == "LLMTAPE_" + field.upper()
+    assert env_name(field) == "TAPEPROXY_" + field.upper()
     assert getattr(load_settings({}, environ={env_name(field): raw}), field) == expected
 
 
@@ -161,8 +161,8 @@ def test_command_line_beats_environment_beats_file_beats_default(
     sources: tuple[str, ...], winner: Mode, tmp_path: Path
 ) -> None:
     if "file" in sources:
-        (tmp_path / "llmtape.toml").write_text('mode = "auto"\nport = 1111\n')
-    environ = {"LLMTAPE_MODE": "record"} if "env" in sources else {}
+        (tmp_path / "tapeproxy.toml").write_text('mode = "auto"\nport = 1111\n')
+    environ = {"TAPEPROXY_MODE": "record"} if "env" in sources else {}
     given = {"mode": "passthrough"} if "cli" in sources else {}
     settings = load_settings(given, environ=environ)
     assert settings.mode is winner
@@ -174,19 +174,19 @@ def test_precedence_through_the_real_command_line(
     sources: tuple[str, ...], winner: Mode, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if "file" in sources:
-        (tmp_path / "llmtape.toml").write_text('mode = "auto"\n')
-    env = {"LLMTAPE_MODE": "record"} if "env" in sources else {}
+        (tmp_path / "tapeproxy.toml").write_text('mode = "auto"\n')
+    env = {"TAPEPROXY_MODE": "record"} if "env" in sources else {}
     args = ["--mode", "passthrough"] if "cli" in sources else []
     assert run_serve(args, env, monkeypatch).mode is winner
 
 
 def test_config_file_named_by_option_or_variable(tmp_path: Path) -> None:
-    (tmp_path / "llmtape.toml").write_text('host = "default-file"\n')
+    (tmp_path / "tapeproxy.toml").write_text('host = "default-file"\n')
     (tmp_path / "a.toml").write_text('host = "from-a"\n')
     (tmp_path / "b.toml").write_text('host = "from-b"\n')
     assert load_settings({}, environ={}).host == "default-file"
-    assert load_settings({}, environ={"LLMTAPE_CONFIG": "b.toml"}).host == "from-b"
-    given = load_settings({}, environ={"LLMTAPE_CONFIG": "b.toml"}, config=tmp_path / "a.toml")
+    assert load_settings({}, environ={"TAPEPROXY_CONFIG": "b.toml"}).host == "from-b"
+    given = load_settings({}, environ={"TAPEPROXY_CONFIG": "b.toml"}, config=tmp_path / "a.toml")
     assert given.host == "from-a"
 
 
@@ -196,13 +196,13 @@ def test_a_named_config_file_that_is_missing_is_an_error(tmp_path: Path) -> None
 
 
 def test_a_config_file_that_is_not_toml_is_an_error(tmp_path: Path) -> None:
-    (tmp_path / "llmtape.toml").write_text("mode = \n")
+    (tmp_path / "tapeproxy.toml").write_text("mode = \n")
     with pytest.raises(ConfigError, match="cannot be read"):
         load_settings({}, environ={})
 
 
 def test_config_file_takes_dashed_keys_lists_and_tables(tmp_path: Path) -> None:
-    (tmp_path / "llmtape.toml").write_text(
+    (tmp_path / "tapeproxy.toml").write_text(
         'log-level = "warning"\nlive = ["openai"]\nrecord_failures = true\n'
         'upstream = ["local=http://127.0.0.1:9/"]\n'
     )
@@ -213,12 +213,12 @@ def test_config_file_takes_dashed_keys_lists_and_tables(tmp_path: Path) -> None:
         True,
     )
     assert settings.upstream == {"local": "http://127.0.0.1:9"}
-    (tmp_path / "llmtape.toml").write_text('[upstream]\nlocal = "http://127.0.0.1:9"\n')
+    (tmp_path / "tapeproxy.toml").write_text('[upstream]\nlocal = "http://127.0.0.1:9"\n')
     assert load_settings({}, environ={}).upstream == {"local": "http://127.0.0.1:9"}
 
 
 def test_match_tables_in_the_config_file_become_ignore_rules(tmp_path: Path) -> None:
-    (tmp_path / "llmtape.toml").write_text(
+    (tmp_path / "tapeproxy.toml").write_text(
         'ignore = ["*:query:ts"]\n'
         '[match.openai]\nignore_body = ["user", "metadata.id"]\nkey_headers = ["X-Tenant"]\n'
         '[match."*"]\nignore_headers = ["x-trace"]\nignore_query = ["sig2"]\n'
@@ -244,14 +244,14 @@ def test_match_tables_in_the_config_file_become_ignore_rules(tmp_path: Path) -> 
     ],
 )
 def test_a_bad_match_table_is_an_error(toml: str, problem: str, tmp_path: Path) -> None:
-    (tmp_path / "llmtape.toml").write_text(toml + "\n")
+    (tmp_path / "tapeproxy.toml").write_text(toml + "\n")
     with pytest.raises(ConfigError) as caught:
         load_settings({}, environ={})
     assert problem in caught.value.message
 
 
 def test_an_unknown_config_key_lists_the_known_ones(tmp_path: Path) -> None:
-    (tmp_path / "llmtape.toml").write_text('mode = "auto"\nbogus_key = 1\n')
+    (tmp_path / "tapeproxy.toml").write_text('mode = "auto"\nbogus_key = 1\n')
     with pytest.raises(ConfigError) as caught:
         load_settings({}, environ={})
     message = caught.value.message
@@ -262,18 +262,28 @@ def test_an_unknown_config_key_lists_the_known_ones(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("cli_given", "environ", "file", "expected"),
     [
-        ({}, {"LLMTAPE_MODE": "bogus"}, "", ["--mode", "LLMTAPE_MODE", "'bogus'", "record"]),
+        ({}, {"TAPEPROXY_MODE": "bogus"}, "", ["--mode", "TAPEPROXY_MODE", "'bogus'", "record"]),
         ({"mode": "bogus"}, {}, "", ["--mode (from --mode)", "passthrough"]),
-        ({}, {}, 'mode = "bogus"', ["--mode", "mode in llmtape.toml", "replay"]),
-        ({}, {"LLMTAPE_PORT": "http"}, "", ["--port", "LLMTAPE_PORT", "'http'"]),
-        ({}, {"LLMTAPE_PORT": "70000"}, "", ["--port", "LLMTAPE_PORT", "65535"]),
-        ({}, {"LLMTAPE_REPEAT": "never"}, "", ["--repeat", "LLMTAPE_REPEAT", "repeat-last"]),
-        ({}, {"LLMTAPE_LOG_LEVEL": "loud"}, "", ["--log-level", "debug, info, warning, error"]),
-        ({}, {"LLMTAPE_REPLAY_TIMING": "fast"}, "", ["--replay-timing", "none, recorded"]),
-        ({}, {"LLMTAPE_CASSETTE": "../up"}, "", ["--cassette", "LLMTAPE_CASSETTE", "not allowed"]),
-        ({}, {"LLMTAPE_IGNORE": "openai:nope:x"}, "", ["--ignore", "LLMTAPE_IGNORE", "key-header"]),
-        ({}, {"LLMTAPE_STRICT_ORDER": "maybe"}, "", ["--strict-order", "LLMTAPE_STRICT_ORDER"]),
-        ({}, {"LLMTAPE_CONNECT_TIMEOUT": "0"}, "", ["--connect-timeout", "greater than 0"]),
+        ({}, {}, 'mode = "bogus"', ["--mode", "mode in tapeproxy.toml", "replay"]),
+        ({}, {"TAPEPROXY_PORT": "http"}, "", ["--port", "TAPEPROXY_PORT", "'http'"]),
+        ({}, {"TAPEPROXY_PORT": "70000"}, "", ["--port", "TAPEPROXY_PORT", "65535"]),
+        ({}, {"TAPEPROXY_REPEAT": "never"}, "", ["--repeat", "TAPEPROXY_REPEAT", "repeat-last"]),
+        ({}, {"TAPEPROXY_LOG_LEVEL": "loud"}, "", ["--log-level", "debug, info, warning, error"]),
+        ({}, {"TAPEPROXY_REPLAY_TIMING": "fast"}, "", ["--replay-timing", "none, recorded"]),
+        (
+            {},
+            {"TAPEPROXY_CASSETTE": "../up"},
+            "",
+            ["--cassette", "TAPEPROXY_CASSETTE", "not allowed"],
+        ),
+        (
+            {},
+            {"TAPEPROXY_IGNORE": "openai:nope:x"},
+            "",
+            ["--ignore", "TAPEPROXY_IGNORE", "key-header"],
+        ),
+        ({}, {"TAPEPROXY_STRICT_ORDER": "maybe"}, "", ["--strict-order", "TAPEPROXY_STRICT_ORDER"]),
+        ({}, {"TAPEPROXY_CONNECT_TIMEOUT": "0"}, "", ["--connect-timeout", "greater than 0"]),
         ({"live": ("opneai",)}, {}, "", ["--live", "no upstream named 'opneai'", "openai"]),
         (
             {"ignore": ("opneai:body:user",)},
@@ -283,11 +293,16 @@ def test_an_unknown_config_key_lists_the_known_ones(tmp_path: Path) -> None:
         ),
         (
             {},
-            {"LLMTAPE_REPEAT": "cycle", "LLMTAPE_STRICT_ORDER": "1"},
+            {"TAPEPROXY_REPEAT": "cycle", "TAPEPROXY_STRICT_ORDER": "1"},
             "",
             ["--strict-order", "--repeat cycle"],
         ),
-        ({}, {"LLMTAPE_UPSTREAM": "search"}, "", ["LLMTAPE_UPSTREAM", "'search' is not NAME=URL"]),
+        (
+            {},
+            {"TAPEPROXY_UPSTREAM": "search"},
+            "",
+            ["TAPEPROXY_UPSTREAM", "'search' is not NAME=URL"],
+        ),
     ],
 )
 def test_a_bad_value_names_the_option_the_source_and_what_is_allowed(
@@ -298,7 +313,7 @@ def test_a_bad_value_names_the_option_the_source_and_what_is_allowed(
     tmp_path: Path,
 ) -> None:
     if file:
-        (tmp_path / "llmtape.toml").write_text(file + "\n")
+        (tmp_path / "tapeproxy.toml").write_text(file + "\n")
     with pytest.raises(ConfigError) as caught:
         load_settings(cli_given, environ=environ)
     assert all(part in caught.value.message for part in expected), caught.value.message
@@ -308,9 +323,9 @@ def test_a_bad_value_on_the_command_line_exits_2_with_the_message(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(cli_server, "serve", lambda settings: pytest.fail("server started"))
-    result = CliRunner().invoke(cli_main.app, ["serve"], env={"LLMTAPE_PORT": "nope"})
+    result = CliRunner().invoke(cli_main.app, ["serve"], env={"TAPEPROXY_PORT": "nope"})
     assert result.exit_code == 2
-    assert "LLMTAPE_PORT" in result.output and "--port" in result.output
+    assert "TAPEPROXY_PORT" in result.output and "--port" in result.output
 
 
 @pytest.mark.parametrize(
@@ -339,7 +354,7 @@ def test_parse_pairs_refuses_what_is_not_name_equals_url(item: str) -> None:
         ({"my upstream": "http://x"}, "lowercase"),
         ({"-x": "http://x"}, "lowercase"),
         ({"v1": "http://x"}, "lowercase"),
-        ({"__llmtape": "http://x"}, "lowercase"),
+        ({"__tapeproxy": "http://x"}, "lowercase"),
         ({"local": "ftp://x"}, "http:// or https://"),
         ({"local": "localhost:8080"}, "http:// or https://"),
         ({"local": "http://"}, "http:// or https://"),
@@ -361,16 +376,16 @@ def test_upstream_urls_lose_their_trailing_slash() -> None:
 @pytest.mark.parametrize(
     ("variable", "raw", "field", "value"),
     [
-        ("LLMTAPE_LIVE", "openai", "live", ("openai",)),
-        ("LLMTAPE_LIVE", " openai ,gemini,, ", "live", ("openai", "gemini")),
-        ("LLMTAPE_IGNORE", "*:query:ts , *:body:user", "ignore", ("*:query:ts", "*:body:user")),
+        ("TAPEPROXY_LIVE", "openai", "live", ("openai",)),
+        ("TAPEPROXY_LIVE", " openai ,gemini,, ", "live", ("openai", "gemini")),
+        ("TAPEPROXY_IGNORE", "*:query:ts , *:body:user", "ignore", ("*:query:ts", "*:body:user")),
         (
-            "LLMTAPE_UPSTREAM",
+            "TAPEPROXY_UPSTREAM",
             "a=http://a, b=http://b",
             "upstream",
             {"a": "http://a", "b": "http://b"},
         ),
-        ("LLMTAPE_LIVE", "", "live", ()),
+        ("TAPEPROXY_LIVE", "", "live", ()),
     ],
 )
 def test_comma_separated_environment_lists(variable: str, raw: str, field: str, value: Any) -> None:
@@ -388,11 +403,11 @@ def test_settings_are_frozen_and_refuse_unknown_fields() -> None:
 def test_upstreams_from_each_layer_merge_by_name_with_the_command_line_winning(
     tmp_path: Path,
 ) -> None:
-    config = tmp_path / "llmtape.toml"
+    config = tmp_path / "tapeproxy.toml"
     config.write_text('upstream = ["search=http://file:1", "openai=http://file:2"]\n')
     settings = load_settings(
         {"upstream": {"openai": "http://cli:3"}},
-        environ={"LLMTAPE_UPSTREAM": "tools=http://env:4"},
+        environ={"TAPEPROXY_UPSTREAM": "tools=http://env:4"},
         config=config,
     )
     assert settings.upstream == {
@@ -405,14 +420,14 @@ def test_upstreams_from_each_layer_merge_by_name_with_the_command_line_winning(
 def test_live_and_rules_may_name_an_upstream_added_by_the_same_settings() -> None:
     settings = load_settings(
         {"live": ("Search",), "ignore": ("search:query:ts",)},
-        environ={"LLMTAPE_UPSTREAM": "search=http://127.0.0.1:9"},
+        environ={"TAPEPROXY_UPSTREAM": "search=http://127.0.0.1:9"},
     )
     assert settings.live == ("search",), "upstream names are lowercase"
     assert settings.ignore == ("search:query:ts",)
 
 
 def test_a_redact_table_in_the_config_file_sets_the_redaction_rules(tmp_path: Path) -> None:
-    (tmp_path / "llmtape.toml").write_text(
+    (tmp_path / "tapeproxy.toml").write_text(
         '[redact]\nfields = ["user.email"]\npatterns = ["\\\\d{3},\\\\d{4}"]\n'
     )
     settings = load_settings({}, environ={})
@@ -439,6 +454,6 @@ def test_a_bad_redaction_rule_is_a_clear_error(given: dict[str, Any], problem: s
     "toml", ['redact = ["x"]', '[redact]\nfield = ["x"]', '[redact]\npatterns = "x"']
 )
 def test_a_bad_redact_table_is_an_error(toml: str, tmp_path: Path) -> None:
-    (tmp_path / "llmtape.toml").write_text(toml + "\n")
+    (tmp_path / "tapeproxy.toml").write_text(toml + "\n")
     with pytest.raises(ConfigError, match=r"\[redact\] takes the lists of strings"):
         load_settings({}, environ={})

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from llmtape.store import spares as spares_module
-from llmtape.store.durable import temp_name
-from llmtape.store.fs import FileStore
-from llmtape.store.spares import LOW, WANT, Spares
+from tapeproxy.store import spares as spares_module
+from tapeproxy.store.durable import temp_name
+from tapeproxy.store.fs import FileStore
+from tapeproxy.store.spares import LOW, WANT, Spares
 from tests.support import wait_for
 from tests.unit.test_journal import journaling, make_exchange
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(not spares_module.SUPPORTED, reason="no O_TMPFIL
 
 @pytest.fixture
 def spares(tmp_path: Path) -> Iterator[Spares]:
-    folder = tmp_path / ".llmtape"
+    folder = tmp_path / ".tapeproxy"
     folder.mkdir()
     made = Spares(folder)
     made.start()
@@ -101,7 +101,7 @@ def test_a_folder_on_another_filesystem_is_not_reached_and_not_tried_again(
     other = Path("/dev/shm")
     if not other.is_dir() or os.stat(other).st_dev == os.stat(tmp_path).st_dev:
         pytest.skip("needs /dev/shm on another filesystem than the test's temp folder")
-    folder = other / f"llmtape-spares-{os.getpid()}"
+    folder = other / f"tapeproxy-spares-{os.getpid()}"
     folder.mkdir()
     try:
         assert not spares.place(folder / "a.json", b"x")  # EXDEV: the caller makes it
@@ -221,4 +221,4 @@ def test_the_journal_puts_exchange_files_in_place_from_its_spares(tmp_path: Path
         store.close()
     assert journal is not None
     assert journal._spares is None
-    assert not (tmp_path / "lib" / ".llmtape").exists()  # closed: nothing left behind
+    assert not (tmp_path / "lib" / ".tapeproxy").exists()  # closed: nothing left behind

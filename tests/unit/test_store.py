@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from llmtape.errors import BadCassetteName, CassetteCorrupt, ConfigError
-from llmtape.lastrun import LAST_RUN_FILE, LastRun
-from llmtape.models import Exchange, Frame, StoredRequest, StoredResponse, dump_exchange
-from llmtape.store import BACKENDS, open_store
-from llmtape.store.base import CassetteStore, exchange_file, parse_exchange_file, same_recording
-from llmtape.store.fs import FileStore
-from llmtape.store.names import MAX_NAME, check_cassette_name
+from tapeproxy.errors import BadCassetteName, CassetteCorrupt, ConfigError
+from tapeproxy.lastrun import LAST_RUN_FILE, LastRun
+from tapeproxy.models import Exchange, Frame, StoredRequest, StoredResponse, dump_exchange
+from tapeproxy.store import BACKENDS, open_store
+from tapeproxy.store.base import CassetteStore, exchange_file, parse_exchange_file, same_recording
+from tapeproxy.store.fs import FileStore
+from tapeproxy.store.names import MAX_NAME, check_cassette_name
 
 KEY_A, KEY_B = "a" * 64, "0123456789abcdef" * 4
 OLD_NS = 1_000_000_000_000_000_000  # an mtime far from now, so any rewrite would move it
@@ -164,10 +164,10 @@ def test_reading_a_corrupt_file_names_it_and_suggests_verify(
     with pytest.raises(CassetteCorrupt) as caught:
         store.read("suite/a", KEY_A, 1)
     assert str(path) in caught.value.message
-    assert "llmtape verify suite/a" in caught.value.message
+    assert "tapeproxy verify suite/a" in caught.value.message
 
 
-def test_a_file_of_a_newer_llmtape_says_in_one_line_to_upgrade(
+def test_a_file_of_a_newer_tapeproxy_says_in_one_line_to_upgrade(
     store: FileStore, tmp_path: Path
 ) -> None:
     path = tmp_path / "default" / f"{KEY_A}.json"
@@ -177,7 +177,7 @@ def test_a_file_of_a_newer_llmtape_says_in_one_line_to_upgrade(
         store.read("default", KEY_A, 1)
     message = caught.value.message
     assert "\n" not in message and str(path) in message
-    assert "newer llmtape" in message and "upgrade llmtape" in message
+    assert "newer tapeproxy" in message and "upgrade tapeproxy" in message
 
 
 def test_the_last_run_note_is_written_atomically_and_is_no_exchange(
@@ -268,7 +268,7 @@ def test_names_with_control_characters_are_refused(name: str) -> None:
 
 
 def test_the_derived_cassette_of_a_longest_name_is_valid() -> None:
-    from llmtape.store.names import MAX_NAME, derived_name
+    from tapeproxy.store.names import MAX_NAME, derived_name
 
     assert derived_name("a" * MAX_NAME) == "a" * MAX_NAME + ".derived"
 

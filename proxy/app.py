@@ -1,5 +1,5 @@
 """create_app(settings): the engine, the ASGI front and the control API, and a lifespan that owns
-the upstream's connection pool. Wiring only."""
+the upstream client (its aiohttp session, made in the running loop). Wiring only."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from tapeproxy.responses import QuietCuts
 from tapeproxy.settings import Settings
 from tapeproxy.stats import Snapshot
 from tapeproxy.store import open_store
-from tapeproxy.upstream import HttpUpstream
+from tapeproxy.upstream import AiohttpUpstream
 
 log = logging.getLogger("tapeproxy")
 
@@ -43,14 +43,14 @@ class Server:
 
         @asynccontextmanager
         async def lifespan(app: Starlette) -> AsyncIterator[None]:
-            upstream = HttpUpstream(settings.connect_timeout, settings.read_timeout)
+            upstream = AiohttpUpstream(settings.connect_timeout, settings.read_timeout)
             engine.upstream = upstream
             try:
                 await engine.open()
                 yield
                 self.final = await engine.close()
             finally:
-                upstream.close()
+                await upstream.close()
 
         async def gone(request: Request, exc: Exception) -> Response:
             """A client that hung up while sending a control request: no traceback."""

@@ -16,7 +16,7 @@
           +-- UpstreamCut           the upstream stopped mid-answer
                +-- AnswerRefused    an answer cut on its way: a compression bomb
 
-Lower-level errors (OSError, TimeoutError, httptools', pydantic) are translated at the boundary
+Lower-level errors (OSError, TimeoutError, aiohttp's, pydantic) are translated at the boundary
 with ``raise X(...) from exc``.
 """
 

@@ -1,21 +1,42 @@
-"""The Upstream protocol, and its implementation over tapeproxy.http1: one pool of keep-alive
-connections, explicit timeouts, low-level errors translated to tapeproxy's at this boundary."""
+"""The Upstream protocol, and its implementation on aiohttp's client: one ClientSession per
+server that honours HTTP_PROXY, HTTPS_PROXY, NO_PROXY and SSL_CERT_FILE, explicit timeouts,
+aiohttp's errors translated to tapeproxy's at this boundary."""
 
 from __future__ import annotations
 
 import base64
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from string import printable
 from typing import Protocol
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote_from_bytes
+
+import aiohttp
+from aiohttp.http_exceptions import LineTooLong
+from yarl import URL
 
 from tapeproxy import __version__
 from tapeproxy.errors import UpstreamCut, UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from tapeproxy.hopheaders import forward_headers
-from tapeproxy.http1 import BadAnswer, Connection, Origin, Pool
 from tapeproxy.inflate import CAPS, INFLATABLE, InflateLimits, Inflater, unknown_encoding
 from tapeproxy.redact import redact_text, redact_url
+
+# An answer's head is bounded: each line (the status line, a header's name and value) and
+# the count of headers. aiohttp refuses more, so an endless head is never held whole.
+MAX_LINE = 64 * 1024
+MAX_HEADERS = 128
+# An idle connection is reused for this long: less than the 5 s after which uvicorn and Node
+# close theirs, so a request seldom goes out on a connection its upstream is closing (a POST
+# that meets one is not sent again: aiohttp retries only idempotent methods).
+IDLE_SECONDS = 4.0
+LIMIT = 100  # connections in use at once; more requests wait for one
+# Headers aiohttp adds on its own when a request has none: the request goes as the client
+# sent it (forward_headers names the encodings tapeproxy inflates; `User-Agent` is ours only
+# when the client sent none, below).
+NOT_ADDED = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
+USER_AGENT = f"tapeproxy/{__version__}"
 
 
 @dataclass
@@ -60,41 +81,47 @@ class Upstream(Protocol):
     async def open(self, request: Outbound) -> UpstreamResponse: ...
 
 
-class HttpResponse:
-    """An answer read as its raw bytes came, a gzip or deflate body inflated here with its caps
+class AiohttpResponse:
+    """An answer read as its raw bytes come (aiohttp holds back the upstream past its read
+    buffer until they are taken), a gzip or deflate body inflated here with its caps
     (tapeproxy.inflate). `close` gives its connection back to the pool, or closes it."""
 
     def __init__(
         self,
         upstream: str,
-        pool: Pool,
-        conn: Connection,
+        response: aiohttp.ClientResponse,
         named: str,  # its Content-Encoding list (_encoding), worked out by `open` already
+        read_timeout: float,
         limits: InflateLimits = CAPS,
     ) -> None:
         self._upstream = upstream
-        self._pool: Pool | None = pool
-        self._conn = conn
-        raw = conn.headers
+        self._response = response
+        self._content = response.content
+        self._read_timeout = read_timeout
         encoding = named.strip().lower()
         self._inflater = Inflater(encoding, limits) if encoding in INFLATABLE else None
-        self.status = conn.status
+        self.status = response.status
+        raw = response.raw_headers
         # From the raw bytes, as latin-1: every byte passes through to the client unchanged.
         self.headers: Sequence[tuple[str, str]] = [
             (k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in raw
         ]
-        self.chunked = conn.chunked
+        self.chunked = _chunked(raw)
 
     async def chunks(self) -> AsyncIterator[bytes]:
-        conn = self._conn
         try:
-            while chunk := await conn.read():
+            async for chunk in self._content.iter_any():
                 if self._inflater is None:  # the common case, with no generator per chunk
                     yield chunk
                     continue
                 for piece in self._inflater.feed(chunk):
                     yield piece
-        except (OSError, TimeoutError, BadAnswer) as exc:
+        except TimeoutError as exc:
+            raise UpstreamCut(
+                f"upstream {self._upstream!r} stopped mid-answer: it sent nothing for "
+                f"{self._read_timeout:g} s"
+            ) from exc
+        except (aiohttp.ClientError, OSError) as exc:
             raise UpstreamCut(
                 f"upstream {self._upstream!r} stopped mid-answer: {type(exc).__name__}: "
                 f"{_told(exc)}"
@@ -104,86 +131,222 @@ class HttpResponse:
 
     @property
     def ended(self) -> bool:
-        return self._inflater is None and self._conn.complete and not self._conn.pending
+        return self._inflater is None and self._content.at_eof()
 
     @property
     def whole(self) -> bool:
-        return self._inflater is None and self._conn.complete
+        return self._inflater is None and self._content.is_eof()
 
     def close(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.release(self._conn)
+        if self._content.at_eof():
+            self._response.release()  # its connection back to the pool, if it may be kept
+        else:
+            self._response.close()  # an answer left unread: its connection is closed
 
 
-class HttpUpstream:
-    """Sends through one pool of keep-alive connections (tapeproxy.http1); owned by the app's
-    lifespan, which closes it."""
+class AiohttpUpstream:
+    """Sends through one aiohttp ClientSession, made in the running loop by the app's lifespan,
+    which closes it. `trust_env`: proxies from HTTP_PROXY, HTTPS_PROXY and NO_PROXY (with
+    credentials in the proxy's URL), as every HTTP tool on the user's machine takes them."""
 
     def __init__(self, connect: float, read: float, limits: InflateLimits = CAPS) -> None:
-        self._pool = Pool(connect, read)
+        self.connect_timeout = connect
+        self.read_timeout = read
         self._limits = limits
+        self._tls: ssl.SSLContext | None = None
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=LIMIT, keepalive_timeout=IDLE_SECONDS),
+            trust_env=True,
+            auto_decompress=False,  # inflated by tapeproxy.inflate, with its caps
+            cookie_jar=aiohttp.DummyCookieJar(),  # a proxy, not a browser: no cookie kept
+            skip_auto_headers=NOT_ADDED,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read),
+            max_line_size=MAX_LINE,
+            max_field_size=MAX_LINE,
+            max_headers=MAX_HEADERS,
+        )
 
-    async def open(self, request: Outbound) -> HttpResponse:
-        origin, head = _request_head(request)
-        pool = self._pool
-        for attempt in (1, 2):
-            try:
-                conn = await pool.connection(origin)
-            except TimeoutError as exc:
-                raise UpstreamTimeout(
-                    f"{_where(request)} did not answer in time (no connection in "
-                    f"{pool.connect_timeout:g} s)"
-                ) from exc
-            except OSError as exc:
-                raise UpstreamUnreachable(
-                    f"{_where(request)} is unreachable: {_told(exc) or type(exc).__name__}"
-                ) from exc
-            try:
-                conn.send(head, request.body, no_body=request.method == "HEAD")
-                await conn.head()
-                break
-            except BaseException as exc:
-                conn.close()
-                pool.release(conn)
-                if isinstance(exc, TimeoutError):
-                    raise UpstreamTimeout(
-                        f"{_where(request)} did not answer in time ({_told(exc)})"
-                    ) from exc
-                if not isinstance(exc, OSError | BadAnswer):
-                    raise
-                # A kept connection its upstream closed as we sent: once more on a new one,
-                # for a request that may be sent twice (RFC 9110 9.2.2).
-                if attempt == 1 and _stale(conn, exc) and request.method in IDEMPOTENT:
-                    continue
-                if isinstance(exc, BadAnswer):
-                    raise UpstreamError(
-                        f"{_where(request)} answered, but not in HTTP/1.1: {_told(exc)}"
-                    ) from exc
-                raise UpstreamUnreachable(
-                    f"{_where(request)} is unreachable: {_told(exc) or type(exc).__name__}"
-                ) from exc
-        named = _encoding(conn.headers)
+    async def open(self, request: Outbound) -> AiohttpResponse:
+        url, headers, credentials = prepare(request)
+        try:
+            response = await self._session.request(
+                request.method,
+                url,
+                headers=headers,
+                data=request.body or None,
+                allow_redirects=False,  # a redirect goes to the client, as the upstream sent it
+                ssl=self._context() if url.scheme == "https" else True,
+                middlewares=(credentials,),
+            )
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            raise self._failed(request, exc) from exc
+        status = response.status
+        if status < 200:  # aiohttp reads past every other 1xx
+            response.close()
+            why = "101 Switching Protocols, to a request that asked for no upgrade"
+            if status != 101:
+                why = f"status {status:03d}, not an HTTP status"
+            raise UpstreamError(f"{_where(request)} answered, but not in HTTP/1.1: {why}")
+        named = _encoding(response.raw_headers)
         encoding = unknown_encoding(named)
-        if encoding is not None and _has_body(request.method, conn.status):
-            conn.close()
-            pool.release(conn)
+        if encoding is not None and _has_body(request.method, status):
+            response.close()
             raise UpstreamError(
                 f"{_where(request)} answered, but compressed with {encoding}, which tapeproxy "
                 "cannot decode, so the answer was not passed on or recorded. tapeproxy asks for "
                 "gzip or deflate (accept-encoding); this upstream ignored that."
             )
-        return HttpResponse(request.upstream, pool, conn, named, self._limits)
+        return AiohttpResponse(request.upstream, response, named, self.read_timeout, self._limits)
 
-    def close(self) -> None:
-        self._pool.close()
+    async def close(self) -> None:
+        await self._session.close()
+
+    def _failed(self, request: Outbound, exc: BaseException) -> UpstreamError:
+        """aiohttp's error (or Python's) as tapeproxy's, saying what went wrong where."""
+        where = _where(request)
+        if isinstance(exc, aiohttp.ConnectionTimeoutError):
+            return UpstreamTimeout(
+                f"{where} did not answer in time (no connection in {self.connect_timeout:g} s)"
+            )
+        if isinstance(exc, TimeoutError):
+            return UpstreamTimeout(
+                f"{where} did not answer in time (nothing for {self.read_timeout:g} s)"
+            )
+        if isinstance(exc, aiohttp.ClientHttpProxyError):
+            return UpstreamUnreachable(
+                f"{where} is unreachable: the proxy (HTTP_PROXY or HTTPS_PROXY) answered "
+                f"{exc.status} {exc.message}"
+            )
+        if isinstance(exc, aiohttp.ClientResponseError):  # the answer's head did not parse
+            if _head_too_big(exc):
+                return UpstreamError(
+                    f"{where} answered, but its head passed the cap of {MAX_LINE // 1024} KiB "
+                    f"a line or {MAX_HEADERS} headers: {_told(exc)}"
+                )
+            return UpstreamError(f"{where} answered, but not in HTTP/1.1: {_told(exc)}")
+        if isinstance(exc, aiohttp.ServerDisconnectedError):
+            return UpstreamUnreachable(f"{where} closed the connection before it answered")
+        if isinstance(exc, aiohttp.ClientConnectionError | OSError):
+            why = _told(exc) or type(exc).__name__
+            return UpstreamUnreachable(f"{where} is unreachable: {why}")
+        return UpstreamError(f"{where}: tapeproxy cannot send this request: {_told(exc)}")
+
+    def _context(self) -> ssl.SSLContext:
+        """The system's trust store, made once, at the first HTTPS request: loading it takes
+        milliseconds and a few MB, which a local-only setup never pays. Python's default
+        context reads SSL_CERT_FILE and SSL_CERT_DIR as it is made; aiohttp's own is made
+        when aiohttp is imported, before a test or a wrapper may have set them."""
+        if self._tls is None:
+            self._tls = ssl.create_default_context()
+        return self._tls
 
 
-IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
+class Credentials:
+    """The Authorization a request goes with: the client's own, else the upstream URL's
+    `user:pass@` as basic auth, never one aiohttp found in ~/.netrc (trust_env reads it).
+    An aiohttp middleware, so it is set after aiohttp's own (which would otherwise refuse a
+    client's Authorization next to a .netrc entry for that host)."""
+
+    def __init__(self, headers: Sequence[tuple[str, str]]) -> None:
+        self.headers = headers  # (name, value): the name in the client's case
+
+    async def __call__(
+        self, request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        request.headers.popall("Authorization", None)
+        for name, value in self.headers:
+            request.headers.add(name, value)
+        return await handler(request)
 
 
-def _stale(conn: Connection, exc: BaseException) -> bool:
-    return conn.reused and not conn.heard and isinstance(exc, ConnectionError)
+def prepare(request: Outbound) -> tuple[URL, list[tuple[str, str]], Credentials]:
+    """Where the request goes, its headers as aiohttp takes them, and its Authorization. The
+    URL's path and query go as they came (no re-quoting: `%zz` stays `%zz`); aiohttp writes
+    the head as UTF-8, so a header's bytes go as they came when they are UTF-8 (a value that
+    is not is read as latin-1, and goes as that text in UTF-8)."""
+    prefix, target = _split(request.url)
+    try:
+        origin, basic = _origin(prefix)
+    except ValueError as exc:
+        raise UpstreamError(f"{_where(request)}: not a URL tapeproxy can call: {exc}") from exc
+    headers: list[tuple[str, str]] = []
+    authorization: list[tuple[str, str]] = []
+    agent = False
+    for name, value in request.headers:
+        low = name.lower()
+        pair = (name.decode("latin-1"), _text(value))
+        if low == b"authorization":
+            authorization.append(pair)
+            continue
+        agent = agent or low == b"user-agent"
+        headers.append(pair)
+    if not authorization and basic is not None:
+        authorization.append(("Authorization", basic))
+    if not agent:
+        headers.append(("User-Agent", USER_AGENT))
+    return URL(origin + _target(target), encoded=True), headers, Credentials(authorization)
+
+
+def _split(url: str) -> tuple[str, str]:
+    """An upstream URL as its scheme and authority, and the rest (path and query)."""
+    start = url.find("://")
+    start = start + 3 if start != -1 else 0
+    end = len(url)
+    for mark in "/?#":
+        at = url.find(mark, start)
+        if at != -1 and at < end:
+            end = at
+    return url[:end], url[end:]
+
+
+@lru_cache(maxsize=256)
+def _origin(prefix: str) -> tuple[str, str | None]:
+    """An upstream URL's scheme and authority, once: as aiohttp connects to it (a host name
+    in IDNA), and the basic auth its `user:pass@` makes. ValueError for one not usable."""
+    url = URL(prefix)
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ValueError("tapeproxy calls http:// and https:// URLs only")
+    basic = None
+    if url.user is not None:
+        pair = f"{url.user}:{url.password or ''}".encode()
+        basic = "Basic " + base64.b64encode(pair).decode("ascii")
+    return str(url.with_user(None).with_path("")), basic
+
+
+_SAFE = "".join(c for c in printable if c.isprintable() and c != " ")
+
+
+def _target(target: str) -> str:
+    """The client's path and query (latin-1 text of its bytes) as text aiohttp writes back as
+    those bytes: UTF-8 ones as they are, any other byte past ASCII percent-encoded."""
+    if not target.startswith("/"):
+        target = "/" + target
+    if target.isascii():
+        return target
+    try:
+        raw = target.encode("latin-1")
+    except UnicodeEncodeError:
+        return target  # a configured URL's path, already text
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return quote_from_bytes(raw, safe=_SAFE)
+
+
+def _text(value: bytes) -> str:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return value.decode("latin-1")
+
+
+def _head_too_big(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, LineTooLong) or "Too many headers" in str(seen):
+            return True
+        seen = seen.__cause__
+    return False
 
 
 def _where(request: Outbound) -> str:
@@ -197,76 +360,15 @@ def _encoding(headers: Sequence[tuple[bytes, bytes]]) -> str:
     return ", ".join(v.decode("latin-1") for k, v in headers if k.lower() == b"content-encoding")
 
 
+def _chunked(headers: Sequence[tuple[bytes, bytes]]) -> bool:
+    """Whether chunked is the answer's last transfer coding (an answer whose last coding is
+    another ends with the connection, RFC 9112 6.3)."""
+    codings = b",".join(v for k, v in headers if k.lower() == b"transfer-encoding")
+    return codings.rpartition(b",")[2].strip().lower() == b"chunked"
+
+
 def _has_body(method: str, status: int) -> bool:
     return method != "HEAD" and status >= 200 and status not in (204, 304)
-
-
-def _request_head(request: Outbound) -> tuple[Origin, bytes]:
-    """Where the request goes, and its request line and headers as bytes. The URL's path and
-    query go as they came (no re-quoting: `%zz` stays `%zz`), the headers' bytes too; an
-    upstream URL's `user:pass@` goes as basic auth, unless the client sent its own
-    Authorization."""
-    url = request.url
-    scheme_end = url.find("://")
-    end = len(url)
-    for mark in "/?#":
-        at = url.find(mark, scheme_end + 3)
-        if at != -1 and at < end:
-            end = at
-    try:
-        origin, host, auth = _origin(url[:end])
-    except ValueError as exc:
-        raise UpstreamError(f"{_where(request)}: not a URL tapeproxy can call: {exc}") from exc
-    target = url[end:]
-    if not target.startswith("/"):
-        target = "/" + target
-    try:
-        line = f"{request.method} {target} HTTP/1.1\r\n".encode("latin-1")
-    except UnicodeEncodeError:
-        line = f"{request.method} {target} HTTP/1.1\r\n".encode()  # a configured URL's path
-    headers = request.headers
-    parts = [line, host]
-    parts += [b"%s: %s\r\n" % pair for pair in headers]
-    named = {name.lower() for name, _ in headers}
-    if request.body or request.method not in BODILESS:
-        parts.append(b"Content-Length: %d\r\n" % len(request.body))
-    if auth is not None and b"authorization" not in named:
-        parts.append(auth)
-    if b"user-agent" not in named:
-        parts.append(USER_AGENT)
-    parts.append(b"\r\n")
-    head = b"".join(parts)
-    if head.count(b"\n") != len(parts) or head.count(b"\r") != len(parts) or b"\0" in head:
-        raise UpstreamError(f"{_where(request)}: a header or the path holds CR, LF or NUL")
-    return origin, head
-
-
-@lru_cache(maxsize=256)
-def _origin(prefix: str) -> tuple[Origin, bytes, bytes | None]:
-    """An upstream URL's scheme and authority, once: where to connect, the Host header, and
-    the Authorization its `user:pass@` makes. ValueError for one that is not usable."""
-    parts = urlsplit(prefix)
-    port = parts.port
-    secure = parts.scheme == "https"
-    if (not secure and parts.scheme != "http") or not parts.hostname:
-        raise ValueError("tapeproxy calls http:// and https:// URLs only")
-    host = parts.hostname
-    if not host.isascii():
-        host = host.encode("idna").decode("ascii")
-    netloc = parts.netloc.rpartition("@")[2]
-    if not netloc.isascii():
-        netloc = f"[{host}]" if ":" in host else host
-        netloc += f":{port}" if port is not None else ""
-    auth = None
-    if parts.username is not None:
-        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
-        auth = b"Authorization: Basic %s\r\n" % base64.b64encode(pair)
-    port = port if port is not None else (443 if secure else 80)
-    return Origin(secure, host, port), f"Host: {netloc}\r\n".encode("ascii"), auth
-
-
-BODILESS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "CONNECT"})
-USER_AGENT = f"User-Agent: tapeproxy/{__version__}\r\n".encode()
 
 
 def _told(exc: BaseException) -> str:

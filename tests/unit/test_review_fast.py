@@ -1,6 +1,6 @@
 """Adversarial review of the faster paths (d9adc8b): `indent2` with sorted keys against
-json.dumps, the exchange file against the layout the sorted copy made, and the request head
-against what it must refuse."""
+json.dumps, the exchange file against the layout the sorted copy made, and the headers that
+go upstream (the request itself: tests/unit/test_upstream.py)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tapeproxy.errors import UpstreamError
 from tapeproxy.exchangefile import Record, render
 from tapeproxy.hopheaders import forward_headers
 from tapeproxy.jsontext import indent2
-from tapeproxy.upstream import Outbound, _request_head
 
 KEYS = st.text(max_size=4) | st.sampled_from(
     ["a", "A", "b", "B", "é", "z", "\U0001f600", "\uffff", "\ud800", "1", "10", "2", "-1",
@@ -112,39 +110,6 @@ def records(draw: st.DrawFn) -> Record:
 @example(record={"response": {"body": {"json": (1, {"b": 1e-05, "a": None})}}, "x": (2,)})
 def test_render_is_the_sorted_copy_s_layout_byte_for_byte(record: Record) -> None:
     assert render(record) == layout(record)
-
-
-def head(url: str, headers: list[tuple[bytes, bytes]], method: str = "POST") -> bytes:
-    body = b"{}" if method == "POST" else b""
-    return _request_head(Outbound.of("u", method, url, headers, body))[1]
-
-
-@pytest.mark.parametrize(
-    "url", ["http://h/a\r\nX: y", "http://h/a\nb", "http://h/a\rb", "http://h/a\0b"]
-)
-def test_a_path_with_cr_lf_or_nul_is_refused(url: str) -> None:
-    with pytest.raises(UpstreamError, match="CR, LF or NUL"):
-        head(url, [])
-
-
-@pytest.mark.parametrize("value", [b"a\r\nx-evil: 1", b"a\nb", b"a\rb", b"a\0b", b"\r\n"])
-def test_a_header_with_cr_lf_or_nul_is_refused(value: bytes) -> None:
-    with pytest.raises(UpstreamError, match="CR, LF or NUL"):
-        head("http://h/p", [(b"x-a", value)])
-    with pytest.raises(UpstreamError, match="CR, LF or NUL"):
-        head("http://h/p", [(b"x-a" + value, b"v")])
-
-
-def test_the_request_head_of_odd_urls_and_header_bytes() -> None:
-    raw = [(b"x-b", b"caf\xe9 \xff"), (b"connection", b"X-Foo ,\tKeep-Alive"), (b"x-foo", b"1")]
-    assert head("http://u%40s:p%3Aw@[::1]:8080?x", raw, "GET") == (
-        b"GET /?x HTTP/1.1\r\nHost: [::1]:8080\r\nx-b: caf\xe9 \xff\r\n"
-        b"accept-encoding: gzip, deflate\r\nAuthorization: Basic dUBzOnA6dw==\r\n"
-        b"User-Agent: tapeproxy/" + head("http://h", [], "GET").split(b"tapeproxy/")[1]
-    )
-    assert head("http://bücher.de/a%zz", []).startswith(
-        b"POST /a%zz HTTP/1.1\r\nHost: xn--bcher-kva.de\r\n"
-    )
 
 
 def test_forward_headers_drops_what_connection_names_in_any_case() -> None:

@@ -40,7 +40,7 @@ class Server:
 
     def memory_mb(self) -> tuple[float | None, float | None]:
         """(current RSS, peak RSS) in MB from /proc/PID/status, of the server and its child
-        processes (tapeproxy's scribe) together; None where unreadable. The peak is the sum
+        processes together; None where unreadable. The peak is the sum
         of each process's own peak: at most that, at once."""
         now = peak = None
         for pid in [self.pid, *_children(self.pid)]:

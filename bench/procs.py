@@ -167,6 +167,8 @@ def start_app(name: str, workdir: Path) -> Server:
 
 
 def start_tapeproxy(name: str, workdir: Path, *options: str) -> Server:
+    """tapeproxy as a user runs it: the default log level (one INFO line per exchange),
+    its stderr going to a file."""
     argv = [
         sys.executable,
         "-m",
@@ -176,8 +178,6 @@ def start_tapeproxy(name: str, workdir: Path, *options: str) -> Server:
         "127.0.0.1",
         "--port",
         "0",
-        "--log-level",
-        "warning",
         *options,
     ]
     return start(name, argv, workdir)

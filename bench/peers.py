@@ -71,7 +71,6 @@ ADDED = "record p50 added to direct ms, 1 connection"
 REC32 = "record req/s, 32 connections"
 DISK50 = "durable write p50 ms (write, fsync, rename, fsync folder)"
 DISK99 = "durable write p99 ms"
-JOURNAL50 = "journal write p50 ms (pwrite into a written file, fdatasync)"
 DIRECT50 = "direct p50 ms, 1 connection"
 
 
@@ -123,26 +122,6 @@ def durable_write_ms(folder: Path, data: bytes, count: int = DURABLE_WRITES) -> 
             os.close(dirfd)
         took.append((time.perf_counter() - started) * 1000)
     return took  # the files stay until the run ends: deleting them now would slow what follows
-
-
-def journal_write_ms(folder: Path, data: bytes, count: int = DURABLE_WRITES) -> list[float]:
-    """What one exchange costs a recording server's write-ahead journal at the least
-    (store/journal.py): a write into a file already on disk at full size, and its fdatasync."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "journal"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    took = []
-    try:
-        os.write(fd, bytes(len(data) * count))
-        os.fsync(fd)
-        for i in range(count):
-            started = time.perf_counter()
-            os.pwrite(fd, data, i * len(data))
-            os.fdatasync(fd)
-            took.append((time.perf_counter() - started) * 1000)
-    finally:
-        os.close(fd)
-    return took
 
 
 def talkback_ready() -> str:
@@ -299,12 +278,10 @@ def settle(contest: Contest, settle_s: float) -> None:
 
 
 def disk_floor(contest: Contest, work: Path) -> None:
-    """The cost of one durable write, and of one journal write, on the disk of `work`."""
+    """The cost of one durable write on the disk of `work`: what recording does per exchange."""
     writes = durable_write_ms(work / "durable", b"x" * 3000)
     contest.put(DISK50, "disk", statistics.median(writes))
     contest.put(DISK99, "disk", sorted(writes)[int(len(writes) * 0.99) - 1])
-    journal = journal_write_ms(work / "journal", b"x" * 3000)
-    contest.put(JOURNAL50, "disk", statistics.median(journal))
 
 
 async def talkback_replay(game: HeadToHead, tapes: Path) -> None:
@@ -390,8 +367,7 @@ def render_contest(contest: Contest, title: str) -> None:
     if disk50 is not None:
         console.print(
             f"one durable write on this disk (write, fsync, rename, fsync folder): "
-            f"p50 {disk50:.2f} ms, p99 {_cell(disk99)} ms; a journal write (what tapeproxy's "
-            f"record path syncs): p50 {_cell(contest.get(JOURNAL50, 'disk'))} ms; "
+            f"p50 {disk50:.2f} ms, p99 {_cell(disk99)} ms; "
             f"upstream direct p50 {_cell(contest.get(DIRECT50, 'direct'))} ms"
         )
     for note in contest.notes:

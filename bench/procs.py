@@ -40,7 +40,7 @@ class Server:
 
     def memory_mb(self) -> tuple[float | None, float | None]:
         """(current RSS, peak RSS) in MB from /proc/PID/status, of the server and its child
-        processes (tapeproxy's scribe) together; None where unreadable. The peak is the sum
+        processes together; None where unreadable. The peak is the sum
         of each process's own peak: at most that, at once."""
         now = peak = None
         for pid in [self.pid, *_children(self.pid)]:
@@ -167,6 +167,8 @@ def start_app(name: str, workdir: Path) -> Server:
 
 
 def start_tapeproxy(name: str, workdir: Path, *options: str) -> Server:
+    """tapeproxy as a user runs it: the default log level (one INFO line per exchange),
+    its stderr going to a file."""
     argv = [
         sys.executable,
         "-m",
@@ -176,8 +178,6 @@ def start_tapeproxy(name: str, workdir: Path, *options: str) -> Server:
         "127.0.0.1",
         "--port",
         "0",
-        "--log-level",
-        "warning",
         *options,
     ]
     return start(name, argv, workdir)

@@ -187,17 +187,6 @@ def progress(total: int, what: str) -> Iterator[Callable[[], None]]:
         yield lambda: bar.advance(task)
 
 
-def settle_library(library: Library) -> None:
-    """Before a tool rewrites recordings: write back what a server cut off by a power loss
-    left in its journal (the next `serve` would otherwise put those older bytes back over
-    what the tool wrote, a scrubbed secret among them). A live server's is left alone."""
-    from tapeproxy.store.fs import FileStore
-    from tapeproxy.store.journal import recover
-
-    if isinstance(library.store, FileStore):
-        recover(library.store.root)
-
-
 def sweep_cassette(library: Library, cassette: str) -> None:
     """Remove the temp files killed writes left in a cassette's folder (older than a minute:
     another tapeproxy may be writing the newer ones), as `serve` does for the library."""

@@ -18,7 +18,6 @@ from tapeproxy.cli.library import (
     fail,
     open_library,
     option,
-    settle_library,
     sweep_cassette,
 )
 from tapeproxy.errors import ConfigError, TapeproxyError
@@ -67,7 +66,6 @@ def serve(
     record_failures: Annotated[
         bool | None, option("record_failures", "--no-record-failures")
     ] = None,
-    scribe: Annotated[bool | None, option("scribe", "--no-scribe")] = None,
     replay_timing: Annotated[str | None, option("replay_timing")] = None,
     repeat: Annotated[RepeatPolicy | None, option("repeat")] = None,
     strict_order: Annotated[bool | None, option("strict_order", "--any-order")] = None,
@@ -127,8 +125,6 @@ def rekey(
 
     try:
         library = open_library(cassettes, upstream, ignore, config)
-        if not dry_run:
-            settle_library(library)
         report = rekey_cassette(library.store, existing(library, name), library.rules, dry_run)
         if not dry_run:
             sweep_cassette(library, name)

@@ -17,7 +17,6 @@ from tapeproxy.cli.library import (
     existing,
     fail,
     open_library,
-    settle_library,
     sweep_cassette,
 )
 from tapeproxy.cli.main import app
@@ -48,8 +47,6 @@ def prune(
 
     try:
         library = open_library(cassettes, None, None, config, rules=False)
-        if not dry_run:
-            settle_library(library)
         report = prune_cassette(library.store, existing(library, name), dry_run)
     except TapeproxyError as exc:
         raise fail(exc, as_json) from exc
@@ -119,8 +116,6 @@ def redact(
     try:
         scrubber = _scrubber(field, pattern, config)
         library = open_library(cassettes, upstream, ignore, config)
-        if not dry_run:
-            settle_library(library)
         report = redact_cassette(
             library.store, existing(library, name), scrubber, library.rules, dry_run
         )

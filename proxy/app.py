@@ -46,7 +46,6 @@ class Server:
             upstream = AiohttpUpstream(settings.connect_timeout, settings.read_timeout)
             engine.upstream = upstream
             try:
-                await engine.open()
                 yield
                 self.final = await engine.close()
             finally:

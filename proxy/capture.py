@@ -1,7 +1,6 @@
 """A live answer as it is captured: the Capture that turns its chunks (and their arrival
-times) into an exchange file's Record, and `settle`, which finishes one off the event loop,
-in a writer thread or in the scribe (scribe_process.py), which imports this and not the
-engine's bookkeeping."""
+times) into an Exchange, and `settle`, which finishes one off the event loop, in a writer
+thread."""
 
 from __future__ import annotations
 
@@ -11,12 +10,12 @@ import itertools
 import time
 from array import array
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from tapeproxy.bodies import Payload, response_payload, textual
+from tapeproxy.bodies import response_payload, textual
 from tapeproxy.exchangefile import (
     SCHEMA_VERSION,
     STREAMED,
@@ -38,14 +37,12 @@ from tapeproxy.framing import (
     read_item,
 )
 from tapeproxy.hopheaders import answer_headers
+from tapeproxy.models import Exchange
 from tapeproxy.normalize import RequestParts
 from tapeproxy.providers.base import Provider
 from tapeproxy.redact import is_secret_header
 from tapeproxy.scrub import Scrubber
 from tapeproxy.spool import Spool
-
-if TYPE_CHECKING:
-    from tapeproxy.models import Exchange
 
 
 def stored_headers(
@@ -81,40 +78,23 @@ YIELD_EVERY = 256  # frames a writer thread turns over between two offers of the
 @dataclass(frozen=True)
 class Finished:
     """A captured answer ready to number and write: the exchange whole, or (an answer too
-    large to hold) a skeleton with STREAMED where `middle` writes its body or frames; as a
-    plain Record (exchangefile.py), which the server and its scribe write as it is."""
+    large to hold) a skeleton with STREAMED where `middle` writes its body or frames."""
 
-    record: Record
+    exchange: Exchange
     middle: Callable[[bool], Iterable[bytes]] | None = None
-
-    @property
-    def exchange(self) -> Exchange:
-        """The record as the pydantic model reads it (for the tools and tests, not to write)."""
-        from tapeproxy.models import Exchange  # the recording path never needs pydantic
-
-        return Exchange.model_validate(self.record)
 
 
 def settle(capture: Capture, cut: bool, scrubber: Scrubber, keep_failures: bool) -> Finished | str:
     """A finished capture, scrubbed, ready to number and write; or, for an answer that is
     not kept (a failure without --record-failures), the outcome for the log line. Off the
-    event loop: in a writer thread, or in the scribe (scribe_process.py)."""
+    event loop, in a writer thread."""
     finished = capture.finish(cut, whole=bool(scrubber))
-    outcome = finished.record["outcome"]
+    outcome = finished.exchange.outcome
     if outcome is not Outcome.COMPLETE and not keep_failures:
         return f"not recorded ({outcome.value})"
     if scrubber:  # the request was scrubbed when keyed; the answer is scrubbed here
-        return Finished(scrubber.record(finished.record), finished.middle)
+        return Finished(scrubber.exchange(finished.exchange), finished.middle)
     return finished
-
-
-# What a Capture is made of, but its provider (named instead), its spool (its bytes), its
-# request, its frames' lengths and times, and its newest frames (all four as plain data):
-# what goes to the scribe, which has the same providers and needs no scratch file.
-_PACKED = (
-    *("key", "seq", "rules", "status", "headers", "chunked", "limit", "started"),
-    *("size", "over", "lost", "_recent_bytes", "_splitter"),
-)
 
 
 @dataclass
@@ -148,41 +128,6 @@ class Capture:
         asks = 200 <= self.status < 300 and self.provider.asks_to_stream(self.request)
         dialect = dialect_for(self.content_type, self.chunked, asks)
         self._splitter = FrameSplitter(dialect) if dialect else None
-
-    def packed(self) -> tuple[Any, ...]:
-        """An answer held in memory (not spilled), as plain data to pickle: `unpacked`.
-        Builtins (tuples, bytes, str, numbers) but for the frame splitter's small state: a
-        dataclass, an array or a deque pickles many times slower, on the event loop."""
-        request, body = self.request, self.request.body
-        return (
-            self.provider.name,
-            self.spool.memory,
-            (request.method, request.upstream, request.path, request.query, request.headers),
-            (body.kind, body.value, body.style),
-            self._lengths.tobytes(),
-            self._times.tobytes(),
-            tuple(self._recent),
-            [getattr(self, f) for f in _PACKED],
-        )
-
-    @classmethod
-    def unpacked(cls, packed: tuple[Any, ...], providers: Mapping[str, Provider]) -> Capture:
-        name, memory, request, body, lengths, times, recent, values = packed
-        capture = cls.__new__(cls)
-        capture.provider = providers[name]
-        capture.spool = Spool.holding(memory)
-        method, upstream, path, query, headers = request
-        kind, value, style = body
-        capture.request = RequestParts(
-            method, upstream, path, query, headers, Payload(kind, value, style)
-        )
-        capture._lengths, capture._times = array("q"), array("q")
-        capture._lengths.frombytes(lengths)
-        capture._times.frombytes(times)
-        capture._recent = deque(recent)
-        for name, value in zip(_PACKED, values, strict=True):
-            setattr(capture, name, value)
-        return capture
 
     def doomed(self, cut: bool) -> Outcome | None:
         """The outcome, when it is known to be a failure before the answer is finished."""
@@ -352,9 +297,8 @@ class Capture:
         body: dict[str, Any] | None,
         dialect: Dialect | None,
         frames: list[Record] | None,
-    ) -> Record:
-        """The exchange as its file holds it: what `Exchange.model_dump(exclude_none=True)`
-        gives, no None anywhere (tests/unit/test_exchangefile.py holds it to that)."""
+    ) -> Exchange:
+        """The exchange as captured, ordinal 1 until it is numbered."""
         request = self.request.to_dict()
         if request["body"] is None:
             del request["body"]
@@ -380,7 +324,7 @@ class Capture:
             record["usage"] = usage
         record["request"] = request
         record["response"] = response
-        return record
+        return Exchange.model_validate(record)
 
     def _ms(self) -> int:
         return int((time.monotonic() - self.started) * 1000)

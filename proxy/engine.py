@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from tapeproxy.candidates import candidates, recorded_request
@@ -24,13 +23,13 @@ from tapeproxy.errors import (
     UnknownUpstream,
     UpstreamError,
 )
-from tapeproxy.exchangefile import Outcome, render_around
 from tapeproxy.hangup import Watch
 from tapeproxy.hopheaders import answer_headers
 from tapeproxy.inbound import Answer, Inbound, Live, Refuse, Serve
 from tapeproxy.keycache import KeyCache, raw_key
 from tapeproxy.matching import follow_order
 from tapeproxy.misses import Miss
+from tapeproxy.models import Outcome, dump_around
 from tapeproxy.normalize import RequestParts, canonical, request_key, request_parts
 from tapeproxy.plan import Action, Step, plan
 from tapeproxy.providers import Rulebook
@@ -40,22 +39,18 @@ from tapeproxy.replays import Replay, ReplayCache
 from tapeproxy.routing import check_live
 from tapeproxy.rules import MatchRules
 from tapeproxy.runs import Run, Runs
-from tapeproxy.scribe import Scribe, ScribeGone, Scribing
 from tapeproxy.scrub import Scrubber
 from tapeproxy.settings import Mode, Settings
 from tapeproxy.spool import Spool
 from tapeproxy.stats import Counters, RunSummary, Snapshot, Trace
-from tapeproxy.store import journal
 from tapeproxy.store.base import CassetteStore, exchange_file
-from tapeproxy.store.fs import FileStore
 from tapeproxy.store.names import check_cassette_name, derived_name
 from tapeproxy.timing import TIMING_HEADER, parse_timing
 from tapeproxy.upstream import Outbound, Upstream
 
 MAX_MISSES = 50
-# Threads that write recordings. Many, since each mostly waits on its fsync, and fsyncs in
-# flight together share the disk's journal commits: 32 clients recording at once are not
-# queued behind a handful of writes.
+# Threads that write recordings. Many, since each mostly waits on its fsync: 32 clients
+# recording at once are not queued behind a handful of writes.
 WRITERS = 32
 log = logging.getLogger("tapeproxy")
 
@@ -126,10 +121,6 @@ class Engine:
         self.misses: deque[dict[str, Any]] = deque(maxlen=MAX_MISSES)
         self.upstream: Upstream | None = None  # set while the server runs
         self.writer = ThreadPoolExecutor(WRITERS, thread_name_prefix="tapeproxy-writer")
-        # Exchanges held in memory are written by the scribe, where it can run (scribe.py).
-        self.scribing: Scribing | None = None
-        if settings.scribe and journal.SUPPORTED and isinstance(store, FileStore):
-            self.scribing = Scribing(store, settings, self._open_store)
 
     async def exchange(self, inbound: Inbound) -> Answer:
         """Serve it from the cassette, refuse it, or go live (and record, as planned)."""
@@ -357,17 +348,11 @@ class Engine:
         return Live(answer, raw, recording, watch)
 
     async def keep(self, target: Target, capture: Capture, cut: bool) -> str:
-        """Finish, number and write a recording, off the loop: by the scribe (an answer held
-        in memory, once the scribe is ready) or in one trip to a writer thread. Its ordinal
+        """Finish, number and write a recording, in one trip to a writer thread. Its ordinal
         is given then, not when it was asked, so an answer that is not kept (a 429 the SDK
         retried) leaves no gap in the numbering."""
-        scribing = self.scribing
-        if scribing is not None and (scribe := scribing.taker(capture)) is not None:
-            with scribing.holding(capture):
-                kept = await self._keep_by_scribe(scribe, target, capture, cut)
-        else:
-            loop = asyncio.get_running_loop()
-            kept = await loop.run_in_executor(self.writer, self._write, target, capture, cut)
+        loop = asyncio.get_running_loop()
+        kept = await loop.run_in_executor(self.writer, self._write, target, capture, cut)
         if kept.failed:
             self.counters.errors += 1
             self.counters.write_failures += 1
@@ -379,68 +364,32 @@ class Engine:
         self.counters.recorded += 1
         return kept.outcome
 
-    async def _keep_by_scribe(
-        self, scribe: Scribe, target: Target, capture: Capture, cut: bool
-    ) -> Kept:
-        """`keep`, by the scribe. It is told the ordinal up front (the numbering lives
-        here), which is given back should the answer not be kept after all."""
-        try:
-            doomed = capture.doomed(cut)
-            if doomed is not None and not self.settings.record_failures:
-                return Kept(f"not recorded ({doomed.value})")
-            run, key = target.run, capture.key
-            if not run.note_dropped:  # before the first write: see _write
-                await asyncio.to_thread(self.runs.forget_note, run)
-            ordinal = run.next_ordinal(key, target.anew)
-            fresh = not run.on_disk(key, ordinal)
-            try:
-                written = await scribe.keep(capture, run.cassette, cut, ordinal, fresh)
-            except ScribeGone:  # whatever it did with it, this writes it again
-                loop = asyncio.get_running_loop()
-                write = partial(self._write, target, capture, cut, ordinal)
-                return await loop.run_in_executor(self.writer, write)
-            if written.error is not None:
-                log.error("%s", written.error)
-            if not written.kept:
-                if not written.failed:  # as if never numbered (a failed write keeps its number)
-                    run.release(key, ordinal)
-                return Kept(written.outcome, failed=written.failed)
-            return Kept(written.outcome, key, ordinal)
-        finally:
-            capture.spool.discard()
-
-    def _write(
-        self, target: Target, capture: Capture, cut: bool, ordinal: int | None = None
-    ) -> Kept:
-        """In a writer thread: the exchange captured, scrubbed, numbered (unless `ordinal`
-        was given already), written durably."""
+    def _write(self, target: Target, capture: Capture, cut: bool) -> Kept:
+        """In a writer thread: the exchange captured, scrubbed, numbered, written durably."""
         run = target.run
         try:
             try:  # a spooled answer's last bytes are written to its scratch file and read back
                 finished = settle(capture, cut, self.scrubber, self.settings.record_failures)
             except OSError as exc:
                 log.error("recording an answer: its scratch file failed: %s", exc)
-                self._give_back(run, capture.key, ordinal)
                 return Kept("not recorded (write failed)", failed=True)
             if not isinstance(finished, Finished):
-                self._give_back(run, capture.key, ordinal)
                 return Kept(finished)
-            record, key = finished.record, capture.key
+            key = capture.key
             self.runs.forget_note(run)  # before the write: a crash between leaves no stale note
-            if ordinal is None:
-                ordinal = run.next_ordinal(key, target.anew)
-            record = {**record, "ordinal": ordinal}
+            ordinal = run.next_ordinal(key, target.anew)
+            exchange = finished.exchange.model_copy(update={"ordinal": ordinal})
             try:
                 if finished.middle is None:
                     fresh = not run.on_disk(key, ordinal)
-                    self.store.write(run.cassette, record, fresh=fresh)
+                    self.store.write(run.cassette, exchange, fresh=fresh)
                 else:
-                    pieces = render_around(record, finished.middle)
+                    pieces = dump_around(exchange, finished.middle)
                     self.store.write_pieces(run.cassette, key, ordinal, pieces)
             except OSError as exc:
                 log.error("could not write to cassette %r: %s", run.cassette, exc)
                 return Kept("not recorded (write failed)", failed=True)
-            outcome = record["outcome"]
+            outcome = exchange.outcome
             return Kept(
                 "recorded" if outcome is Outcome.COMPLETE else f"recorded {outcome.value}",
                 key,
@@ -448,11 +397,6 @@ class Engine:
             )
         finally:
             capture.spool.discard()
-
-    @staticmethod
-    def _give_back(run: Run, key: str, ordinal: int | None) -> None:
-        if ordinal is not None:
-            run.release(key, ordinal)
 
     async def spill(self, capture: Capture) -> None:
         loop = asyncio.get_running_loop()
@@ -527,37 +471,13 @@ class Engine:
             if name not in touched and (name in self.named or not touched)
         )
 
-    async def open(self) -> None:
-        """The store, opened for this server (see CassetteStore.open)."""
-        await self._open_store(self.store.open)
-
-    async def _open_store(self, opener: Callable[[], list[Path]]) -> None:
-        try:
-            restored = await asyncio.to_thread(opener)
-        except OSError as exc:  # each exchange is then synced on its own; replay never writes
-            log.error("could not take back the journal of an earlier tapeproxy: %s", exc)
-            return
-        if restored:
-            log.warning(
-                "wrote back %d exchange file(s) from the journal of an tapeproxy that "
-                "stopped without closing it (first: %s)",
-                len(restored),
-                restored[0],
-            )
-
     async def close(self) -> Snapshot:
         """End every run (dropping what record runs superseded); count the recordings of every
         cassette it was told to serve in a replaying mode and no request reached as unused;
         the final snapshot."""
         self.upstream = None
         await self.runs.end_all()
-        if self.scribing is not None:
-            await self.scribing.close()
         await asyncio.to_thread(self.writer.shutdown)
-        try:
-            await asyncio.to_thread(self.store.close)
-        except OSError as exc:  # what is journaled stays, for the next start to write back
-            log.error("closing the cassettes: %s", exc)
         self.replays.clear()
         for name in self.untouched():
             replaying = bool(self.told[name] & {Mode.REPLAY, Mode.AUTO, Mode.ONCE})

@@ -1,11 +1,6 @@
-"""The exchange file's bytes, without pydantic: an exchange as the plain data its file holds
-(a `Record`), rendered in the one layout every writer uses.
-
-A Record is what `Exchange.model_dump(exclude_none=True)` gives (models.py validates and reads
-files; this module writes them): the recording server and its scribe (scribe_process.py) build
-and write Records, and never import pydantic to do it. tests/unit/test_exchangefile.py checks
-that every Record a capture makes is one the model reads back unchanged.
-"""
+"""The exchange file's layout: an exchange's plain data (a `Record`, what
+`Exchange.record()` gives; models.py defines the exchange) rendered as the bytes every
+writer writes, whole or, for an answer too large to hold, in pieces."""
 
 from __future__ import annotations
 
@@ -13,12 +8,9 @@ import json
 import secrets
 from collections.abc import Callable, Iterable, Iterator
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tapeproxy.jsontext import indent2
-
-if TYPE_CHECKING:
-    from tapeproxy.models import Exchange
 
 SCHEMA_VERSION = 1
 
@@ -140,19 +132,3 @@ def string_json(pieces: Iterable[str], ascii: bool = False) -> Iterator[bytes]:
     for piece in pieces:
         yield json.dumps(piece, ensure_ascii=ascii)[1:-1].encode("utf-8")
     yield b'"'
-
-
-def untimed(record: Record, seq: Any) -> Record:
-    """The record with its timings (frame arrivals, when a cut came) left out, and `seq` as
-    its position in the run: what two recordings of the same answer have in common."""
-    response = dict(record["response"])
-    frames = response.get("frames")
-    if frames is not None:
-        response["frames"] = [{**one, "ms": 0} for one in frames]
-    response.pop("end_ms", None)
-    return {**record, "seq": seq, "response": response}
-
-
-def record_of(exchange: Exchange | Record) -> Record:
-    """An exchange as its Record (a Record as it is)."""
-    return exchange if isinstance(exchange, dict) else exchange.model_dump(exclude_none=True)

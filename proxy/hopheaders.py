@@ -1,5 +1,4 @@
-"""Which headers pass the proxy, each way (RFC 9110 7.6.1): no client code here, so that the
-scribe (scribe_process.py), which stores answer headers, does not load it."""
+"""Which headers pass the proxy, each way (RFC 9110 7.6.1)."""
 
 from __future__ import annotations
 

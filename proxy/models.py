@@ -1,5 +1,6 @@
-"""The exchange file on disk as a pydantic model: read, validated and migrated; written through
-the one layout of exchangefile.py."""
+"""The exchange file as a pydantic model: its one definition, for reading (validated and
+migrated) and for writing (its dump, laid out by exchangefile.py), and what makes two
+recordings the same."""
 
 from __future__ import annotations
 
@@ -9,16 +10,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-# What the file is and how it is laid out live in exchangefile.py (no pydantic there, for the
-# scribe): named here too, for every reader of exchange files.
+# How the file is laid out lives in exchangefile.py: named here too, for every reader.
 from tapeproxy.exchangefile import (
     FRAME_INDENT,
     SCHEMA_VERSION,
     STREAMED,
     NewerSchema,
     Outcome,
+    Record,
     frames_json,
-    record_of,
     render,
     render_around,
     schema_version,
@@ -33,6 +33,7 @@ __all__ = [
     "Frame",
     "NewerSchema",
     "Outcome",
+    "Record",
     "StoredRequest",
     "StoredResponse",
     "dump_around",
@@ -94,6 +95,29 @@ class Exchange(_Model):
         """The schema_version of the file it was loaded from (older ones are migrated)."""
         return self._read_as
 
+    def record(self) -> Record:
+        """The exchange as its file holds it: plain data, no None anywhere."""
+        return self.model_dump(exclude_none=True)
+
+    def untimed(self, seq: int) -> Exchange:
+        """The exchange with its timings (frame arrivals, when a cut came) left out, and
+        `seq` as its position in the run: what two recordings of one answer have in common."""
+        response = self.response
+        frames = response.frames
+        if frames is not None:
+            frames = [one.model_copy(update={"ms": 0}) for one in frames]
+        untimed = response.model_copy(update={"frames": frames, "end_ms": None})
+        return self.model_copy(update={"seq": seq, "response": untimed})
+
+    def same_recording(self, new: Exchange) -> bool:
+        """True when `new` is what this stored one holds but for timing and recording order
+        (`seq`), so a re-record of the same answers leaves the stored file (and git)
+        untouched, even when parallel calls came in another order. The stored file keeps its
+        seq: the position in the run that first recorded that answer. Compared as written,
+        so a JSON body whose keys came in another order is not the same (replay gives back
+        the bytes as recorded)."""
+        return dump_exchange(self.untimed(self.seq)) == dump_exchange(new.untimed(self.seq))
+
 
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
 # Version N -> the step that turns a version-N file into a version-N+1 one, as in mitmproxy's
@@ -116,7 +140,7 @@ def migrate(data: dict[str, Any]) -> dict[str, Any]:
 
 def dump_exchange(exchange: Exchange) -> bytes:
     """The exchange file's bytes: `render` of its Record (exchangefile.py)."""
-    return render(record_of(exchange))
+    return render(exchange.record())
 
 
 def load_exchange(raw: bytes) -> Exchange:
@@ -132,4 +156,4 @@ def load_exchange(raw: bytes) -> Exchange:
 
 def dump_around(skeleton: Exchange, middle: Callable[[bool], Iterable[bytes]]) -> Iterator[bytes]:
     """`render_around` of an exchange's Record (exchangefile.py)."""
-    return render_around(record_of(skeleton), middle)
+    return render_around(skeleton.record(), middle)

@@ -68,8 +68,6 @@ class Run:
     # Writer threads number recordings (next_ordinal) while the event loop adds them (add):
     # one lock, shared like `pending`, around both.
     numbering: threading.Lock = field(default_factory=threading.Lock)
-    # Ordinals given back (`release`) while a later one was held: never written by this run.
-    gaps: set[tuple[str, int]] = field(default_factory=set)
 
     def ask(self, key: str) -> tuple[int, int]:
         """Count one more request for `key`: (its 1-based ask number, its seq in the run)."""
@@ -129,24 +127,8 @@ class Run:
             (key, ordinal)
             for key, count in self.committed.items()
             for ordinal in self.ordinals.get(key, ())
-            if ordinal > count or (key, ordinal) in self.gaps
+            if ordinal > count
         ]
-
-    def release(self, key: str, ordinal: int) -> None:
-        """Give back an ordinal numbered for a recording that was then not kept (the scribe
-        numbers before it finishes: its stream carried an error frame). The next recording
-        of `key` takes it, unless a later one, being written or written meanwhile, took the
-        one after: then it stays a gap (counting it back would hand that later one's ordinal
-        out again, or drop its recording as superseded)."""
-        with self.numbering:
-            pending = self.pending.get(key, set())
-            pending.discard(ordinal)
-            if any(o > ordinal for o in pending) or (
-                any(k == key and o > ordinal for k, o in self.recorded)
-            ):
-                self.gaps.add((key, ordinal))  # an earlier run's recording there is stale
-            else:
-                self.committed[key] -= 1
 
     def on_disk(self, key: str, ordinal: int) -> bool:
         """Whether a recording of `key` numbered `ordinal` was on disk when the run began or

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from tapeproxy.bodies import Payload
 from tapeproxy.errors import ConfigError
-from tapeproxy.exchangefile import Record, record_of
+from tapeproxy.exchangefile import Record
 from tapeproxy.normalize import RequestParts
 from tapeproxy.redact import MARKER
 from tapeproxy.rules import parse_path
@@ -230,7 +230,7 @@ class Scrubber:
         """`record`, for an exchange read back (`tapeproxy redact`)."""
         if not self:
             return exchange
-        scrubbed = type(exchange).model_validate(self.record(record_of(exchange)))
+        scrubbed = type(exchange).model_validate(self.record(exchange.record()))
         scrubbed._read_as = exchange.read_as
         return scrubbed
 

@@ -73,11 +73,6 @@ class Settings(BaseModel):
     record_failures: bool = Field(
         False, description="Also record 429/5xx answers and streams cut short."
     )
-    scribe: bool = Field(
-        True,
-        description="Write recordings from a second process, the scribe: twice the record "
-        "throughput under load. Off, threads of the server write them.",
-    )
     replay_timing: str = Field(
         "none", description="none, recorded, or a factor (0.5 = twice as fast) for stream frames."
     )

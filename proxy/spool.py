@@ -33,13 +33,6 @@ class Spool:
         # A flush still running in a writer thread when its client left meets the discard.
         self._lock = threading.Lock()
 
-    @classmethod
-    def holding(cls, data: bytes) -> Spool:
-        """A spool that never spilled, holding `data` (a capture rebuilt in the scribe)."""
-        spool = cls(_no_file)
-        spool._memory, spool.size = bytearray(data), len(data)
-        return spool
-
     def write(self, data: bytes) -> bool:
         """Take `data`; True when a `flush` is due."""
         self.size += len(data)
@@ -100,10 +93,6 @@ class Spool:
     def forget(self) -> None:
         """Let go of the bytes held in memory (on the loop: no file is touched)."""
         self._memory = bytearray()
-
-
-def _no_file() -> BinaryIO:
-    raise OSError("this spool has no scratch file")
 
 
 def _cut(data: bytes, lengths: Iterator[int] | None) -> Iterator[bytes]:

@@ -20,7 +20,6 @@ from tapeproxy.app import create_app
 from tapeproxy.cli.server import ReadyServer, uvicorn_config
 from tapeproxy.lastrun import LAST_RUN_FILE
 from tapeproxy.settings import Settings
-from tapeproxy.store.journal import JOURNAL_DIR
 
 SECRET_OPENAI = "sk-test-SECRET-openai-0123456789abcdef"
 SECRET_ANTHROPIC = "sk-ant-test-SECRET-anthropic-0123456789"
@@ -85,11 +84,9 @@ def closed_port() -> int:
 
 
 def library_files(root: Path) -> list[Path]:
-    """Every file below `root` but the write-ahead journal's, sorted. A live server removes
-    its journal's folder when it hands the journal to its scribe: it is not walked."""
+    """Every file below `root`, sorted."""
     found = []
-    for folder, dirs, names in os.walk(root):
-        dirs[:] = [d for d in dirs if d != JOURNAL_DIR]
+    for folder, _, names in os.walk(root):
         found += [Path(folder) / name for name in names]
     return sorted(found)
 

@@ -6,54 +6,25 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
+from pydantic import ValidationError
+
 from tapeproxy.errors import CassetteCorrupt
-from tapeproxy.exchangefile import NewerSchema, Record, record_of, render
-from tapeproxy.store import journal
-from tapeproxy.store.base import (
-    exchange_file,
-    is_leftover,
-    parse_exchange_file,
-    same_as_stored,
-    same_recording,
-)
-from tapeproxy.store.durable import FolderSyncs, fsync_folder, write_atomic
+from tapeproxy.models import Exchange, NewerSchema, dump_exchange, load_exchange
+from tapeproxy.store.base import exchange_file, is_leftover, parse_exchange_file
+from tapeproxy.store.durable import fsync_folder, write_atomic
 from tapeproxy.store.names import check_folder_name
 
 if TYPE_CHECKING:
     from tapeproxy.lastrun import LastRun
-    from tapeproxy.models import Exchange
 
 
 class FileStore:
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
-        self._folder_syncs = FolderSyncs()
-        self._journal: journal.Journal | None = None
-        # Another process's journal on this library that may hold a file this store is
-        # about to write without its own journal, or to delete (the scribe's, scribe.py):
-        # told first, so that its older bytes are never written back over the newer file.
-        self.elsewhere: Callable[[Path], None] | None = None
-
-    def open(self) -> list[Path]:
-        """From now on exchange files go through a write-ahead journal (a recording
-        server's store; see journal.py); first, write back what a crashed one left in
-        its journal. The paths written back."""
-        if not journal.SUPPORTED:
-            return []
-        kept = journal.Journal(self.root)
-        restored = kept.open()
-        self._journal = kept
-        return restored
-
-    def close(self) -> None:
-        """Every exchange written is synced and the journal removed."""
-        kept, self._journal = self._journal, None
-        if kept is not None:
-            kept.close()
 
     def folder(self, cassette: str) -> Path:
         return self.root / check_folder_name(cassette)
@@ -72,11 +43,6 @@ class FileStore:
         return self.folder(cassette) / exchange_file(key, ordinal)
 
     def read(self, cassette: str, key: str, ordinal: int) -> Exchange:
-        # Imported here: the scribe's FileStore never reads, and carries no pydantic.
-        from pydantic import ValidationError
-
-        from tapeproxy.models import load_exchange
-
         path = self.path(cassette, key, ordinal)
         try:
             return load_exchange(path.read_bytes())
@@ -87,58 +53,15 @@ class FileStore:
                 f"cannot read {path}: {exc}; run `tapeproxy verify {cassette}` to check it"
             ) from exc
 
-    def write(self, cassette: str, exchange: Exchange | Record, fresh: bool = False) -> bool:
-        done = self.write_many([(cassette, exchange, fresh)])[0]
-        if isinstance(done, OSError):
-            raise done
-        return done
-
-    def write_many(
-        self, items: Sequence[tuple[str, Exchange | Record, bool]]
-    ) -> list[bool | OSError]:
-        """`write` for several (cassette, exchange, fresh) at once, sharing one journal write
-        and one sync; per item, what `write` returns or the error it would raise."""
-        done: list[bool | OSError] = [False] * len(items)
-        files: list[tuple[Path, bytes]] = []
-        where: list[int] = []
-        for n, (cassette, exchange, fresh) in enumerate(items):
-            record = record_of(exchange)
-            path = self.path(cassette, record["key"], record["ordinal"])
-            if fresh or not _unchanged(path, record):
-                files.append((path, render(record)))
-                where.append(n)
-        journaled = self._journal.write_many(files) if self._journal is not None else []
-        for at, (path, data) in enumerate(files):
-            outcome = journaled[at] if at < len(journaled) else False
-            if outcome is False:
-                try:
-                    self._write_synced(path, data)
-                    outcome = True
-                except OSError as exc:
-                    outcome = exc
-            done[where[at]] = outcome
-        return done
+    def write(self, cassette: str, exchange: Exchange, fresh: bool = False) -> bool:
+        path = self.path(cassette, exchange.key, exchange.ordinal)
+        if not fresh and _unchanged(path, exchange):
+            return False
+        write_atomic(path, dump_exchange(exchange))
+        return True
 
     def write_pieces(self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes]) -> None:
-        self._write_synced(self.path(cassette, key, ordinal), pieces)
-
-    def _write_synced(self, path: Path, data: bytes | Iterable[bytes]) -> None:
-        """Written and synced on its own, then any older bytes of it that the journal holds
-        are voided: they must not be written back over this newer file."""
-        self._forget_elsewhere(path)
-        write_atomic(path, data, self._folder_syncs.sync)
-        if self._journal is not None:
-            self._journal.forget(path)
-
-    def forget(self, path: Path) -> None:
-        """The journal no longer holds `path` (another process writes or deletes it)."""
-        if self._journal is not None:
-            self._journal.forget(path)
-
-    def _forget_elsewhere(self, path: Path) -> None:
-        elsewhere = self.elsewhere
-        if elsewhere is not None:
-            elsewhere(path)
+        write_atomic(self.path(cassette, key, ordinal), pieces)
 
     def scratch(self, cassette: str) -> BinaryIO:
         """An anonymous file beside the cassette, on the same disk as its exchanges: it has
@@ -149,9 +72,6 @@ class FileStore:
 
     def delete(self, cassette: str, key: str, ordinal: int) -> None:
         path = self.path(cassette, key, ordinal)
-        self._forget_elsewhere(path)
-        if self._journal is not None:
-            self._journal.forget(path)
         path.unlink(missing_ok=True)
         fsync_folder(path.parent)
 
@@ -221,33 +141,22 @@ class FileStore:
             ) from exc
 
 
-def _unchanged(path: Path, record: Record) -> bool:
-    """Whether `path` holds the same recording as `record` (`same_recording`), so that it is
-    not written again. Nothing readable there, or a file in an older schema_version (written
+def _unchanged(path: Path, exchange: Exchange) -> bool:
+    """Whether `path` holds the same recording (`Exchange.same_recording`), so that it is not
+    written again. Nothing readable there, or a file in an older schema_version (written
     again: upgraded), is not the same."""
     try:
-        raw = path.read_bytes()
-    except OSError:
+        stored = load_exchange(path.read_bytes())
+    except (OSError, ValueError, ValidationError):
         return False
-    same = same_as_stored(raw, record)
-    if same is not None:
-        return same
-    # A file not as tapeproxy writes them: read by the model (the scribe imports it only now).
-    from pydantic import ValidationError
-
-    from tapeproxy.models import load_exchange
-
-    try:
-        stored = load_exchange(raw)
-    except (ValueError, ValidationError):
-        return False
-    return stored.read_as == stored.schema_version and same_recording(stored, record)
+    return stored.read_as == stored.schema_version and stored.same_recording(exchange)
 
 
 def sweep_leftovers(root: Path, older_than: float = 60.0) -> list[Path]:
-    """Delete the temp files that killed writes left in the library, and say which. Only
-    those older than `older_than` seconds: another tapeproxy on the same library may be
-    writing the newer ones right now."""
+    """Delete the temp files that killed writes left in the library, and say which: those
+    of a process of this machine that has ended, and any older than `older_than` seconds
+    (a tapeproxy in another container, whose process this machine does not see, may be
+    writing the newer ones right now)."""
     swept: list[Path] = []
     cutoff = time.time() - older_than
     for folder, dirs, files in os.walk(root):
@@ -256,7 +165,22 @@ def sweep_leftovers(root: Path, older_than: float = 60.0) -> list[Path]:
             if not is_leftover(name):  # the name alone: no path built, no stat, per file
                 continue
             path = Path(folder) / name
-            if path.stat().st_mtime < cutoff:
-                path.unlink(missing_ok=True)
-                swept.append(path)
+            with contextlib.suppress(FileNotFoundError):
+                if _writer_gone(name) or path.stat().st_mtime < cutoff:
+                    path.unlink()
+                    swept.append(path)
     return swept
+
+
+def _writer_gone(name: str) -> bool:
+    """Whether the process that made the temp file `.<file>.<pid>-<n>.tmp` has ended."""
+    pid, dash, _ = name.removesuffix(".tmp").rpartition(".")[2].partition("-")
+    if not dash or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # there, but another user's
+        return False
+    return False

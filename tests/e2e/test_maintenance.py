@@ -22,7 +22,6 @@ from typer.testing import CliRunner
 
 from tapeproxy import exchangefile, models, runs
 from tapeproxy.cli.main import app
-from tapeproxy.exchangefile import Record
 from tapeproxy.lastrun import LAST_RUN_FILE
 from tapeproxy.providers import Rulebook, provider_table
 from tapeproxy.scrub import Scrubber
@@ -383,7 +382,7 @@ class DiesAfter(FileStore):
         if self.steps < 0:
             raise Killed
 
-    def write(self, cassette: str, exchange: models.Exchange | Record, fresh: bool = False) -> bool:
+    def write(self, cassette: str, exchange: models.Exchange, fresh: bool = False) -> bool:
         self._step()
         return super().write(cassette, exchange, fresh)
 

@@ -13,7 +13,6 @@ from pydantic import ValidationError
 
 from tapeproxy.bodies import Payload
 from tapeproxy.errors import CassetteCorrupt
-from tapeproxy.exchangefile import Record, record_of, render
 from tapeproxy.lastrun import LAST_RUN_FILE, LastRun, dump_last_run, load_last_run
 from tapeproxy.listing import show, summarize
 from tapeproxy.models import (
@@ -21,6 +20,7 @@ from tapeproxy.models import (
     Frame,
     StoredRequest,
     StoredResponse,
+    dump_exchange,
     load_exchange,
 )
 from tapeproxy.normalize import RequestParts, request_key
@@ -32,7 +32,6 @@ from tapeproxy.store.base import (
     exchange_file,
     is_leftover,
     parse_exchange_file,
-    same_recording,
 )
 from tapeproxy.verification import verify
 
@@ -66,13 +65,12 @@ class MemoryStore:
         except (KeyError, ValueError, ValidationError) as exc:
             raise CassetteCorrupt(f"cannot read {self.where(cassette)}/{name}: {exc}") from exc
 
-    def write(self, cassette: str, exchange: Exchange | Record, fresh: bool = False) -> bool:
-        record = record_of(exchange)
-        name = exchange_file(record["key"], record["ordinal"])
+    def write(self, cassette: str, exchange: Exchange, fresh: bool = False) -> bool:
+        name = exchange_file(exchange.key, exchange.ordinal)
         files = self.data.setdefault(cassette, {})
-        if name in files and same_recording(load_exchange(files[name]), record):
+        if name in files and load_exchange(files[name]).same_recording(exchange):
             return False
-        files[name] = render(record)
+        files[name] = dump_exchange(exchange)
         return True
 
     def write_pieces(self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes]) -> None:

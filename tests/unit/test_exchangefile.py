@@ -1,6 +1,6 @@
-"""The exchange file written without pydantic (exchangefile.py): every Record a capture makes
-renders to the very bytes the pydantic model writes of it, and a stored file is judged the
-same recording, without the model, only where the model would judge it so."""
+"""The exchange file: every exchange a capture makes is written and read back unchanged in the
+one layout (exchangefile.py), whole or piece by piece, and two recordings are the same
+recording when only their timings and seq differ."""
 
 from __future__ import annotations
 
@@ -11,18 +11,16 @@ from unittest.mock import patch
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import ValidationError
 
 from tapeproxy.bodies import Payload
 from tapeproxy.capture import Capture, Finished, settle
 from tapeproxy.exchangefile import STREAMED, Record, frames_json, render, render_around
-from tapeproxy.models import Exchange, Frame, dump_around, dump_exchange, load_exchange
+from tapeproxy.models import Exchange, dump_around, dump_exchange, load_exchange
 from tapeproxy.normalize import RequestParts
 from tapeproxy.providers import anthropic, gemini, ollama, openai
 from tapeproxy.providers.base import Provider
 from tapeproxy.scrub import Scrubber
 from tapeproxy.spool import Spool
-from tapeproxy.store.base import same_as_stored
 
 TEXT = st.text(st.characters(codec="utf-8"), max_size=12) | st.sampled_from(["hide me", "é\u2028"])
 # A token count: `true` is read as 1 (and written so), a count past 64 bits as it is.
@@ -95,8 +93,8 @@ def answers(draw: st.DrawFn) -> tuple[Provider, str, Any, str, bool, bytes]:
 
 
 @st.composite
-def records(draw: st.DrawFn) -> Record:
-    """A Record as the server or its scribe settles one: any answer, split anywhere, cut
+def records(draw: st.DrawFn) -> Exchange:
+    """An exchange as the server settles one: any answer, split anywhere, cut
     or not, with redaction on or off, kept whatever its outcome."""
     provider, path, body, content_type, chunked, data = draw(answers())
     cut = draw(st.booleans())
@@ -125,17 +123,14 @@ def records(draw: st.DrawFn) -> Record:
     with patch("tapeproxy.capture.time.monotonic", return_value=capture.started + 7.5):
         done = settle(capture, cut, scrubber, keep_failures=True)
     assert isinstance(done, Finished)
-    return {**done.record, "ordinal": draw(st.integers(1, 3))}
+    return done.exchange.model_copy(update={"ordinal": draw(st.integers(1, 3))})
 
 
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
-@given(record=records())
-def test_a_record_renders_to_the_bytes_the_model_writes_and_reads_back(record: Record) -> None:
-    """The one source of truth: a Record is what the model dumps of itself, so the server
-    and its scribe (which write Records) write what every reader and tool writes."""
-    raw = render(record)
-    exchange = Exchange.model_validate(record)
-    assert raw == dump_exchange(exchange)
+@given(exchange=records())
+def test_a_captured_exchange_is_written_and_read_back_unchanged(exchange: Exchange) -> None:
+    raw = dump_exchange(exchange)
+    assert load_exchange(raw) == exchange
     assert dump_exchange(load_exchange(raw)) == raw
 
 
@@ -154,109 +149,24 @@ def test_a_record_too_large_to_hold_renders_piece_by_piece_as_whole() -> None:
     assert b"".join(dump_around(model, lambda ascii: frames_json(frames, ascii))) == render(whole)
 
 
-# What the pydantic model says of a stored file (the way FileStore judged before Records).
-def model_says_same(raw: bytes, new: Record) -> bool:
-    try:
-        stored = load_exchange(raw)
-    except (ValueError, ValidationError):
-        return False
-    if stored.read_as != stored.schema_version:
-        return False
-
-    def untimed(exchange: Exchange) -> Exchange:
-        response = exchange.response
-        frames = response.frames
-        if frames is not None:
-            frames = [Frame(ms=0, text=f.text, base64=f.base64) for f in frames]
-        return exchange.model_copy(
-            update={"response": response.model_copy(update={"frames": frames, "end_ms": None})}
-        )
-
-    fresh = untimed(Exchange.model_validate(new)).model_copy(update={"seq": stored.seq})
-    return dump_exchange(untimed(stored)) == dump_exchange(fresh)
-
-
-MUTANTS = st.sampled_from(
-    ["drop", "null", "str", "float", "true", "neg", "extra", "text", "nested"]
-)
-
-
-def mutate(data: Any, path: list[Any], how: str) -> Any:
-    """`data` with the value at `path` changed as `how` says (a hand-edited file)."""
-    if not path:
-        if how == "str":
-            return str(data)
-        if how == "float" and isinstance(data, int) and not isinstance(data, bool):
-            return float(data)
-        if how == "extra" and isinstance(data, dict):
-            return {**data, "extra": 1}
-        if how == "text" and isinstance(data, str):
-            return data + "!"
-        return {"null": None, "true": True, "neg": -1, "nested": [data]}.get(how, data)
-    head, rest = path[0], path[1:]
-    copy: Any = list(data) if isinstance(data, list) else dict(data)
-    if not rest and how == "drop" and isinstance(copy, dict):
-        del copy[head]
-        return copy
-    copy[head] = mutate(data[head], rest, how)
-    return copy
-
-
-# The model's own fields, where it coerces or fills in a default: drawn more often than a
-# path into a body.
-FIELDS: list[list[Any]] = [
-    ["outcome"], ["seq"], ["usage"], ["schema_version"], ["request", "query"],
-    ["request", "headers"], ["response", "status"], ["response", "headers"],
-    ["response", "end_ms"], ["response", "dialect"], ["response", "body"],
-    ["response", "frames"], ["response", "frames", 0, "ms"], ["response", "frames", 0, "text"],
-]  # fmt: skip
-
-
-def has(data: Any, path: list[Any]) -> bool:
-    for step in path:
-        inside = isinstance(data, dict) and step in data
-        inside |= isinstance(data, list) and isinstance(step, int) and step < len(data)
-        if not inside:
-            return False
-        data = data[step]
-    return True
-
-
-def paths(data: Any, at: list[Any]) -> list[list[Any]]:
-    found = [at]
-    if isinstance(data, dict):
-        for key, value in data.items():
-            found += paths(value, [*at, key])
-    elif isinstance(data, list):
-        for index, value in enumerate(data):
-            found += paths(value, [*at, index])
-    return found
-
-
-@settings(max_examples=1000, suppress_health_check=[HealthCheck.too_slow])
-@given(record=records(), other=records(), same=st.booleans(), data=st.data())
-def test_a_stored_file_is_judged_without_the_model_only_where_the_model_agrees(
-    record: Record, other: Record, same: bool, data: st.DataObject
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(exchange=records(), other=records(), data=st.data())
+def test_two_recordings_are_the_same_when_only_timings_and_seq_differ(
+    exchange: Exchange, other: Exchange, data: st.DataObject
 ) -> None:
-    """`same_as_stored` answers True or False only as the model would (else None: the store
-    then asks the model): for files as tapeproxy writes them, with other timings and seqs,
-    other answers, and files changed by hand (a value coerced, dropped, nulled, added)."""
-    new = record if same else {**other, "key": record["key"], "ordinal": record["ordinal"]}
-    stored: Any = {**record, "seq": data.draw(st.integers(0, 9))}
-    response = dict(stored["response"])
-    if "frames" in response:
-        ms = data.draw(st.lists(st.integers(0, 99), min_size=len(response["frames"])))
-        response["frames"] = [{**f, "ms": m} for f, m in zip(response["frames"], ms, strict=False)]
-    stored["response"] = response
-    for _ in range(data.draw(st.integers(0, 2))):
-        path = data.draw(st.sampled_from(FIELDS) | st.sampled_from(paths(stored, [])))
-        if not has(stored, path):
-            continue
-        stored = mutate(stored, path, data.draw(MUTANTS))
-    try:
-        raw = render(stored) if data.draw(st.booleans()) else json.dumps(stored).encode()
-    except (AttributeError, KeyError, TypeError):  # no response left to lay out
-        raw = json.dumps(stored).encode()
-    verdict = same_as_stored(raw, new)
-    if verdict is not None:
-        assert verdict == model_says_same(raw, new)
+    response = exchange.response
+    frames = response.frames
+    if frames is not None:
+        ms = data.draw(st.lists(st.integers(0, 99), min_size=len(frames), max_size=len(frames)))
+        frames = [f.model_copy(update={"ms": m}) for f, m in zip(frames, ms, strict=True)]
+    end_ms = data.draw(st.none() | st.integers(0, 99)) if response.end_ms is not None else None
+    retimed = exchange.model_copy(
+        update={
+            "seq": data.draw(st.integers(0, 9)),
+            "response": response.model_copy(update={"frames": frames, "end_ms": end_ms}),
+        }
+    )
+    assert exchange.same_recording(retimed) and retimed.same_recording(exchange)
+    moved = other.model_copy(update={"key": exchange.key, "ordinal": exchange.ordinal})
+    written_alike = dump_exchange(moved.untimed(0)) == dump_exchange(exchange.untimed(0))
+    assert exchange.same_recording(moved) == written_alike

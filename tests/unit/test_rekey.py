@@ -13,7 +13,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tapeproxy.bodies import Payload
-from tapeproxy.exchangefile import Record
 from tapeproxy.models import Exchange, StoredRequest, StoredResponse
 from tapeproxy.normalize import RequestParts, request_key, request_parts
 from tapeproxy.providers import BUILTIN
@@ -70,7 +69,7 @@ class CrashingStore(FileStore):
         super().__init__(root)
         self.writes = writes
 
-    def write(self, cassette: str, exchange: Exchange | Record, fresh: bool = False) -> bool:
+    def write(self, cassette: str, exchange: Exchange, fresh: bool = False) -> bool:
         if self.writes == 0:
             raise KeyboardInterrupt("killed")
         self.writes -= 1

@@ -4,9 +4,6 @@ the listing the cassette tools need, and the table of backends."""
 from __future__ import annotations
 
 import os
-import stat
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +13,7 @@ from tapeproxy.errors import BadCassetteName, CassetteCorrupt, ConfigError
 from tapeproxy.lastrun import LAST_RUN_FILE, LastRun
 from tapeproxy.models import Exchange, Frame, StoredRequest, StoredResponse, dump_exchange
 from tapeproxy.store import BACKENDS, open_store
-from tapeproxy.store.base import CassetteStore, exchange_file, parse_exchange_file, same_recording
+from tapeproxy.store.base import CassetteStore, exchange_file, parse_exchange_file
 from tapeproxy.store.fs import FileStore
 from tapeproxy.store.names import MAX_NAME, check_cassette_name
 
@@ -275,11 +272,11 @@ def test_the_derived_cassette_of_a_longest_name_is_valid() -> None:
 
 def test_same_recording_ignores_timings_and_recording_order_only() -> None:
     cut_later = exchange().response.model_copy(update={"end_ms": 12})
-    assert same_recording(exchange(ms=5), exchange(ms=999))
-    assert same_recording(exchange(), exchange().model_copy(update={"response": cut_later}))
-    assert same_recording(exchange(), exchange(seq=3))
-    assert not same_recording(exchange(), exchange(text="data: bye\n\n"))
-    assert not same_recording(exchange(seq=3), exchange(seq=3, text="data: bye\n\n"))
+    assert exchange(ms=5).same_recording(exchange(ms=999))
+    assert exchange().same_recording(exchange().model_copy(update={"response": cut_later}))
+    assert exchange().same_recording(exchange(seq=3))
+    assert not exchange().same_recording(exchange(text="data: bye\n\n"))
+    assert not exchange(seq=3).same_recording(exchange(seq=3, text="data: bye\n\n"))
 
 
 def test_a_re_record_in_another_order_keeps_the_file_and_its_seq(tmp_path: Path) -> None:
@@ -308,46 +305,3 @@ def test_open_store_opens_a_folder_or_a_file_url(tmp_path: Path, given: str) -> 
 def test_open_store_refuses_an_unknown_backend_and_names_the_known_ones() -> None:
     with pytest.raises(ConfigError, match="file://"):
         open_store("s3://bucket/cassettes")
-
-
-def test_writes_finishing_together_share_a_folder_fsync_begun_after_each_rename(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Group commit: a write never returns before an fsync of its folder that began after
-    its file was renamed into place has ended."""
-    folder_fsyncs: list[tuple[float, float]] = []
-    real_fsync = os.fsync
-
-    def slow_fsync(fd: int) -> None:
-        if stat.S_ISDIR(os.fstat(fd).st_mode):
-            began = time.monotonic()
-            time.sleep(0.02)
-            real_fsync(fd)
-            folder_fsyncs.append((began, time.monotonic()))
-        else:
-            real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", slow_fsync)
-    store = FileStore(tmp_path)
-    renamed: dict[str, float] = {}
-    returned: dict[str, float] = {}
-    real_replace = os.replace
-
-    def replace(src: str, dst: str | Path) -> None:
-        real_replace(src, dst)
-        renamed[Path(dst).name] = time.monotonic()
-
-    monkeypatch.setattr(os, "replace", replace)
-
-    def write(i: int) -> None:
-        made = exchange(f"{i:064x}")
-        store.write("c", made)
-        returned[exchange_file(made.key, made.ordinal)] = time.monotonic()
-
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(write, range(24)))
-    assert sorted(renamed) == sorted(returned) and len(renamed) == 24
-    assert len(store.files("c")) == 24
-    for name, at in renamed.items():
-        assert any(at <= began and ended <= returned[name] for began, ended in folder_fsyncs)
-    assert len(folder_fsyncs) < 24  # shared

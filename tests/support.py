@@ -18,9 +18,8 @@ import httpx
 
 from tapeproxy.app import create_app
 from tapeproxy.cli.server import ReadyServer, uvicorn_config
-from tapeproxy.lastrun import LAST_RUN_FILE
 from tapeproxy.settings import Settings
-from tapeproxy.store.journal import JOURNAL_DIR
+from tapeproxy.store.state import STATE_DIR
 
 SECRET_OPENAI = "sk-test-SECRET-openai-0123456789abcdef"
 SECRET_ANTHROPIC = "sk-ant-test-SECRET-anthropic-0123456789"
@@ -85,23 +84,19 @@ def closed_port() -> int:
 
 
 def library_files(root: Path) -> list[Path]:
-    """Every file below `root` but the write-ahead journal's, sorted. A live server removes
-    its journal's folder when it hands the journal to its scribe: it is not walked."""
+    """Every file below `root` but the state folder's (`.tapeproxy/`: the notes replay runs
+    leave for prune, and the write-ahead journal, which a live server removes when it hands
+    it to its scribe), sorted: tests compare what was recorded."""
     found = []
     for folder, dirs, names in os.walk(root):
-        dirs[:] = [d for d in dirs if d != JOURNAL_DIR]
+        dirs[:] = [d for d in dirs if d != STATE_DIR]
         found += [Path(folder) / name for name in names]
     return sorted(found)
 
 
 def files_under(folder: Path) -> dict[str, bytes]:
-    """Every file below `folder`, by relative path, with its bytes; not the note a replay run
-    leaves of what it used (LAST_RUN_FILE): tests compare what was recorded."""
-    return {
-        p.relative_to(folder).as_posix(): p.read_bytes()
-        for p in library_files(folder)
-        if p.name != LAST_RUN_FILE
-    }
+    """Every file below `folder` (but the state folder), by relative path, with its bytes."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in library_files(folder)}
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from tapeproxy.models import load_exchange
 from tests.fakes.upstream import FakeUpstream
-from tests.support import files_under
+from tests.support import copy_committed, files_under
 
 TAPEPROXY = [sys.executable, "-m", "tapeproxy"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -220,11 +220,8 @@ def test_serve_help_shows_every_option_and_variable_whole_at_80_columns() -> Non
 
 
 def test_ls_lists_the_readable_cassettes_when_one_file_is_corrupt(tmp_path: Path) -> None:
-    example = ROOT / "cassettes" / "example"
     for name in ("good", "bad"):
-        (tmp_path / name).mkdir()
-        for source in example.glob("*.json"):
-            (tmp_path / name / source.name).write_bytes(source.read_bytes())
+        copy_committed("example", tmp_path, name)
     broken = sorted((tmp_path / "bad").glob("*.json"))[0]
     broken.write_text('{"trunc')
     result = run_cli("ls", "--cassettes", str(tmp_path), "--json")
@@ -292,7 +289,8 @@ def test_a_shutdown_while_the_upstream_has_not_answered_is_quiet_and_exits_0(
 
 def test_the_cassette_tools_are_not_stopped_by_serve_only_settings(workdir: Path) -> None:
     env = {"TAPEPROXY_LIVE": "search", "TAPEPROXY_IGNORE": "search:query:ts", "TAPEPROXY_PORT": "x"}
+    copy_committed("example", workdir / "cassettes")
     for command in ("ls", "show"):
         args = [command] + (["example"] if command == "show" else [])
-        result = run_cli(*args, "--cassettes", str(ROOT / "cassettes"), env=env)
+        result = run_cli(*args, "--cassettes", str(workdir / "cassettes"), env=env)
         assert result.returncode == 0, result.stdout + result.stderr

@@ -243,7 +243,9 @@ def test_verify_warns_of_a_cassette_holding_only_a_torn_first_write(tmp_path: Pa
         assert "left over from an interrupted write" in result.stdout
 
 
-def test_serve_sweeps_what_killed_writes_left_with_one_log_line(workdir: Path) -> None:
+def test_a_serve_that_may_record_sweeps_what_killed_writes_left_and_a_replay_does_not(
+    workdir: Path,
+) -> None:
     folder = workdir / "cassettes" / "trip"
     folder.mkdir(parents=True)
     old, fresh = folder / f".{'0' * 64}.json.k2x9.tmp", folder / f".{'1' * 64}.json.a1b2.tmp"
@@ -251,6 +253,9 @@ def test_serve_sweeps_what_killed_writes_left_with_one_log_line(workdir: Path) -
         path.write_text('{"schema_version": 1, "ke')
     os.utime(old, (time.time() - 3600, time.time() - 3600))
     code, err = Serve([], workdir).stop()
+    assert code == 0, err
+    assert old.exists() and "left over" not in err, "a replay deletes nothing in a cassette"
+    code, err = Serve(["--mode", "record"], workdir).stop()
     assert code == 0, err
     assert not old.exists(), "an hour-old leftover is swept"
     assert fresh.exists(), "a fresh one may be another tapeproxy's write under way"

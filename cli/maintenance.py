@@ -41,8 +41,9 @@ def prune(
     """Delete the recordings the last finished replay run of a cassette did not use.
 
     A replay run is finished by a PUT on /__tapeproxy/cassette or by stopping the server; it
-    leaves a note (.tapeproxy-run.json) of what it used. Recordings of upstreams that ran live
-    are kept. With no such note nothing is deleted and the exit status is 2."""
+    leaves a note of what it used in the library's state folder, .tapeproxy/runs/ (never in
+    the cassette). Recordings of upstreams that ran live are kept. With no such note nothing
+    is deleted and the exit status is 2."""
     from tapeproxy.prune import prune as prune_cassette
 
     try:

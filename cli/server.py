@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import logging
 import math
@@ -23,6 +24,7 @@ from tapeproxy.rules import rule_warnings
 from tapeproxy.settings import Mode, Settings, is_loopback
 from tapeproxy.stats import Snapshot
 from tapeproxy.store.fs import sweep_leftovers
+from tapeproxy.store.names import derived_name
 
 log = logging.getLogger("tapeproxy")
 
@@ -136,8 +138,9 @@ def serve(settings: Settings) -> int:
 def warn_at_start(settings: Settings) -> None:
     for warning in rule_warnings(settings.ignore):
         log.warning("%s", warning)
-    if settings.cassettes.is_dir():
+    if records(settings) and settings.cassettes.is_dir():
         # Beside the start, not before it: walking a 100,000-file library takes ~0.15 s.
+        # Only a server that may write sweeps: a replay deletes nothing in a cassette folder.
         threading.Thread(target=_sweep, args=(settings.cassettes,), daemon=True).start()
     if not is_loopback(settings.host):
         log.warning(
@@ -210,22 +213,29 @@ def records(settings: Settings) -> bool:
 
 def unwritable(settings: Settings) -> str | None:
     """Why a recording mode could not write into the cassette library, or None. It creates
-    the library if missing and probes it, and the start-up cassette's folder if there is
-    one, by creating and removing a file, as the recordings will: a container whose user
-    cannot write the mounted folder must not look healthy and lose every recording."""
+    the library if missing and probes it by creating and removing a file, as the recordings
+    will: a container whose user cannot write the mounted folder must not look healthy and
+    lose every recording. The folder of the cassette it will write (the start-up one, or its
+    `.derived` one under partial replay), if there is one, is only asked: a run may replay
+    from it (`once` on a cassette that holds recordings, `auto` serving what it holds), and
+    a replay writes nothing in a cassette folder, not even a probe."""
     if not records(settings):
         return None
-    folders = [settings.cassettes, settings.cassettes / settings.cassette]
-    for folder in folders[:1] + [f for f in folders[1:] if f.is_dir()]:
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            handle, probe = tempfile.mkstemp(
-                prefix=".tapeproxy-write-check.", suffix=".tmp", dir=folder
-            )
-            os.close(handle)
-            os.unlink(probe)
-        except OSError as exc:
-            return unwritable_message(folder, settings.mode, exc)
+    library = settings.cassettes
+    try:
+        library.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(
+            prefix=".tapeproxy-write-check.", suffix=".tmp", dir=library
+        )
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as exc:
+        return unwritable_message(library, settings.mode, exc)
+    live = settings.mode is Mode.REPLAY
+    folder = library / (derived_name(settings.cassette) if live else settings.cassette)
+    if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
+        denied = PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(folder))
+        return unwritable_message(folder, settings.mode, denied)
     return None
 
 

@@ -2,7 +2,8 @@
 # Build docker/Dockerfile's image and run it for real, on loopback only:
 #   1. replay: a copy of cassettes/example mounted at /cassettes, the port published on
 #      127.0.0.1; each recorded request gets its recorded answer, the health check passes,
-#      PID 1 runs as uid 1000, `stop` exits 0 and the run leaves its note;
+#      PID 1 runs as uid 1000, `stop` exits 0, the run leaves its note in .tapeproxy/ and
+#      the cassette as it was;
 #   2. record: `serve --port P` on the command line (the health check must follow it) in the
 #      host's network, against a stand-in provider on 127.0.0.1, into a temporary folder;
 #      `stop` exits 0, the exchange file is there, readable by anyone, and `verify` passes;
@@ -214,7 +215,8 @@ EOF
 stop_cleanly "$name"
 e logs "$name" 2>&1 | grep -q "stopped: 3 replayed, 0 recorded, 0 misses, 0 errors" ||
     fail "the replay summary: $(e logs "$name" 2>&1 | tail -3)"
-[[ -f $library/example/.tapeproxy-run.json ]] || fail "the replay run left no note"
+[[ -f $library/.tapeproxy/runs/example.json ]] || fail "the replay run left no note in .tapeproxy/"
+diff -r cassettes/example "$library/example" >/dev/null || fail "the replay changed the cassette"
 
 # --- 2. record ----------------------------------------------------------------------------
 upstream_port=$(free_port)

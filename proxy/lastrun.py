@@ -1,6 +1,7 @@
-"""The note a cassette keeps of its last finished replay run: which recordings it used and
-which it left unused, each unused one with a digest of its content then. `tapeproxy prune`
-reads it; it holds no wall-clock time."""
+"""The note of a cassette's last finished replay run: which recordings it used and which it
+left unused, each unused one with a digest of its content then. `tapeproxy prune` reads it;
+it holds no wall-clock time. It lives in the library's state folder, not beside the
+exchanges (see store/state.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tapeproxy.models import Exchange, dump_exchange
 
-# Beside the exchanges, and no exchange name: keys, verify and diff never see it. It starts
-# with a dot like a temporary file, but does not end in `.tmp`, so it is not a leftover.
-LAST_RUN_FILE = ".tapeproxy-run.json"
 LAST_RUN_VERSION = 2  # 2: digests of the unused recordings
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tapeproxy.errors import ConfigError, TapeproxyError
-from tapeproxy.lastrun import LAST_RUN_FILE, recording_digest
+from tapeproxy.lastrun import recording_digest
 from tapeproxy.store.base import CassetteStore, exchange_file
+from tapeproxy.store.state import RUNS_DIR, STATE_DIR
 
 
 class NoFinishedRun(ConfigError):
@@ -35,10 +36,10 @@ def prune(store: CassetteStore, cassette: str, dry_run: bool = False) -> PruneRe
     note = store.read_last_run(cassette)
     if note is None:
         raise NoFinishedRun(
-            f"cassette {cassette!r} has no finished replay run on record ({LAST_RUN_FILE} in "
-            f"{store.where(cassette)}), so nothing is known to be unused; nothing deleted. "
-            "Replay it with `tapeproxy serve --mode replay` and end the run (a PUT on "
-            "/__tapeproxy/cassette, or stop the server), then prune"
+            f"cassette {cassette!r} has no finished replay run on record (no note of it in "
+            f"{store.where()}/{STATE_DIR}/{RUNS_DIR}/), so nothing is known to be unused; "
+            "nothing deleted. Replay it with `tapeproxy serve --mode replay` and end the run "
+            "(a PUT on /__tapeproxy/cassette, or stop the server), then prune"
         )
     places = {
         exchange_file(key, ordinal): (key, ordinal)

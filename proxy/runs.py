@@ -218,6 +218,7 @@ class Runs:
         self.ended: deque[RunSummary] = deque(maxlen=MAX_ENDED)
         self.ended_unused = 0  # unused recordings over every ended run, listed or not
         self.touched = Touched()  # which told cassettes a request reached since start
+        self._notes_failed = False  # a note could not be kept: said once (_write_note)
 
     def watch(self, cassette: str) -> None:
         """The server was told to serve `cassette`: from now on, note whether a request
@@ -403,10 +404,23 @@ class Runs:
             run.note_dropped = True
 
     def _write_note(self, cassette: str, note: LastRun | None) -> None:
+        """Keep (or, None, remove) the note in the library's state folder. A library that
+        takes no writes still replays: one warning for the server's life, not one per run.
+        A note that cannot be removed is an error each time: it no longer says what is on
+        disk."""
         try:
             self._store.write_last_run(cassette, note)
         except (OSError, TapeproxyError) as exc:
-            log.error("cassette %r: could not write its last-run note: %s", cassette, exc)
+            if note is None:
+                log.error("cassette %r: could not remove its last-run note: %s", cassette, exc)
+            elif not self._notes_failed:
+                self._notes_failed = True
+                log.warning(
+                    "the cassette library %s takes no notes for `tapeproxy prune` (%s): "
+                    "replay goes on, and prune will find no finished replay run",
+                    self._store.where(),
+                    exc,
+                )
 
     def untouched(self, cassette: str, replaying: bool) -> RunSummary:
         """A cassette the server was told to serve that no request reached: in a replaying

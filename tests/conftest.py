@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpcore2  # noqa: F401  (see below)
+import openai
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -19,11 +19,18 @@ from tests.support import ProxyServer
 
 MakeProxy = Callable[..., ProxyServer]
 
-# httpcore2 is imported above, before any test runs: pytester's inline runs (the pytest plugin
-# and README tests) drop every module first imported inside them. When httpcore2 was one,
-# httpx2 kept a map of its exception classes from the dropped copy, and a cut stream later
-# raised a bare httpcore2 error where the openai SDK raises APIConnectionError: two
-# test_streaming tests failed whenever xdist ran them after such a run (without Node, say).
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Build (and close) the openai SDK's HTTP client before any test runs, which imports
+    the whole stack under the SDKs (httpx2 and httpcore2, which `import openai` alone does
+    not reach). pytester's inline runs (the pytest plugin and README tests) drop every
+    module first imported inside them. When httpcore2 was one, httpx2 kept a map of its
+    exception classes from the dropped copy, and a cut stream later raised a bare httpcore2
+    error where the openai SDK raises APIConnectionError: two test_streaming tests failed
+    whenever xdist ran them after such a run (without Node, say). Only openai is named
+    here: it is a declared test dependency; what it is built on is its own business."""
+    openai.DefaultHttpxClient().close()
+
 
 # These machines are shared and noisy: Hypothesis checks properties here, not speed.
 settings.register_profile("shared", deadline=None, suppress_health_check=[HealthCheck.too_slow])

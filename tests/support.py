@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -18,9 +19,11 @@ import httpx
 
 from tapeproxy.app import create_app
 from tapeproxy.cli.server import ReadyServer, uvicorn_config
-from tapeproxy.lastrun import LAST_RUN_FILE
 from tapeproxy.settings import Settings
+from tapeproxy.store.base import parse_exchange_file
+from tapeproxy.store.state import STATE_DIR
 
+REPOSITORY = Path(__file__).resolve().parents[1]
 SECRET_OPENAI = "sk-test-SECRET-openai-0123456789abcdef"
 SECRET_ANTHROPIC = "sk-ant-test-SECRET-anthropic-0123456789"
 SECRET_GEMINI = "AIza-test-SECRET-gemini-0123456789"
@@ -84,21 +87,36 @@ def closed_port() -> int:
 
 
 def library_files(root: Path) -> list[Path]:
-    """Every file below `root`, sorted."""
+    """Every file below `root` but the state folder's (`.tapeproxy/`: the notes replay runs
+    leave for prune), sorted: tests compare what was recorded."""
     found = []
-    for folder, _, names in os.walk(root):
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d != STATE_DIR]
         found += [Path(folder) / name for name in names]
     return sorted(found)
 
 
 def files_under(folder: Path) -> dict[str, bytes]:
-    """Every file below `folder`, by relative path, with its bytes; not the note a replay run
-    leaves of what it used (LAST_RUN_FILE): tests compare what was recorded."""
-    return {
-        p.relative_to(folder).as_posix(): p.read_bytes()
-        for p in library_files(folder)
-        if p.name != LAST_RUN_FILE
-    }
+    """Every file below `folder` (but the state folder), by relative path, with its bytes."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in library_files(folder)}
+
+
+def committed(cassette: str) -> list[Path]:
+    """The exchange files of the repository's own cassette `cassette` (under cassettes/),
+    to read: what a README demo run or a stray write left there is not among them."""
+    folder = REPOSITORY / "cassettes" / cassette
+    return sorted(p for p in folder.iterdir() if parse_exchange_file(p.name))
+
+
+def copy_committed(cassette: str, library: Path, name: str | None = None) -> Path:
+    """A copy of the repository's cassette `cassette` (its exchange files) in `library`,
+    named `name` (else the same), for a test to serve or change: no test runs on the
+    repository's own cassettes/ folder. The copy's folder."""
+    folder = library / (name or cassette)
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in committed(cassette):
+        shutil.copy2(path, folder / path.name)
+    return folder
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:

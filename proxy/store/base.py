@@ -36,8 +36,9 @@ def is_leftover(name: str) -> bool:
 
 class CassetteStore(Protocol):
     """A cassette library. The server records and replays through entries, read, write,
-    write_pieces, scratch and delete, and keeps its last-run note; the cassette tools (ls,
-    show, verify, rekey, redact, prune) also list, locate and check."""
+    write_pieces, scratch and delete, and keeps its last-run note (in the library's state
+    folder, outside the cassette); the cassette tools (ls, show, verify, rekey, redact,
+    prune) also list, locate and check."""
 
     def entries(self, cassette: str) -> dict[str, list[int]]:
         """Every recorded key of a cassette with its ordinals, ascending; no file is read."""
@@ -88,6 +89,7 @@ class CassetteStore(Protocol):
         ...
 
     def write_last_run(self, cassette: str, record: LastRun | None) -> None:
-        """Store the note atomically beside the exchanges (None removes it); it is not an
-        exchange, so it is in no listing of keys."""
+        """Store the note atomically in the library's state folder, `.tapeproxy/` (see
+        state.py), never in the cassette's own: a replay writes nothing there. None removes
+        it (and makes nothing where there is none)."""
         ...

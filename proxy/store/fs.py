@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from tapeproxy.errors import CassetteCorrupt
 from tapeproxy.models import Exchange, NewerSchema, dump_exchange, load_exchange
+from tapeproxy.store import state
 from tapeproxy.store.base import exchange_file, is_leftover, parse_exchange_file
 from tapeproxy.store.durable import fsync_folder, write_atomic
 from tapeproxy.store.names import check_folder_name
@@ -96,33 +97,24 @@ class FileStore:
     def read_last_run(self, cassette: str) -> LastRun | None:
         from pydantic import ValidationError
 
-        from tapeproxy.lastrun import LAST_RUN_FILE, load_last_run
+        from tapeproxy.lastrun import load_last_run
 
-        path = self.folder(cassette) / LAST_RUN_FILE
         try:
-            return load_last_run(path.read_bytes())
-        except FileNotFoundError:
-            return None
+            raw = state.read_note(self.root, cassette)
+            return None if raw is None else load_last_run(raw)
         except (OSError, ValueError, ValidationError) as exc:
+            path = state.note_path(self.root, cassette)
             raise CassetteCorrupt(
                 f"cannot read {path}: {exc}; delete it, and replay the cassette again"
             ) from exc
 
     def write_last_run(self, cassette: str, record: LastRun | None) -> None:
-        from tapeproxy.lastrun import LAST_RUN_FILE, dump_last_run
+        from tapeproxy.lastrun import dump_last_run
 
-        path = self.folder(cassette) / LAST_RUN_FILE
         if record is None:
-            if path.exists():
-                path.unlink(missing_ok=True)
-                fsync_folder(path.parent)
-            return
-        data = dump_last_run(record)
-        with contextlib.suppress(OSError):
-            if path.read_bytes() == data:
-                return  # the same note: no write, no new mtime
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, data)
+            state.remove_note(self.root, cassette)
+        else:
+            state.write_note(self.root, cassette, dump_last_run(record))
 
     def _place(self, cassette: str | None) -> Path:
         return self.root if cassette is None else self.folder(cassette)

@@ -13,16 +13,15 @@ from typer.testing import CliRunner
 from tapeproxy.cli.main import app
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream
-from tests.support import files_under
+from tests.support import copy_committed, files_under
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "cassettes" / "example"
 runner = CliRunner()
 
 
 def library(tmp_path: Path) -> Path:
     root = tmp_path / "cassettes"
-    shutil.copytree(EXAMPLE, root / "example")
-    shutil.copytree(EXAMPLE, root / "suite" / "copy")
+    copy_committed("example", root)
+    copy_committed("example", root, "suite/copy")
     return root
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from tapeproxy.models import load_exchange
 from tests.fakes.upstream import FakeUpstream
-from tests.support import files_under
+from tests.support import copy_committed, files_under
 
 TAPEPROXY = [sys.executable, "-m", "tapeproxy"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,7 +134,7 @@ def test_a_killed_proxy_leaves_only_whole_readable_exchanges(
     workdir: Path, fake: FakeUpstream
 ) -> None:
     """SIGKILL while 50 clients record: every exchange a client saw complete is on disk and
-    parses, no file is torn, and the next start removes the temp files the kill left."""
+    parses, no file is torn, and the next recording server removes the kill's temp files."""
     serve = Serve(
         ["--mode", "record", "--log-level", "warning", "--upstream", f"openai={fake.url}"], workdir
     )
@@ -175,13 +175,14 @@ def test_a_killed_proxy_leaves_only_whole_readable_exchanges(
     for path in cassette.glob("*.json"):
         load_exchange(path.read_bytes())  # none torn
     recorded = files_under(cassette)
-    again = Serve(["--mode", "replay", "--log-level", "warning"], workdir)
+    # The next server that may record sweeps them (a replay deletes nothing in a cassette).
+    again = Serve(["--mode", "record", "--log-level", "warning"], workdir)
     deadline = time.monotonic() + 30
     while list(cassette.glob(".*.tmp")) and time.monotonic() < deadline:
         threading.Event().wait(0.1)
     code, err = again.stop()
     assert code == 0, err
-    assert list(cassette.glob(".*.tmp")) == [], "the kill's temp files are swept at the next start"
+    assert list(cassette.glob(".*.tmp")) == [], "the next recording server sweeps them"
     assert {k: v for k, v in files_under(cassette).items() if not k.endswith(".tmp")} == {
         k: v for k, v in recorded.items() if not k.endswith(".tmp")
     }
@@ -226,11 +227,8 @@ def test_serve_help_shows_every_option_and_variable_whole_at_80_columns() -> Non
 
 
 def test_ls_lists_the_readable_cassettes_when_one_file_is_corrupt(tmp_path: Path) -> None:
-    example = ROOT / "cassettes" / "example"
     for name in ("good", "bad"):
-        (tmp_path / name).mkdir()
-        for source in example.glob("*.json"):
-            (tmp_path / name / source.name).write_bytes(source.read_bytes())
+        copy_committed("example", tmp_path, name)
     broken = sorted((tmp_path / "bad").glob("*.json"))[0]
     broken.write_text('{"trunc')
     result = run_cli("ls", "--cassettes", str(tmp_path), "--json")
@@ -252,7 +250,9 @@ def test_verify_warns_of_a_cassette_holding_only_a_torn_first_write(tmp_path: Pa
         assert "left over from an interrupted write" in result.stdout
 
 
-def test_serve_sweeps_what_killed_writes_left_with_one_log_line(workdir: Path) -> None:
+def test_a_serve_that_may_record_sweeps_what_killed_writes_left_and_a_replay_does_not(
+    workdir: Path,
+) -> None:
     folder = workdir / "cassettes" / "trip"
     folder.mkdir(parents=True)
     old, fresh = folder / f".{'0' * 64}.json.k2x9.tmp", folder / f".{'1' * 64}.json.a1b2.tmp"
@@ -260,6 +260,9 @@ def test_serve_sweeps_what_killed_writes_left_with_one_log_line(workdir: Path) -
         path.write_text('{"schema_version": 1, "ke')
     os.utime(old, (time.time() - 3600, time.time() - 3600))
     code, err = Serve([], workdir).stop()
+    assert code == 0, err
+    assert old.exists() and "left over" not in err, "a replay deletes nothing in a cassette"
+    code, err = Serve(["--mode", "record"], workdir).stop()
     assert code == 0, err
     assert not old.exists(), "an hour-old leftover is swept"
     assert fresh.exists(), "a fresh one may be another tapeproxy's write under way"
@@ -298,7 +301,8 @@ def test_a_shutdown_while_the_upstream_has_not_answered_is_quiet_and_exits_0(
 
 def test_the_cassette_tools_are_not_stopped_by_serve_only_settings(workdir: Path) -> None:
     env = {"TAPEPROXY_LIVE": "search", "TAPEPROXY_IGNORE": "search:query:ts", "TAPEPROXY_PORT": "x"}
+    copy_committed("example", workdir / "cassettes")
     for command in ("ls", "show"):
         args = [command] + (["example"] if command == "show" else [])
-        result = run_cli(*args, "--cassettes", str(ROOT / "cassettes"), env=env)
+        result = run_cli(*args, "--cassettes", str(workdir / "cassettes"), env=env)
         assert result.returncode == 0, result.stdout + result.stderr

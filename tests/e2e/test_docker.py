@@ -25,7 +25,7 @@ import yaml
 
 import tapeproxy
 from tapeproxy.settings import Settings, env_name
-from tests.support import check_jsonschema
+from tests.support import check_jsonschema, copy_committed
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
@@ -167,7 +167,7 @@ def test_the_example_agent_gets_its_answer_from_the_bundled_cassette(tmp_path: P
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
     env.update(PYTHONPATH=str(ROOT), TAPEPROXY_MODE=mode, TAPEPROXY_CASSETTE=cassette)
     library = tmp_path / "cassettes"
-    shutil.copytree(ROOT / "cassettes" / cassette, library / cassette)
+    copy_committed(cassette, library)
     tapeproxy_cmd = [sys.executable, "-m", "tapeproxy", "serve", "--port", "0"]
     process = subprocess.Popen(
         [*tapeproxy_cmd, "--cassettes", str(library)], env=env, stdout=subprocess.PIPE, text=True
@@ -227,15 +227,15 @@ def health_check(env: dict[str, str]) -> int:
 def container_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], dict[str, str]]]:
     """`tapeproxy serve --port P` with the image's environment, as `docker run tapeproxy serve
     --port P` runs it: TAPEPROXY_PORT says another port. Loopback instead of 0.0.0.0, since
-    tests bind nothing else, the bundled cassettes instead of the volume, and the ready file
-    in the test's folder."""
+    tests bind nothing else, a copy of the bundled cassette instead of the volume, and the
+    ready file in the test's folder."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
     env.update(image_env())
     env.update(
         PATH=os.environ["PATH"],
         TAPEPROXY_HOST="127.0.0.1",
         TAPEPROXY_PORT=str(free_port()),
-        TAPEPROXY_CASSETTES=str(ROOT / "cassettes"),
+        TAPEPROXY_CASSETTES=str(copy_committed("example", tmp_path / "cassettes").parent),
         TAPEPROXY_CASSETTE="example",
         TAPEPROXY_READY_FILE=str(tmp_path / "tapeproxy.url"),
         PYTHONPATH=str(ROOT),

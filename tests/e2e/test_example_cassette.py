@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import anthropic
@@ -14,13 +13,11 @@ from tapeproxy.normalize import RequestParts, request_key
 from tapeproxy.providers import BUILTIN
 from tapeproxy.store.base import exchange_file
 from tests.conftest import MakeProxy
-from tests.support import SECRET_ANTHROPIC, SECRET_OPENAI
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "cassettes" / "example"
+from tests.support import SECRET_ANTHROPIC, SECRET_OPENAI, committed, copy_committed
 
 
 def test_every_example_file_is_named_by_the_key_of_its_request() -> None:
-    files = sorted(EXAMPLE.glob("*.json"))
+    files = committed("example")
     assert len(files) == 3
     for path in files:
         exchange = load_exchange(path.read_bytes())
@@ -32,7 +29,7 @@ def test_every_example_file_is_named_by_the_key_of_its_request() -> None:
 
 
 def test_the_sdks_replay_the_example_offline(make_proxy: MakeProxy, cassettes: Path) -> None:
-    shutil.copytree(EXAMPLE, cassettes / "example")
+    copy_committed("example", cassettes)
     before = {p.name: p.read_bytes() for p in (cassettes / "example").iterdir()}
     proxy = make_proxy(
         mode="replay",
@@ -61,5 +58,5 @@ def test_the_sdks_replay_the_example_offline(make_proxy: MakeProxy, cassettes: P
     assert text == chat.choices[0].message.content
     assert proxy.stats["upstream_calls"] == 0
     after = {p.name: p.read_bytes() for p in (cassettes / "example").iterdir()}
-    assert {name: data for name, data in after.items() if name in before} == before
+    assert after == before
     assert json.loads(before[sorted(before)[0]])["schema_version"] == 1

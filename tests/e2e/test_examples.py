@@ -3,7 +3,6 @@ recording it today gives that cassette again, file for file."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -11,12 +10,10 @@ import pytest
 from tapeproxy.models import load_exchange
 from tapeproxy.providers import BUILTIN
 from tapeproxy.settings import Settings
-from tapeproxy.store.base import parse_exchange_file
-from tests.e2e.examples import EXAMPLES, ROOT, Example, record
+from tests.e2e.examples import EXAMPLES, Example, record
 from tests.fakes.upstream import FakeUpstream
-from tests.support import ProxyServer, closed_port
+from tests.support import ProxyServer, closed_port, committed, copy_committed
 
-LIBRARY = ROOT / "cassettes"
 ids = pytest.mark.parametrize("example", EXAMPLES, ids=[e.name for e in EXAMPLES])
 
 
@@ -27,16 +24,11 @@ def usable(example: Example) -> Example:
     return example
 
 
-def exchange_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.glob("*.json") if parse_exchange_file(p.name))
-
-
 @ids
 def test_the_example_replays_its_cassette_offline(example: Example, tmp_path: Path) -> None:
     usable(example)
-    assert exchange_files(LIBRARY / example.cassette), "no committed cassette"
-    # A copy: a replay run leaves its note (for `tapeproxy prune`) beside the exchanges.
-    shutil.copytree(LIBRARY / example.cassette, tmp_path / example.cassette)
+    assert committed(example.cassette), "no committed cassette"
+    copy_committed(example.cassette, tmp_path)
     dead = f"http://127.0.0.1:{closed_port()}"
     settings = Settings.model_validate(
         {
@@ -51,7 +43,7 @@ def test_the_example_replays_its_cassette_offline(example: Example, tmp_path: Pa
         stats = proxy.stats
     assert output.strip().splitlines()[-1] == example.answer
     assert stats["misses"] == 0 and stats["upstream_calls"] == 0
-    assert stats["replayed"] == len(exchange_files(LIBRARY / example.cassette))
+    assert stats["replayed"] == len(committed(example.cassette))
     assert [run["unused_count"] for run in stats["runs"]] == [0]
 
 
@@ -62,10 +54,10 @@ def test_recording_the_example_today_gives_its_committed_cassette(
     usable(example)
     output = record(example, tmp_path, fake)
     assert output.strip().splitlines()[-1] == example.answer
-    committed = {p.name: p for p in (LIBRARY / example.cassette).glob("*.json")}
+    kept = {p.name: p for p in committed(example.cassette)}
     recorded = {p.name: p for p in (tmp_path / example.cassette).glob("*.json")}
-    assert sorted(recorded) == sorted(committed)
+    assert sorted(recorded) == sorted(kept)
     for name, path in recorded.items():
-        new, old = load_exchange(path.read_bytes()), load_exchange(committed[name].read_bytes())
+        new, old = load_exchange(path.read_bytes()), load_exchange(kept[name].read_bytes())
         assert old.same_recording(new), f"{example.cassette}/{name} differs from the commit"
         assert b"sk-tapeproxy-recording" not in path.read_bytes()

@@ -22,11 +22,11 @@ from typer.testing import CliRunner
 
 from tapeproxy import exchangefile, models, runs
 from tapeproxy.cli.main import app
-from tapeproxy.lastrun import LAST_RUN_FILE
 from tapeproxy.providers import Rulebook, provider_table
 from tapeproxy.scrub import Scrubber
 from tapeproxy.scrubbing import redact
 from tapeproxy.store.fs import FileStore
+from tapeproxy.store.state import note_path
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream
 from tests.support import SECRET_OPENAI, files_under
@@ -84,7 +84,7 @@ def test_prune_deletes_exactly_what_the_last_replay_run_did_not_use(
         assert replayer.put_cassette(cassette="elsewhere").status_code == 200
     else:
         replayer.stop()
-    note = json.loads((folder / LAST_RUN_FILE).read_text())
+    note = json.loads(note_path(cassettes, "trip").read_text())
     assert len(note["used"]) == 2 and len(note["unused"]) == 1
     assert "ms" not in json.dumps(note)
     [unused] = note["unused"]
@@ -116,7 +116,7 @@ def test_a_run_that_left_many_recordings_unused_notes_a_bounded_number_for_prune
     replayer = make_proxy(mode="replay", cassette="many")
     ask(replayer.url, "one")
     replayer.stop()
-    note = json.loads((folder / LAST_RUN_FILE).read_text())
+    note = json.loads(note_path(cassettes, "many").read_text())
     assert len(note["used"]) == 1 and len(note["unused"]) == 2 == len(note["digests"])
     code, out = cli("prune", "many", "--cassettes", str(cassettes))
     assert code == 0 and "deleted 2 recording(s)" in out
@@ -141,9 +141,9 @@ def test_prune_refuses_with_exit_2_without_a_finished_replay_run(
     replayer = make_proxy(mode="replay", cassette="trip")
     ask(replayer.url, "one")
     replayer.stop()
-    assert (cassettes / "trip" / LAST_RUN_FILE).exists()
+    assert note_path(cassettes, "trip").exists()
     record(make_proxy, "trip", ["one", "two"])  # a record run: the note no longer holds
-    assert not (cassettes / "trip" / LAST_RUN_FILE).exists()
+    assert not note_path(cassettes, "trip").exists()
     assert cli("prune", "trip", "--cassettes", str(cassettes))[0] == 2
 
 
@@ -161,7 +161,7 @@ def test_recordings_of_an_upstream_that_ran_live_are_not_pruned(
     ask(replayer.url, "one")
     assert httpx.get(replayer.url + "/search/v1/find", params={"q": "a"}).status_code == 200
     replayer.stop()
-    note = json.loads((cassettes / "trip" / LAST_RUN_FILE).read_text())
+    note = json.loads(note_path(cassettes, "trip").read_text())
     assert len(note["used"]) == 1 and len(note["unused"]) == 1, "only the tool's count"
     code, out = cli("prune", "trip", "--cassettes", str(cassettes), "--json")
     assert code == 0 and json.loads(out)["pruned"] == note["unused"]
@@ -191,10 +191,10 @@ def test_prune_after_redact_renumbered_the_cassette_deletes_nothing(
     record(make_proxy, "trip", MERGING)
     replay_some(make_proxy, "trip", MERGING[:2])  # uses A.1 and B.1, leaves A.2
     folder = cassettes / "trip"
-    assert len(json.loads((folder / LAST_RUN_FILE).read_text())["unused"]) == 1
+    assert len(json.loads(note_path(cassettes, "trip").read_text())["unused"]) == 1
     code, out = cli("redact", "trip", "--pattern", PHONE, "--cassettes", str(cassettes))
     assert code == 0, out
-    assert not (folder / LAST_RUN_FILE).exists(), "a rewrite drops the note"
+    assert not note_path(cassettes, "trip").exists(), "a rewrite drops the note"
     code, out = cli("prune", "trip", "--cassettes", str(cassettes))
     assert code == 2 and "nothing deleted" in out
     assert seqs(folder) == [0, 1, 2]
@@ -227,7 +227,7 @@ def test_prune_after_rekey_renumbered_the_cassette_deletes_nothing(
         "rekey", "trip", "--ignore", "openai:body:temperature", "--cassettes", str(cassettes)
     )
     assert code == 0, out
-    assert not (folder / LAST_RUN_FILE).exists(), "a rewrite drops the note"
+    assert not note_path(cassettes, "trip").exists(), "a rewrite drops the note"
     assert cli("prune", "trip", "--cassettes", str(cassettes))[0] == 2
     assert seqs(folder) == [0, 1, 2]
 
@@ -238,9 +238,9 @@ def test_prune_keeps_a_file_that_holds_another_recording_than_the_note_saw(
     record(make_proxy, "trip", MERGING)
     replay_some(make_proxy, "trip", MERGING[:2])
     folder = cassettes / "trip"
-    note = (folder / LAST_RUN_FILE).read_bytes()
+    note = note_path(cassettes, "trip").read_bytes()
     assert cli("redact", "trip", "--pattern", PHONE, "--cassettes", str(cassettes))[0] == 0
-    (folder / LAST_RUN_FILE).write_bytes(note)  # a note that outlived the rewrite
+    note_path(cassettes, "trip").write_bytes(note)  # a note that outlived the rewrite
     code, out = cli("prune", "trip", "--cassettes", str(cassettes), "--json")
     assert code == 0, out
     report = json.loads(out)
@@ -254,11 +254,11 @@ def test_prune_while_a_record_run_is_under_way_deletes_nothing(
     record(make_proxy, "trip", ["one", "two"])
     replay_some(make_proxy, "trip", ["one"])  # leaves two unused
     folder = cassettes / "trip"
-    assert (folder / LAST_RUN_FILE).exists()
+    assert note_path(cassettes, "trip").exists()
     recorder = make_proxy(mode="record", cassette="trip")
     ask(recorder.url, "one")
     ask(recorder.url, "two")  # recorded again by a run that has not ended (or crashed)
-    assert not (folder / LAST_RUN_FILE).exists(), "the first write drops the note"
+    assert not note_path(cassettes, "trip").exists(), "the first write drops the note"
     before = exchange_files(folder)
     assert cli("prune", "trip", "--cassettes", str(cassettes))[0] == 2
     assert exchange_files(folder) == before and len(before) == 2
@@ -275,7 +275,7 @@ def test_another_clients_mode_change_does_not_split_a_replay_run_for_prune(
     assert replayer.put_cassette(cassette="z", mode="replay").status_code == 200
     ask(replayer.url, "two", cassette="x")
     replayer.stop()
-    note = json.loads((cassettes / "x" / LAST_RUN_FILE).read_text())
+    note = json.loads(note_path(cassettes, "x").read_text())
     assert len(note["used"]) == 2 and note["unused"] == []
     code, out = cli("prune", "x", "--cassettes", str(cassettes), "--json")
     assert code == 0 and json.loads(out)["pruned"] == []

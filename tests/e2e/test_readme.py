@@ -15,7 +15,7 @@ import pytest
 
 from tests.e2e.test_cli import Serve
 from tests.fakes.upstream import FakeUpstream
-from tests.support import SECRET_OPENAI, closed_port
+from tests.support import SECRET_OPENAI, closed_port, copy_committed
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -37,9 +37,9 @@ def recipe(name: str) -> str:
 @pytest.fixture
 def example_server(tmp_path: Path) -> Iterator[Serve]:
     """`tapeproxy serve --cassette example`, as the recipe says, with no upstream to reach (on a
-    copy: a replay run leaves its note for `tapeproxy prune` beside the exchanges)."""
+    copy: no test runs on the repository's own cassettes/)."""
     dead = f"http://127.0.0.1:{closed_port()}"
-    shutil.copytree(ROOT / "cassettes" / "example", tmp_path / "example")
+    copy_committed("example", tmp_path)
     server = Serve(
         [
             "--cassette",

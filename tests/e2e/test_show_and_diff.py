@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from tapeproxy.cli.main import app
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream, Reply
-from tests.support import SECRET_ANTHROPIC, SECRET_GEMINI, SECRET_OPENAI
+from tests.support import SECRET_ANTHROPIC, SECRET_GEMINI, SECRET_OPENAI, committed
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -266,11 +266,7 @@ def test_diff_reports_a_changed_stream_by_its_text_and_frame_count(
 def test_a_walk_over_thousands_of_files_shows_a_progress_bar_on_a_terminal_only(
     tmp_path: Path,
 ) -> None:
-    [template] = [
-        p
-        for p in (ROOT / "cassettes" / "example").glob("[0-9a-f]*.json")
-        if "frames" not in p.read_text()
-    ]
+    [template] = [p for p in committed("example") if "frames" not in p.read_text()]
     exchange = json.loads(template.read_text())
     folder = tmp_path / "library" / "many"
     folder.mkdir(parents=True)

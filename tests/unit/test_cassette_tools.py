@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from tapeproxy.bodies import Payload
 from tapeproxy.errors import CassetteCorrupt
-from tapeproxy.lastrun import LAST_RUN_FILE, LastRun, dump_last_run, load_last_run
+from tapeproxy.lastrun import LastRun, dump_last_run, load_last_run
 from tapeproxy.listing import show, summarize
 from tapeproxy.models import (
     Exchange,
@@ -40,10 +40,12 @@ HI = [{"role": "user", "content": "hi"}]
 
 
 class MemoryStore:
-    """A CassetteStore in a dict: cassette name -> file name -> the file's bytes."""
+    """A CassetteStore in a dict: cassette name -> file name -> the file's bytes; the
+    last-run notes apart, as a library keeps them outside its cassettes."""
 
     def __init__(self) -> None:
         self.data: dict[str, dict[str, bytes]] = {}
+        self.notes: dict[str, bytes] = {}
 
     def open(self) -> list[Path]:
         return []  # a dict is never half-written
@@ -99,15 +101,14 @@ class MemoryStore:
         return f"memory://{cassette or ''}"
 
     def read_last_run(self, cassette: str) -> LastRun | None:
-        raw = self.data.get(cassette, {}).get(LAST_RUN_FILE)
+        raw = self.notes.get(cassette)
         return None if raw is None else load_last_run(raw)
 
     def write_last_run(self, cassette: str, record: LastRun | None) -> None:
-        files = self.data.setdefault(cassette, {})
         if record is None:
-            files.pop(LAST_RUN_FILE, None)
+            self.notes.pop(cassette, None)
         else:
-            files[LAST_RUN_FILE] = dump_last_run(record)
+            self.notes[cassette] = dump_last_run(record)
 
 
 @pytest.fixture

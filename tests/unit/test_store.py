@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tapeproxy.errors import BadCassetteName, CassetteCorrupt, ConfigError
-from tapeproxy.lastrun import LAST_RUN_FILE, LastRun
+from tapeproxy.lastrun import LastRun
 from tapeproxy.models import Exchange, Frame, StoredRequest, StoredResponse, dump_exchange
 from tapeproxy.store import BACKENDS, open_store
 from tapeproxy.store.base import CassetteStore, exchange_file, parse_exchange_file
@@ -177,24 +177,49 @@ def test_a_file_of_a_newer_tapeproxy_says_in_one_line_to_upgrade(
     assert "newer tapeproxy" in message and "upgrade tapeproxy" in message
 
 
-def test_the_last_run_note_is_written_atomically_and_is_no_exchange(
+def test_the_last_run_note_lives_in_the_state_folder_never_in_the_cassette(
     store: FileStore, tmp_path: Path
 ) -> None:
     assert store.read_last_run("default") is None
     store.write("default", exchange())
+    cassette = listing(tmp_path / "default")
+    store.write_last_run("default", None)  # nothing to remove: nothing is made
+    assert not (tmp_path / ".tapeproxy").exists()
     note = LastRun(used=[f"{KEY_A}.json"], unused=[f"{KEY_B}.json"])
     store.write_last_run("default", note)
     assert store.read_last_run("default") == note
-    assert store.entries("default") == {KEY_A: [1]}
-    assert LAST_RUN_FILE in store.files("default")
-    assert not any(name.endswith(".tmp") for name in store.files("default"))
-    raw = (tmp_path / "default" / LAST_RUN_FILE).read_text()
+    assert listing(tmp_path / "default") == cassette and store.entries("default") == {KEY_A: [1]}
+    state = tmp_path / ".tapeproxy"
+    assert (state / ".gitignore").read_text().splitlines()[-1] == "*"
+    assert listing(state / "runs") == ["default.json"], "written aside, renamed: no temp file"
+    raw = (state / "runs" / "default.json").read_text()
     assert "ms" not in raw and "time" not in raw
+    assert store.cassettes() == ["default"], "the state folder is no cassette"
     store.write_last_run("default", None)
-    assert store.read_last_run("default") is None and store.files("default") == [f"{KEY_A}.json"]
-    (tmp_path / "default" / LAST_RUN_FILE).write_text("{")
+    assert store.read_last_run("default") is None and listing(state / "runs") == []
+    (state / "runs" / "default.json").write_text("{")
     with pytest.raises(CassetteCorrupt, match="replay the cassette again"):
         store.read_last_run("default")
+
+
+def test_nested_and_dotted_cassette_names_never_share_a_note(store: FileStore) -> None:
+    names = ["a", "a.json", "a/b", "a.json/b", "a_b", "a-b/c.derived", "a/b/c"]
+    for n, name in enumerate(names):
+        store.write_last_run(name, LastRun(used=[f"{n:064x}.json"]))
+    for n, name in enumerate(names):
+        assert store.read_last_run(name) == LastRun(used=[f"{n:064x}.json"])
+    assert not any(store.root.joinpath(name).exists() for name in names)
+
+
+def test_a_library_whose_state_folder_cannot_be_made_refuses_the_note_alone(
+    store: FileStore, tmp_path: Path
+) -> None:
+    store.write("default", exchange())
+    (tmp_path / ".tapeproxy").write_text("not a folder")
+    with pytest.raises(OSError):
+        store.write_last_run("default", LastRun())
+    store.write_last_run("default", None)
+    assert store.read_last_run("default") is None
 
 
 def test_a_crash_during_write_keeps_the_previous_file_and_no_temp_file(

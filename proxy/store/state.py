@@ -1,0 +1,72 @@
+"""The library's state folder, `<library>/.tapeproxy/`: what a server keeps between runs (each
+cassette's last-run note, for `tapeproxy prune`), outside every cassette folder, so that a
+replay writes nothing into the cassettes it serves; git-ignored by the `.gitignore` of `*` it
+is made with."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from tapeproxy.store.durable import fsync_folder, write_atomic
+from tapeproxy.store.names import check_folder_name
+
+# A dot folder: no cassette name starts with a dot, and every walk of the library skips them.
+STATE_DIR = ".tapeproxy"
+# One folder of notes, one file per cassette.
+RUNS_DIR = "runs"
+IGNORE = "# tapeproxy's state between runs (notes for `tapeproxy prune`): never commit it\n*\n"
+# No cassette name holds it, so each name has a file of its own in one flat folder, and the
+# file never grows past the name's length (a nested name as nested folders could meet
+# another's note: `a.json` and the folder of `a.json/b`).
+SLASH = "~"
+
+
+def note_path(library: Path, cassette: str) -> Path:
+    """`<library>/.tapeproxy/runs/<name>.json`, each `/` of a nested name written `~`."""
+    flat = check_folder_name(cassette).replace("/", SLASH)
+    return library / STATE_DIR / RUNS_DIR / f"{flat}.json"
+
+
+def read_note(library: Path, cassette: str) -> bytes | None:
+    """The note's bytes; None when there is none (nor a state folder)."""
+    try:
+        return note_path(library, cassette).read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def write_note(library: Path, cassette: str, data: bytes) -> None:
+    """Store the note atomically in the state folder (made first if need be); the same bytes
+    already there are left as they are (no write, no new mtime). With no library folder
+    nothing is made: nothing was recorded there to prune."""
+    path = note_path(library, cassette)
+    if not library.is_dir():
+        return
+    with contextlib.suppress(OSError):
+        if path.read_bytes() == data:
+            return
+    make_folder(library)
+    write_atomic(path, data)
+
+
+def remove_note(library: Path, cassette: str) -> None:
+    """Remove the note if there is one; with none, nothing is made or written."""
+    path = note_path(library, cassette)
+    try:
+        path.unlink()
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    fsync_folder(path.parent)
+
+
+def make_folder(library: Path) -> Path:
+    """The state folder and its folder of notes, made if need be; the `.gitignore` of `*`
+    first, so git never sees a note."""
+    folder = library / STATE_DIR
+    folder.mkdir(exist_ok=True)
+    ignore = folder / ".gitignore"
+    if not ignore.exists():
+        write_atomic(ignore, IGNORE.encode())
+    (folder / RUNS_DIR).mkdir(exist_ok=True)
+    return folder

@@ -92,6 +92,15 @@ async def record(bench: Bench, library: Path) -> Recording:
         sample = await measure(target, budget.record_count, 1, budget.cap_s, 5)
         note = f"{_plus(sample.p50_ms(), bench.direct.get('json'))} p50 over upstream direct"
         bench.add(Row.of("record JSON (1 file each)", sample, bench.base(1), note), server)
+        # A stream's first byte while it is recorded: target <= the upstream's + 3 ms.
+        paced = call(server.url, PACED_BODY, ("x-tapeproxy-cassette", "record-paced"))
+        sample = await measure(paced, budget.slow_count, 1, budget.cap_s * 2, 3)
+        ttfb = sample.ttfb_p50_ms()
+        note = (
+            f"TTFB p50 {ttfb or 0:.2f} ms ({_plus(ttfb, bench.direct.get('paced_ttfb'))} "
+            "over direct; target +3 ms)"
+        )
+        bench.add(Row.of("record SSE 10x20ms", sample, bench.base(1), note), server)
     return Recording(library, files)
 
 

@@ -14,9 +14,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from tapeproxy.cli.output import make_console
+from tapeproxy.engine.rules import MatchRules
 from tapeproxy.errors import ConfigError, TapeproxyError
-from tapeproxy.prices import PriceTable, load_prices
-from tapeproxy.rules import MatchRules
 from tapeproxy.settings import (
     MIB,
     Settings,
@@ -26,7 +25,8 @@ from tapeproxy.settings import (
     option_name,
     parse_pairs,
 )
-from tapeproxy.store.base import CassetteStore
+from tapeproxy.store.protocol import CassetteStore
+from tapeproxy.tools.prices import PriceTable, load_prices
 
 # A command that reads more files than this shows a progress bar (on a terminal).
 PROGRESS_FROM = 2000
@@ -190,7 +190,7 @@ def progress(total: int, what: str) -> Iterator[Callable[[], None]]:
 def sweep_cassette(library: Library, cassette: str) -> None:
     """Remove the temp files killed writes left in a cassette's folder (older than a minute:
     another tapeproxy may be writing the newer ones), as `serve` does for the library."""
-    from tapeproxy.store.fs import FileStore, sweep_leftovers
+    from tapeproxy.store.files import FileStore, sweep_leftovers
 
     if isinstance(library.store, FileStore):
         sweep_leftovers(library.store.folder(cassette))

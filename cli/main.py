@@ -121,7 +121,7 @@ def rekey(
     Run it after changing --ignore rules or [match.*] tables, so that no recording is
     orphaned. Requests that now match each other become ordinals in recorded order."""
     from tapeproxy.cli.output import print_rekey
-    from tapeproxy.rekey import rekey as rekey_cassette
+    from tapeproxy.tools.rekey import rekey as rekey_cassette
 
     try:
         library = open_library(cassettes, upstream, ignore, config)
@@ -151,7 +151,7 @@ def verify(
     that key under today's match rules. Leftover temporary files are reported too. Files of
     an older schema_version are read fine and listed; --upgrade rewrites them."""
     from tapeproxy.cli.output import print_verdicts
-    from tapeproxy.verification import verify as verify_cassette
+    from tapeproxy.tools.verify import verify as verify_cassette
 
     try:
         library = open_library(cassettes, upstream, ignore, config)

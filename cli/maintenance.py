@@ -22,10 +22,10 @@ from tapeproxy.cli.library import (
 from tapeproxy.cli.main import app
 from tapeproxy.cli.output import make_console, print_json
 from tapeproxy.errors import ConfigError, TapeproxyError
-from tapeproxy.prune import PruneReport
-from tapeproxy.scrub import Scrubber
-from tapeproxy.scrubbing import RedactReport
+from tapeproxy.redaction.scrubber import Scrubber
 from tapeproxy.settings import load_settings
+from tapeproxy.tools.prune import PruneReport
+from tapeproxy.tools.redact import RedactReport
 
 DryRun = Annotated[bool, typer.Option(help="Show what would change; change nothing.")]
 
@@ -44,7 +44,7 @@ def prune(
     leaves a note of what it used in the library's state folder, .tapeproxy/runs/ (never in
     the cassette). Recordings of upstreams that ran live are kept. With no such note nothing
     is deleted and the exit status is 2."""
-    from tapeproxy.prune import prune as prune_cassette
+    from tapeproxy.tools.prune import prune as prune_cassette
 
     try:
         library = open_library(cassettes, None, None, config, rules=False)
@@ -112,7 +112,7 @@ def redact(
     so replay it with the same rules in [redact] (they apply when requests are keyed). Exit
     1 when a pattern still matches a file where scrubbing cannot reach (a header, a match
     split across stream frames, a binary body)."""
-    from tapeproxy.scrubbing import redact as redact_cassette
+    from tapeproxy.tools.redact import redact as redact_cassette
 
     try:
         scrubber = _scrubber(field, pattern, config)

@@ -11,8 +11,8 @@ from typing import Any
 
 from rich.console import Console
 
-from tapeproxy.rekey import RekeyReport
-from tapeproxy.verification import Verdict
+from tapeproxy.tools.rekey import RekeyReport
+from tapeproxy.tools.verify import Verdict
 
 
 def make_console(**options: Any) -> Console:

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from tapeproxy.cli.background import BackgroundServer
+from tapeproxy.engine.stats import RunSummary
 from tapeproxy.errors import BadCassetteName, ConfigError
 from tapeproxy.settings import DEFAULT_CONFIG_FILE, Mode, Settings, env_name, load_settings
-from tapeproxy.stats import RunSummary
 from tapeproxy.store.names import cassette_for_test, check_cassette_name
 
 DEFAULT_CASSETTES = "tests/cassettes"

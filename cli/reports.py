@@ -12,13 +12,13 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from tapeproxy import answers
-from tapeproxy.cassette_diff import CassetteDiff, Totals, body_view, delta
 from tapeproxy.cli.output import make_console
-from tapeproxy.listing import Listed, Row, Summary
-from tapeproxy.models import Exchange
-from tapeproxy.prices import PriceTable
-from tapeproxy.tokens import Tokens
+from tapeproxy.exchange import answers
+from tapeproxy.exchange.model import Exchange
+from tapeproxy.exchange.tokens import Tokens
+from tapeproxy.tools.diff import CassetteDiff, Totals, body_view, delta
+from tapeproxy.tools.listing import Listed, Row, Summary
+from tapeproxy.tools.prices import PriceTable
 
 
 def print_json(data: object) -> None:

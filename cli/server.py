@@ -18,18 +18,18 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from tapeproxy.app import Server
-from tapeproxy.cli.head_limits import HeadLimitedProtocol
+from tapeproxy.doors.head_limits import HeadLimitedProtocol
+from tapeproxy.engine.rules import rule_warnings
+from tapeproxy.engine.stats import Snapshot
 from tapeproxy.logs import configure_logging
-from tapeproxy.rules import rule_warnings
 from tapeproxy.settings import Mode, Settings, is_loopback
-from tapeproxy.stats import Snapshot
-from tapeproxy.store.fs import sweep_leftovers
+from tapeproxy.store.files import sweep_leftovers
 from tapeproxy.store.names import derived_name
 
 log = logging.getLogger("tapeproxy")
 
 # uvicorn closes a connection this long idle after its last answer. A request's head has
-# its own cap and deadline (tapeproxy.cli.head_limits). tapeproxy does not set
+# its own cap and deadline (tapeproxy.doors.head_limits). tapeproxy does not set
 # `limit_concurrency`: uvicorn counts idle keep-alive connections against it, so a few idle
 # sockets would turn every client's requests into 503s.
 KEEP_ALIVE_SECONDS = 5

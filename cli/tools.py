@@ -21,11 +21,11 @@ from tapeproxy.cli.library import (
     progress,
 )
 from tapeproxy.errors import BadCassetteName, ConfigError, TapeproxyError
-from tapeproxy.store.base import CassetteStore
 from tapeproxy.store.names import check_folder_name
+from tapeproxy.store.protocol import CassetteStore
 
 if TYPE_CHECKING:
-    from tapeproxy.cassette_diff import Side
+    from tapeproxy.tools.diff import Side
 
 
 def list_cassettes(
@@ -39,7 +39,7 @@ def list_cassettes(
     cost_usd adds up the exchanges whose model has a price; it is null when none has, and
     `unpriced` counts the exchanges it leaves out."""
     from tapeproxy.cli.reports import print_summaries
-    from tapeproxy.listing import count_files, summarize
+    from tapeproxy.tools.listing import count_files, summarize
 
     try:
         library = open_library(cassettes, None, None, config, rules=False)
@@ -72,7 +72,7 @@ def show(
     """List the exchanges of one cassette in recorded order: method, upstream, path, model,
     status, streamed, frames, tokens, cost and key."""
     from tapeproxy.cli.reports import print_full, print_rows
-    from tapeproxy.listing import count_files, listed, pick, read_all
+    from tapeproxy.tools.listing import count_files, listed, pick, read_all
 
     try:
         library = open_library(cassettes, None, None, config, rules=False)
@@ -107,8 +107,8 @@ def diff(
     Lists the exchanges only in A, only in B, and the changed ones with their differing
     fields by JSON path. Frame timings and recording order never count; a stream counts as
     its text and its number of frames. Shows the token and cost delta (B - A)."""
-    from tapeproxy.cassette_diff import aligned, compare
     from tapeproxy.cli.reports import print_diff
+    from tapeproxy.tools.diff import aligned, compare
 
     try:
         store = library_store(cassettes, config)
@@ -132,8 +132,8 @@ def diff(
 
 def side(given: str, library: CassetteStore) -> Side:
     """The cassette of the library by that name; else the folder at that path."""
-    from tapeproxy.cassette_diff import Side
     from tapeproxy.store import open_store
+    from tapeproxy.tools.diff import Side
 
     try:
         if library.exists() and library.exists(given):

@@ -13,16 +13,16 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tapeproxy.control import CONTROL_PREFIX, control_routes
-from tapeproxy.engine import Engine
+from tapeproxy.doors.control import CONTROL_PREFIX, control_routes
+from tapeproxy.doors.front import Front
+from tapeproxy.doors.sending import QuietCuts
+from tapeproxy.engine.core import Engine
+from tapeproxy.engine.stats import Snapshot
 from tapeproxy.errors import BadCassetteName
-from tapeproxy.front import Front
 from tapeproxy.providers import provider_table
-from tapeproxy.responses import QuietCuts
 from tapeproxy.settings import Settings
-from tapeproxy.stats import Snapshot
 from tapeproxy.store import open_store
-from tapeproxy.upstream import AiohttpUpstream
+from tapeproxy.upstream.client import AiohttpUpstream
 
 log = logging.getLogger("tapeproxy")
 

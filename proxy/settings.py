@@ -20,12 +20,12 @@ from pydantic import (
     field_validator,
 )
 
+from tapeproxy.engine.rules import parse_rule
+from tapeproxy.engine.timing import parse_timing
 from tapeproxy.errors import BadCassetteName, ConfigError
 from tapeproxy.providers import BUILTIN
-from tapeproxy.rules import parse_rule
-from tapeproxy.scrub import check_field, check_pattern
+from tapeproxy.redaction.scrubber import check_field, check_pattern
 from tapeproxy.store.names import check_cassette_name
-from tapeproxy.timing import parse_timing
 
 ENV_PREFIX = "TAPEPROXY_"
 MIB = 1024 * 1024

@@ -20,7 +20,7 @@ import httpx
 from tapeproxy.app import create_app
 from tapeproxy.cli.server import ReadyServer, uvicorn_config
 from tapeproxy.settings import Settings
-from tapeproxy.store.base import parse_exchange_file
+from tapeproxy.store.protocol import parse_exchange_file
 from tapeproxy.store.state import STATE_DIR
 
 REPOSITORY = Path(__file__).resolve().parents[1]

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from tapeproxy.framing import FrameSigns
+from tapeproxy.engine.rules import MatchRules, build_rules
+from tapeproxy.exchange.framing import FrameSigns
 from tapeproxy.providers import anthropic, gemini, mistral, ollama, openai
 from tapeproxy.providers.base import Provider
-from tapeproxy.rules import MatchRules, build_rules
 
 BUILTIN: Mapping[str, Provider] = {
     p.name: p

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tapeproxy.framing import FrameSigns
+from tapeproxy.engine.rules import MatchRules
+from tapeproxy.exchange.framing import FrameSigns
+from tapeproxy.exchange.tokens import Tokens
 from tapeproxy.providers.base import Provider, ends_with, error_frame, pick_int, strings, type_of
-from tapeproxy.rules import MatchRules
-from tapeproxy.tokens import Tokens
 
 
 def error_body(error_type: str, message: str, status: int) -> dict[str, Any]:

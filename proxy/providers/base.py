@@ -6,10 +6,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tapeproxy.framing import FrameSigns
-from tapeproxy.normalize import RequestParts
-from tapeproxy.rules import MatchRules
-from tapeproxy.tokens import Tokens
+from tapeproxy.engine.keying import RequestParts
+from tapeproxy.engine.rules import MatchRules
+from tapeproxy.exchange.framing import FrameSigns
+from tapeproxy.exchange.tokens import Tokens
 
 Usage = dict[str, int]
 

@@ -6,9 +6,9 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from tapeproxy.framing import FrameSigns
+from tapeproxy.exchange.framing import FrameSigns
+from tapeproxy.exchange.tokens import Tokens, tokens_of
 from tapeproxy.providers.base import Provider, error_frame, pick_int, strings
-from tapeproxy.tokens import Tokens, tokens_of
 
 # Google's canonical status names, which its SDKs show beside the code.
 GOOGLE_STATUS = {

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from tapeproxy.framing import FrameSigns
+from tapeproxy.exchange.framing import FrameSigns
+from tapeproxy.exchange.tokens import Tokens, tokens_of
 from tapeproxy.providers.base import (
     Provider,
     ends_with,
@@ -14,7 +15,6 @@ from tapeproxy.providers.base import (
     pick_int,
     strings,
 )
-from tapeproxy.tokens import Tokens, tokens_of
 
 
 def tokens(payloads: Iterable[Any]) -> Tokens | None:

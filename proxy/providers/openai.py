@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from tapeproxy.framing import FrameSigns
+from tapeproxy.engine.rules import MatchRules
+from tapeproxy.exchange.framing import FrameSigns
+from tapeproxy.exchange.tokens import Tokens, tokens_of
 from tapeproxy.providers.base import (
     Provider,
     ends_with,
@@ -15,8 +17,6 @@ from tapeproxy.providers.base import (
     strings,
     type_of,
 )
-from tapeproxy.rules import MatchRules
-from tapeproxy.tokens import Tokens, tokens_of
 
 # The Responses API's last event; chat completions end with `data: [DONE]`.
 RESPONSES_FINAL = frozenset({"response.completed", "response.failed", "response.incomplete"})

@@ -6,8 +6,8 @@ import os
 from collections.abc import Callable
 
 from tapeproxy.errors import ConfigError
-from tapeproxy.store.base import CassetteStore
-from tapeproxy.store.fs import FileStore
+from tapeproxy.store.files import FileStore
+from tapeproxy.store.protocol import CassetteStore
 
 # A new backend is one file in store/ and one row here: `scheme://location` opens
 # BACKENDS[scheme](location). Typed as the protocol, so mypy checks each row implements it.

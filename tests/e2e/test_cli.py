@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tapeproxy.models import load_exchange
+from tapeproxy.exchange.model import load_exchange
 from tests.fakes.upstream import FakeUpstream
 from tests.support import copy_committed, files_under
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import anthropic
 import openai
 
-from tapeproxy.models import load_exchange
-from tapeproxy.normalize import RequestParts, request_key
+from tapeproxy.engine.keying import RequestParts, request_key
+from tapeproxy.exchange.model import load_exchange
 from tapeproxy.providers import BUILTIN
-from tapeproxy.store.base import exchange_file
+from tapeproxy.store.protocol import exchange_file
 from tests.conftest import MakeProxy
 from tests.support import SECRET_ANTHROPIC, SECRET_OPENAI, committed, copy_committed
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tapeproxy.models import load_exchange
+from tapeproxy.exchange.model import load_exchange
 from tapeproxy.providers import BUILTIN
 from tapeproxy.settings import Settings
 from tests.e2e.examples import EXAMPLES, Example, record

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tapeproxy.cli import head_limits
-from tapeproxy.cli.head_limits import HEAD_LIMIT
+from tapeproxy.doors import head_limits
+from tapeproxy.doors.head_limits import HEAD_LIMIT
 from tests.conftest import MakeProxy
 from tests.e2e.test_cli import Serve
 from tests.support import ProxyServer

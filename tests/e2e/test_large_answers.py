@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import openai
 
-from tapeproxy.spool import SPOOL_AFTER
+from tapeproxy.engine.spool import SPOOL_AFTER
 from tests.conftest import MakeProxy
 from tests.e2e.test_cli import Serve
 from tests.fakes.upstream import FakeUpstream, Reply

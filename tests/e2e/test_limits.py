@@ -17,8 +17,8 @@ from starlette.requests import Request
 from tapeproxy.app import create_app
 from tapeproxy.cli import server
 from tapeproxy.cli.server import uvicorn_config
-from tapeproxy.control import refusal
-from tapeproxy.runs import MAX_OPEN_RUNS
+from tapeproxy.doors.control import refusal
+from tapeproxy.engine.runs import MAX_OPEN_RUNS
 from tapeproxy.settings import Settings
 from tests.conftest import MakeProxy
 from tests.fakes.raw import RawUpstream

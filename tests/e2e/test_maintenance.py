@@ -20,13 +20,15 @@ import openai
 import pytest
 from typer.testing import CliRunner
 
-from tapeproxy import exchangefile, models, runs
 from tapeproxy.cli.main import app
+from tapeproxy.engine import runs
+from tapeproxy.exchange import layout as exchangefile
+from tapeproxy.exchange import model as models
 from tapeproxy.providers import Rulebook, provider_table
-from tapeproxy.scrub import Scrubber
-from tapeproxy.scrubbing import redact
-from tapeproxy.store.fs import FileStore
+from tapeproxy.redaction.scrubber import Scrubber
+from tapeproxy.store.files import FileStore
 from tapeproxy.store.state import note_path
+from tapeproxy.tools.redact import redact
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream
 from tests.support import SECRET_OPENAI, files_under

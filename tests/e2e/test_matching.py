@@ -644,8 +644,8 @@ def test_a_gzip_request_body_keys_and_is_stored_as_the_json_it_holds(
 def test_rekey_masks_a_form_key_an_older_tapeproxy_stored_in_clear(
     make_proxy: MakeProxy, tool: FakeUpstream, cassettes: Path
 ) -> None:
-    from tapeproxy.normalize import RequestParts, request_key
-    from tapeproxy.rules import MatchRules
+    from tapeproxy.engine.keying import RequestParts, request_key
+    from tapeproxy.engine.rules import MatchRules
 
     form = {"content-type": "application/x-www-form-urlencoded"}
     body = "q=hello&target=de&key=AIzaOLDSECRET"

@@ -44,7 +44,7 @@ def test_the_wheel_holds_one_top_level_package(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert tops == {"tapeproxy"}
-    assert "tapeproxy/cli/main.py" in names and "tapeproxy/engine.py" in names
+    assert "tapeproxy/cli/main.py" in names and "tapeproxy/engine/core.py" in names
     assert "tapeproxy/data/prices.json" in names, "the price table ships as package data"
 
 
@@ -74,7 +74,7 @@ def test_installed_wheel_imports_as_tapeproxy_only(wheel: Path, tmp_path: Path) 
     def run(*argv: str | Path) -> subprocess.CompletedProcess[str]:
         return subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=60)
 
-    imported = run(python, "-c", "import tapeproxy.engine, tapeproxy.cli.main")
+    imported = run(python, "-c", "import tapeproxy.engine.core, tapeproxy.cli.main")
     assert imported.returncode == 0, imported.stderr
     for gone in ("proxy", "cli", "llm" + "tape"):  # the old name, spelled so grep misses it
         failed = run(python, "-c", f"import {gone}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tapeproxy.store.base import parse_exchange_file
+from tapeproxy.store.protocol import parse_exchange_file
 from tests.fakes.upstream import FakeUpstream
 from tests.support import SECRET_OPENAI, files_under
 

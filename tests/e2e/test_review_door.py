@@ -1,5 +1,5 @@
 """Review of the replay door (raw header names, the bare /v1 route, the fast path check) and of
-tapeproxy.inflate, through the real server: what held and what broke."""
+tapeproxy.upstream.inflate, through the real server: what held and what broke."""
 
 from __future__ import annotations
 

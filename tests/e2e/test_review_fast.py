@@ -41,7 +41,7 @@ def test_an_upstream_url_that_would_break_the_request_line_is_refused_at_start(
     assert "a URL holds no space and no #fragment" in done.stderr
 
 
-# The joined writes (cli/head_limits.py Coalescing): a write is held to the next one or the
+# The joined writes (doors/head_limits.py Coalescing): a write is held to the next one or the
 # end of the loop's pass. What must still hold: frames leave when they come, nothing held is
 # reordered, lost or kept back.
 EMBED = json.dumps({"model": "m", "input": "x"}).encode()

@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tapeproxy.cli import head_limits
-from tapeproxy.responses import GRACE_AFTER_FINAL_FRAME
+from tapeproxy.doors import head_limits
+from tapeproxy.doors.sending import GRACE_AFTER_FINAL_FRAME
 from tests.conftest import MakeProxy
 from tests.e2e.test_inflate import SocketUpstream
 from tests.fakes.upstream import FakeUpstream

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tapeproxy.spool import SPOOL_AFTER
+from tapeproxy.engine.spool import SPOOL_AFTER
 from tests.conftest import MakeProxy
 from tests.e2e.test_large_answers import record_in_serve
 from tests.fakes.raw import RawUpstream

@@ -1,5 +1,5 @@
-"""The upstream client (aiohttp, tapeproxy.upstream) through the real server, against raw-socket
-upstreams: kept connections, answers a library's server would not send or a broken one
+"""The upstream client (aiohttp, upstream/client.py) through the real server, against
+raw-socket upstreams: kept connections, answers a library's server would not send or a broken one
 does, exact header bytes, credentials, and HTTPS with a CA of the test's own (trustme)."""
 
 from __future__ import annotations

@@ -154,7 +154,7 @@ def test_frames_that_arrive_with_the_cut_still_reach_the_client_and_the_cassette
 def test_a_replayed_answer_reaches_its_client_in_one_read_head_and_body_together(
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
 ) -> None:
-    """uvicorn writes a head and a body apart; Coalescing (cli/head_limits.py) sends them in
+    """uvicorn writes a head and a body apart; Coalescing (doors/head_limits.py) sends them in
     one write, so a client waiting for its answer reads it whole at once."""
     body = json.dumps({"model": "m", "input": "x"}).encode()
     request = (

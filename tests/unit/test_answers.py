@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tapeproxy import answers
-from tapeproxy.cassette_diff import view
-from tapeproxy.matching import diff
-from tapeproxy.models import Exchange, Frame, StoredRequest, StoredResponse
-from tapeproxy.tokens import Tokens
+from tapeproxy.engine.matching import diff
+from tapeproxy.exchange import answers
+from tapeproxy.exchange.model import Exchange, Frame, StoredRequest, StoredResponse
+from tapeproxy.exchange.tokens import Tokens
+from tapeproxy.tools.diff import view
 
 
 def exchange(

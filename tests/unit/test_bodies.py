@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tapeproxy.bodies import (
+from tapeproxy.exchange.bodies import (
     EMPTY,
     Payload,
     decode_content,
@@ -222,7 +222,7 @@ def test_a_lone_surrogate_escape_in_a_response_replays_byte_exact() -> None:
 
 
 def test_nan_and_infinity_survive_a_trip_through_the_exchange_file() -> None:
-    from tapeproxy.models import (
+    from tapeproxy.exchange.model import (
         Exchange,
         StoredRequest,
         StoredResponse,
@@ -298,7 +298,7 @@ def test_a_body_that_cannot_be_decoded_is_kept_as_sent(raw: bytes, encoding: str
 def test_a_body_that_would_unpack_beyond_the_bound_is_kept_as_sent(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("tapeproxy.bodies.MAX_DECODED", 1000)
+    monkeypatch.setattr("tapeproxy.exchange.bodies.MAX_DECODED", 1000)
     small, big = gzip.compress(b"a" * 1000), gzip.compress(b"a" * 1001)
     assert decode_content(small, "gzip") == b"a" * 1000
     assert decode_content(big, "gzip") == big

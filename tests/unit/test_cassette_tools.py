@@ -11,11 +11,11 @@ from typing import Any, BinaryIO
 import pytest
 from pydantic import ValidationError
 
-from tapeproxy.bodies import Payload
+from tapeproxy.engine.keying import RequestParts, request_key
+from tapeproxy.engine.rules import MatchRules, build_rules
 from tapeproxy.errors import CassetteCorrupt
-from tapeproxy.lastrun import LastRun, dump_last_run, load_last_run
-from tapeproxy.listing import show, summarize
-from tapeproxy.models import (
+from tapeproxy.exchange.bodies import Payload
+from tapeproxy.exchange.model import (
     Exchange,
     Frame,
     StoredRequest,
@@ -23,17 +23,17 @@ from tapeproxy.models import (
     dump_exchange,
     load_exchange,
 )
-from tapeproxy.normalize import RequestParts, request_key
 from tapeproxy.providers import BUILTIN
-from tapeproxy.rekey import rekey
-from tapeproxy.rules import MatchRules, build_rules
-from tapeproxy.store.base import (
+from tapeproxy.store.lastrun import LastRun, dump_last_run, load_last_run
+from tapeproxy.store.protocol import (
     CassetteStore,
     exchange_file,
     is_leftover,
     parse_exchange_file,
 )
-from tapeproxy.verification import verify
+from tapeproxy.tools.listing import show, summarize
+from tapeproxy.tools.rekey import rekey
+from tapeproxy.tools.verify import verify
 
 DEFAULTS = BUILTIN["openai"].rules
 HI = [{"role": "user", "content": "hi"}]

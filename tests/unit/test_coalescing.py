@@ -1,4 +1,4 @@
-"""The client's transport that joins writes (tapeproxy.cli.head_limits.Coalescing), over a
+"""The client's transport that joins writes (tapeproxy.doors.head_limits.Coalescing), over a
 stand-in for asyncio's transport that records each write it is given (the real server's
 side: tests/e2e/test_wire_edges.py)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tapeproxy.cli.head_limits import Coalescing
+from tapeproxy.doors.head_limits import Coalescing
 
 
 class Recorder:

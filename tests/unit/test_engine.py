@@ -10,13 +10,13 @@ from pathlib import Path
 
 from starlette.datastructures import Headers
 
-from tapeproxy.engine import Engine
-from tapeproxy.inbound import Inbound, Live, Refuse, Serve
-from tapeproxy.normalize import request_key, request_parts
+from tapeproxy.engine.core import Engine
+from tapeproxy.engine.inbound import Inbound, Live, Refuse, Serve
+from tapeproxy.engine.keying import request_key, request_parts
 from tapeproxy.providers import provider_table
 from tapeproxy.settings import Mode, Settings
-from tapeproxy.store.fs import FileStore
-from tapeproxy.upstream import Outbound, UpstreamResponse
+from tapeproxy.store.files import FileStore
+from tapeproxy.upstream.client import Outbound, UpstreamResponse
 
 ANSWER = b'{"id": "chatcmpl-1", "choices": [{"message": {"content": "Hello!"}}]}'
 SSE = [

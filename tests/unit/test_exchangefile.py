@@ -12,15 +12,15 @@ from unittest.mock import patch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tapeproxy.bodies import Payload
-from tapeproxy.capture import Capture, Finished, settle
-from tapeproxy.exchangefile import STREAMED, Record, frames_json, render, render_around
-from tapeproxy.models import Exchange, dump_around, dump_exchange, load_exchange
-from tapeproxy.normalize import RequestParts
+from tapeproxy.engine.capture import Capture, Finished, settle
+from tapeproxy.engine.keying import RequestParts
+from tapeproxy.engine.spool import Spool
+from tapeproxy.exchange.bodies import Payload
+from tapeproxy.exchange.layout import STREAMED, Record, frames_json, render, render_around
+from tapeproxy.exchange.model import Exchange, dump_around, dump_exchange, load_exchange
 from tapeproxy.providers import anthropic, gemini, ollama, openai
 from tapeproxy.providers.base import Provider
-from tapeproxy.scrub import Scrubber
-from tapeproxy.spool import Spool
+from tapeproxy.redaction.scrubber import Scrubber
 
 TEXT = st.text(st.characters(codec="utf-8"), max_size=12) | st.sampled_from(["hide me", "é\u2028"])
 # A token count: `true` is read as 1 (and written so), a count past 64 bits as it is.
@@ -114,13 +114,13 @@ def records(draw: st.DrawFn) -> Exchange:
     times = iter(draw(st.lists(st.floats(0, 5), min_size=9, max_size=9)))
     cuts = sorted(draw(st.lists(st.integers(0, len(data)), max_size=5)))
     with patch(
-        "tapeproxy.capture.time.monotonic", side_effect=lambda: capture.started + next(times)
+        "tapeproxy.engine.capture.time.monotonic", side_effect=lambda: capture.started + next(times)
     ):
         for start, end in zip([0, *cuts], [*cuts, len(data)], strict=True):
             capture.add(data[start:end])
     redact = draw(st.booleans())
     scrubber = Scrubber.build(["stream", "x"], ["hide me", r"\d{3}"]) if redact else Scrubber()
-    with patch("tapeproxy.capture.time.monotonic", return_value=capture.started + 7.5):
+    with patch("tapeproxy.engine.capture.time.monotonic", return_value=capture.started + 7.5):
         done = settle(capture, cut, scrubber, keep_failures=True)
     assert isinstance(done, Finished)
     return done.exchange.model_copy(update={"ordinal": draw(st.integers(1, 3))})

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tapeproxy.framing import (
+from tapeproxy.exchange.framing import (
     Dialect,
     FrameSigns,
     FrameSplitter,

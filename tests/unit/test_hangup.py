@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
+from tapeproxy.engine.hangup import Watch
 from tapeproxy.errors import ClientGone
-from tapeproxy.hangup import Watch
 
 
 class Client:

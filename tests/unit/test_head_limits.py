@@ -1,4 +1,4 @@
-"""What tapeproxy.cli.head_limits relies on inside uvicorn: if an upgrade moves any of it, these
+"""What tapeproxy.doors.head_limits relies on inside uvicorn: if an upgrade moves any of it, these
 fail here, by name, rather than the cap or the deadline silently going away."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 from uvicorn.server import ServerState
 
 from tapeproxy.app import create_app
-from tapeproxy.cli.head_limits import HEAD_LIMIT, HeadLimitedProtocol
 from tapeproxy.cli.server import uvicorn_config
+from tapeproxy.doors.head_limits import HEAD_LIMIT, HeadLimitedProtocol
 from tapeproxy.settings import Settings
 
 

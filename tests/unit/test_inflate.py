@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tapeproxy.errors import AnswerRefused, UpstreamCut
-from tapeproxy.inflate import PIECE, InflateLimits, Inflater, unknown_encoding
+from tapeproxy.upstream.inflate import PIECE, InflateLimits, Inflater, unknown_encoding
 
 LOOSE = InflateLimits(ratio=10**9)
 

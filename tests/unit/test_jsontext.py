@@ -11,7 +11,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tapeproxy.jsontext import indent2
+from tapeproxy.exchange.jsontext import indent2
 
 scalars = (
     st.none()

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tapeproxy.bodies import Payload
-from tapeproxy.keycache import KeyCache, raw_key
-from tapeproxy.normalize import RequestParts
+from tapeproxy.engine.keycache import KeyCache, raw_key
+from tapeproxy.engine.keying import RequestParts
+from tapeproxy.exchange.bodies import Payload
 
 WANTED = frozenset({b"x-tenant"})
 HEADERS = ((b"Content-Type", b"application/json"), (b"User-Agent", b"sdk/1"))

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tapeproxy.bodies import Payload
-from tapeproxy.matching import (
+from tapeproxy.engine.keying import RequestParts, canonical
+from tapeproxy.engine.matching import (
     MISSING,
     Difference,
     Recorded,
@@ -25,7 +25,7 @@ from tapeproxy.matching import (
     request_view,
     same,
 )
-from tapeproxy.misses import (
+from tapeproxy.engine.misses import (
     MAX_CANDIDATES,
     MAX_SKETCH,
     SHORTLIST,
@@ -36,8 +36,8 @@ from tapeproxy.misses import (
     similarity,
     sketch,
 )
-from tapeproxy.normalize import RequestParts, canonical
-from tapeproxy.rules import MatchRules
+from tapeproxy.engine.rules import MatchRules
+from tapeproxy.exchange.bodies import Payload
 from tapeproxy.settings import RepeatPolicy
 
 ERROR, LAST, CYCLE = RepeatPolicy.ERROR, RepeatPolicy.REPEAT_LAST, RepeatPolicy.CYCLE

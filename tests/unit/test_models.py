@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from tapeproxy import models
-from tapeproxy.models import (
+from tapeproxy.exchange import model as models
+from tapeproxy.exchange.model import (
     SCHEMA_VERSION,
     Exchange,
     Frame,

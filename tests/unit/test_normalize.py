@@ -14,10 +14,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from tapeproxy.bodies import Payload
-from tapeproxy.errors import ConfigError
-from tapeproxy.models import StoredRequest
-from tapeproxy.normalize import (
+from tapeproxy.engine.keying import (
     RequestParts,
     canonical,
     redacted,
@@ -25,7 +22,10 @@ from tapeproxy.normalize import (
     request_parts,
     stored_request,
 )
-from tapeproxy.rules import MatchRules, build_rules, parse_path
+from tapeproxy.engine.rules import MatchRules, build_rules, parse_path
+from tapeproxy.errors import ConfigError
+from tapeproxy.exchange.bodies import Payload
+from tapeproxy.exchange.model import StoredRequest
 
 RULES = MatchRules(
     ignore_body=("user", "metadata.request_id", "messages[*].name"),

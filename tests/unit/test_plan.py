@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tapeproxy.plan import Action, Step, plan
+from tapeproxy.engine.plan import Action, Step, plan
 from tapeproxy.settings import Mode
 
 SERVE = Step(Action.SERVE)

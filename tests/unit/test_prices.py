@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tapeproxy.errors import ConfigError
-from tapeproxy.prices import load_prices
-from tapeproxy.tokens import Tokens
+from tapeproxy.exchange.tokens import Tokens
+from tapeproxy.tools.prices import load_prices
 
 
 def test_the_shipped_table_says_its_date_and_source_and_prices_each_provider() -> None:

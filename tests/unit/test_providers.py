@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from tapeproxy.bodies import Payload
+from tapeproxy.doors.routing import check_path, resolve
+from tapeproxy.engine.keying import RequestParts
 from tapeproxy.errors import BadPath
-from tapeproxy.framing import Dialect, never, read_frame
-from tapeproxy.normalize import RequestParts
+from tapeproxy.exchange.bodies import Payload
+from tapeproxy.exchange.framing import Dialect, never, read_frame
 from tapeproxy.providers import BUILTIN, generic, mistral, openai, provider_table
 from tapeproxy.providers.base import HTTP_VOLATILE_HEADERS, Provider
-from tapeproxy.routing import check_path, resolve
 
 TOOL = generic("tool", "http://127.0.0.1:9/")
 EVERY = [*BUILTIN.values(), TOOL]

@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tapeproxy.bodies import Payload
-from tapeproxy.capture import Capture, is_failure_status, stored_headers
-from tapeproxy.models import Outcome, dump_around, dump_exchange, load_exchange
-from tapeproxy.normalize import RequestParts
+from tapeproxy.engine.capture import Capture, is_failure_status, stored_headers
+from tapeproxy.engine.keying import RequestParts
+from tapeproxy.engine.replay import Replay, frame_bytes
+from tapeproxy.engine.spool import SPOOL_AFTER, Spool
+from tapeproxy.exchange.bodies import Payload
+from tapeproxy.exchange.model import Outcome, dump_around, dump_exchange, load_exchange
 from tapeproxy.providers import anthropic, gemini, generic, ollama, openai
 from tapeproxy.providers.base import Provider
-from tapeproxy.replays import Replay, frame_bytes
-from tapeproxy.spool import SPOOL_AFTER, Spool
 
 
 def test_stored_headers_keeps_what_describes_the_answer() -> None:

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from tapeproxy.bodies import MULTIPART_BOUNDARY, Payload
-from tapeproxy.redact import (
+from tapeproxy.exchange.bodies import MULTIPART_BOUNDARY, Payload
+from tapeproxy.redaction.secrets import (
     MARKER,
     is_secret_field,
     is_secret_form_field,

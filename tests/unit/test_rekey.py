@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tapeproxy.bodies import Payload
-from tapeproxy.models import Exchange, StoredRequest, StoredResponse
-from tapeproxy.normalize import RequestParts, request_key, request_parts
+from tapeproxy.engine.keying import RequestParts, request_key, request_parts
+from tapeproxy.engine.rules import MatchRules, build_rules
+from tapeproxy.exchange.bodies import Payload
+from tapeproxy.exchange.model import Exchange, StoredRequest, StoredResponse
 from tapeproxy.providers import BUILTIN
-from tapeproxy.rekey import Place, rekey, write_steps
-from tapeproxy.rules import MatchRules, build_rules
-from tapeproxy.store.base import exchange_file
-from tapeproxy.store.fs import FileStore
+from tapeproxy.store.files import FileStore
+from tapeproxy.store.protocol import exchange_file
+from tapeproxy.tools.rekey import Place, rekey, write_steps
 
 DEFAULTS = BUILTIN["openai"].rules
 HI = [{"role": "user", "content": "hi"}]

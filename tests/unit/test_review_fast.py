@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tapeproxy.exchangefile import Record, render
-from tapeproxy.hopheaders import forward_headers
-from tapeproxy.jsontext import indent2
+from tapeproxy.exchange.jsontext import indent2
+from tapeproxy.exchange.layout import Record, render
+from tapeproxy.upstream.hopheaders import forward_headers
 
 KEYS = st.text(max_size=4) | st.sampled_from(
     ["a", "A", "b", "B", "é", "z", "\U0001f600", "\uffff", "\ud800", "1", "10", "2", "-1",

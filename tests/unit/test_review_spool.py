@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from tapeproxy.framing import json_items
+from tapeproxy.exchange.framing import json_items
 
 VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(),

@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import pytest
 
+from tapeproxy.engine.rules import (
+    MatchRules,
+    build_rules,
+    parse_rule,
+    rule_warnings,
+    unstored_headers,
+)
 from tapeproxy.errors import ConfigError
 from tapeproxy.providers import BUILTIN, Rulebook, provider_table
-from tapeproxy.rules import MatchRules, build_rules, parse_rule, rule_warnings, unstored_headers
 
 
 @pytest.mark.parametrize(

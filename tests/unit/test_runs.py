@@ -6,10 +6,10 @@ import asyncio
 import tracemalloc
 from pathlib import Path
 
-from tapeproxy.models import Exchange, StoredRequest, StoredResponse
-from tapeproxy.replays import Replay, ReplayCache
-from tapeproxy.runs import MAX_REACHED_UNTOLD, Run, Runs, Touched
-from tapeproxy.store.fs import FileStore
+from tapeproxy.engine.replay import Replay, ReplayCache
+from tapeproxy.engine.runs import MAX_REACHED_UNTOLD, Run, Runs, Touched
+from tapeproxy.exchange.model import Exchange, StoredRequest, StoredResponse
+from tapeproxy.store.files import FileStore
 
 MODEL, TOOL = "a" * 64, "b" * 64
 

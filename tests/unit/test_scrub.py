@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tapeproxy.bodies import Payload, payload_bytes, response_payload
 from tapeproxy.errors import ConfigError
-from tapeproxy.exchangefile import frame
-from tapeproxy.redact import MARKER
-from tapeproxy.scrub import Scrubber
+from tapeproxy.exchange.bodies import Payload, payload_bytes, response_payload
+from tapeproxy.exchange.layout import frame
+from tapeproxy.redaction.scrubber import Scrubber
+from tapeproxy.redaction.secrets import MARKER
 
 EMAIL = r"[a-z]+@example\.com"
 scrub = Scrubber.build(["user.email", "messages[*].content"], [EMAIL, r"\d{3}-\d{4}"])
@@ -126,8 +126,8 @@ def test_matches_sees_only_a_match_of_something() -> None:
 
 
 def test_what_redact_checks_sees_binary_bodies_and_not_tapeproxys_own_fields() -> None:
-    from tapeproxy.models import Exchange, StoredRequest, StoredResponse
-    from tapeproxy.scrubbing import recorded_text
+    from tapeproxy.exchange.model import Exchange, StoredRequest, StoredResponse
+    from tapeproxy.tools.redact import recorded_text
 
     def exchange(body: dict[str, Any]) -> Exchange:
         request = StoredRequest(method="POST", upstream="files", path="/v1/upload", body=body)
@@ -147,7 +147,7 @@ def test_what_redact_checks_sees_binary_bodies_and_not_tapeproxys_own_fields() -
 
 
 def test_a_request_path_and_query_values_are_scrubbed_for_its_key() -> None:
-    from tapeproxy.normalize import RequestParts
+    from tapeproxy.engine.keying import RequestParts
 
     parts = RequestParts(
         "GET", "search", "/v1/users/ann@example.com", (("q", "555-1234"),), (), Payload("empty")

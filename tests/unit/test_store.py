@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from tapeproxy.errors import BadCassetteName, CassetteCorrupt, ConfigError
-from tapeproxy.lastrun import LastRun
-from tapeproxy.models import Exchange, Frame, StoredRequest, StoredResponse, dump_exchange
+from tapeproxy.exchange.model import Exchange, Frame, StoredRequest, StoredResponse, dump_exchange
 from tapeproxy.store import BACKENDS, open_store
-from tapeproxy.store.base import CassetteStore, exchange_file, parse_exchange_file
-from tapeproxy.store.fs import FileStore
+from tapeproxy.store.files import FileStore
+from tapeproxy.store.lastrun import LastRun
 from tapeproxy.store.names import MAX_NAME, check_cassette_name
+from tapeproxy.store.protocol import CassetteStore, exchange_file, parse_exchange_file
 
 KEY_A, KEY_B = "a" * 64, "0123456789abcdef" * 4
 OLD_NS = 1_000_000_000_000_000_000  # an mtime far from now, so any rewrite would move it

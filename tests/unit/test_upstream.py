@@ -1,4 +1,4 @@
-"""tapeproxy.upstream on aiohttp against real loopback sockets: a request it refuses to send,
+"""tapeproxy.upstream.client on aiohttp against real loopback sockets: a request it refuses to send,
 the answer's backpressure, the timeouts, the errors each failure becomes, and what `ended`
 and `whole` say."""
 
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tapeproxy.errors import UpstreamCut, UpstreamError, UpstreamTimeout, UpstreamUnreachable
-from tapeproxy.upstream import AiohttpResponse, AiohttpUpstream, Outbound
+from tapeproxy.upstream.client import AiohttpResponse, AiohttpUpstream, Outbound
 from tests.support import closed_port
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]

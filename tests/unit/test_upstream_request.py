@@ -1,12 +1,12 @@
-"""tapeproxy.upstream_request: the URL, headers and Authorization a request goes upstream with,
-and that a URL tapeproxy cannot call is refused (tapeproxy.upstream makes it a 502)."""
+"""tapeproxy.upstream.request: the URL, headers and Authorization a request goes upstream with,
+and that a URL tapeproxy cannot call is refused (tapeproxy.upstream.client makes it a 502)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tapeproxy.hopheaders import forward_headers
-from tapeproxy.upstream_request import prepare
+from tapeproxy.upstream.hopheaders import forward_headers
+from tapeproxy.upstream.request import prepare
 
 
 def test_the_url_keeps_its_path_and_query_bytes_and_its_host_goes_in_idna() -> None:

@@ -1,0 +1,1 @@
+"""The doors onto the engine: the ASGI front, the control API, answers sent over ASGI."""

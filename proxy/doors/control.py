@@ -1,0 +1,129 @@
+"""The control API under /__tapeproxy/: health, stats, misses, and switching cassette and mode."""
+
+from __future__ import annotations
+
+import hmac
+import json
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import BaseRoute, Route
+
+from tapeproxy.engine.core import Engine
+from tapeproxy.settings import Mode, Settings, is_loopback
+
+CONTROL_PREFIX = "/__tapeproxy/"
+ENDPOINTS = ("health", "stats", "misses", "cassette")
+
+
+MAX_CONTROL_BODY = 64 * 1024  # {"cassette": NAME, "mode": MODE} is far smaller
+
+
+async def capped_body(request: Request, limit: int) -> bytes | None:
+    """The request body, or None past `limit` bytes (nothing more is held)."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class CassetteSwitch(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cassette: str | None = None
+    mode: Mode | None = None
+
+
+def _bad_request(message: str) -> JSONResponse:
+    return _error(400, "bad_request", message)
+
+
+def refusal(request: Request, settings: Settings) -> JSONResponse | None:
+    """Why a control request that changes state may not, or None when it may: with an admin
+    token it must carry `Authorization: Bearer TOKEN`; without one, only on loopback."""
+    token = settings.admin_token
+    if token is None:
+        if is_loopback(settings.host):
+            return None
+        return _error(
+            403,
+            "forbidden",
+            f"tapeproxy binds {settings.host}, not loopback, and has no admin token, so control "
+            "requests that change state are off: start it with --admin-token TOKEN (or "
+            "TAPEPROXY_ADMIN_TOKEN) and send `Authorization: Bearer TOKEN`",
+        )
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    sent = given.strip().encode("latin-1", "replace")
+    if scheme.lower() == "bearer" and hmac.compare_digest(sent, token.encode()):
+        return None
+    return _error(
+        401,
+        "unauthorized",
+        "this control request needs `Authorization: Bearer TOKEN` with the server's --admin-token",
+    )
+
+
+def _error(status: int, kind: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status)
+
+
+def control_routes(engine: Engine) -> list[BaseRoute]:
+    """The endpoints, bound to one engine."""
+
+    def current() -> JSONResponse:
+        return JSONResponse(
+            {"cassette": engine.current.cassette, "mode": engine.current.mode.value}
+        )
+
+    async def health(request: Request) -> JSONResponse:
+        now = engine.current
+        return JSONResponse({"status": "ok", "cassette": now.cassette, "mode": now.mode.value})
+
+    async def stats(request: Request) -> JSONResponse:
+        return JSONResponse((await engine.snapshot()).to_dict())
+
+    async def misses(request: Request) -> JSONResponse:
+        return JSONResponse({"misses": list(engine.misses)})
+
+    async def get_cassette(request: Request) -> JSONResponse:
+        return current()
+
+    async def put_cassette(request: Request) -> JSONResponse:
+        refused = refusal(request, engine.settings)
+        if refused is not None:
+            return refused
+        body = await capped_body(request, MAX_CONTROL_BODY)
+        if body is None:
+            return _error(
+                413,
+                "request_too_large",
+                f"a control request body is at most {MAX_CONTROL_BODY:,} bytes",
+            )
+        try:
+            change = CassetteSwitch.model_validate(json.loads(body or b"{}"))
+        except (ValueError, ValidationError) as exc:
+            return _bad_request(
+                f'PUT /__tapeproxy/cassette takes {{"cassette": NAME, "mode": MODE}} with MODE one '
+                f"of {', '.join(m.value for m in Mode)}: {exc}"
+            )
+        await engine.switch(change.cassette, change.mode)
+        return current()
+
+    async def unknown(request: Request) -> JSONResponse:
+        listed = ", ".join(CONTROL_PREFIX + name for name in ENDPOINTS)
+        return _error(
+            404, "unknown_endpoint", f"no control endpoint {request.url.path!r}; there are {listed}"
+        )
+
+    return [
+        Route("/__tapeproxy/health", health, methods=["GET"]),
+        Route("/__tapeproxy/stats", stats, methods=["GET"]),
+        Route("/__tapeproxy/misses", misses, methods=["GET"]),
+        Route("/__tapeproxy/cassette", get_cassette, methods=["GET"]),
+        Route("/__tapeproxy/cassette", put_cassette, methods=["PUT"]),
+        Route("/__tapeproxy/{rest:path}", unknown),
+    ]

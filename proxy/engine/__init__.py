@@ -1,0 +1,1 @@
+"""The record/replay engine: a request in, an answer out; no web framework in it."""

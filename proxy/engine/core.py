@@ -1,0 +1,488 @@
+"""The record/replay engine: one request in (`Inbound`), one answer out (`Serve`, `Refuse` or
+`Live`). It keys the request, asks its cassette's run, follows `plan()`, and counts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from tapeproxy.doors.routing import check_live
+from tapeproxy.engine.candidates import candidates, recorded_request
+from tapeproxy.engine.capture import Capture, Finished, settle
+from tapeproxy.engine.hangup import Watch
+from tapeproxy.engine.inbound import Answer, Inbound, Live, Refuse, Serve
+from tapeproxy.engine.keycache import KeyCache, raw_key
+from tapeproxy.engine.keying import RequestParts, canonical, request_key, request_parts
+from tapeproxy.engine.matching import follow_order
+from tapeproxy.engine.misses import Miss
+from tapeproxy.engine.plan import Action, Step, plan
+from tapeproxy.engine.recorder import Recording, Target
+from tapeproxy.engine.replay import Replay, ReplayCache
+from tapeproxy.engine.rules import MatchRules
+from tapeproxy.engine.runs import Run, Runs
+from tapeproxy.engine.spool import Spool
+from tapeproxy.engine.stats import Counters, RunSummary, Snapshot, Trace
+from tapeproxy.engine.timing import TIMING_HEADER, parse_timing
+from tapeproxy.errors import (
+    CassetteMiss,
+    ClientGone,
+    ConfigError,
+    OutOfOrder,
+    TapeproxyError,
+    UnknownUpstream,
+    UpstreamError,
+)
+from tapeproxy.exchange.model import Outcome, dump_around
+from tapeproxy.providers import Rulebook
+from tapeproxy.providers.base import Provider
+from tapeproxy.redaction.scrubber import Scrubber
+from tapeproxy.settings import Mode, Settings
+from tapeproxy.store.names import check_cassette_name, derived_name
+from tapeproxy.store.protocol import CassetteStore, exchange_file
+from tapeproxy.upstream.client import Outbound, Upstream
+from tapeproxy.upstream.hopheaders import answer_headers
+
+MAX_MISSES = 50
+# Threads that write recordings. Many, since each mostly waits on its fsync: 32 clients
+# recording at once are not queued behind a handful of writes.
+WRITERS = 32
+log = logging.getLogger("tapeproxy")
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What a writer thread did with a recording: the log line's outcome, and where it went
+    (no ordinal when it was not written)."""
+
+    outcome: str
+    key: str = ""
+    ordinal: int | None = None
+    failed: bool = False  # the write failed
+
+
+@dataclass
+class Current:
+    """The cassette and mode a request gets when it names none: switched by the control API."""
+
+    cassette: str
+    mode: Mode
+
+
+@dataclass
+class Keyed:
+    """What one request resolved to. Built for every request, so not frozen (see Inbound)."""
+
+    inbound: Inbound
+    provider: Provider
+    cassette: str
+    mode: Mode
+    live: frozenset[str]  # --live, plus this request's own
+    rules: MatchRules
+    parts: RequestParts
+    key: str
+    timing: float | None
+    trace: Trace
+
+    @property
+    def runs_live(self) -> bool:
+        return self.provider.name in self.live
+
+
+class Engine:
+    """Owns the runs, the replay cache, the counters and the miss journal of one server."""
+
+    def __init__(
+        self, settings: Settings, providers: Mapping[str, Provider], store: CassetteStore
+    ) -> None:
+        self.settings = settings
+        self.providers = providers
+        self.rules = Rulebook.build(providers, settings.ignore)
+        self.scrubber = Scrubber.build(settings.redact_field, settings.redact_pattern)
+        self.store = store
+        self.current = Current(settings.cassette, settings.mode)
+        # Every cassette the server was told to serve (start-up, PUT), with its modes then:
+        # one no request reached fails --fail-on-unused (an agent that bypassed tapeproxy).
+        self.told: dict[str, set[Mode]] = {settings.cassette: {settings.mode}}
+        self.named: set[str] = set()  # the cassettes a PUT named
+        self.counters = Counters()
+        self._live = frozenset(settings.live)  # worked out once, not per request
+        self._timing = parse_timing(settings.replay_timing)
+        self.runs = Runs(store, strict_order=settings.strict_order, live=self._live)
+        self.runs.watch(settings.cassette)
+        self.replays = ReplayCache()
+        self.keys = KeyCache()
+        self._wanted: dict[str, frozenset[bytes]] = {}  # key header names per upstream
+        self.misses: deque[dict[str, Any]] = deque(maxlen=MAX_MISSES)
+        self.upstream: Upstream | None = None  # set while the server runs
+        self.writer = ThreadPoolExecutor(WRITERS, thread_name_prefix="tapeproxy-writer")
+
+    async def exchange(self, inbound: Inbound) -> Answer:
+        """Serve it from the cassette, refuse it, or go live (and record, as planned)."""
+        try:
+            keyed = self._key(inbound)
+            run = self.runs.loaded(keyed.cassette)
+            if run is None:
+                run = await self.runs.get(keyed.cassette)
+            ask, seq = run.ask(keyed.key)
+            ordinal = run.pick(keyed.key, ask, self.settings.repeat)
+            step = plan(keyed.mode, ordinal is not None, keyed.runs_live, run.held)
+            run.replayed_from |= step.action is Action.SERVE or step.action is Action.REFUSE
+            if step.action is Action.SERVE and ordinal is not None:
+                return await self._serve(keyed, run, ordinal)
+            if step.action is Action.REFUSE:
+                return await self._refuse(keyed, run, ask)
+            return await self._forward(keyed, await self._target(keyed, step, run, seq))
+        except TapeproxyError as exc:
+            if exc.status >= 500:
+                self.counters.errors += 1
+            raise
+
+    def abandoned(self, inbound_path: str, method: str) -> None:
+        """A client that hung up while sending its request: counted, nothing sent upstream."""
+        self.counters.aborted += 1
+        log.info(
+            "%s %s: the client hung up before its request was whole; nothing sent upstream",
+            method,
+            inbound_path,
+        )
+
+    def _key(self, inbound: Inbound) -> Keyed:
+        # Every override is checked before the run counts the request, so a bad one uses up
+        # no recording.
+        # The current cassette was checked when it was set (settings, PUT): only a header's is.
+        cassette = (
+            check_cassette_name(inbound.cassette) if inbound.cassette else self.current.cassette
+        )
+        live = (
+            (self._live | check_live(inbound.live, self.providers)) if inbound.live else self._live
+        )
+        try:
+            timing = parse_timing(inbound.timing) if inbound.timing else self._timing
+        except ValueError as exc:
+            raise ConfigError(f"{TIMING_HEADER}: {exc}") from exc
+        provider = self.providers.get(inbound.upstream)
+        if provider is None:
+            raise UnknownUpstream(
+                f"no upstream named {inbound.upstream!r}; known upstreams: "
+                f"{', '.join(sorted(self.providers))}"
+            )
+        rules = self.rules.for_upstream(provider.name)
+        parts, key = self._parts_and_key(inbound, provider.name, rules)
+        mode = self.current.mode
+        trace = Trace(mode.value, provider.name, parts.method, inbound.path, key)
+        return Keyed(
+            inbound,
+            provider,
+            cassette,
+            mode,
+            live,
+            rules,
+            parts,
+            key,
+            timing,
+            trace,
+        )
+
+    def _parts_and_key(
+        self, inbound: Inbound, upstream: str, rules: MatchRules
+    ) -> tuple[RequestParts, str]:
+        """The request's stored parts and key; worked out once per distinct request (a replay
+        run asks the same few requests over and over)."""
+        wanted = self._wanted.get(upstream)
+        if wanted is None:
+            wanted = self._wanted[upstream] = frozenset(
+                name.encode("latin-1") for name in rules.headers()
+            )
+        raw = raw_key(
+            upstream,
+            inbound.method,
+            inbound.path,
+            inbound.query,
+            inbound.headers,
+            inbound.body,
+            wanted,
+        )
+        known = self.keys.get(raw) if raw is not None else None
+        if known is not None:
+            return known
+        parts = request_parts(
+            inbound.method,
+            upstream,
+            inbound.path,
+            inbound.query,
+            inbound.header_map,
+            inbound.body,
+            rules,
+        )
+        # Keyed as stored: scrubbed by the [redact] rules, so a replay with the same rules
+        # finds what `tapeproxy redact` or a recording with them wrote.
+        parts = self.scrubber.request(parts)
+        key = request_key(parts, rules)
+        if raw is not None:
+            self.keys.put(raw, parts, key)
+        return parts, key
+
+    async def _target(self, keyed: Keyed, step: Step, run: Run, seq: int) -> Target | None:
+        if step.action is not Action.RECORD:
+            return None
+        if step.derived:
+            # Partial replay: live answers go beside the cassette, never into it, and this
+            # upstream's recordings are neither expected in order nor counted as unused.
+            run.live.add(keyed.provider.name)
+            run = await self.runs.get(derived_name(keyed.cassette))
+            _, seq = run.ask(keyed.key)
+        return Target(run, seq, step.anew)
+
+    async def _serve(self, keyed: Keyed, run: Run, ordinal: int) -> Serve:
+        if run.order is not None:
+            self._check_order(keyed, run, ordinal)
+        cached = (keyed.cassette, keyed.key, ordinal)
+        replay = self.replays.get(cached)
+        if replay is None:
+            exchange = await asyncio.to_thread(self.store.read, keyed.cassette, keyed.key, ordinal)
+            replay = Replay.of(exchange, keyed.key)
+            self.replays.put(cached, replay)
+        run.served.add((keyed.key, ordinal))
+        self.counters.replayed += 1
+        keyed.trace.log("replayed", replay.status)
+        return Serve(replay, ordinal, keyed.timing)
+
+    def _check_order(self, keyed: Keyed, run: Run, ordinal: int) -> None:
+        live = keyed.live | run.live
+        verdict = follow_order(run.order or [], run.cursor, live, keyed.key, ordinal)
+        if isinstance(verdict, int):
+            run.cursor = verdict
+            return
+        self.counters.misses += 1
+        position, expected = verdict
+        here = exchange_file(keyed.key, ordinal)
+        came = f"{keyed.parts.method} {keyed.provider.name} {keyed.inbound.path} ({here})"
+        wanted = (
+            f"{expected.summary} ({exchange_file(expected.key, expected.ordinal)})"
+            if expected is not None
+            else "no further request"
+        )
+        raise OutOfOrder(
+            f"--strict-order: request #{run.requests} of this run in cassette "
+            f"{keyed.cassette!r} should have been recording #{position + 1} in recorded order, "
+            f"{wanted}, but {came} came. Replay the requests in the recorded order, or drop "
+            "--strict-order."
+        )
+
+    async def _refuse(self, keyed: Keyed, run: Run, ask: int) -> Refuse:
+        self.counters.misses += 1
+        found = run.candidates
+        if found is None:
+            found = run.candidates = await asyncio.to_thread(
+                candidates, self.store, self.rules, run.cassette, run.ordinals
+            )
+        miss = Miss(
+            cassette=keyed.cassette,
+            mode=keyed.mode.value,
+            key=keyed.key,
+            ask=ask,
+            recorded=len(run.ordinals.get(keyed.key, ())),
+            request=canonical(keyed.parts, keyed.rules),
+            candidates=found,
+            load=partial(recorded_request, self.store, self.rules, run.cassette),
+            listed=len(run.ordinals),
+        )
+        # Off the event loop: a diff of large bodies must not stall the requests being served.
+        details = await asyncio.to_thread(miss.explain)
+        self.misses.appendleft(details)
+        log.warning("%s", details["message"])
+        error = CassetteMiss(details["message"])
+        body = keyed.provider.error_body(error.error_type, error.message, error.status)
+        body["error"]["details"] = {k: v for k, v in details.items() if k != "message"}
+        return Refuse(error, body)
+
+    async def _forward(self, keyed: Keyed, target: Target | None) -> Live:
+        if self.upstream is None:
+            raise UpstreamError("tapeproxy is not started: no upstream client yet")
+        self.counters.upstream_calls += 1
+        inbound = keyed.inbound
+        query = f"?{inbound.query}" if inbound.query else ""
+        outbound = Outbound.of(
+            keyed.provider.name,
+            inbound.method,
+            keyed.provider.base_url + inbound.path + query,
+            inbound.headers,
+            inbound.body,
+        )
+        # One watch of the client for the upstream call and the answer's way back (the door
+        # closes it); made here, so a request served from a cassette pays nothing for it.
+        watch = None if inbound.gone is None else Watch(inbound.gone)
+        opening = self.upstream.open(outbound)
+        try:
+            answer = await (opening if watch is None else watch.unless_gone(opening))
+        except BaseException as exc:
+            if watch is not None:
+                watch.close()
+            if isinstance(exc, ClientGone):
+                self.counters.aborted += 1
+            raise
+        capture = None
+        if target is not None:
+            capture = Capture(
+                provider=keyed.provider,
+                request=keyed.parts,
+                key=keyed.key,
+                seq=target.seq,
+                rules=keyed.rules.fingerprint(),
+                status=answer.status,
+                headers=list(answer.headers),
+                chunked=answer.chunked,
+                spool=Spool(partial(self.store.scratch, target.run.cassette)),
+                limit=self.settings.max_record,
+            )
+        headers = answer_headers(answer.headers, keep_length=keyed.parts.method == "HEAD")
+        headers.append(("x-tapeproxy-key", keyed.key))
+        raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+        recording = Recording(keyed.trace, answer.status, self, capture, target)
+        return Live(answer, raw, recording, watch)
+
+    async def keep(self, target: Target, capture: Capture, cut: bool) -> str:
+        """Finish, number and write a recording, in one trip to a writer thread. Its ordinal
+        is given then, not when it was asked, so an answer that is not kept (a 429 the SDK
+        retried) leaves no gap in the numbering."""
+        loop = asyncio.get_running_loop()
+        kept = await loop.run_in_executor(self.writer, self._write, target, capture, cut)
+        if kept.failed:
+            self.counters.errors += 1
+            self.counters.write_failures += 1
+        if kept.ordinal is None:
+            return kept.outcome
+        run = target.run
+        run.add(kept.key, kept.ordinal)
+        self.replays.discard((run.cassette, kept.key, kept.ordinal))
+        self.counters.recorded += 1
+        return kept.outcome
+
+    def _write(self, target: Target, capture: Capture, cut: bool) -> Kept:
+        """In a writer thread: the exchange captured, scrubbed, numbered, written durably."""
+        run = target.run
+        try:
+            try:  # a spooled answer's last bytes are written to its scratch file and read back
+                finished = settle(capture, cut, self.scrubber, self.settings.record_failures)
+            except OSError as exc:
+                log.error("recording an answer: its scratch file failed: %s", exc)
+                return Kept("not recorded (write failed)", failed=True)
+            if not isinstance(finished, Finished):
+                return Kept(finished)
+            key = capture.key
+            self.runs.forget_note(run)  # before the write: a crash between leaves no stale note
+            ordinal = run.next_ordinal(key, target.anew)
+            exchange = finished.exchange.model_copy(update={"ordinal": ordinal})
+            try:
+                if finished.middle is None:
+                    fresh = not run.on_disk(key, ordinal)
+                    self.store.write(run.cassette, exchange, fresh=fresh)
+                else:
+                    pieces = dump_around(exchange, finished.middle)
+                    self.store.write_pieces(run.cassette, key, ordinal, pieces)
+            except OSError as exc:
+                log.error("could not write to cassette %r: %s", run.cassette, exc)
+                return Kept("not recorded (write failed)", failed=True)
+            outcome = exchange.outcome
+            return Kept(
+                "recorded" if outcome is Outcome.COMPLETE else f"recorded {outcome.value}",
+                key,
+                ordinal,
+            )
+        finally:
+            capture.spool.discard()
+
+    async def spill(self, capture: Capture) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self.writer, capture.spool.flush)
+        except OSError as exc:
+            capture.lost = f"its scratch file could not be written ({exc})"
+            self.counters.write_failures += 1
+            log.error("recording an answer: %s", capture.lost)
+            self.drop(capture)
+
+    def drop(self, capture: Capture) -> None:
+        if capture.spool.spilled:  # closing a large scratch file frees its blocks: off the loop
+            self.writer.submit(capture.spool.discard)
+        else:
+            capture.spool.discard()
+
+    async def switch(self, cassette: str | None, mode: Mode | None) -> None:
+        """Make `cassette` and `mode` current (None keeps either). It ends the run of the
+        cassette it leaves and starts a new one of the cassette it names: replay positions and
+        used/unused accounting start afresh. A new mode starts a new run of every cassette
+        (those picked by header too), since a run does not carry from one mode into another;
+        otherwise other clients' header-picked runs are left alone."""
+        before = self.current.cassette
+        if cassette is not None:
+            self.current.cassette = check_cassette_name(cassette)
+            self.named.add(self.current.cassette)
+        new_mode = mode is not None and mode is not self.current.mode
+        if mode is not None:
+            self.current.mode = mode
+        self.told.setdefault(self.current.cassette, set()).add(self.current.mode)
+        self.runs.watch(self.current.cassette)
+        if new_mode:
+            # Only the runs of the cassettes this PUT names are over for `tapeproxy prune`;
+            # the runs of other clients' header-picked cassettes carry on in their next run.
+            named = {before, self.current.cassette}
+            await self.runs.restart_all(*named, *(derived_name(name) for name in named))
+        else:
+            names = {before, self.current.cassette}
+            await self.runs.restart(*names, *(derived_name(name) for name in names))
+        self.replays.clear()  # another tapeproxy may have re-recorded what the new runs read
+
+    async def end_run(
+        self, cassette: str, prune: bool = False, supersede: bool = True
+    ) -> RunSummary | None:
+        """End the run of `cassette` and of its derived cassette: the summary of the first
+        (None when it had no run). `prune` deletes the recordings the run did not use;
+        without `supersede` a record run keeps the repeats it did not ask for."""
+        await self.runs.end(derived_name(cassette))
+        return await self.runs.end(check_cassette_name(cassette), prune, supersede)
+
+    async def snapshot(self) -> Snapshot:
+        runs = await self.runs.summaries()
+        return Snapshot(
+            counters=Counters(**vars(self.counters)),
+            cassette=self.current.cassette,
+            mode=self.current.mode.value,
+            runs=runs,
+            ended_runs=list(self.runs.ended),
+            unused_total=self.runs.ended_unused + sum(run.unused_count for run in runs),
+            untouched=self.untouched(),
+        )
+
+    def untouched(self) -> list[str]:
+        """The cassettes the server was told to serve that no request has reached: each one a
+        PUT named, and the start-up one (`--cassette`) while no request reached any cassette
+        (clients that pick theirs by header never meant to use it)."""
+        touched = self.runs.touched
+        return sorted(
+            name
+            for name in self.told
+            if name not in touched and (name in self.named or not touched)
+        )
+
+    async def close(self) -> Snapshot:
+        """End every run (dropping what record runs superseded); count the recordings of every
+        cassette it was told to serve in a replaying mode and no request reached as unused;
+        the final snapshot."""
+        self.upstream = None
+        await self.runs.end_all()
+        await asyncio.to_thread(self.writer.shutdown)
+        self.replays.clear()
+        for name in self.untouched():
+            replaying = bool(self.told[name] & {Mode.REPLAY, Mode.AUTO, Mode.ONCE})
+            try:
+                await asyncio.to_thread(self.runs.untouched, name, replaying)
+            except TapeproxyError as exc:
+                log.error("cassette %r: %s", name, exc.message)
+        return await self.snapshot()

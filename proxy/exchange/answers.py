@@ -1,0 +1,113 @@
+"""What a recorded answer says, read from its body or frames whatever form they were stored
+in: its JSON payloads, its token counts, its model, the assistant's text."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from tapeproxy.exchange.framing import Dialect, frame_payload, json_document
+from tapeproxy.exchange.model import Exchange, Frame
+from tapeproxy.exchange.tokens import Tokens
+from tapeproxy.providers import BUILTIN
+from tapeproxy.providers.base import Provider
+
+T = TypeVar("T")
+# A Google-style model path: `/v1beta/models/gemini-2.0-flash:generateContent`.
+_MODEL_PATH = re.compile(r"/models/([^/:]+)")
+
+
+def frame_text(frame: Frame) -> str:
+    """A frame's bytes as text (a frame stored as base64 decoded with replacement)."""
+    if frame.text is not None:
+        return frame.text
+    return base64.b64decode(frame.base64 or "").decode("utf-8", "replace")
+
+
+def payloads(exchange: Exchange) -> list[Any]:
+    """The decoded JSON of a body, or of every stream frame in order. A JSON body stored as
+    text (its layout could not be reproduced byte for byte) is decoded all the same, and a
+    JSON array (Gemini's `streamGenerateContent` without `alt=sse`) gives its items."""
+    response = exchange.response
+    if response.frames is not None:
+        if response.dialect in ("sse", "ndjson"):
+            dialect: Dialect = "sse" if response.dialect == "sse" else "ndjson"
+            decoded = [frame_payload(dialect, frame_text(f)) for f in response.frames]
+            return [payload for payload in decoded if payload is not None]
+        return json_document("".join(map(frame_text, response.frames)).encode()) or []
+    body = response.body or {}
+    if "json" in body:
+        value = body["json"]
+    elif isinstance(body.get("text"), str):
+        try:
+            value = json.loads(body["text"])
+        except ValueError:
+            return []
+    else:
+        return []
+    return value if isinstance(value, list) else [value]
+
+
+def readers(upstream: str) -> list[Provider]:
+    """The providers whose readers apply: the built-in of that name; for an upstream of the
+    user's (a gateway may speak any dialect), every built-in, the first that finds wins."""
+    known = BUILTIN.get(upstream)
+    return [known] if known is not None else list(BUILTIN.values())
+
+
+def _first(exchange: Exchange, read: Callable[[Provider, list[Any]], T | None]) -> T | None:
+    found = payloads(exchange)
+    for provider in readers(exchange.request.upstream):
+        value = read(provider, found)
+        if value:
+            return value
+    return None
+
+
+def tokens(exchange: Exchange) -> Tokens | None:
+    """The answer's token counts from its provider's usage block (a stream's last one); the
+    file's own `usage` where the answer holds none that a provider reads."""
+    found = _first(exchange, lambda provider, payloads: provider.tokens(payloads))
+    stored = exchange.usage
+    if found is None and stored:
+        return Tokens(stored.get("input_tokens", 0), stored.get("output_tokens", 0))
+    return found
+
+
+def text(exchange: Exchange) -> str:
+    """The assistant's text: a whole answer's, or a stream's pieces joined."""
+    return _first(exchange, lambda provider, found: provider.text(found)) or ""
+
+
+def model(exchange: Exchange) -> str | None:
+    """The model that answered: the answer's own `model` (`modelVersion` for Gemini), which
+    names the dated snapshot an alias resolved to; else the request's, or its model path."""
+    for payload in payloads(exchange):
+        found = _named_model(payload)
+        if found:
+            return found
+    body = exchange.request.body or {}
+    asked = body.get("json")
+    if isinstance(asked, dict) and isinstance(asked.get("model"), str):
+        return str(asked["model"])
+    match = _MODEL_PATH.search(exchange.request.path)
+    return match.group(1) if match else None
+
+
+def _named_model(payload: Any) -> str | None:
+    if not isinstance(payload, dict):
+        return None
+    for holder in (payload, payload.get("message"), payload.get("response")):
+        if isinstance(holder, dict):
+            for name in ("model", "modelVersion"):
+                if isinstance(holder.get(name), str) and holder[name]:
+                    return str(holder[name])
+    return None
+
+
+def joined_frames(exchange: Exchange) -> str:
+    """A stream's frames as one text, every byte (for answers no provider reads text from)."""
+    return "".join(map(frame_text, exchange.response.frames or []))

@@ -1,0 +1,159 @@
+"""The exchange file as a pydantic model: its one definition, for reading (validated and
+migrated) and for writing (its dump, laid out by exchangefile.py), and what makes two
+recordings the same."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+# How the file is laid out lives in exchangefile.py: named here too, for every reader.
+from tapeproxy.exchange.layout import (
+    FRAME_INDENT,
+    SCHEMA_VERSION,
+    STREAMED,
+    NewerSchema,
+    Outcome,
+    Record,
+    frames_json,
+    render,
+    render_around,
+    schema_version,
+    string_json,
+)
+
+__all__ = [
+    "FRAME_INDENT",
+    "SCHEMA_VERSION",
+    "STREAMED",
+    "Exchange",
+    "Frame",
+    "NewerSchema",
+    "Outcome",
+    "Record",
+    "StoredRequest",
+    "StoredResponse",
+    "dump_around",
+    "dump_exchange",
+    "frames_json",
+    "load_exchange",
+    "migrate",
+    "schema_version",
+    "string_json",
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Frame(_Model):
+    """One stream frame: its bytes (as text where they are UTF-8) and when it came."""
+
+    ms: int = Field(ge=0, description="Milliseconds from the start of the response.")
+    text: str | None = None
+    base64: str | None = None
+
+
+class StoredRequest(_Model):
+    method: str
+    upstream: str
+    path: str
+    query: list[tuple[str, str]] = Field(default_factory=list)
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: dict[str, Any] | None = None
+
+
+class StoredResponse(_Model):
+    status: int
+    headers: dict[str, str | list[str]] = Field(default_factory=dict)
+    body: dict[str, Any] | None = None
+    dialect: str | None = None
+    frames: list[Frame] | None = None
+    end_ms: int | None = Field(
+        default=None, ge=0, description="For a cut answer: milliseconds from its start to the cut."
+    )
+
+
+class Exchange(_Model):
+    schema_version: int = SCHEMA_VERSION
+    key: str
+    ordinal: int = Field(ge=1)
+    seq: int = Field(ge=0, description="Position of the request in the run that recorded it.")
+    rules: str
+    outcome: Outcome = Outcome.COMPLETE
+    usage: dict[str, int] | None = None
+    request: StoredRequest
+    response: StoredResponse
+    _read_as: int = PrivateAttr(default=SCHEMA_VERSION)
+
+    @property
+    def read_as(self) -> int:
+        """The schema_version of the file it was loaded from (older ones are migrated)."""
+        return self._read_as
+
+    def record(self) -> Record:
+        """The exchange as its file holds it: plain data, no None anywhere."""
+        return self.model_dump(exclude_none=True)
+
+    def untimed(self, seq: int) -> Exchange:
+        """The exchange with its timings (frame arrivals, when a cut came) left out, and
+        `seq` as its position in the run: what two recordings of one answer have in common."""
+        response = self.response
+        frames = response.frames
+        if frames is not None:
+            frames = [one.model_copy(update={"ms": 0}) for one in frames]
+        untimed = response.model_copy(update={"frames": frames, "end_ms": None})
+        return self.model_copy(update={"seq": seq, "response": untimed})
+
+    def same_recording(self, new: Exchange) -> bool:
+        """True when `new` is what this stored one holds but for timing and recording order
+        (`seq`), so a re-record of the same answers leaves the stored file (and git)
+        untouched, even when parallel calls came in another order. The stored file keeps its
+        seq: the position in the run that first recorded that answer. Compared as written,
+        so a JSON body whose keys came in another order is not the same (replay gives back
+        the bytes as recorded)."""
+        return dump_exchange(self.untimed(self.seq)) == dump_exchange(new.untimed(self.seq))
+
+
+Migration = Callable[[dict[str, Any]], dict[str, Any]]
+# Version N -> the step that turns a version-N file into a version-N+1 one, as in mitmproxy's
+# io/compat.py. A format change bumps SCHEMA_VERSION and adds its `migrate_N_to_N+1` here;
+# none has been needed yet, so the chain is empty while SCHEMA_VERSION is 1.
+MIGRATIONS: dict[int, Migration] = {}
+
+
+def migrate(data: dict[str, Any]) -> dict[str, Any]:
+    """Bring a file up to SCHEMA_VERSION in memory, one migrate_N_to_N+1 step at a time."""
+    version = schema_version(data)
+    while version < SCHEMA_VERSION:
+        step = MIGRATIONS.get(version)
+        if step is None:
+            raise ValueError(f"schema_version {version} is not supported: no migration from it")
+        data = step(data)
+        version = data["schema_version"]
+    return data
+
+
+def dump_exchange(exchange: Exchange) -> bytes:
+    """The exchange file's bytes: `render` of its Record (exchangefile.py)."""
+    return render(exchange.record())
+
+
+def load_exchange(raw: bytes) -> Exchange:
+    """An exchange file read back, migrated from an older schema_version where it is one."""
+    data = json.loads(raw)
+    if not isinstance(data, dict):
+        raise ValueError("an exchange file holds one JSON object")
+    read_as = schema_version(data)
+    exchange = Exchange.model_validate(migrate(data))
+    exchange._read_as = read_as
+    return exchange
+
+
+def dump_around(skeleton: Exchange, middle: Callable[[bool], Iterable[bytes]]) -> Iterator[bytes]:
+    """`render_around` of an exchange's Record (exchangefile.py)."""
+    return render_around(skeleton.record(), middle)

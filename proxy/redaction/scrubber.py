@@ -1,0 +1,261 @@
+"""The user's redaction rules: JSON fields by path and text by pattern, scrubbed out of request
+and response bodies and stream frames. One path, used when recording and by `tapeproxy redact`."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from tapeproxy.engine.keying import RequestParts
+from tapeproxy.engine.rules import parse_path
+from tapeproxy.errors import ConfigError
+from tapeproxy.exchange.bodies import Payload
+from tapeproxy.exchange.layout import Record
+from tapeproxy.redaction.secrets import MARKER
+
+if TYPE_CHECKING:
+    from tapeproxy.exchange.model import Exchange
+
+Path = tuple[str | int, ...]
+# A JSON string literal, and the colon after it when it is an object's key.
+_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"(\s*:)?')
+_LINE = re.compile(r"(\r\n|\r|\n)")
+_ROUNDS = 8  # a replacement may make a new match (`x` + `[redacted]`): scrub again, a bit
+
+
+def check_field(path: str) -> Path:
+    """A field path a rule may scrub, e.g. `messages[*].content` or `user.email`."""
+    try:
+        return parse_path(path)
+    except ConfigError as exc:
+        raise ConfigError(f"redact field: {exc.message}") from exc
+
+
+def check_pattern(pattern: str) -> re.Pattern[str]:
+    """A pattern a rule may scrub: a valid regular expression that does not match the marker
+    it leaves behind (else no redacted file could be free of it)."""
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise ConfigError(
+            f"redact pattern {pattern!r} is not a valid regular expression: {exc}"
+        ) from exc
+    if any(match.group(0) for match in compiled.finditer(MARKER)):
+        raise ConfigError(
+            f"redact pattern {pattern!r} matches the marker {MARKER} that redaction leaves, so "
+            "a redacted file would still match it; make the pattern stricter"
+        )
+    return compiled
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as JSON (NaN equals NaN here; `1` is not `true`)."""
+    return a is b or json.dumps(a) == json.dumps(b)
+
+
+@dataclass(frozen=True)
+class Scrubber:
+    """Rules in, values out: every value at a field path and every pattern match becomes
+    MARKER. Idempotent: scrubbing what it scrubbed changes nothing."""
+
+    fields: tuple[Path, ...] = ()
+    patterns: tuple[re.Pattern[str], ...] = ()
+
+    @classmethod
+    def build(cls, fields: Iterable[str] = (), patterns: Iterable[str] = ()) -> Scrubber:
+        return cls(tuple(map(check_field, fields)), tuple(map(check_pattern, patterns)))
+
+    def __bool__(self) -> bool:
+        return bool(self.fields or self.patterns)
+
+    def text(self, text: str) -> str:
+        """Every pattern match replaced by MARKER."""
+        for _ in range(_ROUNDS):
+            new = text
+            for pattern in self.patterns:
+                new = pattern.sub(lambda m: MARKER if m.group(0) else "", new)
+            if new == text:
+                break
+            text = new
+        return text
+
+    def matches(self, text: str) -> bool:
+        """Whether a pattern matches something (not nothing) in `text`."""
+        return any(m.group(0) for pattern in self.patterns for m in pattern.finditer(text))
+
+    def value(self, value: Any) -> Any:
+        """A JSON value with its fields and every matching string (or number) scrubbed."""
+        for path in self.fields:
+            value = _at_path(value, path)
+        return self._strings(value) if self.patterns else value
+
+    def _strings(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {k: self._strings(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._strings(item) for item in value]
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            shown = json.dumps(value)
+            scrubbed = self.text(shown)
+            return value if scrubbed == shown else scrubbed
+        return value
+
+    def json_text(self, text: str) -> str:
+        """JSON (or what may be JSON) as text, scrubbed, keeping its layout where it can:
+        only the string literals that change are written anew. Where a field or a number is
+        scrubbed, the whole document is written anew, compact."""
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            return self._literals(text) if text.lstrip()[:1] in ("{", "[") else self.text(text)
+        scrubbed = self.value(parsed)
+        if _same(scrubbed, parsed):
+            return text
+        kept = self._literals(text)
+        try:
+            if _same(json.loads(kept), scrubbed):
+                return kept
+        except ValueError:
+            pass
+        return json.dumps(scrubbed, ensure_ascii=text.isascii(), separators=(",", ":"))
+
+    def _literals(self, text: str) -> str:
+        def one(match: re.Match[str]) -> str:
+            literal = match.group(0)
+            if match.group(1):  # an object's key: names are not scrubbed
+                return literal
+            try:
+                value = json.loads(literal)
+            except ValueError:
+                return literal
+            new = self.text(value)
+            return literal if new == value else json.dumps(new, ensure_ascii=literal.isascii())
+
+        return _LITERAL.sub(one, text)
+
+    def payload(self, payload: Payload) -> Payload:
+        """A stored body scrubbed. JSON keeps its layout (`style`), so it still renders to
+        valid JSON; text that is JSON is scrubbed as JSON; base64 (binary) is left alone."""
+        if not self:
+            return payload
+        if payload.kind == "json":
+            value = self.value(payload.value)
+            return payload if _same(value, payload.value) else replace(payload, value=value)
+        if payload.kind == "text":
+            text = str(payload.value)
+            new = self.json_text(text)
+            return payload if new == text else replace(payload, value=new)
+        return payload
+
+    def request(self, parts: RequestParts) -> RequestParts:
+        """A request's stored parts with the body, the path and the query values scrubbed:
+        what it is keyed and stored as (upstream still gets the request as it came)."""
+        body = self.payload(parts.body)
+        path = self.text(parts.path)
+        query = tuple((name, self.text(value)) for name, value in parts.query)
+        if body is parts.body and path == parts.path and query == parts.query:
+            return parts
+        return replace(parts, body=body, path=path, query=query)
+
+    def frames(self, frames: list[Record], dialect: str | None) -> list[Record]:
+        """Stream frames scrubbed, one by one (a match split across two frames is not seen);
+        a streamed JSON document (`json` dialect) as a whole, laid back over its frames."""
+        if dialect == "json":
+            return self._document(frames)
+        out = []
+        for frame in frames:
+            old = frame.get("text")
+            if old is None:  # binary: left alone
+                out.append(frame)
+                continue
+            text = self._frame_text(old, dialect)
+            out.append(frame if text == old else {**frame, "text": text})
+        return out
+
+    def _frame_text(self, text: str, dialect: str | None) -> str:
+        if dialect == "ndjson":
+            body = text.rstrip("\r\n")
+            return self.json_text(body) + text[len(body) :] if body.strip() else text
+        if dialect != "sse":
+            return self.text(text)
+        pieces = _LINE.split(text)  # lines and their ends, alternating
+        for index in range(0, len(pieces), 2):
+            line = pieces[index]
+            if line.startswith("data:"):
+                start = 6 if line.startswith("data: ") else 5
+                pieces[index] = line[:start] + self.json_text(line[start:])
+        return "".join(pieces)
+
+    def _document(self, frames: list[Record]) -> list[Record]:
+        if any(frame.get("text") is None for frame in frames):
+            return frames
+        texts: list[str] = [frame["text"] for frame in frames]
+        joined = "".join(texts)
+        new = self.json_text(joined)
+        if new == joined:
+            return frames
+        out, start = [], 0
+        for index, (frame, old) in enumerate(zip(frames, texts, strict=True)):
+            end = len(new) if index == len(frames) - 1 else start + len(old)
+            if new[start:end]:
+                out.append({**frame, "text": new[start:end]})
+            start = end
+        return out
+
+    def record(self, record: Record) -> Record:
+        """An exchange's Record with its request (body, path, query values), response body
+        and frames scrubbed."""
+        if not self:
+            return record
+        request, response = dict(record["request"]), dict(record["response"])
+        request["path"] = self.text(request["path"])
+        request["query"] = [[name, self.text(value)] for name, value in request.get("query", ())]
+        for part in (request, response):
+            body = self.payload(Payload.from_dict(part.get("body"))).to_dict()
+            if body is None:
+                part.pop("body", None)
+            else:
+                part["body"] = body
+        frames = response.get("frames")
+        if frames is not None:
+            response["frames"] = self.frames(frames, response.get("dialect"))
+        return {**record, "request": request, "response": response}
+
+    def exchange(self, exchange: Exchange) -> Exchange:
+        """`record`, for an exchange read back (`tapeproxy redact`)."""
+        if not self:
+            return exchange
+        scrubbed = type(exchange).model_validate(self.record(exchange.record()))
+        scrubbed._read_as = exchange.read_as
+        return scrubbed
+
+
+def _at_path(value: Any, path: Path) -> Any:
+    """`value` with what is at `path` replaced by MARKER (a null stays null: it holds nothing).
+    Untouched branches are shared, not copied."""
+    if not path:
+        return value if value is None or value == MARKER else MARKER
+    head, rest = path[0], path[1:]
+    if isinstance(value, dict) and isinstance(head, str):
+        keys = list(value) if head == "*" else [head] if head in value else []
+        if not keys:
+            return value
+        copy = dict(value)
+        for key in keys:
+            copy[key] = _at_path(value[key], rest)
+        return copy
+    if isinstance(value, list) and (head == "*" or isinstance(head, int)):
+        if head == "*":
+            indexes: Iterable[int] = range(len(value))
+        else:
+            indexes = [int(head)] if 0 <= int(head) < len(value) else []
+        copy_list = list(value)
+        for index in indexes:
+            copy_list[index] = _at_path(value[index], rest)
+        return copy_list
+    return value

@@ -1,0 +1,46 @@
+"""The note of a cassette's last finished replay run: which recordings it used and which it
+left unused, each unused one with a digest of its content then. `tapeproxy prune` reads it;
+it holds no wall-clock time. It lives in the library's state folder, not beside the
+exchanges (see store/state.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tapeproxy.exchange.model import Exchange, dump_exchange
+
+LAST_RUN_VERSION = 2  # 2: digests of the unused recordings
+
+
+class LastRun(BaseModel):
+    """What the last finished replay run of a cassette used and left unused, as file names,
+    with the digest (`recording_digest`) of each unused one as it was when the run ended:
+    prune deletes a file only while it still holds that content, so a file renumbered by
+    rekey or redact, or recorded anew since, is never taken for the one the run left unused.
+    Recordings of upstreams that ran live (partial replay) are in neither list."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: int = Field(default=LAST_RUN_VERSION, ge=1, le=LAST_RUN_VERSION)
+    used: list[str] = Field(default_factory=list)
+    unused: list[str] = Field(default_factory=list)
+    digests: dict[str, str] = Field(default_factory=dict)  # unused file -> recording_digest
+
+
+def recording_digest(exchange: Exchange) -> str:
+    """sha256 of a recording as tapeproxy writes it (so an older schema on disk and its
+    migrated form have one digest)."""
+    return hashlib.sha256(dump_exchange(exchange)).hexdigest()
+
+
+def dump_last_run(record: LastRun) -> bytes:
+    data = record.model_dump()
+    data["used"], data["unused"] = sorted(record.used), sorted(record.unused)
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def load_last_run(raw: bytes) -> LastRun:
+    return LastRun.model_validate_json(raw)

@@ -1,0 +1,74 @@
+"""`tapeproxy prune`: delete the recordings that the last finished replay run of a cassette left
+unused, as its last-run note lists them, and only while each still holds what it held then."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tapeproxy.errors import ConfigError, TapeproxyError
+from tapeproxy.store.lastrun import recording_digest
+from tapeproxy.store.protocol import CassetteStore, exchange_file
+from tapeproxy.store.state import RUNS_DIR, STATE_DIR
+
+
+class NoFinishedRun(ConfigError):
+    """A cassette with no note of a finished replay run: prune cannot tell what is unused."""
+
+    error_type = "no_finished_run"
+
+
+@dataclass
+class PruneReport:
+    cassette: str
+    dry_run: bool
+    pruned: list[str] = field(default_factory=list)  # deleted, or would be with --dry-run
+    gone: list[str] = field(default_factory=list)  # listed unused, but no longer on disk
+    # Listed unused, but the file holds another recording now (renumbered by rekey or redact,
+    # or recorded anew): kept.
+    changed: list[str] = field(default_factory=list)
+    kept: int = 0  # recordings left
+
+
+def prune(store: CassetteStore, cassette: str, dry_run: bool = False) -> PruneReport:
+    """Delete (or, with `dry_run`, list) what the last finished replay run left unused, each
+    file only while its content has the digest the note gives it. The note is rewritten with
+    nothing unused, so a second prune deletes nothing more."""
+    note = store.read_last_run(cassette)
+    if note is None:
+        raise NoFinishedRun(
+            f"cassette {cassette!r} has no finished replay run on record (no note of it in "
+            f"{store.where()}/{STATE_DIR}/{RUNS_DIR}/), so nothing is known to be unused; "
+            "nothing deleted. Replay it with `tapeproxy serve --mode replay` and end the run "
+            "(a PUT on /__tapeproxy/cassette, or stop the server), then prune"
+        )
+    places = {
+        exchange_file(key, ordinal): (key, ordinal)
+        for key, ordinals in store.entries(cassette).items()
+        for ordinal in ordinals
+    }
+    report = PruneReport(cassette, dry_run)
+    for name in sorted(note.unused):
+        if name not in places:
+            report.gone.append(name)
+        elif _holds(store, cassette, places[name], note.digests.get(name)):
+            report.pruned.append(name)
+        else:
+            report.changed.append(name)
+    report.kept = len(places) - len(report.pruned)
+    if not dry_run:
+        for name in report.pruned:
+            store.delete(cassette, *places[name])
+        if note.unused:
+            store.write_last_run(cassette, note.model_copy(update={"unused": [], "digests": {}}))
+    return report
+
+
+def _holds(store: CassetteStore, cassette: str, place: tuple[str, int], digest: str | None) -> bool:
+    """Whether the recording at `place` is still the one the note saw (a note without a
+    digest, from an older tapeproxy, vouches for nothing)."""
+    if digest is None:
+        return False
+    try:
+        return recording_digest(store.read(cassette, *place)) == digest
+    except TapeproxyError:
+        return False

@@ -1,0 +1,96 @@
+"""`tapeproxy redact`: a cassette's recordings scrubbed by the redaction rules, rewritten
+atomically and re-keyed where a request changed; and a check that no pattern is left."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+
+from tapeproxy.exchange import answers
+from tapeproxy.exchange.model import Exchange
+from tapeproxy.redaction.scrubber import Scrubber
+from tapeproxy.store.protocol import CassetteStore, exchange_file
+from tapeproxy.tools.rekey import RekeyReport, RulesFor, rekey
+
+
+@dataclass
+class RedactReport:
+    cassette: str
+    dry_run: bool
+    changed: list[str] = field(default_factory=list)  # rewritten where they were
+    moved: list[tuple[str, str]] = field(default_factory=list)  # re-keyed: (old, new)
+    unchanged: int = 0
+    merged: int = 0  # requests that redaction made the same as another: now its repeats
+    # Files where a pattern still matches: in a header, split across stream frames, in a
+    # binary body (what scrubbing cannot reach).
+    left: list[str] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)  # copies a killed redact left: removed
+
+
+def redact(
+    store: CassetteStore,
+    cassette: str,
+    scrubber: Scrubber,
+    rules_for: RulesFor,
+    dry_run: bool = False,
+) -> RedactReport:
+    """Scrub every recording through the same Scrubber recording uses. A scrubbed request
+    gets the key it has now (rekey's crash-safe ordering: no file is overwritten before its
+    content is safe at its new place); requests that became equal are numbered in recorded
+    order."""
+    moves: RekeyReport = rekey(store, cassette, rules_for, dry_run, transform=scrubber.exchange)
+    report = RedactReport(
+        cassette,
+        dry_run,
+        unchanged=moves.unchanged,
+        merged=moves.merged,
+        duplicates=moves.duplicates,
+    )
+    for old, new in moves.moved:
+        if old == new:
+            report.changed.append(old)
+        else:
+            report.moved.append((old, new))
+    if not dry_run:
+        report.left = matches_left(store, cassette, scrubber)
+    return report
+
+
+def matches_left(store: CassetteStore, cassette: str, scrubber: Scrubber) -> list[str]:
+    """The files that still hold a match of a pattern in what was recorded (as they are on
+    disk)."""
+    left = []
+    for key, ordinals in sorted(store.entries(cassette).items()):
+        for ordinal in ordinals:
+            if scrubber.matches(recorded_text(store.read(cassette, key, ordinal))):
+                left.append(exchange_file(key, ordinal))
+    return left
+
+
+def recorded_text(exchange: Exchange) -> str:
+    """What the request and the answer carried, as JSON text: not tapeproxy's own fields (key,
+    rules fingerprint, seq, ordinal, schema_version, usage, status, timings), whose hex and
+    digits a pattern like `[0-9a-f]{8}` would match in every file."""
+    response = exchange.response
+    frames = [{"text": f.text, "base64": f.base64} for f in response.frames or ()]
+    carried = {
+        "request": exchange.request.model_dump(mode="json"),
+        "response": {"headers": response.headers, "body": response.body, "frames": frames},
+    }
+    # What scrubbing each piece alone can miss: a match split across two stream frames (in
+    # the assistant's joined text, or the frames' joined bytes) and one in a binary body.
+    seen = [json.dumps(carried, ensure_ascii=False)]
+    if response.frames is not None:
+        seen += [answers.text(exchange), answers.joined_frames(exchange)]
+    for body in (exchange.request.body, response.body):
+        if body and isinstance(body.get("base64"), str):
+            seen.append(_decoded(body["base64"]))
+    return "\n".join(seen)
+
+
+def _decoded(data: str) -> str:
+    try:
+        return base64.b64decode(data).decode("utf-8", "replace")
+    except ValueError:
+        return ""

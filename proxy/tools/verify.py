@@ -1,0 +1,107 @@
+"""Whether every file of a cassette is sound, as `tapeproxy verify` checks: schema, name, key."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tapeproxy.engine.keying import request_key, stored_request
+from tapeproxy.engine.rules import MatchRules, unstored_headers
+from tapeproxy.errors import CassetteCorrupt
+from tapeproxy.exchange.model import Exchange
+from tapeproxy.providers import default_rules
+from tapeproxy.store.protocol import (
+    LIKE_EXCHANGE_FILE,
+    CassetteStore,
+    exchange_file,
+    is_leftover,
+    parse_exchange_file,
+)
+
+RulesFor = Callable[[str], MatchRules]
+
+
+@dataclass
+class Verdict:
+    cassette: str
+    checked: int = 0
+    problems: list[dict[str, Any]] = field(default_factory=list)
+    # Not wrong, worth knowing: temp files a killed write left (the server sweeps them).
+    warnings: list[dict[str, Any]] = field(default_factory=list)
+    # Files in an older schema_version: read fine (migrated in memory); `--upgrade` rewrites
+    # them, after which they are in `upgraded`.
+    outdated: list[str] = field(default_factory=list)
+    upgraded: list[str] = field(default_factory=list)
+
+    def flag(self, file: str, problem: str) -> None:
+        self.problems.append({"file": file, "problem": problem})
+
+
+def verify(
+    store: CassetteStore, cassette: str, rules_for: RulesFor, upgrade: bool = False
+) -> Verdict:
+    """Each file must parse under the schema, carry the key and ordinal its name says, and
+    have that key under today's rules (else `tapeproxy rekey` is due). A file in an older
+    schema_version is noted, and with `upgrade` written again in today's."""
+    verdict = Verdict(cassette)
+    for name in store.files(cassette):
+        if is_leftover(name):
+            verdict.warnings.append(
+                {"file": name, "problem": "left over from an interrupted write; safe to delete"}
+            )
+            continue
+        parsed = parse_exchange_file(name)
+        if parsed is None:
+            if LIKE_EXCHANGE_FILE.match(name):
+                verdict.flag(
+                    name,
+                    "not a name tapeproxy reads (ordinal 1 is KEY.json, n is "
+                    "KEY.n.json, no leading zeros): rename it, or delete a copy",
+                )
+            continue
+        verdict.checked += 1
+        try:
+            exchange = store.read(cassette, *parsed)
+        except CassetteCorrupt as exc:
+            # The backend's own error says what is wrong; the message around it says to verify.
+            cause = exc.__cause__ or exc
+            first = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
+            verdict.flag(name, f"unreadable: {first}")
+            continue
+        if exchange.read_as != exchange.schema_version:
+            if upgrade and (exchange.key, exchange.ordinal) == parsed:
+                store.write(cassette, exchange)
+                verdict.upgraded.append(name)
+            else:
+                verdict.outdated.append(name)
+        problem = _check_file(cassette, exchange, parsed, rules_for)
+        if problem:
+            verdict.flag(name, problem)
+    return verdict
+
+
+def _check_file(
+    cassette: str, exchange: Exchange, parsed: tuple[str, int], rules_for: RulesFor
+) -> str | None:
+    if (exchange.key, exchange.ordinal) != parsed:
+        return f"names {exchange_file(exchange.key, exchange.ordinal)} inside; renamed by hand?"
+    parts = stored_request(exchange.request)
+    rules = rules_for(parts.upstream)
+    missing = unstored_headers(
+        dict(parts.headers), exchange.rules, rules, default_rules(parts.upstream)
+    )
+    if missing:
+        return (
+            f"today's rules key on the header(s) {', '.join(missing)}, which this recording "
+            "does not hold (it was made under other match rules): a request sending them "
+            "misses it; record it again"
+        )
+    if request_key(parts, rules) == exchange.key:
+        return None
+    if exchange.rules != rules.fingerprint():
+        return f"recorded under other match rules: run `tapeproxy rekey {cassette}`"
+    return (
+        f"its request does not hash to its key: run `tapeproxy rekey {cassette}` (an older "
+        "tapeproxy keyed some requests differently), or record it again if it was edited by hand"
+    )

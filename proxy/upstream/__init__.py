@@ -1,0 +1,1 @@
+"""Calling upstreams: the aiohttp client, bounded inflate, which headers pass."""

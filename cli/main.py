@@ -21,7 +21,8 @@ from tapeproxy.cli.library import (
     sweep_cassette,
 )
 from tapeproxy.errors import ConfigError, TapeproxyError
-from tapeproxy.settings import Mode, RepeatPolicy, load_settings, parse_pairs
+from tapeproxy.settings import Mode, RepeatPolicy
+from tapeproxy.sources import load_settings, parse_pairs
 
 app = typer.Typer(
     name="tapeproxy",

@@ -23,7 +23,7 @@ from tapeproxy.cli.main import app
 from tapeproxy.cli.output import make_console, print_json
 from tapeproxy.errors import ConfigError, TapeproxyError
 from tapeproxy.redaction.scrubber import Scrubber
-from tapeproxy.settings import load_settings
+from tapeproxy.sources import load_settings
 from tapeproxy.tools.prune import PruneReport
 from tapeproxy.tools.redact import RedactReport
 

@@ -15,7 +15,8 @@ import pytest
 from tapeproxy.cli.background import BackgroundServer
 from tapeproxy.engine.stats import RunSummary
 from tapeproxy.errors import BadCassetteName, ConfigError
-from tapeproxy.settings import DEFAULT_CONFIG_FILE, Mode, Settings, env_name, load_settings
+from tapeproxy.settings import Mode, Settings, env_name
+from tapeproxy.sources import DEFAULT_CONFIG_FILE, load_settings
 from tapeproxy.store.names import cassette_for_test, check_cassette_name
 
 DEFAULT_CASSETTES = "tests/cassettes"

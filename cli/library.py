@@ -16,15 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from tapeproxy.cli.output import make_console
 from tapeproxy.engine.rules import MatchRules
 from tapeproxy.errors import ConfigError, TapeproxyError
-from tapeproxy.settings import (
-    MIB,
-    Settings,
-    env_name,
-    load_settings,
-    load_tool_settings,
-    option_name,
-    parse_pairs,
-)
+from tapeproxy.settings import MIB, Settings, env_name, option_name
+from tapeproxy.sources import load_settings, load_tool_settings, parse_pairs
 from tapeproxy.store.protocol import CassetteStore
 from tapeproxy.tools.prices import PriceTable, load_prices
 

@@ -1,40 +1,22 @@
-"""The Typer app: parse options -> Settings -> call into proxy -> render."""
+"""The Typer app: every command registered here, in one table, and `serve` itself (its options
+are Settings' fields). Each command parses its options, calls into the package, renders."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from tapeproxy.cli import tools
-from tapeproxy.cli.library import (
-    CassettesOption,
-    ConfigOption,
-    IgnoreOption,
-    JsonOption,
-    UpstreamOption,
-    existing,
-    fail,
-    open_library,
-    option,
-    sweep_cassette,
-)
-from tapeproxy.errors import ConfigError, TapeproxyError
-from tapeproxy.settings import Mode, RepeatPolicy, load_settings, parse_pairs
-
-app = typer.Typer(
-    name="tapeproxy",
-    help="Record and replay LLM and HTTP API traffic through content-addressed cassettes.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    # Plain help: rich's boxed tables cut option and variable names at 80 columns.
-    rich_markup_mode=None,
-)
+from tapeproxy.cli import maintenance, tools
+from tapeproxy.cli.library import fail, option
+from tapeproxy.errors import ConfigError
+from tapeproxy.settings import Mode, RepeatPolicy, Settings
+from tapeproxy.sources import load_settings, parse_pairs
 
 
 def _print_version(given: bool) -> None:
+    """--version: print it and stop, before any command runs."""
     if given:
         from tapeproxy import __version__
 
@@ -42,7 +24,6 @@ def _print_version(given: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def main(
     version: Annotated[
         bool,
@@ -54,7 +35,6 @@ def main(
     """Record and replay LLM and HTTP API traffic through content-addressed cassettes."""
 
 
-@app.command()
 def serve(
     mode: Annotated[Mode | None, option("mode")] = None,
     host: Annotated[str | None, option("host")] = None,
@@ -89,88 +69,57 @@ def serve(
     """Start the proxy. Point OPENAI_BASE_URL at http://HOST:PORT/openai/v1 and
     ANTHROPIC_BASE_URL at http://HOST:PORT/anthropic. Every option also reads TAPEPROXY_<OPTION>
     and tapeproxy.toml; the command line wins over the environment, which wins over the file."""
-    options = dict(locals())
-    options.pop("config")
+    options = dict(locals())  # every parameter, before any other name is bound here
     from tapeproxy.cli.server import serve as run_server
 
+    raise typer.Exit(run_server(serve_settings(options)))
+
+
+def serve_settings(options: dict[str, Any]) -> Settings:
+    """serve's parameters (None: not given) -> Settings, under the environment and the file."""
+    config = options.pop("config")
+    for field in ("live", "ignore", "redact_field", "redact_pattern"):
+        options[field] = tuple(options[field]) if options[field] else None
     try:
-        if upstream:
-            options["upstream"] = parse_pairs(upstream, "upstream")
-        options["live"] = tuple(live) if live else None
-        options["ignore"] = tuple(ignore) if ignore else None
-        options["redact_field"] = tuple(redact_field) if redact_field else None
-        options["redact_pattern"] = tuple(redact_pattern) if redact_pattern else None
-        settings = load_settings(options, config=config)
+        if options["upstream"]:
+            options["upstream"] = parse_pairs(options["upstream"], "upstream")
+        return load_settings(options, config=config)
     except ConfigError as exc:
         raise fail(exc.message) from exc
-    raise typer.Exit(run_server(settings))
 
 
-@app.command()
-def rekey(
-    name: Annotated[str, typer.Argument(help="The cassette to rekey.")],
-    cassettes: CassettesOption = None,
-    upstream: UpstreamOption = None,
-    ignore: IgnoreOption = None,
-    config: ConfigOption = None,
-    dry_run: Annotated[bool, typer.Option(help="Show what would move; change nothing.")] = False,
-    as_json: JsonOption = False,
-) -> None:
-    """Move recordings to their keys under today's match rules.
-
-    Run it after changing --ignore rules or [match.*] tables, so that no recording is
-    orphaned. Requests that now match each other become ordinals in recorded order."""
-    from tapeproxy.cli.output import print_rekey
-    from tapeproxy.tools.rekey import rekey as rekey_cassette
-
-    try:
-        library = open_library(cassettes, upstream, ignore, config)
-        report = rekey_cassette(library.store, existing(library, name), library.rules, dry_run)
-        if not dry_run:
-            sweep_cassette(library, name)
-    except TapeproxyError as exc:
-        raise fail(exc, as_json) from exc
-    print_rekey(report, dry_run, as_json)
+# Every command, in the order `tapeproxy --help` lists them. A command's module only defines
+# it: registering happens here, so importing a module never changes the app.
+COMMANDS = (
+    ("serve", serve),
+    ("rekey", maintenance.rekey),
+    ("verify", maintenance.verify),
+    ("ls", tools.list_cassettes),
+    ("show", tools.show),
+    ("diff", tools.diff),
+    ("prune", maintenance.prune),
+    ("redact", maintenance.redact),
+)
 
 
-@app.command()
-def verify(
-    name: Annotated[str | None, typer.Argument(help="One cassette; all when left out.")] = None,
-    cassettes: CassettesOption = None,
-    upstream: UpstreamOption = None,
-    ignore: IgnoreOption = None,
-    config: ConfigOption = None,
-    as_json: JsonOption = False,
-    upgrade: Annotated[
-        bool, typer.Option(help="Rewrite files of an older schema_version in today's.")
-    ] = False,
-) -> None:
-    """Check every exchange file; exit 1 on a problem.
-
-    Each file must parse under the schema, carry the key and ordinal its name says, and have
-    that key under today's match rules. Leftover temporary files are reported too. Files of
-    an older schema_version are read fine and listed; --upgrade rewrites them."""
-    from tapeproxy.cli.output import print_verdicts
-    from tapeproxy.tools.verify import verify as verify_cassette
-
-    try:
-        library = open_library(cassettes, upstream, ignore, config)
-        names = (
-            [existing(library, name, folder_will_do=True)] if name else (library.store.cassettes())
-        )
-        if not names:
-            raise ConfigError(f"no cassettes under {library.store.where()} to verify")
-        verdicts = [verify_cassette(library.store, n, library.rules, upgrade) for n in names]
-    except TapeproxyError as exc:
-        raise fail(exc, as_json) from exc
-    print_verdicts(verdicts, as_json)
-    if any(v.problems for v in verdicts):
-        raise typer.Exit(1)
+def build_app() -> typer.Typer:
+    """The tapeproxy command: the --version callback and each command of COMMANDS."""
+    built = typer.Typer(
+        name="tapeproxy",
+        help="Record and replay LLM and HTTP API traffic through content-addressed cassettes.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        # Plain help: rich's boxed tables cut option and variable names at 80 columns.
+        rich_markup_mode=None,
+    )
+    built.callback()(main)
+    for name, command in COMMANDS:
+        built.command(name)(command)
+    return built
 
 
-tools.register(app)
-# The upkeep commands (prune, redact) register themselves on `app`.
-import tapeproxy.cli.maintenance  # noqa: E402, F401
+app = build_app()
 
 if __name__ == "__main__":
     app()

@@ -1,8 +1,7 @@
-"""The cassette upkeep commands: `tapeproxy prune` and `tapeproxy redact`."""
+"""The cassette upkeep commands: `tapeproxy verify`, `rekey`, `prune` and `redact`."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -19,18 +18,72 @@ from tapeproxy.cli.library import (
     open_library,
     sweep_cassette,
 )
-from tapeproxy.cli.main import app
-from tapeproxy.cli.output import make_console, print_json
+from tapeproxy.cli.output import print_prune, print_redact, print_rekey, print_verdicts
 from tapeproxy.errors import ConfigError, TapeproxyError
 from tapeproxy.redaction.scrubber import Scrubber
-from tapeproxy.settings import load_settings
-from tapeproxy.tools.prune import PruneReport
-from tapeproxy.tools.redact import RedactReport
+from tapeproxy.sources import load_settings
 
 DryRun = Annotated[bool, typer.Option(help="Show what would change; change nothing.")]
 
 
-@app.command()
+def rekey(
+    name: Annotated[str, typer.Argument(help="The cassette to rekey.")],
+    cassettes: CassettesOption = None,
+    upstream: UpstreamOption = None,
+    ignore: IgnoreOption = None,
+    config: ConfigOption = None,
+    dry_run: Annotated[bool, typer.Option(help="Show what would move; change nothing.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Move recordings to their keys under today's match rules.
+
+    Run it after changing --ignore rules or [match.*] tables, so that no recording is
+    orphaned. Requests that now match each other become ordinals in recorded order."""
+    from tapeproxy.tools.rekey import rekey as rekey_cassette
+
+    try:
+        library = open_library(cassettes, upstream, ignore, config)
+        report = rekey_cassette(library.store, existing(library, name), library.rules, dry_run)
+        if not dry_run:
+            sweep_cassette(library, name)
+    except TapeproxyError as exc:
+        raise fail(exc, as_json) from exc
+    print_rekey(report, dry_run, as_json)
+
+
+def verify(
+    name: Annotated[str | None, typer.Argument(help="One cassette; all when left out.")] = None,
+    cassettes: CassettesOption = None,
+    upstream: UpstreamOption = None,
+    ignore: IgnoreOption = None,
+    config: ConfigOption = None,
+    as_json: JsonOption = False,
+    upgrade: Annotated[
+        bool, typer.Option(help="Rewrite files of an older schema_version in today's.")
+    ] = False,
+) -> None:
+    """Check every exchange file; exit 1 on a problem.
+
+    Each file must parse under the schema, carry the key and ordinal its name says, and have
+    that key under today's match rules. Leftover temporary files are reported too. Files of
+    an older schema_version are read fine and listed; --upgrade rewrites them."""
+    from tapeproxy.tools.verify import verify as verify_cassette
+
+    try:
+        library = open_library(cassettes, upstream, ignore, config)
+        names = (
+            [existing(library, name, folder_will_do=True)] if name else (library.store.cassettes())
+        )
+        if not names:
+            raise ConfigError(f"no cassettes under {library.store.where()} to verify")
+        verdicts = [verify_cassette(library.store, n, library.rules, upgrade) for n in names]
+    except TapeproxyError as exc:
+        raise fail(exc, as_json) from exc
+    print_verdicts(verdicts, as_json)
+    if any(v.problems for v in verdicts):
+        raise typer.Exit(1)
+
+
 def prune(
     name: Annotated[str, typer.Argument(help="The cassette to prune.")],
     cassettes: CassettesOption = None,
@@ -54,34 +107,6 @@ def prune(
     print_prune(report, as_json)
 
 
-def print_prune(report: PruneReport, as_json: bool) -> None:
-    if as_json:
-        print_json(asdict(report))
-        return
-    console = make_console()
-    verb = "would delete" if report.dry_run else "deleted"
-    for file in report.pruned:
-        console.print(f"  {file}", highlight=False, markup=False, soft_wrap=True)
-    console.print(
-        f"cassette {report.cassette!r}: {verb} {len(report.pruned)} recording(s) the last "
-        f"replay run did not use, {report.kept} kept",
-        highlight=False,
-        markup=False,
-    )
-    if report.gone:
-        console.print(
-            f"{len(report.gone)} listed as unused were already gone", highlight=False, markup=False
-        )
-    if report.changed:
-        console.print(
-            f"{len(report.changed)} listed as unused hold another recording since that run "
-            "(rekeyed, redacted or recorded anew): kept",
-            highlight=False,
-            markup=False,
-        )
-
-
-@app.command()
 def redact(
     name: Annotated[str, typer.Argument(help="The cassette to redact.")],
     field: Annotated[
@@ -146,44 +171,3 @@ def _scrubber(field: list[str] | None, pattern: list[str] | None, config: Path |
             "[redact] fields = [...] / patterns = [...] in tapeproxy.toml"
         )
     return scrubber
-
-
-def print_redact(report: RedactReport, as_json: bool) -> None:
-    if as_json:
-        print_json(asdict(report))
-        return
-    console = make_console()
-    would = "would be " if report.dry_run else ""
-    for file in report.changed:
-        console.print(f"  {file}: {would}rewritten", highlight=False, markup=False, soft_wrap=True)
-    for old, new in report.moved:
-        console.print(f"  {old} -> {new}", highlight=False, markup=False, soft_wrap=True)
-    console.print(
-        f"cassette {report.cassette!r}: {len(report.changed)} {would}rewritten, "
-        f"{len(report.moved)} {would}re-keyed, {report.unchanged} unchanged",
-        highlight=False,
-        markup=False,
-    )
-    if report.duplicates:
-        console.print(
-            f"{len(report.duplicates)} copies an interrupted redact left removed",
-            highlight=False,
-            markup=False,
-        )
-    if report.moved:
-        console.print(
-            "A re-keyed recording's request changed: replay with the same rules ([redact] in "
-            "tapeproxy.toml, or --redact-field / --redact-pattern) so requests key the same.",
-            highlight=False,
-            markup=False,
-            soft_wrap=True,
-        )
-    if report.left:
-        console.print(
-            "a pattern still matches where redact cannot scrub (a header, split across stream "
-            f"frames, a binary body) in: {', '.join(report.left)}",
-            highlight=False,
-            markup=False,
-            style="red",
-            soft_wrap=True,
-        )

@@ -1,5 +1,5 @@
-"""Rendering for rekey and verify: lines for people, stable JSON for --json (ls, show and
-diff render in reports.py)."""
+"""Rendering for the upkeep commands (verify, rekey, prune, redact): lines for people, stable
+JSON for --json (ls, show and diff render in reports.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from typing import Any
 
 from rich.console import Console
 
+from tapeproxy.tools.prune import PruneReport
+from tapeproxy.tools.redact import RedactReport
 from tapeproxy.tools.rekey import RekeyReport
 from tapeproxy.tools.verify import Verdict
 
@@ -87,3 +89,71 @@ def print_verdicts(verdicts: Sequence[Verdict], as_json: bool) -> None:
                 highlight=False,
                 soft_wrap=True,
             )
+
+
+def print_prune(report: PruneReport, as_json: bool) -> None:
+    if as_json:
+        print_json(asdict(report))
+        return
+    console = make_console()
+    verb = "would delete" if report.dry_run else "deleted"
+    for file in report.pruned:
+        console.print(f"  {file}", highlight=False, markup=False, soft_wrap=True)
+    console.print(
+        f"cassette {report.cassette!r}: {verb} {len(report.pruned)} recording(s) the last "
+        f"replay run did not use, {report.kept} kept",
+        highlight=False,
+        markup=False,
+    )
+    if report.gone:
+        console.print(
+            f"{len(report.gone)} listed as unused were already gone", highlight=False, markup=False
+        )
+    if report.changed:
+        console.print(
+            f"{len(report.changed)} listed as unused hold another recording since that run "
+            "(rekeyed, redacted or recorded anew): kept",
+            highlight=False,
+            markup=False,
+        )
+
+
+def print_redact(report: RedactReport, as_json: bool) -> None:
+    if as_json:
+        print_json(asdict(report))
+        return
+    console = make_console()
+    would = "would be " if report.dry_run else ""
+    for file in report.changed:
+        console.print(f"  {file}: {would}rewritten", highlight=False, markup=False, soft_wrap=True)
+    for old, new in report.moved:
+        console.print(f"  {old} -> {new}", highlight=False, markup=False, soft_wrap=True)
+    console.print(
+        f"cassette {report.cassette!r}: {len(report.changed)} {would}rewritten, "
+        f"{len(report.moved)} {would}re-keyed, {report.unchanged} unchanged",
+        highlight=False,
+        markup=False,
+    )
+    if report.duplicates:
+        console.print(
+            f"{len(report.duplicates)} copies an interrupted redact left removed",
+            highlight=False,
+            markup=False,
+        )
+    if report.moved:
+        console.print(
+            "A re-keyed recording's request changed: replay with the same rules ([redact] in "
+            "tapeproxy.toml, or --redact-field / --redact-pattern) so requests key the same.",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+    if report.left:
+        console.print(
+            "a pattern still matches where redact cannot scrub (a header, split across stream "
+            f"frames, a binary body) in: {', '.join(report.left)}",
+            highlight=False,
+            markup=False,
+            style="red",
+            soft_wrap=True,
+        )

@@ -1,31 +1,23 @@
 """The pytest plugin, another door onto the engine: one tapeproxy server per session (per xdist
-worker), one cassette per test, and a test failed by the requests that missed its cassette."""
+worker), one cassette per test, and a test failed by the requests that missed its cassette.
+This module is what pytest loads (entry point `pytest11`): the options, the marker and the
+fixtures; the session itself is tapeproxy.cli.pytest_session."""
 
 from __future__ import annotations
 
 import os
-from collections import Counter
-from collections.abc import Generator, Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
-from tapeproxy.cli.background import BackgroundServer
-from tapeproxy.engine.stats import RunSummary
-from tapeproxy.errors import BadCassetteName, ConfigError
-from tapeproxy.settings import DEFAULT_CONFIG_FILE, Mode, Settings, env_name, load_settings
-from tapeproxy.store.names import cassette_for_test, check_cassette_name
+from tapeproxy.cli.pytest_session import DEFAULT_CASSETTES, PLUGIN, WATCH, Plugin, Tape
+from tapeproxy.settings import Mode
 
-DEFAULT_CASSETTES = "tests/cassettes"
-SDK_PATHS = {"openai": "/v1"}  # what an SDK's base URL adds after the upstream's prefix
 BASE_URL_VARIABLES = {"OPENAI_BASE_URL": "openai", "ANTHROPIC_BASE_URL": "anthropic"}
 REPLAY_KEYS = {
     "OPENAI_API_KEY": "sk-tapeproxy-replay",
     "ANTHROPIC_API_KEY": "sk-ant-tapeproxy-replay",
 }
-MISSES_SHOWN = 5
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -58,227 +50,6 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.stash[PLUGIN] = Plugin(config)
     config.pluginmanager.register(config.stash[PLUGIN], "tapeproxy-session")
-
-
-@dataclass(frozen=True)
-class Tape:
-    """What the `tapeproxy` fixture gives a test: the server's URL and this test's cassette."""
-
-    url: str
-    cassette: str
-    mode: Mode
-    cassettes: Path
-    upstreams: tuple[str, ...]
-
-    def base_url(self, upstream: str) -> str:
-        """The base URL an SDK of `upstream` takes: `.../openai/v1`, `.../anthropic`, ..."""
-        if upstream not in self.upstreams:
-            raise ValueError(
-                f"no upstream named {upstream!r}; known upstreams: {', '.join(self.upstreams)}"
-            )
-        return f"{self.url}/{upstream}{SDK_PATHS.get(upstream, '')}"
-
-    @property
-    def path(self) -> Path:
-        """The cassette's folder."""
-        return self.cassettes / self.cassette
-
-
-@dataclass
-class Watch:
-    """One test's use of tapeproxy: its tape, and the miss count when it began."""
-
-    tape: Tape
-    misses_before: int
-    ended: bool = False
-    own: bool = True  # the cassette is the test's own (from its node id), not a marker's
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What one test's run came to."""
-
-    kind: str | None  # replayed, recorded, missed; None when it made no request
-    misses: list[str]
-    unused: RunSummary | None
-
-
-PLUGIN = pytest.StashKey["Plugin"]()
-WATCH = pytest.StashKey[Watch]()
-
-
-class Plugin:
-    """The session's state: the options, the server (started by the first test that needs
-    it) and the tally for the terminal summary."""
-
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-        given = config.getoption("tapeproxy_cassettes")
-        self.cassettes = Path(config.rootpath, given or DEFAULT_CASSETTES).resolve()
-        self.mode: str | None = config.getoption("tapeproxy_mode")
-        self.fail_on_unused: bool = config.getoption("tapeproxy_fail_on_unused")
-        self.tally: Counter[str] = Counter()
-        self._server: BackgroundServer | None = None
-
-    @property
-    def server(self) -> BackgroundServer:
-        if self._server is None:
-            self._server = BackgroundServer(self._settings()).start()
-        return self._server
-
-    def _settings(self) -> Settings:
-        """Upstreams and match rules as `tapeproxy serve` reads them; the plugin picks where."""
-        config = None
-        root_file = self.config.rootpath / DEFAULT_CONFIG_FILE
-        if env_name("config") not in os.environ and root_file.is_file():
-            config = root_file
-        cli = {"host": "127.0.0.1", "port": 0, "cassettes": self.cassettes, "mode": "replay"}
-        try:
-            return load_settings(cli, config=config)
-        except ConfigError as exc:
-            raise pytest.UsageError(f"tapeproxy: {exc.message}") from exc
-
-    def begin(self, item: pytest.Item) -> Watch:
-        """Switch the server to this test's cassette and mode: a fresh run of the cassette."""
-        cassette, mode, own = self._choose(item)
-        server = self.server
-        engine = server.engine
-
-        async def switch() -> int:
-            await engine.switch(cassette, mode)
-            return engine.counters.misses
-
-        misses = server.call(switch)
-        upstreams = tuple(sorted(engine.providers))
-        tape = Tape(server.url, cassette, mode, self.cassettes, upstreams)
-        watch = item.stash[WATCH] = Watch(tape, misses, own=own)
-        return watch
-
-    def _choose(self, item: pytest.Item) -> tuple[str, Mode, bool]:
-        """The test's cassette and mode, and whether the cassette is its own (not one a
-        marker named, which other tests may share)."""
-        marker = item.get_closest_marker("tapeproxy")
-        args: dict[str, Any] = dict(marker.kwargs) if marker else {}
-        if marker and marker.args:
-            args.setdefault("cassette", marker.args[0])
-        unknown = set(args) - {"cassette", "mode"}
-        if unknown or (marker and len(marker.args) > 1):
-            pytest.fail(
-                f"@pytest.mark.tapeproxy takes cassette= and mode=, not {sorted(unknown)}",
-                pytrace=False,
-            )
-        mode = self.mode or args.get("mode") or Mode.REPLAY.value
-        try:
-            named = args.get("cassette")
-            cassette = check_cassette_name(named or cassette_for_test(item.nodeid, self._prefix()))
-            return cassette, Mode(mode), not named
-        except BadCassetteName as exc:
-            pytest.fail(f"@pytest.mark.tapeproxy: {exc.message}", pytrace=False)
-        except ValueError:
-            pytest.fail(
-                f"@pytest.mark.tapeproxy(mode={mode!r}): use one of "
-                f"{', '.join(m.value for m in Mode)}",
-                pytrace=False,
-            )
-
-    def _prefix(self) -> str | None:
-        """The folder that holds the cassette library, relative to the rootdir (`tests` for
-        tests/cassettes): test modules under it are named without it."""
-        try:
-            return self.cassettes.parent.relative_to(self.config.rootpath.resolve()).as_posix()
-        except ValueError:
-            return None
-
-    def end(self, watch: Watch, passed: bool) -> Verdict:
-        """End the test's run and read what it came to. A record run that passed prunes what
-        it did not record from the test's own cassette, which then holds exactly this run; a
-        cassette a marker named may be shared by other tests, so nothing of it is deleted
-        (not even the repeats this run asked fewer times)."""
-        watch.ended = True
-        tape, engine = watch.tape, self.server.engine
-        prune = passed and tape.mode is Mode.RECORD and watch.own
-
-        async def finish() -> tuple[RunSummary | None, int, list[dict[str, Any]]]:
-            summary = await engine.end_run(tape.cassette, prune, supersede=watch.own)
-            return summary, engine.counters.misses, list(engine.misses)
-
-        summary, misses, journal = self.server.call(finish)
-        count = misses - watch.misses_before
-        messages = [entry["message"] for entry in reversed(journal[: min(count, len(journal))])]
-        messages += ["(a miss no longer in the journal: see the log)"] * (count - len(messages))
-        kind = None
-        if count:
-            kind = "missed"
-        elif summary is not None and summary.recorded_count:
-            kind = "recorded"
-        elif summary is not None and summary.served:
-            kind = "replayed"
-        unused = summary if summary is not None and summary.unused_count else None
-        return Verdict(kind, messages, unused)
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.stop()
-            self._server = None
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(
-        self, item: pytest.Item, call: pytest.CallInfo[None]
-    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-        watch = item.stash.get(WATCH, None)
-        verdict = None
-        if call.when == "call" and watch is not None and not watch.ended:
-            verdict = self.end(watch, passed=call.excinfo is None)
-            if verdict.kind:
-                item.user_properties.append(("tapeproxy", verdict.kind))
-        report = yield
-        if verdict is not None and watch is not None:
-            self._judge(report, watch.tape, verdict)
-        return report
-
-    def _judge(self, report: pytest.TestReport, tape: Tape, verdict: Verdict) -> None:
-        problems = []
-        if verdict.misses:
-            shown = "\n\n".join(verdict.misses[:MISSES_SHOWN])
-            more = len(verdict.misses) - MISSES_SHOWN
-            problems.append(
-                f"tapeproxy: {len(verdict.misses)} request(s) missed cassette {tape.cassette!r} "
-                f"(mode {tape.mode.value}, in {tape.cassettes}):\n{shown}"
-                + (f"\n... and {more} more" if more > 0 else "")
-                + "\nWith pytest: --tapeproxy-mode record records the test anew, auto adds to it."
-            )
-        if verdict.unused is not None and self.fail_on_unused:
-            run = verdict.unused
-            problems.append(
-                f"--tapeproxy-fail-on-unused: {run.unused_count} recording(s) of cassette "
-                f"{tape.cassette!r} went unused: {', '.join(run.unused[:10])}"
-            )
-        if not problems:
-            return
-        text = "\n\n".join(problems)
-        if report.passed:
-            report.outcome = "failed"
-            report.longrepr = text
-        else:
-            report.sections.append(("tapeproxy", text))
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Tally each test once, on the controller too (xdist sends user_properties)."""
-        if report.when == "call":
-            self.tally.update(
-                str(value) for name, value in report.user_properties if name == "tapeproxy"
-            )
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.tally:
-            counts = self.tally
-            terminalreporter.write_line(
-                f"tapeproxy: {counts['replayed']} replayed, {counts['recorded']} recorded, "
-                f"{counts['missed']} missed (cassettes in {self.cassettes})"
-            )
-
-    def pytest_sessionfinish(self) -> None:
-        self.stop()
 
 
 @pytest.fixture

@@ -64,7 +64,11 @@ class ReadyServer(uvicorn.Server):
             captured.clear()
 
 
-def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
+def uvicorn_config(
+    app: ASGIApp, settings: Settings, keep_alive: int = KEEP_ALIVE_SECONDS
+) -> uvicorn.Config:
+    """uvicorn's settings for the app: `keep_alive` is the idle seconds before a connection
+    closes (tests give a short one)."""
     return uvicorn.Config(
         app,
         host=settings.host,
@@ -75,7 +79,7 @@ def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
         timeout_graceful_shutdown=math.ceil(settings.shutdown_timeout),
         server_header=False,
         date_header=False,  # a live answer carries the upstream's Date; no second one
-        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        timeout_keep_alive=keep_alive,
         http=HeadLimitedProtocol,  # httptools, with a cap and a deadline on each request's head
         # tapeproxy is reached directly, never through a proxy of its own: a client's
         # X-Forwarded-For must not change the address a request is judged by (a loopback

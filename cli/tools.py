@@ -155,9 +155,3 @@ def side(given: str, library: CassetteStore) -> Side:
         f"no cassette {given!r} under {library.where()}, and no folder {given}; "
         "`tapeproxy ls` lists the cassettes"
     )
-
-
-def register(app: typer.Typer) -> None:
-    app.command("ls")(list_cassettes)
-    app.command()(show)
-    app.command()(diff)

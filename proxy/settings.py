@@ -1,24 +1,16 @@
-"""Settings: the one source of truth for every option, and load_settings() (CLI > env > file)."""
+"""Settings: the one source of truth for every option, its checks, and the names it has on the
+command line and in the environment (loading it: tapeproxy.sources)."""
 
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
-import tomllib
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from tapeproxy.engine.rules import parse_rule
 from tapeproxy.engine.timing import parse_timing
@@ -31,7 +23,6 @@ ENV_PREFIX = "TAPEPROXY_"
 MIB = 1024 * 1024
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"k": 1024, "m": MIB, "g": 1024 * MIB}
-DEFAULT_CONFIG_FILE = "tapeproxy.toml"
 UPSTREAM_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 RESERVED_NAMES = frozenset({"v1", "__tapeproxy"})
 
@@ -265,188 +256,11 @@ class ToolSettings(BaseModel):
     )
 
 
-def load_tool_settings(
-    cli: Mapping[str, Any], environ: Mapping[str, str] | None = None, config: Path | None = None
-) -> ToolSettings:
-    environ = os.environ if environ is None else environ
-    merged = {
-        **_from_file(config, environ, ToolSettings),
-        **_from_env(environ, ToolSettings),
-        **{key: value for key, value in cli.items() if value is not None},
-    }
-    try:
-        return ToolSettings(**merged)
-    except ValidationError as exc:
-        raise ConfigError(_explain(exc, {})) from exc
-
-
-LIST_FIELDS = frozenset({"live", "ignore", "redact_field"})
-LINE_FIELDS = frozenset({"redact_pattern"})  # a regular expression may hold a comma
-DICT_FIELDS = frozenset({"upstream"})
-
-
 def option_name(field: str) -> str:
+    """A field's command-line option: `max_body` -> `--max-body`."""
     return "--" + field.replace("_", "-")
 
 
 def env_name(field: str) -> str:
+    """A field's environment variable: `max_body` -> `TAPEPROXY_MAX_BODY`."""
     return ENV_PREFIX + field.upper()
-
-
-def load_settings(
-    cli: Mapping[str, Any],
-    environ: Mapping[str, str] | None = None,
-    config: Path | None = None,
-    fields: Collection[str] | None = None,
-) -> Settings:
-    """Merge the three sources, command line first, and validate once.
-
-    `cli` holds only the options given on the command line (None means not given). `fields`,
-    when given, are the only ones read: a cassette tool is not stopped by a serve-only
-    setting (an TAPEPROXY_LIVE naming an upstream that serve gets on its command line)."""
-    environ = os.environ if environ is None else environ
-    layers: list[tuple[str, dict[str, Any]]] = [
-        ("tapeproxy.toml", _from_file(config, environ, Settings)),
-        ("environment", _from_env(environ, Settings)),
-        ("command line", {k: v for k, v in cli.items() if v is not None and v != ()}),
-    ]
-    merged: dict[str, Any] = {}
-    origin: dict[str, str] = {}
-    for source, values in layers:
-        for key, value in values.items():
-            if fields is not None and key not in fields:
-                continue
-            # Upstreams are named: a later layer adds or overrides names, it keeps the rest.
-            if key in DICT_FIELDS and isinstance(merged.get(key), dict):
-                value = {**merged[key], **value}
-            merged[key] = value
-            origin[key] = source
-    try:
-        return Settings(**merged)
-    except ValidationError as exc:
-        raise ConfigError(_explain(exc, origin)) from exc
-
-
-def _from_file(
-    config: Path | None, environ: Mapping[str, str], model: type[BaseModel]
-) -> dict[str, Any]:
-    """The keys of tapeproxy.toml that `model` has (a key neither model has is an error)."""
-    path = config or (Path(environ[env_name("config")]) if env_name("config") in environ else None)
-    if path is None:
-        path = Path(DEFAULT_CONFIG_FILE)
-        if not path.is_file():
-            return {}
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise ConfigError(f"config file {path} does not exist") from exc
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"config file {path} cannot be read: {exc}") from exc
-    values = {key.replace("-", "_"): value for key, value in data.items()}
-    if "match" in values:
-        values["ignore"] = [*values.get("ignore", []), *match_tables(values.pop("match"), path)]
-    if "redact" in values:
-        values.update(redact_table(values.pop("redact"), path))
-    known = set(Settings.model_fields) | set(ToolSettings.model_fields)
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ConfigError(
-            f"config file {path}: unknown key(s) {', '.join(unknown)}; "
-            f"known keys: {', '.join(sorted(known))}"
-        )
-    if isinstance(values.get("upstream"), list):
-        values["upstream"] = parse_pairs(values["upstream"], "upstream", f"upstream in {path}")
-    return {key: value for key, value in values.items() if key in model.model_fields}
-
-
-MATCH_KEYS = {
-    "ignore_body": "body",
-    "ignore_query": "query",
-    "ignore_headers": "header",
-    "key_headers": "key-header",
-}
-
-
-def _lists_of_strings(table: Any, keys: Mapping[str, str]) -> bool:
-    """Whether a TOML table holds only `keys`, each a list of strings (a bare string would be
-    split into one-letter rules)."""
-    return (
-        isinstance(table, dict)
-        and not set(table) - set(keys)
-        and all(
-            isinstance(items, list) and all(isinstance(item, str) for item in items)
-            for items in table.values()
-        )
-    )
-
-
-def match_tables(tables: Any, path: Path) -> list[str]:
-    """`[match.openai] ignore_body = ["user"]` -> the `--ignore` spec `openai:body:user`."""
-    if not isinstance(tables, dict):
-        raise ConfigError(f"config file {path}: `match` must be tables like [match.openai]")
-    specs = []
-    for upstream, table in tables.items():
-        if not _lists_of_strings(table, MATCH_KEYS):
-            raise ConfigError(
-                f"config file {path}: [match.{upstream}] takes the lists of strings "
-                f"{', '.join(MATCH_KEYS)}"
-            )
-        for key, names in table.items():
-            specs += [f"{upstream}:{MATCH_KEYS[key]}:{name}" for name in names]
-    return specs
-
-
-REDACT_KEYS = {"fields": "redact_field", "patterns": "redact_pattern"}
-
-
-def redact_table(table: Any, path: Path) -> dict[str, list[str]]:
-    """`[redact] fields = [...]`, `patterns = [...]` -> redact_field, redact_pattern."""
-    if not _lists_of_strings(table, REDACT_KEYS):
-        raise ConfigError(
-            f"config file {path}: [redact] takes the lists of strings fields (JSON paths) "
-            "and patterns (regular expressions)"
-        )
-    return {REDACT_KEYS[key]: items for key, items in table.items()}
-
-
-def _from_env(environ: Mapping[str, str], model: type[BaseModel]) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for field in model.model_fields:
-        raw = environ.get(env_name(field))
-        if raw is None or raw == "":
-            continue
-        if field in LIST_FIELDS:
-            values[field] = tuple(part.strip() for part in raw.split(",") if part.strip())
-        elif field in LINE_FIELDS:
-            values[field] = tuple(line for line in raw.splitlines() if line)
-        elif field in DICT_FIELDS:
-            values[field] = parse_pairs(raw.split(","), field, env_name(field))
-        else:
-            values[field] = raw
-    return values
-
-
-def parse_pairs(items: Any, field: str, where: str | None = None) -> dict[str, str]:
-    """NAME=URL items (from the CLI, a comma-separated variable or a TOML list) -> dict.
-    `where` names the source in messages (the option itself by default)."""
-    pairs: dict[str, str] = {}
-    for item in items:
-        name, sep, value = str(item).strip().partition("=")
-        if not sep or not name or not value:
-            raise ConfigError(f"{where or option_name(field)}: {item!r} is not NAME=URL")
-        pairs[name.strip()] = value.strip()
-    return pairs
-
-
-def _explain(exc: ValidationError, origin: Mapping[str, str]) -> str:
-    lines = []
-    for error in exc.errors():
-        field = str(error["loc"][0]) if error["loc"] else "?"
-        source = origin.get(field, "default")
-        where = {
-            "environment": env_name(field),
-            "tapeproxy.toml": f"{field} in tapeproxy.toml",
-        }.get(source, option_name(field))
-        given = "(hidden)" if field == "admin_token" else error.get("input")
-        lines.append(f"{option_name(field)} (from {where}): {given!r}: {error['msg']}")
-    return "invalid settings:\n  " + "\n  ".join(lines)

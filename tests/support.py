@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from tapeproxy.app import create_app
-from tapeproxy.cli.server import ReadyServer, uvicorn_config
+from tapeproxy.cli.server import KEEP_ALIVE_SECONDS, ReadyServer, uvicorn_config
 from tapeproxy.settings import Settings
 from tapeproxy.store.protocol import parse_exchange_file
 from tapeproxy.store.state import STATE_DIR
@@ -33,12 +33,13 @@ SECRETS = (SECRET_OPENAI, SECRET_ANTHROPIC, SECRET_GEMINI)
 class ProxyServer:
     """`with ProxyServer(settings) as proxy:` serves on proxy.url until the block ends."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, keep_alive: int = KEEP_ALIVE_SECONDS) -> None:
         self.settings = settings
         self.app = create_app(settings)
         self.url = ""
         self._ready = threading.Event()
-        self._server = ReadyServer(uvicorn_config(self.app, settings), self._on_ready)
+        config = uvicorn_config(self.app, settings, keep_alive)
+        self._server = ReadyServer(config, self._on_ready)
         self._thread = threading.Thread(target=self._run, name="tapeproxy-test", daemon=True)
 
     def _on_ready(self, url: str) -> None:

@@ -126,44 +126,45 @@ def _fixed_boundary(raw: bytes, content_type: str) -> bytes:
 MAX_DECODED = 64 * 2**20  # a compressed request body is unpacked up to this size
 
 
-def decode_content(raw: bytes, encoding: str) -> bytes:
+def decode_content(raw: bytes, encoding: str, limit: int = MAX_DECODED) -> bytes:
     """A request body with its Content-Encoding (gzip, deflate) undone: a gzip header holds
     the time, so the same JSON compressed a second later would key differently, and nothing
     inside could be masked. `raw` itself for an unknown encoding, corrupt data, or data that
-    unpacks beyond MAX_DECODED."""
+    unpacks beyond `limit` bytes."""
     data = raw
     for coding in reversed([c.strip().lower() for c in encoding.split(",") if c.strip()]):
-        unpacked = _unpacked(data, coding)
+        unpacked = _unpacked(data, coding, limit)
         if unpacked is None:
             return raw
         data = unpacked
     return data
 
 
-def _unpacked(data: bytes, coding: str) -> bytes | None:
+def _unpacked(data: bytes, coding: str, limit: int) -> bytes | None:
     if coding == "identity":
         return data
     if coding in ("gzip", "x-gzip"):
-        return _inflated(data, 16 + zlib.MAX_WBITS)
+        return _inflated(data, 16 + zlib.MAX_WBITS, limit)
     if coding == "deflate":
         # HTTP's deflate is zlib-wrapped, but some clients send bare deflate data.
-        found = _inflated(data, zlib.MAX_WBITS)
-        return found if found is not None else _inflated(data, -zlib.MAX_WBITS)
+        found = _inflated(data, zlib.MAX_WBITS, limit)
+        return found if found is not None else _inflated(data, -zlib.MAX_WBITS, limit)
     return None
 
 
-def _inflated(data: bytes, wbits: int) -> bytes | None:
-    """Every stream in `data` (gzip allows several members one after another), unpacked."""
+def _inflated(data: bytes, wbits: int, limit: int) -> bytes | None:
+    """Every stream in `data` (gzip allows several members one after another), unpacked, or
+    None past `limit` bytes."""
     out: list[bytes] = []
     size = 0
     while data:
         inflater = zlib.decompressobj(wbits)
         try:
-            chunk = inflater.decompress(data, MAX_DECODED - size + 1)
+            chunk = inflater.decompress(data, limit - size + 1)
         except zlib.error:
             return None
         size += len(chunk)
-        if size > MAX_DECODED or not inflater.eof:  # too big, or cut short
+        if size > limit or not inflater.eof:  # too big, or cut short
             return None
         out.append(chunk)
         data = inflater.unused_data

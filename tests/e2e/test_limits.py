@@ -15,7 +15,6 @@ import pytest
 from starlette.requests import Request
 
 from tapeproxy.app import create_app
-from tapeproxy.cli import server
 from tapeproxy.cli.server import uvicorn_config
 from tapeproxy.doors.control import refusal
 from tapeproxy.engine.runs import MAX_OPEN_RUNS
@@ -23,6 +22,7 @@ from tapeproxy.settings import Settings
 from tests.conftest import MakeProxy
 from tests.fakes.raw import RawUpstream
 from tests.fakes.upstream import FakeUpstream, Reply
+from tests.support import ProxyServer
 
 TOKEN = "an-admin-token-0123456789"
 EMBED = {"model": "m", "input": "hello"}
@@ -245,23 +245,21 @@ def test_the_control_api_holds_no_large_body_and_takes_any_case_of_bearer(
     assert httpx.put(url, json={"cassette": "x"}, headers=auth).status_code == 200
 
 
-def test_an_idle_keep_alive_connection_is_closed_after_the_timeout(
-    make_proxy: MakeProxy, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_an_idle_keep_alive_connection_is_closed_after_the_timeout(cassettes: Path) -> None:
     settings = Settings.model_validate({"port": 0})
     assert uvicorn_config(create_app(settings), settings).timeout_keep_alive == 5
-    monkeypatch.setattr(server, "KEEP_ALIVE_SECONDS", 1)  # the real config path, a short wait
-    proxy = make_proxy(mode="replay")
-    host, port = proxy.url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(b"GET /__tapeproxy/health HTTP/1.1\r\nhost: x\r\n\r\n")
-        answer = sock.recv(65536)
-        while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):  # the whole JSON answer
-            more = sock.recv(65536)
-            assert more, answer
-            answer += more
-        assert answer.startswith(b"HTTP/1.1 200") and b"connection: close" not in answer.lower()
-        idle = time.monotonic()
-        assert sock.recv(65536) == b"", "closed by the server, not by the client"
-        waited = time.monotonic() - idle
+    settings = Settings.model_validate({"port": 0, "cassettes": cassettes, "mode": "replay"})
+    with ProxyServer(settings, keep_alive=1) as proxy:  # the real config path, a short wait
+        host, port = proxy.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"GET /__tapeproxy/health HTTP/1.1\r\nhost: x\r\n\r\n")
+            answer = sock.recv(65536)
+            while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):  # the whole JSON answer
+                more = sock.recv(65536)
+                assert more, answer
+                answer += more
+            assert answer.startswith(b"HTTP/1.1 200") and b"connection: close" not in answer.lower()
+            idle = time.monotonic()
+            assert sock.recv(65536) == b"", "closed by the server, not by the client"
+            waited = time.monotonic() - idle
     assert 0.8 <= waited <= 4, f"closed after {waited:.1f} s idle, not about 1 s"

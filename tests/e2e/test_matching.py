@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from tapeproxy.errors import ConfigError
-from tapeproxy.settings import load_settings
+from tapeproxy.sources import load_settings
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import SECRET_OPENAI, files_under

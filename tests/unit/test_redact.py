@@ -11,12 +11,14 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from tapeproxy.exchange.bodies import MULTIPART_BOUNDARY, Payload
-from tapeproxy.redaction.secrets import (
-    MARKER,
+from tapeproxy.redaction.credentials import (
     is_secret_field,
     is_secret_form_field,
     is_secret_header,
     is_secret_query,
+)
+from tapeproxy.redaction.secrets import (
+    MARKER,
     looks_form,
     redact_form,
     redact_headers,

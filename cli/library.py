@@ -161,8 +161,9 @@ def missing_library(store: CassetteStore) -> ConfigError:
 
 
 def existing(library: Library, name: str, folder_will_do: bool = False) -> str:
-    """`name` if the cassette has recordings (or, for verify, at least a folder)."""
-    if folder_will_do and library.store.exists(name):
+    """`name` if the cassette has recordings (or, for verify, anything at all: what an
+    interrupted write left, names tapeproxy does not read)."""
+    if folder_will_do and library.store.names(name):
         return name
     if not library.store.entries(name):
         raise ConfigError(f"cassette {name!r} has no recordings under {library.store.where()}")
@@ -188,9 +189,6 @@ def progress(total: int, what: str) -> Iterator[Callable[[], None]]:
 
 
 def sweep_cassette(library: Library, cassette: str) -> None:
-    """Remove the temp files killed writes left in a cassette's folder (older than a minute:
-    another tapeproxy may be writing the newer ones), as `serve` does for the library."""
-    from tapeproxy.store.files import FileStore, sweep_leftovers
-
-    if isinstance(library.store, FileStore):
-        sweep_leftovers(library.store.folder(cassette))
+    """Remove what interrupted writes left in a cassette (older than a minute: another
+    tapeproxy may be writing the newer ones), as `serve` does for the library."""
+    library.store.sweep(cassette)

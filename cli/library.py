@@ -41,7 +41,7 @@ class Library:
 METAVARS = {
     "host": "HOST",
     "port": "PORT",
-    "cassettes": "DIR",
+    "cassettes": "DIR|URL",
     "cassette": "NAME",
     "upstream": "NAME=URL",
     "live": "UPSTREAM",
@@ -99,7 +99,7 @@ def fail(error: TapeproxyError | str, as_json: bool = False, code: int = 2) -> t
     return typer.Exit(code)
 
 
-CassettesOption = Annotated[Path | None, option("cassettes")]
+CassettesOption = Annotated[str | None, option("cassettes")]
 UpstreamOption = Annotated[list[str] | None, option("upstream")]
 IgnoreOption = Annotated[list[str] | None, option("ignore")]
 ConfigOption = Annotated[
@@ -117,8 +117,8 @@ PricesOption = Annotated[
 ]
 
 
-def library_store(cassettes: Path | None, config: Path | None) -> CassetteStore:
-    """The library's store, whether or not its folder is there."""
+def library_store(cassettes: str | None, config: Path | None) -> CassetteStore:
+    """The library's store, whether or not it is there."""
     from tapeproxy.store import open_store
 
     settings = load_settings({"cassettes": cassettes}, config=config, fields={"cassettes"})
@@ -126,14 +126,14 @@ def library_store(cassettes: Path | None, config: Path | None) -> CassetteStore:
 
 
 def open_library(
-    cassettes: Path | None,
+    cassettes: str | None,
     upstream: list[str] | None,
     ignore: list[str] | None,
     config: Path | None,
     rules: bool = True,
 ) -> Library:
     """The cassette library and the match rules, from the same sources as `serve` (only the
-    folder when the command needs no `rules`); a library that is not there is an error."""
+    library when the command needs no `rules`); a library that is not there is an error."""
     from tapeproxy.providers import Rulebook, provider_table
     from tapeproxy.store import open_store
 

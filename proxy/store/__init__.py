@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 from tapeproxy.errors import ConfigError
 from tapeproxy.store.files import FileStore
@@ -37,3 +38,11 @@ def split_location(location: str) -> tuple[str, str]:
             f"starting with {known}"
         )
     return scheme, rest
+
+
+def anchored(location: str, base: Path) -> str:
+    """`location` with a relative folder taken under `base` and made absolute; a URL as it
+    is (the pytest plugin's library, relative to pytest's rootdir)."""
+    if "://" in location:
+        return location
+    return str((base / location).resolve())

@@ -34,7 +34,7 @@ class Library:
 METAVARS = {
     "host": "HOST",
     "port": "PORT",
-    "cassettes": "DIR",
+    "cassettes": "DIR|URL",
     "cassette": "NAME",
     "upstream": "NAME=URL",
     "live": "UPSTREAM",
@@ -92,7 +92,7 @@ def fail(error: TapeproxyError | str, as_json: bool = False, code: int = 2) -> t
     return typer.Exit(code)
 
 
-CassettesOption = Annotated[Path | None, option("cassettes")]
+CassettesOption = Annotated[str | None, option("cassettes")]
 UpstreamOption = Annotated[list[str] | None, option("upstream")]
 IgnoreOption = Annotated[list[str] | None, option("ignore")]
 ConfigOption = Annotated[
@@ -110,8 +110,8 @@ PricesOption = Annotated[
 ]
 
 
-def library_store(cassettes: Path | None, config: Path | None) -> CassetteStore:
-    """The library's store, whether or not its folder is there."""
+def library_store(cassettes: str | None, config: Path | None) -> CassetteStore:
+    """The library's store, whether or not it is there."""
     from tapeproxy.store import open_store
 
     settings = load_settings({"cassettes": cassettes}, config=config, fields={"cassettes"})
@@ -119,14 +119,14 @@ def library_store(cassettes: Path | None, config: Path | None) -> CassetteStore:
 
 
 def open_library(
-    cassettes: Path | None,
+    cassettes: str | None,
     upstream: list[str] | None,
     ignore: list[str] | None,
     config: Path | None,
     rules: bool = True,
 ) -> Library:
     """The cassette library and the match rules, from the same sources as `serve` (only the
-    folder when the command needs no `rules`); a library that is not there is an error."""
+    library when the command needs no `rules`); a library that is not there is an error."""
     from tapeproxy.providers import Rulebook, provider_table
     from tapeproxy.store import open_store
 
@@ -154,8 +154,9 @@ def missing_library(store: CassetteStore) -> ConfigError:
 
 
 def existing(library: Library, name: str, folder_will_do: bool = False) -> str:
-    """`name` if the cassette has recordings (or, for verify, at least a folder)."""
-    if folder_will_do and library.store.exists(name):
+    """`name` if the cassette has recordings (or, for verify, anything at all: what an
+    interrupted write left, names tapeproxy does not read)."""
+    if folder_will_do and library.store.names(name):
         return name
     if not library.store.entries(name):
         raise ConfigError(f"cassette {name!r} has no recordings under {library.store.where()}")
@@ -181,9 +182,6 @@ def progress(total: int, what: str) -> Iterator[Callable[[], None]]:
 
 
 def sweep_cassette(library: Library, cassette: str) -> None:
-    """Remove the temp files killed writes left in a cassette's folder (older than a minute:
-    another tapeproxy may be writing the newer ones), as `serve` does for the library."""
-    from tapeproxy.store.files import FileStore, sweep_leftovers
-
-    if isinstance(library.store, FileStore):
-        sweep_leftovers(library.store.folder(cassette))
+    """Remove what interrupted writes left in a cassette (older than a minute: another
+    tapeproxy may be writing the newer ones), as `serve` does for the library."""
+    library.store.sweep(cassette)

@@ -39,7 +39,7 @@ def serve(
     mode: Annotated[Mode | None, option("mode")] = None,
     host: Annotated[str | None, option("host")] = None,
     port: Annotated[int | None, option("port")] = None,
-    cassettes: Annotated[Path | None, option("cassettes")] = None,
+    cassettes: Annotated[str | None, option("cassettes")] = None,
     cassette: Annotated[str | None, option("cassette")] = None,
     upstream: Annotated[list[str] | None, option("upstream")] = None,
     live: Annotated[list[str] | None, option("live")] = None,

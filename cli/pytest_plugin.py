@@ -31,8 +31,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--tapeproxy-cassettes",
         default=None,
-        metavar="DIR",
-        help=f"The cassette library, relative to the rootdir (default: {DEFAULT_CASSETTES}).",
+        metavar="DIR|URL",
+        help="The cassette library: a folder, relative to the rootdir (default: "
+        f"{DEFAULT_CASSETTES}), or a file:// URL.",
     )
     group.addoption(
         "--tapeproxy-fail-on-unused",

@@ -17,6 +17,7 @@ from tapeproxy.engine.stats import RunSummary
 from tapeproxy.errors import BadCassetteName, ConfigError
 from tapeproxy.settings import Mode, Settings, env_name
 from tapeproxy.sources import DEFAULT_CONFIG_FILE, load_settings
+from tapeproxy.store import anchored, split_location
 from tapeproxy.store.names import cassette_for_test, check_cassette_name
 
 DEFAULT_CASSETTES = "tests/cassettes"
@@ -31,8 +32,9 @@ class Tape:
     url: str
     cassette: str
     mode: Mode
-    cassettes: Path
+    cassettes: str  # the library: a folder, or a URL
     upstreams: tuple[str, ...]
+    where: str  # the cassette's place, as its store names it: a folder, or a URL
 
     def base_url(self, upstream: str) -> str:
         """The base URL an SDK of `upstream` takes: `.../openai/v1`, `.../anthropic`, ..."""
@@ -44,8 +46,8 @@ class Tape:
 
     @property
     def path(self) -> Path:
-        """The cassette's folder."""
-        return self.cassettes / self.cassette
+        """The cassette's folder (in a folder library; `where` names the place in any)."""
+        return Path(self.where)
 
 
 @dataclass
@@ -78,7 +80,7 @@ class Plugin:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         given = config.getoption("tapeproxy_cassettes")
-        self.cassettes = Path(config.rootpath, given or DEFAULT_CASSETTES).resolve()
+        self.cassettes = anchored(given or DEFAULT_CASSETTES, config.rootpath)
         self.mode: str | None = config.getoption("tapeproxy_mode")
         self.fail_on_unused: bool = config.getoption("tapeproxy_fail_on_unused")
         self.tally: Counter[str] = Counter()
@@ -98,7 +100,9 @@ class Plugin:
             config = root_file
         cli = {"host": "127.0.0.1", "port": 0, "cassettes": self.cassettes, "mode": "replay"}
         try:
-            return load_settings(cli, config=config)
+            settings = load_settings(cli, config=config)
+            split_location(settings.cassettes)  # a backend opens it
+            return settings
         except ConfigError as exc:
             raise pytest.UsageError(f"tapeproxy: {exc.message}") from exc
 
@@ -114,7 +118,9 @@ class Plugin:
 
         misses = server.call(switch)
         upstreams = tuple(sorted(engine.providers))
-        tape = Tape(server.url, cassette, mode, self.cassettes, upstreams)
+        tape = Tape(
+            server.url, cassette, mode, self.cassettes, upstreams, engine.store.where(cassette)
+        )
         watch = item.stash[WATCH] = Watch(tape, misses, own=own)
         return watch
 
@@ -149,7 +155,9 @@ class Plugin:
         """The folder that holds the cassette library, relative to the rootdir (`tests` for
         tests/cassettes): test modules under it are named without it."""
         try:
-            return self.cassettes.parent.relative_to(self.config.rootpath.resolve()).as_posix()
+            return (  # a URL is under no rootdir
+                Path(self.cassettes).parent.relative_to(self.config.rootpath.resolve()).as_posix()
+            )
         except ValueError:
             return None
 

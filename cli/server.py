@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import gc
 import logging
 import math
 import os
 import socket
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -21,10 +19,12 @@ from tapeproxy.app import Server
 from tapeproxy.doors.head_limits import HeadLimitedProtocol
 from tapeproxy.engine.rules import rule_warnings
 from tapeproxy.engine.stats import Snapshot
+from tapeproxy.errors import ConfigError
 from tapeproxy.logs import configure_logging
 from tapeproxy.settings import Mode, Settings, is_loopback
-from tapeproxy.store.files import sweep_leftovers
+from tapeproxy.store import open_store
 from tapeproxy.store.names import derived_name
+from tapeproxy.store.protocol import CassetteStore
 
 log = logging.getLogger("tapeproxy")
 
@@ -98,16 +98,21 @@ def write_ready_file(path: Path, url: str) -> None:
 
 def serve(settings: Settings) -> int:
     """Run until SIGINT/SIGTERM. Exit status: 0, 1 when it could not start (the port, the
-    --ready-file, or a cassette library a recording mode cannot write), 3 with
-    --fail-on-unused when recordings went unused or a cassette it was told to serve was
-    never touched, 4 when a recording could not be written."""
+    --ready-file, or a cassette library a recording mode cannot write), 2 for a --cassettes
+    no backend opens, 3 with --fail-on-unused when recordings went unused or a cassette it
+    was told to serve was never touched, 4 when a recording could not be written."""
     configure_logging(settings.log_level)
-    problem = unwritable(settings)
+    try:
+        store = open_store(settings.cassettes)
+    except ConfigError as exc:
+        log.error("%s", exc.message)
+        return 2
+    problem = unwritable(settings, store)
     if problem is not None:
         log.error("%s", problem)
         return 1
-    warn_at_start(settings)
-    tapeproxy = Server(settings)
+    warn_at_start(settings, store)
+    tapeproxy = Server(settings, store)
     announced: list[str] = []
 
     def ready(url: str) -> None:
@@ -139,13 +144,13 @@ def serve(settings: Settings) -> int:
     return report(tapeproxy.final, settings) if announced else 1
 
 
-def warn_at_start(settings: Settings) -> None:
+def warn_at_start(settings: Settings, store: CassetteStore) -> None:
     for warning in rule_warnings(settings.ignore):
         log.warning("%s", warning)
-    if records(settings) and settings.cassettes.is_dir():
+    if records(settings):
         # Beside the start, not before it: walking a 100,000-file library takes ~0.15 s.
         # Only a server that may write sweeps: a replay deletes nothing in a cassette folder.
-        threading.Thread(target=_sweep, args=(settings.cassettes,), daemon=True).start()
+        threading.Thread(target=_sweep, args=(store,), daemon=True).start()
     if not is_loopback(settings.host):
         log.warning(
             "binding %s, which is not loopback: anyone who reaches this address can use this "
@@ -158,10 +163,10 @@ def warn_at_start(settings: Settings) -> None:
         )
 
 
-def _sweep(library: Path) -> None:
-    swept = sweep_leftovers(library)
+def _sweep(store: CassetteStore) -> None:
+    swept = store.sweep()
     if swept:
-        log.info("removed %d file(s) left over from interrupted writes in %s", len(swept), library)
+        log.info("removed %d file(s) left over from interrupted writes in %s", swept, store.where())
 
 
 def report(final: Snapshot, settings: Settings) -> int:
@@ -215,48 +220,12 @@ def records(settings: Settings) -> bool:
     return writing or (settings.mode is Mode.REPLAY and bool(settings.live))
 
 
-def unwritable(settings: Settings) -> str | None:
-    """Why a recording mode could not write into the cassette library, or None. It creates
-    the library if missing and probes it by creating and removing a file, as the recordings
-    will: a container whose user cannot write the mounted folder must not look healthy and
-    lose every recording. The folder of the cassette it will write (the start-up one, or its
-    `.derived` one under partial replay), if there is one, is only asked: a run may replay
-    from it (`once` on a cassette that holds recordings, `auto` serving what it holds), and
-    a replay writes nothing in a cassette folder, not even a probe."""
+def unwritable(settings: Settings, store: CassetteStore) -> str | None:
+    """Why a recording mode could not write into the cassette it starts on (the start-up one,
+    or its `.derived` one under partial replay), or None; asked of the store, which may make
+    the library and try a write, as the recordings will: a container whose user cannot write
+    the mounted folder must not look healthy and lose every recording."""
     if not records(settings):
         return None
-    library = settings.cassettes
-    try:
-        library.mkdir(parents=True, exist_ok=True)
-        handle, probe = tempfile.mkstemp(
-            prefix=".tapeproxy-write-check.", suffix=".tmp", dir=library
-        )
-        os.close(handle)
-        os.unlink(probe)
-    except OSError as exc:
-        return unwritable_message(library, settings.mode, exc)
     live = settings.mode is Mode.REPLAY
-    folder = library / (derived_name(settings.cassette) if live else settings.cassette)
-    if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
-        denied = PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(folder))
-        return unwritable_message(folder, settings.mode, denied)
-    return None
-
-
-def unwritable_message(folder: Path, mode: Mode, exc: OSError) -> str:
-    """Who needs what: the uid tapeproxy runs as, the folder, and its owner."""
-    where = folder.absolute()
-    existing = next((p for p in (where, *where.parents) if p.exists()), where)
-    uid, gid = (os.getuid(), os.getgid()) if hasattr(os, "getuid") else (None, None)
-    user = f"uid {uid} (gid {gid})" if uid is not None else "the user running tapeproxy"
-    try:
-        owned = f"{existing} belongs to uid {existing.stat().st_uid}"
-    except OSError:
-        owned = f"{existing} cannot be read"
-    return (
-        f"cannot record into the cassette library: {exc.strerror or exc} ({where}). "
-        f"{mode.value} mode writes recordings there, so {user} needs write access to {where}; "
-        f"{owned}. Make it writable for uid {uid} (e.g. `chown -R {uid} DIR` on the folder "
-        f"mounted there), run tapeproxy as the folder's owner (in Docker: `--user UID:GID`), "
-        f"give another --cassettes folder, or serve in replay mode."
-    )
+    return store.unwritable(derived_name(settings.cassette) if live else settings.cassette)

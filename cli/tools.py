@@ -20,7 +20,7 @@ from tapeproxy.cli.library import (
     price_table,
     progress,
 )
-from tapeproxy.errors import BadCassetteName, ConfigError, TapeproxyError
+from tapeproxy.errors import BadCassetteName, CassetteCorrupt, ConfigError, TapeproxyError
 from tapeproxy.store.names import check_folder_name
 from tapeproxy.store.protocol import CassetteStore
 
@@ -136,10 +136,10 @@ def side(given: str, library: CassetteStore) -> Side:
     from tapeproxy.tools.diff import Side
 
     try:
-        if library.exists() and library.exists(given):
+        if library.names(given):
             return Side(library, given)
-    except BadCassetteName:
-        pass  # no cassette name (`../other/run`, `/tmp/x`): it may still be a folder
+    except (BadCassetteName, CassetteCorrupt):
+        pass  # no cassette name (`../other/run`, `/tmp/x`), or a file: it may still be a folder
     folder = Path(given)
     if folder.is_dir():
         place = folder.resolve()

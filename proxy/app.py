@@ -22,6 +22,7 @@ from tapeproxy.errors import BadCassetteName
 from tapeproxy.providers import provider_table
 from tapeproxy.settings import Settings
 from tapeproxy.store import open_store
+from tapeproxy.store.protocol import CassetteStore
 from tapeproxy.upstream.client import AiohttpUpstream
 
 log = logging.getLogger("tapeproxy")
@@ -29,12 +30,12 @@ log = logging.getLogger("tapeproxy")
 
 class Server:
     """One tapeproxy server: its engine, its ASGI app, and the final snapshot of its counters
-    once the app has shut down (for the end-of-run report)."""
+    once the app has shut down (for the end-of-run report). Its store is `store`, else the
+    one `settings.cassettes` opens."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.engine = Engine(
-            settings, provider_table(settings.upstream), open_store(settings.cassettes)
-        )
+    def __init__(self, settings: Settings, store: CassetteStore | None = None) -> None:
+        store = open_store(settings.cassettes) if store is None else store
+        self.engine = Engine(settings, provider_table(settings.upstream), store)
         self.final: Snapshot | None = None
         self.app = self._app(settings)
 

@@ -4,6 +4,7 @@ command line and in the environment (loading it: tapeproxy.sources)."""
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from collections.abc import Callable, Iterable
 from enum import StrEnum
@@ -52,7 +53,9 @@ class Settings(BaseModel):
     mode: Mode = Field(Mode.REPLAY, description="record, replay, auto, once or passthrough.")
     host: str = Field("127.0.0.1", description="Address to bind.")
     port: int = Field(8787, ge=0, le=65535, description="Port to bind (0 picks a free one).")
-    cassettes: Path = Field(Path("cassettes"), description="The cassette library folder.")
+    cassettes: str = Field(
+        "cassettes", description="The cassette library: a folder, or a file:// URL."
+    )
     cassette: str = Field("default", description="Cassette used when a request names none.")
     upstream: dict[str, str] = Field(
         default_factory=dict,
@@ -98,6 +101,11 @@ class Settings(BaseModel):
         description="Bearer token that control requests changing state (PUT) must carry.",
         repr=False,
     )
+
+    @field_validator("cassettes", mode="before")
+    @classmethod
+    def _library(cls, value: Any) -> Any:
+        return os.fspath(value) if isinstance(value, os.PathLike) else value
 
     @field_validator("max_body", "max_record", mode="before")
     @classmethod

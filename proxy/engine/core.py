@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import tempfile
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -338,7 +339,7 @@ class Engine:
                 status=answer.status,
                 headers=list(answer.headers),
                 chunked=answer.chunked,
-                spool=Spool(partial(self.store.scratch, target.run.cassette)),
+                spool=Spool(tempfile.TemporaryFile),
                 limit=self.settings.max_record,
             )
         headers = answer_headers(answer.headers, keep_length=keyed.parts.method == "HEAD")

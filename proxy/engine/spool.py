@@ -1,6 +1,6 @@
 """The bytes of one answer being recorded, in arrival order: in memory while the answer is
-small (nearly every one), then in a scratch file beside its cassette, so that no answer is
-ever held whole in memory, whatever its size."""
+small (nearly every one), then in an anonymous temp file (the system's temp folder: a store
+need not be a folder), so that no answer is ever held whole in memory, whatever its size."""
 
 from __future__ import annotations
 

@@ -1,30 +1,48 @@
-"""Cassette storage: the table of backends that implement the CassetteStore protocol."""
+"""Cassette storage: the table of backends that implement the CassetteStore protocol, one row
+per URL scheme, and `open_store`, the one way in."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 from tapeproxy.errors import ConfigError
 from tapeproxy.store.files import FileStore
 from tapeproxy.store.protocol import CassetteStore
 
 # A new backend is one file in store/ and one row here: `scheme://location` opens
-# BACKENDS[scheme](location). Typed as the protocol, so mypy checks each row implements it.
+# BACKENDS[scheme](location), and a location with no scheme is a folder. Typed as the
+# protocol, so mypy checks each row implements it; tests/unit/test_store_conformance.py runs
+# its suite on each row.
 BACKENDS: dict[str, Callable[[str], CassetteStore]] = {"file": FileStore}
+FOLDER = "file"  # the backend of a location given with no scheme
 
 
 def open_store(location: str | os.PathLike[str]) -> CassetteStore:
-    """The store at `location`: `SCHEME://...` for a backend of BACKENDS, else a folder."""
-    if isinstance(location, os.PathLike):
-        return FileStore(os.fspath(location))
+    """The store at `location` (`--cassettes`): a folder, or `SCHEME://...` of a backend of
+    BACKENDS. An unknown scheme is a ConfigError naming the known ones."""
+    scheme, rest = split_location(os.fspath(location))
+    return BACKENDS[scheme](rest)
+
+
+def split_location(location: str) -> tuple[str, str]:
+    """(the backend's scheme, the rest of the location); a folder is `file`."""
     scheme, sep, rest = location.partition("://")
     if not sep:
-        return FileStore(location)
+        return FOLDER, location
     if scheme not in BACKENDS:
         known = ", ".join(f"{name}://" for name in sorted(BACKENDS))
         raise ConfigError(
-            f"no cassette store backend {scheme!r} for {location!r}: give a folder, or a "
-            f"location starting with {known}"
+            f"no cassette store for {location!r}: --cassettes takes a folder or a location "
+            f"starting with {known}"
         )
-    return BACKENDS[scheme](rest)
+    return scheme, rest
+
+
+def anchored(location: str, base: Path) -> str:
+    """`location` with a relative folder taken under `base` and made absolute; a URL as it
+    is (the pytest plugin's library, relative to pytest's rootdir)."""
+    if "://" in location:
+        return location
+    return str((base / location).resolve())

@@ -1,7 +1,7 @@
 """The note of a cassette's last finished replay run: which recordings it used and which it
 left unused, each unused one with a digest of its content then. `tapeproxy prune` reads it;
-it holds no wall-clock time. It lives in the library's state folder, not beside the
-exchanges (see store/state.py)."""
+it holds no wall-clock time. Every backend keeps it at the same place, `note_name`, in the
+library's state folder `.tapeproxy/`, never beside the exchanges (see store/state.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,19 @@ import json
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tapeproxy.errors import CassetteCorrupt
 from tapeproxy.exchange.model import Exchange, dump_exchange
+from tapeproxy.store.names import check_folder_name
+from tapeproxy.store.protocol import reason
 
 LAST_RUN_VERSION = 2  # 2: digests of the unused recordings
+# The notes, one per cassette, in the library's state folder (a dot folder: no cassette name
+# starts with a dot, and every walk of the library skips them).
+NOTES = ".tapeproxy/runs"
+# No cassette name holds it, so each name has a note of its own in one flat folder, and the
+# note's name never grows past the cassette's (a nested name as nested folders could meet
+# another's note: `a.json` and the folder of `a.json/b`).
+SLASH = "~"
 
 
 class LastRun(BaseModel):
@@ -44,3 +54,23 @@ def dump_last_run(record: LastRun) -> bytes:
 
 def load_last_run(raw: bytes) -> LastRun:
     return LastRun.model_validate_json(raw)
+
+
+def note_name(cassette: str) -> str:
+    """`.tapeproxy/runs/<name>.json` in the library, each `/` of a nested name written `~`."""
+    return f"{NOTES}/{check_folder_name(cassette).replace('/', SLASH)}.json"
+
+
+def read_note(raw: bytes, where: str) -> LastRun:
+    """A note's bytes read back; CassetteCorrupt in one line naming `where` when they cannot
+    be."""
+    try:
+        return load_last_run(raw)
+    except ValueError as exc:  # bad JSON, and pydantic's ValidationError
+        raise unreadable_note(where, exc) from exc
+
+
+def unreadable_note(where: str, exc: BaseException) -> CassetteCorrupt:
+    return CassetteCorrupt(
+        f"cannot read {where}: {reason(exc)}; delete it, and replay the cassette again"
+    )

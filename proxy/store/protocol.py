@@ -1,10 +1,16 @@
-"""The CassetteStore protocol, and the file naming shared by every backend."""
+"""The CassetteStore protocol, and what every backend shares: the exchange file's name, its
+bytes read back (a one-line CassetteCorrupt when they cannot be), the same-recording check."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Protocol
+
+from pydantic import ValidationError
+
+from tapeproxy.errors import CassetteCorrupt
+from tapeproxy.exchange.model import NewerSchema, load_exchange
 
 if TYPE_CHECKING:
     from tapeproxy.exchange.model import Exchange
@@ -34,53 +40,108 @@ def is_leftover(name: str) -> bool:
     return name.startswith(".") and name.endswith(".tmp")
 
 
+def entries_of(names: Iterable[str]) -> dict[str, list[int]]:
+    """The keys and ordinals that exchange file names give, ordinals ascending; other names
+    are skipped."""
+    found: dict[str, list[int]] = {}
+    for name in names:
+        parsed = parse_exchange_file(name)
+        if parsed is not None:
+            found.setdefault(parsed[0], []).append(parsed[1])
+    for ordinals in found.values():
+        ordinals.sort()
+    return found
+
+
+def read_exchange(raw: bytes, where: str, cassette: str) -> Exchange:
+    """An exchange file's bytes read back; CassetteCorrupt in one line naming `where` when
+    they cannot be (the bytes' own error as its cause)."""
+    try:
+        return load_exchange(raw)
+    except NewerSchema as exc:
+        raise CassetteCorrupt(f"cannot read {where}: {exc}") from exc
+    except ValueError as exc:  # bad JSON, and pydantic's ValidationError
+        raise unreadable(where, cassette, exc) from exc
+
+
+def unreadable(where: str, cassette: str, exc: BaseException) -> CassetteCorrupt:
+    """The error for a recording that cannot be read back, in one line: what, why, what next."""
+    return CassetteCorrupt(
+        f"cannot read {where}: {reason(exc)}; run `tapeproxy verify {cassette}` to check it"
+    )
+
+
+def reason(exc: BaseException) -> str:
+    """An error in one line: a pydantic error's first problem (and how many more), else the
+    first line of its text."""
+    if isinstance(exc, ValidationError):
+        first, more = exc.errors()[0], exc.error_count() - 1
+        at = ".".join(str(part) for part in first["loc"]) or "the file"
+        return f"{at}: {first['msg']}" + (f" (and {more} more problem(s))" if more else "")
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def holds_same(raw: bytes | None, exchange: Exchange) -> bool:
+    """Whether stored bytes hold the same recording (`Exchange.same_recording`), so that it is
+    not written again. No bytes, bytes that cannot be read, or a file in an older
+    schema_version (written again: upgraded) are not the same."""
+    if raw is None:
+        return False
+    try:
+        stored = load_exchange(raw)
+    except ValueError:
+        return False
+    return stored.read_as == stored.schema_version and stored.same_recording(exchange)
+
+
 class CassetteStore(Protocol):
-    """A cassette library. The server records and replays through entries, read, write,
-    write_pieces, scratch and delete, and keeps its last-run note (in the library's state
-    folder, outside the cassette); the cassette tools (ls, show, verify, rekey, redact,
-    prune) also list, locate and check."""
+    """A cassette library, in cassette terms: no path and no file object crosses it.
+
+    The server lists, reads and writes exchanges, deletes the ones a record run supersedes,
+    and keeps each cassette's last-run note (outside the cassette: a replay writes nothing
+    in it). The cassette tools also list the cassettes and each cassette's names, and name
+    places in messages. Before recording, `serve` asks whether a write gets through and has
+    what interrupted writes left swept.
+
+    Every backend passes tests/unit/test_store_conformance.py. A write that fails raises
+    OSError (a backend translates its own errors to it); a recording that cannot be read
+    back raises CassetteCorrupt (`read_exchange` and `unreadable` word it); a cassette name
+    that `names.check_folder_name` refuses raises BadCassetteName."""
+
+    def cassettes(self) -> list[str]:
+        """Every cassette holding exchanges, or what an interrupted write left; sorted, nested
+        names with `/`."""
+        ...
 
     def entries(self, cassette: str) -> dict[str, list[int]]:
-        """Every recorded key of a cassette with its ordinals, ascending; no file is read."""
+        """Every recorded key of a cassette with its ordinals, ascending; no recording is
+        read. {} when there is no such cassette."""
+        ...
+
+    def names(self, cassette: str) -> list[str]:
+        """Every name a cassette holds, sorted: its exchange files', what interrupted writes
+        left (`is_leftover`), and names tapeproxy does not read. [] when there is no such
+        cassette."""
         ...
 
     def read(self, cassette: str, key: str, ordinal: int) -> Exchange:
-        """One recording; CassetteCorrupt, caused by the backend's own error, when it cannot
-        be read back."""
+        """One recording; CassetteCorrupt, in one line, when it cannot be read back."""
         ...
 
     def write(self, cassette: str, exchange: Exchange, fresh: bool = False) -> bool:
-        """Store atomically; False when the same recording (`Exchange.same_recording`) is
-        already there.
+        """Store one recording atomically, replacing what is at its key and ordinal; False
+        (and nothing written) when the same recording (`holds_same`) is already there.
         `fresh`: the caller knows no recording is there, so none is read to compare."""
         ...
 
     def write_pieces(self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes]) -> None:
-        """Store an exchange file given as its bytes in pieces (one too large to hold in
+        """Store an exchange file given as its bytes in pieces (an answer too large to hold in
         memory), atomically, replacing what is there."""
         ...
 
-    def scratch(self, cassette: str) -> BinaryIO:
-        """A scratch file for an answer being recorded into `cassette`, gone once closed."""
-        ...
-
-    def delete(self, cassette: str, key: str, ordinal: int) -> None: ...
-
-    def cassettes(self) -> list[str]:
-        """Every cassette holding exchanges, or what an interrupted write left behind."""
-        ...
-
-    def files(self, cassette: str) -> list[str]:
-        """Every file name of a cassette, sorted: exchanges, leftovers of interrupted writes,
-        and names tapeproxy does not read; [] when there is no such cassette."""
-        ...
-
-    def exists(self, cassette: str | None = None) -> bool:
-        """Whether the library (None) or one cassette of it is there, recordings or not."""
-        ...
-
-    def where(self, cassette: str | None = None) -> str:
-        """Where the library (None) or one cassette lives, for messages: a folder, a URL."""
+    def delete(self, cassette: str, key: str, ordinal: int) -> None:
+        """Remove one recording; none there is no error."""
         ...
 
     def read_last_run(self, cassette: str) -> LastRun | None:
@@ -89,7 +150,26 @@ class CassetteStore(Protocol):
         ...
 
     def write_last_run(self, cassette: str, record: LastRun | None) -> None:
-        """Store the note atomically in the library's state folder, `.tapeproxy/` (see
-        state.py), never in the cassette's own: a replay writes nothing there. None removes
-        it (and makes nothing where there is none)."""
+        """Keep the note atomically, outside the cassette (a file store: in the library's
+        git-ignored state folder, `.tapeproxy/`). None removes it, and makes nothing where
+        there is none."""
+        ...
+
+    def where(self, cassette: str | None = None) -> str:
+        """Where the library (None) or one cassette lives, for messages: a folder, a URL."""
+        ...
+
+    def exists(self) -> bool:
+        """Whether the library is there (a tool on a mistyped library fails, not passes)."""
+        ...
+
+    def unwritable(self, cassette: str) -> str | None:
+        """Why recordings could not be written into `cassette`, in a message that says what
+        to do; None when they can. It may make the library and try a write, as recording
+        will, but writes nothing in the cassette (a run may replay from it)."""
+        ...
+
+    def sweep(self, cassette: str | None = None) -> int:
+        """Remove what interrupted writes left in the library (None) or one cassette, except
+        what a write under way may still be making (newer than a minute); how many."""
         ...

@@ -9,23 +9,15 @@ import contextlib
 from pathlib import Path
 
 from tapeproxy.store.durable import fsync_folder, write_atomic
-from tapeproxy.store.names import check_folder_name
+from tapeproxy.store.lastrun import NOTES, note_name
 
-# A dot folder: no cassette name starts with a dot, and every walk of the library skips them.
-STATE_DIR = ".tapeproxy"
-# One folder of notes, one file per cassette.
-RUNS_DIR = "runs"
+STATE_DIR, RUNS_DIR = NOTES.split("/")
 IGNORE = "# tapeproxy's state between runs (notes for `tapeproxy prune`): never commit it\n*\n"
-# No cassette name holds it, so each name has a file of its own in one flat folder, and the
-# file never grows past the name's length (a nested name as nested folders could meet
-# another's note: `a.json` and the folder of `a.json/b`).
-SLASH = "~"
 
 
 def note_path(library: Path, cassette: str) -> Path:
-    """`<library>/.tapeproxy/runs/<name>.json`, each `/` of a nested name written `~`."""
-    flat = check_folder_name(cassette).replace("/", SLASH)
-    return library / STATE_DIR / RUNS_DIR / f"{flat}.json"
+    """`<library>/.tapeproxy/runs/<name>.json` (`lastrun.note_name`)."""
+    return library / note_name(cassette)
 
 
 def read_note(library: Path, cassette: str) -> bytes | None:

@@ -6,9 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tapeproxy.errors import ConfigError, TapeproxyError
-from tapeproxy.store.lastrun import recording_digest
+from tapeproxy.store.lastrun import NOTES, recording_digest
 from tapeproxy.store.protocol import CassetteStore, exchange_file
-from tapeproxy.store.state import RUNS_DIR, STATE_DIR
 
 
 class NoFinishedRun(ConfigError):
@@ -37,7 +36,7 @@ def prune(store: CassetteStore, cassette: str, dry_run: bool = False) -> PruneRe
     if note is None:
         raise NoFinishedRun(
             f"cassette {cassette!r} has no finished replay run on record (no note of it in "
-            f"{store.where()}/{STATE_DIR}/{RUNS_DIR}/), so nothing is known to be unused; "
+            f"{store.where()}/{NOTES}/), so nothing is known to be unused; "
             "nothing deleted. Replay it with `tapeproxy serve --mode replay` and end the run "
             "(a PUT on /__tapeproxy/cassette, or stop the server), then prune"
         )

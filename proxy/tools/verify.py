@@ -45,7 +45,7 @@ def verify(
     have that key under today's rules (else `tapeproxy rekey` is due). A file in an older
     schema_version is noted, and with `upgrade` written again in today's."""
     verdict = Verdict(cassette)
-    for name in store.files(cassette):
+    for name in store.names(cassette):
         if is_leftover(name):
             verdict.warnings.append(
                 {"file": name, "problem": "left over from an interrupted write; safe to delete"}

@@ -182,6 +182,16 @@ def test_every_tool_refuses_a_library_folder_that_is_not_there(
     assert not missing.exists(), "looking did not create it"
 
 
+@pytest.mark.parametrize("command", [("ls",), ("show", "example"), ("diff", "a", "b")])
+def test_every_tool_refuses_a_library_no_backend_opens_in_one_line(
+    command: tuple[str, ...],
+) -> None:
+    code, out = run(*command, "--cassettes", "nosuch://bucket/tapes", "--json")
+    assert code == 2, out
+    message = json.loads(out)["error"]["message"]
+    assert "\n" not in message and "nosuch://bucket/tapes" in message and "file://" in message
+
+
 def test_ls_of_an_empty_library_says_so_and_passes(tmp_path: Path) -> None:
     code, out = run("ls", "--cassettes", str(tmp_path))
     assert code == 0 and "no cassettes yet" in out

@@ -91,6 +91,8 @@ def test_environment_beats_the_config_file_and_the_command_line_beats_both(
         (["--upstream", "openai"], {}, "NAME=URL"),
         (["--cassette", "../up"], {}, "not allowed"),
         (["--ignore", "openai:nose:user"], {}, "UPSTREAM:WHAT:NAME"),
+        (["--cassettes", "ftp://host/tapes"], {}, "location starting with file://"),
+        ([], {"TAPEPROXY_CASSETTES": "nosuch://tapes"}, "location starting with file://"),
     ],
 )
 def test_a_bad_value_fails_at_start_naming_the_option(
@@ -128,6 +130,25 @@ def test_an_open_stream_cannot_hold_the_exit_forever(workdir: Path, fake: FakeUp
     assert code == 0, err
     assert len(fake.frames_sent) < 20, "the upstream stream was closed at shutdown"
     assert not (workdir / "cassettes" / "default").exists(), "no half exchange was written"
+
+
+def test_cassettes_takes_a_file_url_for_serve_and_the_tools(
+    workdir: Path, fake: FakeUpstream
+) -> None:
+    url = f"file://{workdir / 'tapes'}"
+    serve = Serve(
+        ["--mode", "record", "--cassettes", url, "--upstream", f"openai={fake.url}"], workdir
+    )
+    body = {"model": "m", "input": "x"}
+    assert httpx.post(serve.url + "/openai/v1/embeddings", json=body).status_code == 200
+    assert serve.stop()[0] == 0
+    assert len(list((workdir / "tapes" / "default").glob("*.json"))) == 1
+    listed = run_cli("ls", "--json", env={"TAPEPROXY_CASSETTES": url})
+    assert [c["exchanges"] for c in json.loads(listed.stdout)] == [1], listed.stderr
+    replay = Serve(["--upstream", f"openai={fake.url}"], workdir, env={"TAPEPROXY_CASSETTES": url})
+    assert httpx.post(replay.url + "/openai/v1/embeddings", json=body).status_code == 200
+    assert replay.stop()[0] == 0
+    assert len(fake.hits) == 1, "replayed from the library the URL names"
 
 
 def test_a_killed_proxy_leaves_only_whole_readable_exchanges(

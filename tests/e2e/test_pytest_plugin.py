@@ -82,6 +82,24 @@ def test_once_records_a_new_test_then_it_replays_offline(
     assert len(fake.hits) == 1
 
 
+def test_the_library_may_be_a_file_url_and_an_unknown_scheme_is_refused(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fake: FakeUpstream
+) -> None:
+    upstream_at(monkeypatch, fake)
+    write_test(project, chat_test("Hello?"))
+    url = f"file://{project.path / 'elsewhere'}"
+    result = project.runpytest("--tapeproxy-mode", "once", "--tapeproxy-cassettes", url)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [f"tapeproxy: 0 replayed, 1 recorded, 0 missed (cassettes in {url})"]
+    )
+    [cassette] = (project.path / "elsewhere").glob("**/test_capital")
+    assert len(recordings(cassette)) == 1
+    wrong = project.runpytest("--tapeproxy-cassettes", "nosuch://tapes")
+    wrong.assert_outcomes(errors=1)
+    wrong.stdout.fnmatch_lines(["*tapeproxy: no cassette store for 'nosuch://tapes'*file://*"])
+
+
 def test_a_diverging_request_fails_with_the_field_diff_even_when_caught(
     project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fake: FakeUpstream
 ) -> None:

@@ -3,112 +3,23 @@ dict-backed one, with no folder and no file behind it."""
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import Iterable
-from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import pytest
-from pydantic import ValidationError
 
 from tapeproxy.engine.keying import RequestParts, request_key
 from tapeproxy.engine.rules import MatchRules, build_rules
-from tapeproxy.errors import CassetteCorrupt
 from tapeproxy.exchange.bodies import Payload
-from tapeproxy.exchange.model import (
-    Exchange,
-    Frame,
-    StoredRequest,
-    StoredResponse,
-    dump_exchange,
-    load_exchange,
-)
+from tapeproxy.exchange.model import Exchange, Frame, StoredRequest, StoredResponse
 from tapeproxy.providers import BUILTIN
-from tapeproxy.store.lastrun import LastRun, dump_last_run, load_last_run
-from tapeproxy.store.protocol import (
-    CassetteStore,
-    exchange_file,
-    is_leftover,
-    parse_exchange_file,
-)
+from tapeproxy.store.protocol import CassetteStore, exchange_file
 from tapeproxy.tools.listing import show, summarize
 from tapeproxy.tools.rekey import rekey
 from tapeproxy.tools.verify import verify
+from tests.fakes.memory_store import MemoryStore
 
 DEFAULTS = BUILTIN["openai"].rules
 HI = [{"role": "user", "content": "hi"}]
-
-
-class MemoryStore:
-    """A CassetteStore in a dict: cassette name -> file name -> the file's bytes; the
-    last-run notes apart, as a library keeps them outside its cassettes."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, dict[str, bytes]] = {}
-        self.notes: dict[str, bytes] = {}
-
-    def open(self) -> list[Path]:
-        return []  # a dict is never half-written
-
-    def close(self) -> None:
-        pass
-
-    def entries(self, cassette: str) -> dict[str, list[int]]:
-        found: dict[str, list[int]] = {}
-        for parsed in map(parse_exchange_file, self.data.get(cassette, {})):
-            if parsed is not None:
-                found.setdefault(parsed[0], []).append(parsed[1])
-        return {key: sorted(ordinals) for key, ordinals in found.items()}
-
-    def read(self, cassette: str, key: str, ordinal: int) -> Exchange:
-        name = exchange_file(key, ordinal)
-        try:
-            return load_exchange(self.data[cassette][name])
-        except (KeyError, ValueError, ValidationError) as exc:
-            raise CassetteCorrupt(f"cannot read {self.where(cassette)}/{name}: {exc}") from exc
-
-    def write(self, cassette: str, exchange: Exchange, fresh: bool = False) -> bool:
-        name = exchange_file(exchange.key, exchange.ordinal)
-        files = self.data.setdefault(cassette, {})
-        if name in files and load_exchange(files[name]).same_recording(exchange):
-            return False
-        files[name] = dump_exchange(exchange)
-        return True
-
-    def write_pieces(self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes]) -> None:
-        self.data.setdefault(cassette, {})[exchange_file(key, ordinal)] = b"".join(pieces)
-
-    def scratch(self, cassette: str) -> BinaryIO:
-        return tempfile.TemporaryFile()
-
-    def delete(self, cassette: str, key: str, ordinal: int) -> None:
-        self.data.get(cassette, {}).pop(exchange_file(key, ordinal), None)
-
-    def cassettes(self) -> list[str]:
-        return sorted(
-            name
-            for name, files in self.data.items()
-            if any(parse_exchange_file(file) or is_leftover(file) for file in files)
-        )
-
-    def files(self, cassette: str) -> list[str]:
-        return sorted(self.data.get(cassette, {}))
-
-    def exists(self, cassette: str | None = None) -> bool:
-        return cassette is None or cassette in self.data
-
-    def where(self, cassette: str | None = None) -> str:
-        return f"memory://{cassette or ''}"
-
-    def read_last_run(self, cassette: str) -> LastRun | None:
-        raw = self.notes.get(cassette)
-        return None if raw is None else load_last_run(raw)
-
-    def write_last_run(self, cassette: str, record: LastRun | None) -> None:
-        if record is None:
-            self.notes.pop(cassette, None)
-        else:
-            self.notes[cassette] = dump_last_run(record)
 
 
 @pytest.fixture
@@ -199,8 +110,8 @@ def test_rekey_moves_recordings_within_the_store_and_verify_then_passes(
     report = rekey(store, "trip", rules_for)
     assert len(report.moved) == 2 and report.merged == 1
     key = recording({"model": "m", "messages": HI}, 0, rules=ignoring_run_id).key
-    assert store.files("trip") == [exchange_file(key, 2), exchange_file(key, 1)]
+    assert store.names("trip") == [exchange_file(key, 2), exchange_file(key, 1)]
     answers = [store.read("trip", key, n).response.body for n in (1, 2)]
     assert answers == [{"json": {"id": "answer-0"}}, {"json": {"id": "answer-1"}}]
     assert verify(store, "trip", rules_for).problems == []
-    assert store.cassettes() == ["trip"] and store.exists("trip")
+    assert store.cassettes() == ["trip"] and store.exists()

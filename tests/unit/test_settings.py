@@ -21,7 +21,7 @@ SAMPLES: dict[str, tuple[str, list[str], Any]] = {
     "mode": ("record", ["--mode", "record"], Mode.RECORD),
     "host": ("0.0.0.0", ["--host", "0.0.0.0"], "0.0.0.0"),
     "port": ("9999", ["--port", "9999"], 9999),
-    "cassettes": ("/tmp/tapes", ["--cassettes", "/tmp/tapes"], Path("/tmp/tapes")),
+    "cassettes": ("/tmp/tapes", ["--cassettes", "/tmp/tapes"], "/tmp/tapes"),
     "cassette": ("suite/test_a", ["--cassette", "suite/test_a"], "suite/test_a"),
     "upstream": (
         "local=http://127.0.0.1:1234/, openai=https://proxy.example",

@@ -1,0 +1,98 @@
+"""A CassetteStore in a dict, with no folder and no file behind it: the cassette tools' tests
+run on it, and it passes the same conformance suite as every backend of the table
+(tests/unit/test_store_conformance.py), which shows the suite asks nothing but the protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tapeproxy.errors import CassetteCorrupt
+from tapeproxy.exchange.model import Exchange, dump_exchange
+from tapeproxy.store.lastrun import LastRun, dump_last_run, note_name, read_note
+from tapeproxy.store.names import check_folder_name
+from tapeproxy.store.protocol import (
+    entries_of,
+    exchange_file,
+    holds_same,
+    is_leftover,
+    parse_exchange_file,
+    read_exchange,
+)
+
+
+class MemoryStore:
+    """cassette name -> file name -> the file's bytes; the last-run notes apart, as a library
+    keeps them outside its cassettes."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, dict[str, bytes]] = {}
+        self.notes: dict[str, bytes] = {}
+
+    def cassettes(self) -> list[str]:
+        return sorted(
+            name
+            for name, files in self.data.items()
+            if any(parse_exchange_file(file) or is_leftover(file) for file in files)
+        )
+
+    def entries(self, cassette: str) -> dict[str, list[int]]:
+        return entries_of(self._files(cassette))
+
+    def names(self, cassette: str) -> list[str]:
+        return sorted(self._files(cassette))
+
+    def read(self, cassette: str, key: str, ordinal: int) -> Exchange:
+        name = exchange_file(key, ordinal)
+        where = f"{self.where(cassette)}/{name}"
+        raw = self._files(cassette).get(name)
+        if raw is None:
+            raise CassetteCorrupt(f"cannot read {where}: no such recording")
+        return read_exchange(raw, where, cassette)
+
+    def write(self, cassette: str, exchange: Exchange, fresh: bool = False) -> bool:
+        name = exchange_file(exchange.key, exchange.ordinal)
+        files = self.data.setdefault(check_folder_name(cassette), {})
+        if not fresh and holds_same(files.get(name), exchange):
+            return False
+        files[name] = dump_exchange(exchange)
+        return True
+
+    def write_pieces(self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes]) -> None:
+        files = self.data.setdefault(check_folder_name(cassette), {})
+        files[exchange_file(key, ordinal)] = b"".join(pieces)
+
+    def delete(self, cassette: str, key: str, ordinal: int) -> None:
+        self._files(cassette).pop(exchange_file(key, ordinal), None)
+
+    def read_last_run(self, cassette: str) -> LastRun | None:
+        name = note_name(cassette)
+        raw = self.notes.get(name)
+        return None if raw is None else read_note(raw, f"memory://{name}")
+
+    def write_last_run(self, cassette: str, record: LastRun | None) -> None:
+        if record is None:
+            self.notes.pop(note_name(cassette), None)
+        else:
+            self.notes[note_name(cassette)] = dump_last_run(record)
+
+    def where(self, cassette: str | None = None) -> str:
+        return "memory://" if cassette is None else f"memory://{check_folder_name(cassette)}"
+
+    def exists(self) -> bool:
+        return True
+
+    def unwritable(self, cassette: str) -> str | None:
+        check_folder_name(cassette)
+        return None
+
+    def sweep(self, cassette: str | None = None) -> int:
+        swept = 0
+        for name, files in self.data.items():
+            if cassette is None or name == check_folder_name(cassette):
+                for leftover in [file for file in files if is_leftover(file)]:
+                    del files[leftover]
+                    swept += 1
+        return swept
+
+    def _files(self, cassette: str) -> dict[str, bytes]:
+        return self.data.get(check_folder_name(cassette), {})

@@ -7,7 +7,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,32 +18,7 @@ import pytest
 from tapeproxy.exchange.model import load_exchange
 from tests.fakes.upstream import FakeUpstream
 from tests.support import copy_committed, files_under
-
-TAPEPROXY = [sys.executable, "-m", "tapeproxy"]
-ROOT = Path(__file__).resolve().parents[2]
-
-
-class Serve:
-    def __init__(self, args: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
-        environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
-        environ["PYTHONPATH"] = str(ROOT)
-        environ.update(env or {})
-        self.process = subprocess.Popen(
-            [*TAPEPROXY, "serve", "--port", "0", *args],
-            cwd=cwd,
-            env=environ,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert self.process.stdout is not None
-        self.ready = self.process.stdout.readline()
-        self.url = self.ready.split("ready on ")[-1].strip()
-
-    def stop(self, sig: int = signal.SIGTERM) -> tuple[int, str]:
-        self.process.send_signal(sig)
-        _, err = self.process.communicate(timeout=30)
-        return self.process.returncode, err
+from tests.support.serve import ROOT, TAPEPROXY, Serve
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ import pytest
 from tapeproxy.doors import head_limits
 from tapeproxy.doors.head_limits import HEAD_LIMIT
 from tests.conftest import MakeProxy
-from tests.e2e.test_cli import Serve
 from tests.support import ProxyServer
+from tests.support.serve import Serve
 
 HEALTH = b"GET /__tapeproxy/health HTTP/1.1\r\nhost: x\r\n"
 

@@ -12,9 +12,9 @@ import openai
 
 from tapeproxy.engine.spool import SPOOL_AFTER
 from tests.conftest import MakeProxy
-from tests.e2e.test_cli import Serve
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import SECRET_OPENAI, library_files, wait_for
+from tests.support.serve import Serve
 
 CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "a long one"}]}
 

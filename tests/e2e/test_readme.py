@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_cli import Serve
 from tests.fakes.upstream import FakeUpstream
 from tests.support import SECRET_OPENAI, closed_port, copy_committed
+from tests.support.serve import Serve
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 
 from tapeproxy.cli.main import app
 from tapeproxy.store.state import note_path
-from tests.e2e.test_cli import Serve
 from tests.fakes.upstream import FakeUpstream
 from tests.support import SECRET_OPENAI
+from tests.support.serve import Serve
 
 WARNING = "takes no notes for `tapeproxy prune`"
 runner = CliRunner()

@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.test_cli import ROOT, TAPEPROXY, Serve
 from tests.fakes.upstream import FakeUpstream
+from tests.support.serve import ROOT, TAPEPROXY, Serve
 
 EMBEDDING = {"model": "m", "input": "x"}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -9,7 +10,7 @@ from itertools import pairwise
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tapeproxy.exchange.framing import (
@@ -21,6 +22,7 @@ from tapeproxy.exchange.framing import (
     frame_data,
     frame_payload,
     json_document,
+    json_items,
     read_frame,
     read_item,
 )
@@ -374,3 +376,30 @@ def test_ends_answer_stops_at_the_last_meaningful_frame_however_long_the_stream(
         raise AssertionError("read past the last meaningful frame")
 
     assert ends_answer("sse", newest_first(), SIGNS) is False
+
+
+VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(st.lists(VALUES, max_size=6), st.lists(st.integers(1, 9), min_size=1), st.booleans())
+@example([10], [1], False)  # `[1` then `0]`: the 1 ends its piece, yet the number goes on
+@example([1.5e-7, True, None], [2], False)
+def test_json_items_reads_an_array_in_any_pieces(
+    items: list[Any], cuts: list[int], spaced: bool
+) -> None:
+    data = json.dumps(items, indent=1 if spaced else None, ensure_ascii=False).encode()
+    pieces, at, n = [], 0, 0
+    while at < len(data):
+        size = cuts[n % len(cuts)]
+        pieces.append(data[at : at + size])
+        at, n = at + size, n + 1
+    assert list(json_items(pieces)) == items
+
+
+def test_json_items_stops_at_a_cut_and_reads_no_plain_value() -> None:
+    assert list(json_items([b'[{"a": 1}, {"b": ', b"2"])) == [{"a": 1}]
+    assert list(json_items([b'{"a": 1}'])) == []

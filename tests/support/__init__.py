@@ -23,7 +23,7 @@ from tapeproxy.settings import Settings
 from tapeproxy.store.protocol import parse_exchange_file
 from tapeproxy.store.state import STATE_DIR
 
-REPOSITORY = Path(__file__).resolve().parents[1]
+REPOSITORY = Path(__file__).resolve().parents[2]
 SECRET_OPENAI = "sk-test-SECRET-openai-0123456789abcdef"
 SECRET_ANTHROPIC = "sk-ant-test-SECRET-anthropic-0123456789"
 SECRET_GEMINI = "AIza-test-SECRET-gemini-0123456789"

@@ -1,5 +1,7 @@
-"""Adversarial review of the faster paths (d9adc8b, abf7369) on the real server: the request
-line as it goes upstream, and the client connection's joined writes (Coalescing)."""
+"""The client's connection through the real server: the request line as it goes upstream,
+pipelined requests, 100-continue, a HEAD answer and the keep-alive timer with joined writes
+(doors/head_limits.py Coalescing), and each frame of a live or timed replay leaving when it
+comes."""
 
 from __future__ import annotations
 

@@ -12,32 +12,14 @@ from typing import Any
 import pytest
 
 from tapeproxy.errors import BadCassetteName, CassetteCorrupt
-from tapeproxy.exchange.model import Exchange, Frame, StoredRequest, StoredResponse, dump_exchange
+from tapeproxy.exchange.model import Exchange, dump_exchange
 from tapeproxy.store.files import FileStore
 from tapeproxy.store.lastrun import LastRun
 from tapeproxy.store.names import MAX_NAME, check_cassette_name
 from tapeproxy.store.protocol import exchange_file, parse_exchange_file
+from tests.support.exchanges import KEY_A, KEY_B, exchange
 
-KEY_A, KEY_B = "a" * 64, "0123456789abcdef" * 4
 OLD_NS = 1_000_000_000_000_000_000  # an mtime far from now, so any rewrite would move it
-
-
-def exchange(
-    key: str = KEY_A, ordinal: int = 1, text: str = "data: hi\n\n", ms: int = 5, **extra: Any
-) -> Exchange:
-    values: dict[str, Any] = {"seq": 0, "rules": "r", **extra}
-    return Exchange(
-        key=key,
-        ordinal=ordinal,
-        request=StoredRequest(method="POST", upstream="openai", path="/v1/x"),
-        response=StoredResponse(
-            status=200,
-            headers={"content-type": "text/event-stream"},
-            dialect="sse",
-            frames=[Frame(ms=0, text="data: start\n\n"), Frame(ms=ms, text=text)],
-        ),
-        **values,
-    )
 
 
 @pytest.fixture

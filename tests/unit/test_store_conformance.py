@@ -8,18 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tapeproxy.errors import BadCassetteName, CassetteCorrupt, ConfigError
-from tapeproxy.exchange.model import Exchange, Frame, StoredRequest, StoredResponse, dump_exchange
+from tapeproxy.exchange.model import dump_exchange
 from tapeproxy.store import BACKENDS, open_store
 from tapeproxy.store.lastrun import LastRun
 from tapeproxy.store.protocol import CassetteStore, exchange_file
 from tests.fakes.memory_store import MemoryStore
-
-KEY_A, KEY_B = "a" * 64, "0123456789abcdef" * 4
+from tests.support.exchanges import KEY_A, KEY_B, exchange
 
 # scheme -> a fresh, empty library of that backend for one test, as a `--cassettes` location.
 LIBRARIES: dict[str, Callable[[Path], str]] = {
@@ -27,24 +25,6 @@ LIBRARIES: dict[str, Callable[[Path], str]] = {
 }
 # Not a backend: the tools' test double, run here to show the suite asks only the protocol.
 DOUBLES = ["memory"]
-
-
-def exchange(
-    key: str = KEY_A, ordinal: int = 1, text: str = "data: hi\n\n", ms: int = 5, **extra: Any
-) -> Exchange:
-    values: dict[str, Any] = {"seq": 0, "rules": "r", **extra}
-    return Exchange(
-        key=key,
-        ordinal=ordinal,
-        request=StoredRequest(method="POST", upstream="openai", path="/v1/x"),
-        response=StoredResponse(
-            status=200,
-            headers={"content-type": "text/event-stream"},
-            dialect="sse",
-            frames=[Frame(ms=0, text="data: start\n\n"), Frame(ms=ms, text=text)],
-        ),
-        **values,
-    )
 
 
 @pytest.fixture(params=[*sorted(BACKENDS), *DOUBLES])

@@ -23,24 +23,29 @@ class Watch:
     guarded piece of work, ended by `close`). Guarded work runs in the caller's own task, which
     is cancelled when the client hangs up, at once or after a grace, and its `finally` blocks
     close what it opened, as a shutdown's cancellation does. A task of its own for each piece
-    of work and a watcher for each, raced with asyncio.wait, cost 18 us a piece."""
+    of work and a watcher for each, raced with asyncio.wait, cost 18 us a piece. The grace is
+    asked for once, when the hang-up is first seen during guarded work, and runs out once
+    however many pieces of work follow (a live answer guards each of its reads): work after
+    it ran out is stopped at its first wait."""
 
     # Set when work is first guarded: a request served from a cassette builds a Watch and
     # never uses it.
     _watcher: asyncio.Future[None] | None = None
     _owner: asyncio.Task[Any] | None = None  # the task running guarded work
     _grace: Callable[[], float] = staticmethod(_no_grace)
-    _timer: asyncio.TimerHandle | None = None
+    _timer: asyncio.TimerHandle | None = None  # the grace, running
+    _graced = False  # the grace was asked for: it runs (or ran) out once
     _stopped = False  # this watch cancelled the owner
 
     def __init__(self, gone: Gone) -> None:
         self._gone = gone
 
-    async def unless_gone(self, work: Awaitable[T]) -> T:
-        """Await `work`; if the client hangs up first, cancel it and raise ClientGone."""
-        whole, result = await self._guard(work, _no_grace)
+    async def unless_gone(self, work: Awaitable[T], grace: Callable[[], float] = _no_grace) -> T:
+        """Await `work`; if the client hangs up first (and `grace()` seconds pass), cancel it
+        and raise ClientGone."""
+        whole, result = await self._guard(work, grace)
         if not whole:
-            raise ClientGone("the client hung up before the upstream answered; request closed")
+            raise ClientGone("the client hung up before its answer was complete; request closed")
         return cast(T, result)
 
     async def run_unless_gone(
@@ -55,6 +60,9 @@ class Watch:
         """The request is over: stop watching its client."""
         if self._watcher is not None:
             self._watcher.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     async def _guard(self, work: Awaitable[T], grace: Callable[[], float]) -> tuple[bool, T | None]:
         owner = asyncio.current_task()
@@ -75,9 +83,6 @@ class Watch:
             return False, None
         finally:
             self._owner = None
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
         if self._stopped:  # the work swallowed the cancellation and ended anyway
             owner.uncancel()
             return False, None
@@ -91,13 +96,17 @@ class Watch:
         watcher.exception()  # retrieved: a watch that failed counts as a client gone
         if self._owner is None or self._timer is not None or self._stopped:
             return
-        wait = self._grace()
-        if wait > 0:
-            self._timer = asyncio.get_running_loop().call_later(wait, self._stop)
-        else:
-            self._stop()
+        if not self._graced:
+            self._graced = True
+            wait = self._grace()
+            if wait > 0:
+                self._timer = asyncio.get_running_loop().call_later(wait, self._stop)
+                return
+        self._stop()
 
     def _stop(self) -> None:
+        """Stop the work under guard; with none (the grace ran out between two pieces of
+        work), the next is stopped by `_left`, which `_guard` calls for it."""
         self._timer = None
         if self._owner is not None and not self._stopped:
             self._stopped = True

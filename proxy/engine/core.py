@@ -7,22 +7,22 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from tapeproxy.doors.routing import check_live
 from tapeproxy.engine.candidates import candidates, recorded_request
-from tapeproxy.engine.capture import Capture, Finished, settle
+from tapeproxy.engine.capture import Capture
 from tapeproxy.engine.hangup import Watch
 from tapeproxy.engine.inbound import Answer, Inbound, Live, Refuse, Serve
+from tapeproxy.engine.keeper import Keeper, Target
 from tapeproxy.engine.keycache import KeyCache, raw_key
 from tapeproxy.engine.keying import RequestParts, canonical, request_key, request_parts
 from tapeproxy.engine.matching import follow_order
 from tapeproxy.engine.misses import Miss
 from tapeproxy.engine.plan import Action, Step, plan
-from tapeproxy.engine.recorder import Recording, Target
+from tapeproxy.engine.recorder import Recording
 from tapeproxy.engine.replay import Replay, ReplayCache
 from tapeproxy.engine.rules import MatchRules
 from tapeproxy.engine.runs import Run, Runs
@@ -38,7 +38,6 @@ from tapeproxy.errors import (
     UnknownUpstream,
     UpstreamError,
 )
-from tapeproxy.exchange.model import Outcome, dump_around
 from tapeproxy.providers import Rulebook
 from tapeproxy.providers.base import Provider
 from tapeproxy.redaction.scrubber import Scrubber
@@ -49,21 +48,7 @@ from tapeproxy.upstream.client import Outbound, Upstream
 from tapeproxy.upstream.hopheaders import answer_headers
 
 MAX_MISSES = 50
-# Threads that write recordings. Many, since each mostly waits on its fsync: 32 clients
-# recording at once are not queued behind a handful of writes.
-WRITERS = 32
 log = logging.getLogger("tapeproxy")
-
-
-@dataclass(frozen=True)
-class Kept:
-    """What a writer thread did with a recording: the log line's outcome, and where it went
-    (no ordinal when it was not written)."""
-
-    outcome: str
-    key: str = ""
-    ordinal: int | None = None
-    failed: bool = False  # the write failed
 
 
 @dataclass
@@ -120,7 +105,9 @@ class Engine:
         self._wanted: dict[str, frozenset[bytes]] = {}  # key header names per upstream
         self.misses: deque[dict[str, Any]] = deque(maxlen=MAX_MISSES)
         self.upstream: Upstream | None = None  # set while the server runs
-        self.writer = ThreadPoolExecutor(WRITERS, thread_name_prefix="tapeproxy-writer")
+        self.keeper = Keeper(
+            store, self.runs, self.replays, self.counters, self.scrubber, settings.record_failures
+        )
 
     async def exchange(self, inbound: Inbound) -> Answer:
         """Serve it from the cassette, refuse it, or go live (and record, as planned)."""
@@ -344,75 +331,8 @@ class Engine:
         headers = answer_headers(answer.headers, keep_length=keyed.parts.method == "HEAD")
         headers.append(("x-tapeproxy-key", keyed.key))
         raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
-        recording = Recording(keyed.trace, answer.status, self, capture, target)
+        recording = Recording(keyed.trace, answer.status, self.keeper, capture, target)
         return Live(answer, raw, recording, watch)
-
-    async def keep(self, target: Target, capture: Capture, cut: bool) -> str:
-        """Finish, number and write a recording, in one trip to a writer thread. Its ordinal
-        is given then, not when it was asked, so an answer that is not kept (a 429 the SDK
-        retried) leaves no gap in the numbering."""
-        loop = asyncio.get_running_loop()
-        kept = await loop.run_in_executor(self.writer, self._write, target, capture, cut)
-        if kept.failed:
-            self.counters.errors += 1
-            self.counters.write_failures += 1
-        if kept.ordinal is None:
-            return kept.outcome
-        run = target.run
-        run.add(kept.key, kept.ordinal)
-        self.replays.discard((run.cassette, kept.key, kept.ordinal))
-        self.counters.recorded += 1
-        return kept.outcome
-
-    def _write(self, target: Target, capture: Capture, cut: bool) -> Kept:
-        """In a writer thread: the exchange captured, scrubbed, numbered, written durably."""
-        run = target.run
-        try:
-            try:  # a spooled answer's last bytes are written to its scratch file and read back
-                finished = settle(capture, cut, self.scrubber, self.settings.record_failures)
-            except OSError as exc:
-                log.error("recording an answer: its scratch file failed: %s", exc)
-                return Kept("not recorded (write failed)", failed=True)
-            if not isinstance(finished, Finished):
-                return Kept(finished)
-            key = capture.key
-            self.runs.forget_note(run)  # before the write: a crash between leaves no stale note
-            ordinal = run.next_ordinal(key, target.anew)
-            exchange = finished.exchange.model_copy(update={"ordinal": ordinal})
-            try:
-                if finished.middle is None:
-                    fresh = not run.on_disk(key, ordinal)
-                    self.store.write(run.cassette, exchange, fresh=fresh)
-                else:
-                    pieces = dump_around(exchange, finished.middle)
-                    self.store.write_pieces(run.cassette, key, ordinal, pieces)
-            except OSError as exc:
-                log.error("could not write to cassette %r: %s", run.cassette, exc)
-                return Kept("not recorded (write failed)", failed=True)
-            outcome = exchange.outcome
-            return Kept(
-                "recorded" if outcome is Outcome.COMPLETE else f"recorded {outcome.value}",
-                key,
-                ordinal,
-            )
-        finally:
-            capture.spool.discard()
-
-    async def spill(self, capture: Capture) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            await loop.run_in_executor(self.writer, capture.spool.flush)
-        except OSError as exc:
-            capture.lost = f"its scratch file could not be written ({exc})"
-            self.counters.write_failures += 1
-            log.error("recording an answer: %s", capture.lost)
-            self.drop(capture)
-
-    def drop(self, capture: Capture) -> None:
-        if capture.spool.spilled:  # closing a large scratch file frees its blocks: off the loop
-            self.writer.submit(capture.spool.discard)
-        else:
-            capture.spool.discard()
 
     async def switch(self, cassette: str | None, mode: Mode | None) -> None:
         """Make `cassette` and `mode` current (None keeps either). It ends the run of the
@@ -477,7 +397,7 @@ class Engine:
         the final snapshot."""
         self.upstream = None
         await self.runs.end_all()
-        await asyncio.to_thread(self.writer.shutdown)
+        await self.keeper.close()
         self.replays.clear()
         for name in self.untouched():
             replaying = bool(self.told[name] & {Mode.REPLAY, Mode.AUTO, Mode.ONCE})

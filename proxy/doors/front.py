@@ -67,7 +67,7 @@ class Front:
         elif isinstance(answer, Refuse):
             await send_json(send, answer.error.status, answer.body)
         elif isinstance(answer, Live):
-            await send_live(answer, receive, send)
+            await send_live(answer, send)
 
 
 def text(first: dict[bytes, bytes], name: str) -> str | None:

@@ -23,6 +23,7 @@ from tapeproxy.engine.matching import follow_order
 from tapeproxy.engine.misses import Miss
 from tapeproxy.engine.plan import Action, Step, plan
 from tapeproxy.engine.recorder import Recording
+from tapeproxy.engine.relay import Relay
 from tapeproxy.engine.replay import Replay, ReplayCache
 from tapeproxy.engine.rules import MatchRules
 from tapeproxy.engine.runs import Run, Runs
@@ -44,7 +45,7 @@ from tapeproxy.redaction.scrubber import Scrubber
 from tapeproxy.settings import Mode, Settings
 from tapeproxy.store.names import check_cassette_name, derived_name
 from tapeproxy.store.protocol import CassetteStore, exchange_file
-from tapeproxy.upstream.client import Outbound, Upstream
+from tapeproxy.upstream.client import Outbound, Upstream, UpstreamResponse
 from tapeproxy.upstream.hopheaders import answer_headers
 
 MAX_MISSES = 50
@@ -289,7 +290,9 @@ class Engine:
         body["error"]["details"] = {k: v for k, v in details.items() if k != "message"}
         return Refuse(error, body)
 
-    async def _forward(self, keyed: Keyed, target: Target | None) -> Live:
+    async def _open(self, keyed: Keyed) -> tuple[UpstreamResponse, Watch | None]:
+        """The upstream's answer, and the watch of the client that stops the call when the
+        client hangs up; the relay of the answer watches on with it and closes it."""
         if self.upstream is None:
             raise UpstreamError("tapeproxy is not started: no upstream client yet")
         self.counters.upstream_calls += 1
@@ -302,18 +305,20 @@ class Engine:
             inbound.headers,
             inbound.body,
         )
-        # One watch of the client for the upstream call and the answer's way back (the door
-        # closes it); made here, so a request served from a cassette pays nothing for it.
+        # Made here, so a request served from a cassette pays nothing for it.
         watch = None if inbound.gone is None else Watch(inbound.gone)
         opening = self.upstream.open(outbound)
         try:
-            answer = await (opening if watch is None else watch.unless_gone(opening))
+            return await (opening if watch is None else watch.unless_gone(opening)), watch
         except BaseException as exc:
             if watch is not None:
                 watch.close()
             if isinstance(exc, ClientGone):
                 self.counters.aborted += 1
             raise
+
+    async def _forward(self, keyed: Keyed, target: Target | None) -> Live:
+        answer, watch = await self._open(keyed)
         capture = None
         if target is not None:
             capture = Capture(
@@ -332,7 +337,8 @@ class Engine:
         headers.append(("x-tapeproxy-key", keyed.key))
         raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
         recording = Recording(keyed.trace, answer.status, self.keeper, capture, target)
-        return Live(answer, raw, recording, watch)
+        held = recording.writes and answer.whole
+        return Live(answer.status, raw, Relay(answer, recording, watch), held)
 
     async def switch(self, cassette: str | None, mode: Mode | None) -> None:
         """Make `cassette` and `mode` current (None keeps either). It ends the run of the

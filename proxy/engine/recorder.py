@@ -9,12 +9,13 @@ from tapeproxy.engine.stats import Trace
 
 
 class Recording:
-    """One live answer passing through to its client. The door feeds it every chunk (and
-    awaits `spill` when `feed` says so), asks it whether the stream's final frame has come (a
-    client may hang up after it), and then ends it exactly once: `commit(cut)` once the
-    upstream is done (before the client sees the end, so the exchange is on disk first), or
-    `abort(why)` when the answer will not be whole. Without a target (passthrough) nothing is
-    captured or written; the log line is the same."""
+    """One live answer passing through to its client. Its relay (tapeproxy.engine.relay)
+    feeds it every chunk (and awaits `spill` when `feed` says so), asks it whether the
+    stream's final frame has come (a client may hang up after it), and then ends it exactly
+    once: `commit(cut)` once the upstream is done (before the client sees the end, so the
+    exchange is on disk first), `abort(why)` when the answer will not be whole, or
+    `refuse(why)` when it broke a limit. Without a target (passthrough) nothing is captured
+    or written; the log line is the same."""
 
     def __init__(
         self,

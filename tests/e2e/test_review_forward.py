@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from tapeproxy.doors import head_limits
-from tapeproxy.doors.sending import GRACE_AFTER_FINAL_FRAME
+from tapeproxy.engine.relay import GRACE_AFTER_FINAL_FRAME
 from tests.conftest import MakeProxy
 from tests.e2e.test_inflate import SocketUpstream
 from tests.fakes.upstream import FakeUpstream

@@ -21,7 +21,8 @@ from tapeproxy.engine.recorder import Recording
 from tapeproxy.engine.refusals import miss_report, out_of_order, refusal
 from tapeproxy.engine.relay import Relay
 from tapeproxy.engine.replay import Replay, ReplayCache
-from tapeproxy.engine.runs import Run, Runs
+from tapeproxy.engine.run import Run
+from tapeproxy.engine.runs import Runs
 from tapeproxy.engine.spool import Spool
 from tapeproxy.engine.stats import Counters, RunSummary, Snapshot
 from tapeproxy.errors import ClientGone, TapeproxyError, UpstreamError
@@ -62,7 +63,12 @@ class Engine:
         self.misses: deque[dict[str, Any]] = deque(maxlen=MAX_MISSES)
         self.upstream: Upstream | None = None  # set while the server runs
         self.keeper = Keeper(
-            store, self.runs, self.replays, self.counters, self.scrubber, settings.record_failures
+            store,
+            self.runs.ledger,
+            self.replays,
+            self.counters,
+            self.scrubber,
+            settings.record_failures,
         )
 
     async def exchange(self, inbound: Inbound) -> Answer:
@@ -219,8 +225,8 @@ class Engine:
             cassette=self.current.cassette,
             mode=self.current.mode.value,
             runs=runs,
-            ended_runs=list(self.runs.ended),
-            unused_total=self.runs.ended_unused + sum(run.unused_count for run in runs),
+            ended_runs=list(self.runs.ledger.ended),
+            unused_total=self.runs.ledger.ended_unused + sum(run.unused_count for run in runs),
             untouched=self.untouched(),
         )
 
@@ -246,7 +252,7 @@ class Engine:
         for name in self.untouched():
             replaying = bool(self.told[name] & {Mode.REPLAY, Mode.AUTO, Mode.ONCE})
             try:
-                await asyncio.to_thread(self.runs.untouched, name, replaying)
+                await asyncio.to_thread(self.runs.ledger.untouched, name, replaying)
             except TapeproxyError as exc:
                 log.error("cassette %r: %s", name, exc.message)
         return await self.snapshot()

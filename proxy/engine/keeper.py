@@ -9,8 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from tapeproxy.engine.capture import Capture, Finished, settle
+from tapeproxy.engine.ledger import Ledger
 from tapeproxy.engine.replay import ReplayCache
-from tapeproxy.engine.runs import Run, Runs
+from tapeproxy.engine.run import Run
 from tapeproxy.engine.stats import Counters
 from tapeproxy.exchange.model import Outcome, dump_around
 from tapeproxy.redaction.scrubber import Scrubber
@@ -49,14 +50,14 @@ class Keeper:
     def __init__(
         self,
         store: CassetteStore,
-        runs: Runs,
+        ledger: Ledger,
         replays: ReplayCache,
         counters: Counters,
         scrubber: Scrubber,
         record_failures: bool,
     ) -> None:
         self.store = store
-        self.runs = runs
+        self.ledger = ledger
         self.replays = replays
         self.counters = counters
         self.scrubber = scrubber
@@ -97,7 +98,7 @@ class Keeper:
             capture.spool.discard()
 
     def _store(self, run: Run, key: str, anew: bool, finished: Finished) -> Kept:
-        self.runs.forget_note(run)  # before the write: a crash between leaves no stale note
+        self.ledger.forget_note(run)  # before the write: a crash between leaves no stale note
         ordinal = run.next_ordinal(key, anew)
         exchange = finished.exchange.model_copy(update={"ordinal": ordinal})
         try:

@@ -14,7 +14,7 @@ from tapeproxy.engine.keyed import Keyed
 from tapeproxy.engine.keying import canonical
 from tapeproxy.engine.matching import follow_order
 from tapeproxy.engine.misses import Miss
-from tapeproxy.engine.runs import Run
+from tapeproxy.engine.run import Run
 from tapeproxy.errors import CassetteMiss, OutOfOrder
 from tapeproxy.providers import Rulebook
 from tapeproxy.providers.base import Provider

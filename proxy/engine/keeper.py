@@ -8,7 +8,8 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from tapeproxy.engine.capture import Capture, Finished, settle
+from tapeproxy.engine.capture import Capture
+from tapeproxy.engine.finish import Finished, settle
 from tapeproxy.engine.ledger import Ledger
 from tapeproxy.engine.replay import ReplayCache
 from tapeproxy.engine.run import Run

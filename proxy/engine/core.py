@@ -32,8 +32,8 @@ from tapeproxy.redaction.scrubber import Scrubber
 from tapeproxy.settings import Mode, Settings
 from tapeproxy.store.names import check_cassette_name, derived_name
 from tapeproxy.store.protocol import CassetteStore
-from tapeproxy.upstream.client import Outbound, Upstream, UpstreamResponse
 from tapeproxy.upstream.hopheaders import answer_headers
+from tapeproxy.upstream.protocol import Outbound, Upstream, UpstreamResponse
 
 MAX_MISSES = 50
 log = logging.getLogger("tapeproxy")

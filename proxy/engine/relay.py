@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from tapeproxy.engine.hangup import Watch
 from tapeproxy.engine.recorder import Recording
 from tapeproxy.errors import AnswerRefused, ClientGone, UpstreamCut
-from tapeproxy.upstream.client import UpstreamResponse
+from tapeproxy.upstream.protocol import UpstreamResponse
 
 # How long a recording goes on reading the upstream after its client left, when the client
 # had the stream's final frame: the end-of-body marker is usually a few ms behind it.

@@ -20,7 +20,7 @@ from tapeproxy.errors import AnswerRefused, ClientGone, UpstreamCut
 from tapeproxy.providers import provider_table
 from tapeproxy.settings import Mode, Settings
 from tapeproxy.store.files import FileStore
-from tapeproxy.upstream.client import Outbound, UpstreamResponse
+from tapeproxy.upstream.protocol import Outbound, UpstreamResponse
 
 ANSWER = b'{"id": "chatcmpl-1", "choices": [{"message": {"content": "Hello!"}}]}'
 SSE = [

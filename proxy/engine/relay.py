@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Coroutine
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 from tapeproxy.engine.hangup import Watch
 from tapeproxy.engine.recorder import Recording
@@ -18,7 +19,7 @@ from tapeproxy.upstream.protocol import UpstreamResponse
 # had the stream's final frame: the end-of-body marker is usually a few ms behind it.
 GRACE_AFTER_FINAL_FRAME = 2.0
 
-T = TypeVar("T")
+_UNWATCHED = nullcontext()  # a relay whose door reports no hang-up
 log = logging.getLogger("tapeproxy")
 
 
@@ -41,12 +42,16 @@ class Relay:
         self._answer = answer
         self._recording = recording
         self._watch = watch
+        # Each read, spill and commit is guarded on its own: a hang-up stops the relay only
+        # where it waits on the upstream or the disk, never in its door's code.
+        self._guard: AbstractContextManager[None] = _UNWATCHED if watch is None else watch
+        if watch is not None:
+            watch.grace = self._after_final_frame
         self._done = False  # the recording ended, or its commit is under way
-        self._grace = self._after_final_frame  # bound once: it is handed over at every read
         self._chunks = self._relay()
 
-    def __aiter__(self) -> Relay:
-        return self
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._chunks  # `async for` steps the generator itself: no call between
 
     def __anext__(self) -> Awaitable[bytes]:
         return self._chunks.__anext__()
@@ -59,14 +64,20 @@ class Relay:
         self._close()
 
     async def _relay(self) -> AsyncGenerator[bytes, None]:
-        answer, recording = self._answer, self._recording
+        answer, recording, guard = self._answer, self._recording, self._guard
         pieces = answer.chunks()
         held = b""  # the chunk that ends the answer: handed on once the exchange is written
         try:
             try:
-                while (chunk := await self._watched(anext(pieces, None))) is not None:
+                while True:
+                    try:
+                        with guard:
+                            chunk = await pieces.__anext__()
+                    except StopAsyncIteration:
+                        break
                     if recording.feed(chunk):  # a large answer: to its scratch file, off the loop
-                        await self._watched(recording.spill())
+                        with guard:
+                            await recording.spill()
                     if answer.ended:
                         held = chunk
                     else:
@@ -94,12 +105,11 @@ class Relay:
         self._done = True
         self._answer.close()
         commit = self._recording.commit(cut)
-        await (self._watched(_outliving(commit)) if self._recording.writes else commit)
-
-    def _watched(self, work: Awaitable[T]) -> Awaitable[T]:
-        """`work`, stopped when the client leaves (after the grace, once it had the final
-        frame) with ClientGone."""
-        return work if self._watch is None else self._watch.unless_gone(work, self._grace)
+        if not self._recording.writes:
+            await commit
+            return
+        with self._guard:
+            await _outliving(commit)
 
     def _after_final_frame(self) -> float:
         # Sends to a client that left are no-ops in uvicorn: the upstream is read on.

@@ -56,6 +56,12 @@ class Watch:
             return False
         return True
 
+    def follow(self) -> None:
+        """Guard work in the caller's task from now on: a door may iterate an answer in
+        another task than the one that asked the engine for it."""
+        if self._watcher is not None:
+            self._owner = asyncio.current_task()
+
     def close(self) -> None:
         """The request is over: stop watching its client."""
         if self._watcher is not None:

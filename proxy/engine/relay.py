@@ -65,6 +65,8 @@ class Relay:
 
     async def _relay(self) -> AsyncGenerator[bytes, None]:
         answer, recording, guard = self._answer, self._recording, self._guard
+        if self._watch is not None:
+            self._watch.follow()
         pieces = answer.chunks()
         held = b""  # the chunk that ends the answer: handed on once the exchange is written
         try:

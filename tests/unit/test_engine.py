@@ -400,3 +400,26 @@ def test_a_key_header_sent_twice_keys_as_it_did_through_starlette(tmp_path: Path
         return found
 
     assert asyncio.run(keys()) == {request_key(old, rules)}
+
+
+def test_a_door_may_send_the_answer_from_another_task_than_the_one_that_asked(
+    tmp_path: Path,
+) -> None:
+    """As a StreamingResponse does: the client that leaves stops the task that iterates."""
+    stream = sse_answer(SSE[0], 10.0, *SSE[1:])
+    engine = engine_for(tmp_path, Mode.RECORD, ScriptedUpstream(stream))
+
+    async def scenario() -> None:
+        client = Client()
+        inbound = chat("Say hello", stream=True)
+        inbound.gone = client.gone
+        live = await engine.exchange(inbound)
+        assert isinstance(live, Live)
+        asyncio.get_running_loop().call_later(0.05, client.left.set)
+        sending = asyncio.ensure_future(pass_through(live))
+        await asyncio.wait([sending], timeout=5)  # the asking task is not the one stopped
+        assert isinstance(sending.exception(), ClientGone)
+
+    asyncio.run(scenario())
+    assert stream.closed and not exchanges(tmp_path)
+    assert (engine.counters.aborted, engine.counters.recorded) == (1, 0)

@@ -21,12 +21,13 @@ def _no_grace() -> float:
 class Watch:
     """One request's client, watched by one task for the whole request (started by the first
     guarded piece of work, ended by `close`). Guarded work runs in the request's own task (the
-    one that first guards work), which is cancelled when the client hangs up, at once or after
-    a grace, and its `finally` blocks close what it opened, as a shutdown's cancellation does.
-    A task of its own for each piece of work and a watcher for each, raced with asyncio.wait,
-    cost 18 us a piece. The grace is asked for once, when the hang-up is first seen during
-    guarded work, and runs out once however many pieces of work follow (a live answer guards
-    each of its reads): work after it ran out is stopped at its first wait."""
+    one that first guards work, or that `follow`s), which is cancelled when the client hangs
+    up, at once or after a grace, and its `finally` blocks close what it opened, as a
+    shutdown's cancellation does. A task of its own for each piece of work and a watcher for
+    each, raced with asyncio.wait, cost 18 us a piece. The grace is asked for once, when the
+    hang-up is first seen during guarded work, and runs out once however many pieces of work
+    follow (a live answer guards each of its reads): work after it ran out is stopped at its
+    first wait."""
 
     # Set when work is first guarded: a request served from a cassette builds a Watch and
     # never uses it.

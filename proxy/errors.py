@@ -9,7 +9,7 @@
      +-- CassetteMiss         replay found no recording for a request (422)
      |    +-- OutOfOrder      --strict-order: a request came out of the recorded order (422)
      +-- CassetteCorrupt      an exchange file that cannot be read back (500)
- +-- ClientGone           the client left before the upstream answered (499, never seen)
+ +-- ClientGone           the client left before its answer was whole (499, never seen)
      +-- UpstreamError        the upstream did not answer properly
           +-- UpstreamUnreachable   connection refused, reset, DNS (502)
           +-- UpstreamTimeout       no answer in time (504)
@@ -77,7 +77,8 @@ class CassetteCorrupt(TapeproxyError):
 
 
 class ClientGone(TapeproxyError):
-    """The client hung up while tapeproxy waited for the upstream's answer to start."""
+    """The client hung up before its answer was whole: while tapeproxy waited for the
+    upstream's answer to start, or mid-answer (a live answer's chunks end with it)."""
 
     status = 499  # nginx's "client closed request"; nobody is left to read it
     error_type = "client_closed_request"

@@ -71,13 +71,35 @@ def _error(status: int, kind: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status)
 
 
+def current(engine: Engine) -> JSONResponse:
+    return JSONResponse({"cassette": engine.current.cassette, "mode": engine.current.mode.value})
+
+
+async def switch(engine: Engine, request: Request) -> JSONResponse:
+    """PUT /__tapeproxy/cassette: a new current cassette or mode, and a new run."""
+    refused = refusal(request, engine.settings)
+    if refused is not None:
+        return refused
+    body = await capped_body(request, MAX_CONTROL_BODY)
+    if body is None:
+        return _error(
+            413,
+            "request_too_large",
+            f"a control request body is at most {MAX_CONTROL_BODY:,} bytes",
+        )
+    try:
+        change = CassetteSwitch.model_validate(json.loads(body or b"{}"))
+    except (ValueError, ValidationError) as exc:
+        return _bad_request(
+            f'PUT /__tapeproxy/cassette takes {{"cassette": NAME, "mode": MODE}} with MODE one '
+            f"of {', '.join(m.value for m in Mode)}: {exc}"
+        )
+    await engine.switch(change.cassette, change.mode)
+    return current(engine)
+
+
 def control_routes(engine: Engine) -> list[BaseRoute]:
     """The endpoints, bound to one engine."""
-
-    def current() -> JSONResponse:
-        return JSONResponse(
-            {"cassette": engine.current.cassette, "mode": engine.current.mode.value}
-        )
 
     async def health(request: Request) -> JSONResponse:
         now = engine.current
@@ -90,28 +112,10 @@ def control_routes(engine: Engine) -> list[BaseRoute]:
         return JSONResponse({"misses": list(engine.misses)})
 
     async def get_cassette(request: Request) -> JSONResponse:
-        return current()
+        return current(engine)
 
     async def put_cassette(request: Request) -> JSONResponse:
-        refused = refusal(request, engine.settings)
-        if refused is not None:
-            return refused
-        body = await capped_body(request, MAX_CONTROL_BODY)
-        if body is None:
-            return _error(
-                413,
-                "request_too_large",
-                f"a control request body is at most {MAX_CONTROL_BODY:,} bytes",
-            )
-        try:
-            change = CassetteSwitch.model_validate(json.loads(body or b"{}"))
-        except (ValueError, ValidationError) as exc:
-            return _bad_request(
-                f'PUT /__tapeproxy/cassette takes {{"cassette": NAME, "mode": MODE}} with MODE one '
-                f"of {', '.join(m.value for m in Mode)}: {exc}"
-            )
-        await engine.switch(change.cassette, change.mode)
-        return current()
+        return await switch(engine, request)
 
     async def unknown(request: Request) -> JSONResponse:
         listed = ", ".join(CONTROL_PREFIX + name for name in ENDPOINTS)

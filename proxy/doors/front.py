@@ -8,11 +8,12 @@ from functools import partial
 
 from starlette.types import Receive, Scope, Send
 
-from tapeproxy.doors.routing import CASSETTE_HEADER, LIVE_HEADER, live_names, resolve
+from tapeproxy.doors.routing import CASSETTE_HEADER, live_names, resolve
 from tapeproxy.doors.sending import send_json, send_live, send_replay, until_disconnect
 from tapeproxy.engine.core import Engine
 from tapeproxy.engine.hangup import shutdown_cut
 from tapeproxy.engine.inbound import Inbound, Live, Refuse, Serve
+from tapeproxy.engine.keyed import LIVE_HEADER
 from tapeproxy.engine.timing import TIMING_HEADER
 from tapeproxy.errors import BodyTooLarge, TapeproxyError, UpstreamCut
 from tapeproxy.providers.base import Provider, generic_error
@@ -67,7 +68,7 @@ class Front:
         elif isinstance(answer, Refuse):
             await send_json(send, answer.error.status, answer.body)
         elif isinstance(answer, Live):
-            await send_live(answer, receive, send)
+            await send_live(answer, send)
 
 
 def text(first: dict[bytes, bytes], name: str) -> str | None:

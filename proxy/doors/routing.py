@@ -1,33 +1,21 @@
-"""Pure routing: a request path -> (provider, upstream path); the per-request header names."""
+"""Pure routing: a request path -> (provider, upstream path); the per-request header names
+(the live one is the engine's: tapeproxy.engine.keyed)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from urllib.parse import unquote
 
-from tapeproxy.errors import BadPath, ConfigError, UnknownUpstream
+from tapeproxy.errors import BadPath, UnknownUpstream
 from tapeproxy.providers import bare_v1
 from tapeproxy.providers.base import Provider
 
-LIVE_HEADER = "x-tapeproxy-live"
 CASSETTE_HEADER = "x-tapeproxy-cassette"
 
 
 def live_names(value: str) -> frozenset[str]:
     """The upstreams an `x-tapeproxy-live` header names."""
     return frozenset(n.strip().lower() for n in value.split(",") if n.strip())
-
-
-def check_live(names: frozenset[str], providers: Mapping[str, Provider]) -> frozenset[str]:
-    """`names` if each is an upstream: a typo must not quietly replay what was meant to run
-    live."""
-    unknown = sorted(names - set(providers))
-    if unknown:
-        raise ConfigError(
-            f"{LIVE_HEADER}: no upstream named {', '.join(map(repr, unknown))}; known "
-            f"upstreams: {', '.join(sorted(providers))}"
-        )
-    return names
 
 
 def check_path(path: str) -> str:

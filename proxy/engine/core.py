@@ -1,5 +1,6 @@
 """The record/replay engine: one request in (`Inbound`), one answer out (`Serve`, `Refuse` or
-`Live`). It keys the request, asks its cassette's run, follows `plan()`, and counts."""
+`Live`). It keys the request, asks its cassette's run, follows `plan()`, and counts; it
+switches the current cassette and mode, and ends runs."""
 
 from __future__ import annotations
 
@@ -8,91 +9,34 @@ import logging
 import tempfile
 from collections import deque
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
-from tapeproxy.doors.routing import check_live
-from tapeproxy.engine.candidates import candidates, recorded_request
-from tapeproxy.engine.capture import Capture, Finished, settle
+from tapeproxy.engine.capture import Capture
 from tapeproxy.engine.hangup import Watch
 from tapeproxy.engine.inbound import Answer, Inbound, Live, Refuse, Serve
-from tapeproxy.engine.keycache import KeyCache, raw_key
-from tapeproxy.engine.keying import RequestParts, canonical, request_key, request_parts
-from tapeproxy.engine.matching import follow_order
-from tapeproxy.engine.misses import Miss
+from tapeproxy.engine.keeper import Keeper, Target
+from tapeproxy.engine.keyed import Current, Keyed, Keyer
 from tapeproxy.engine.plan import Action, Step, plan
-from tapeproxy.engine.recorder import Recording, Target
+from tapeproxy.engine.recorder import Recording
+from tapeproxy.engine.refusals import miss_report, out_of_order, refusal
+from tapeproxy.engine.relay import Relay
 from tapeproxy.engine.replay import Replay, ReplayCache
-from tapeproxy.engine.rules import MatchRules
-from tapeproxy.engine.runs import Run, Runs
+from tapeproxy.engine.run import Run
+from tapeproxy.engine.runs import Runs
 from tapeproxy.engine.spool import Spool
-from tapeproxy.engine.stats import Counters, RunSummary, Snapshot, Trace
-from tapeproxy.engine.timing import TIMING_HEADER, parse_timing
-from tapeproxy.errors import (
-    CassetteMiss,
-    ClientGone,
-    ConfigError,
-    OutOfOrder,
-    TapeproxyError,
-    UnknownUpstream,
-    UpstreamError,
-)
-from tapeproxy.exchange.model import Outcome, dump_around
+from tapeproxy.engine.stats import Counters, RunSummary, Snapshot
+from tapeproxy.errors import ClientGone, TapeproxyError, UpstreamError
 from tapeproxy.providers import Rulebook
 from tapeproxy.providers.base import Provider
 from tapeproxy.redaction.scrubber import Scrubber
 from tapeproxy.settings import Mode, Settings
 from tapeproxy.store.names import check_cassette_name, derived_name
-from tapeproxy.store.protocol import CassetteStore, exchange_file
-from tapeproxy.upstream.client import Outbound, Upstream
+from tapeproxy.store.protocol import CassetteStore
 from tapeproxy.upstream.hopheaders import answer_headers
+from tapeproxy.upstream.protocol import Outbound, Upstream, UpstreamResponse
 
 MAX_MISSES = 50
-# Threads that write recordings. Many, since each mostly waits on its fsync: 32 clients
-# recording at once are not queued behind a handful of writes.
-WRITERS = 32
 log = logging.getLogger("tapeproxy")
-
-
-@dataclass(frozen=True)
-class Kept:
-    """What a writer thread did with a recording: the log line's outcome, and where it went
-    (no ordinal when it was not written)."""
-
-    outcome: str
-    key: str = ""
-    ordinal: int | None = None
-    failed: bool = False  # the write failed
-
-
-@dataclass
-class Current:
-    """The cassette and mode a request gets when it names none: switched by the control API."""
-
-    cassette: str
-    mode: Mode
-
-
-@dataclass
-class Keyed:
-    """What one request resolved to. Built for every request, so not frozen (see Inbound)."""
-
-    inbound: Inbound
-    provider: Provider
-    cassette: str
-    mode: Mode
-    live: frozenset[str]  # --live, plus this request's own
-    rules: MatchRules
-    parts: RequestParts
-    key: str
-    timing: float | None
-    trace: Trace
-
-    @property
-    def runs_live(self) -> bool:
-        return self.provider.name in self.live
 
 
 class Engine:
@@ -112,21 +56,25 @@ class Engine:
         self.told: dict[str, set[Mode]] = {settings.cassette: {settings.mode}}
         self.named: set[str] = set()  # the cassettes a PUT named
         self.counters = Counters()
-        self._live = frozenset(settings.live)  # worked out once, not per request
-        self._timing = parse_timing(settings.replay_timing)
-        self.runs = Runs(store, strict_order=settings.strict_order, live=self._live)
+        self.keyer = Keyer(settings, providers, self.rules, self.scrubber)
+        self.runs = Runs(store, strict_order=settings.strict_order, live=self.keyer.live)
         self.runs.watch(settings.cassette)
         self.replays = ReplayCache()
-        self.keys = KeyCache()
-        self._wanted: dict[str, frozenset[bytes]] = {}  # key header names per upstream
         self.misses: deque[dict[str, Any]] = deque(maxlen=MAX_MISSES)
         self.upstream: Upstream | None = None  # set while the server runs
-        self.writer = ThreadPoolExecutor(WRITERS, thread_name_prefix="tapeproxy-writer")
+        self.keeper = Keeper(
+            store,
+            self.runs.ledger,
+            self.replays,
+            self.counters,
+            self.scrubber,
+            settings.record_failures,
+        )
 
     async def exchange(self, inbound: Inbound) -> Answer:
         """Serve it from the cassette, refuse it, or go live (and record, as planned)."""
         try:
-            keyed = self._key(inbound)
+            keyed = self.keyer.key(inbound, self.current)
             run = self.runs.loaded(keyed.cassette)
             if run is None:
                 run = await self.runs.get(keyed.cassette)
@@ -153,82 +101,6 @@ class Engine:
             inbound_path,
         )
 
-    def _key(self, inbound: Inbound) -> Keyed:
-        # Every override is checked before the run counts the request, so a bad one uses up
-        # no recording.
-        # The current cassette was checked when it was set (settings, PUT): only a header's is.
-        cassette = (
-            check_cassette_name(inbound.cassette) if inbound.cassette else self.current.cassette
-        )
-        live = (
-            (self._live | check_live(inbound.live, self.providers)) if inbound.live else self._live
-        )
-        try:
-            timing = parse_timing(inbound.timing) if inbound.timing else self._timing
-        except ValueError as exc:
-            raise ConfigError(f"{TIMING_HEADER}: {exc}") from exc
-        provider = self.providers.get(inbound.upstream)
-        if provider is None:
-            raise UnknownUpstream(
-                f"no upstream named {inbound.upstream!r}; known upstreams: "
-                f"{', '.join(sorted(self.providers))}"
-            )
-        rules = self.rules.for_upstream(provider.name)
-        parts, key = self._parts_and_key(inbound, provider.name, rules)
-        mode = self.current.mode
-        trace = Trace(mode.value, provider.name, parts.method, inbound.path, key)
-        return Keyed(
-            inbound,
-            provider,
-            cassette,
-            mode,
-            live,
-            rules,
-            parts,
-            key,
-            timing,
-            trace,
-        )
-
-    def _parts_and_key(
-        self, inbound: Inbound, upstream: str, rules: MatchRules
-    ) -> tuple[RequestParts, str]:
-        """The request's stored parts and key; worked out once per distinct request (a replay
-        run asks the same few requests over and over)."""
-        wanted = self._wanted.get(upstream)
-        if wanted is None:
-            wanted = self._wanted[upstream] = frozenset(
-                name.encode("latin-1") for name in rules.headers()
-            )
-        raw = raw_key(
-            upstream,
-            inbound.method,
-            inbound.path,
-            inbound.query,
-            inbound.headers,
-            inbound.body,
-            wanted,
-        )
-        known = self.keys.get(raw) if raw is not None else None
-        if known is not None:
-            return known
-        parts = request_parts(
-            inbound.method,
-            upstream,
-            inbound.path,
-            inbound.query,
-            inbound.header_map,
-            inbound.body,
-            rules,
-        )
-        # Keyed as stored: scrubbed by the [redact] rules, so a replay with the same rules
-        # finds what `tapeproxy redact` or a recording with them wrote.
-        parts = self.scrubber.request(parts)
-        key = request_key(parts, rules)
-        if raw is not None:
-            self.keys.put(raw, parts, key)
-        return parts, key
-
     async def _target(self, keyed: Keyed, step: Step, run: Run, seq: int) -> Target | None:
         if step.action is not Action.RECORD:
             return None
@@ -241,8 +113,9 @@ class Engine:
         return Target(run, seq, step.anew)
 
     async def _serve(self, keyed: Keyed, run: Run, ordinal: int) -> Serve:
-        if run.order is not None:
-            self._check_order(keyed, run, ordinal)
+        if run.order is not None and (wrong := out_of_order(keyed, run, ordinal)) is not None:
+            self.counters.misses += 1
+            raise wrong
         cached = (keyed.cassette, keyed.key, ordinal)
         replay = self.replays.get(cached)
         if replay is None:
@@ -254,56 +127,16 @@ class Engine:
         keyed.trace.log("replayed", replay.status)
         return Serve(replay, ordinal, keyed.timing)
 
-    def _check_order(self, keyed: Keyed, run: Run, ordinal: int) -> None:
-        live = keyed.live | run.live
-        verdict = follow_order(run.order or [], run.cursor, live, keyed.key, ordinal)
-        if isinstance(verdict, int):
-            run.cursor = verdict
-            return
-        self.counters.misses += 1
-        position, expected = verdict
-        here = exchange_file(keyed.key, ordinal)
-        came = f"{keyed.parts.method} {keyed.provider.name} {keyed.inbound.path} ({here})"
-        wanted = (
-            f"{expected.summary} ({exchange_file(expected.key, expected.ordinal)})"
-            if expected is not None
-            else "no further request"
-        )
-        raise OutOfOrder(
-            f"--strict-order: request #{run.requests} of this run in cassette "
-            f"{keyed.cassette!r} should have been recording #{position + 1} in recorded order, "
-            f"{wanted}, but {came} came. Replay the requests in the recorded order, or drop "
-            "--strict-order."
-        )
-
     async def _refuse(self, keyed: Keyed, run: Run, ask: int) -> Refuse:
         self.counters.misses += 1
-        found = run.candidates
-        if found is None:
-            found = run.candidates = await asyncio.to_thread(
-                candidates, self.store, self.rules, run.cassette, run.ordinals
-            )
-        miss = Miss(
-            cassette=keyed.cassette,
-            mode=keyed.mode.value,
-            key=keyed.key,
-            ask=ask,
-            recorded=len(run.ordinals.get(keyed.key, ())),
-            request=canonical(keyed.parts, keyed.rules),
-            candidates=found,
-            load=partial(recorded_request, self.store, self.rules, run.cassette),
-            listed=len(run.ordinals),
-        )
-        # Off the event loop: a diff of large bodies must not stall the requests being served.
-        details = await asyncio.to_thread(miss.explain)
-        self.misses.appendleft(details)
-        log.warning("%s", details["message"])
-        error = CassetteMiss(details["message"])
-        body = keyed.provider.error_body(error.error_type, error.message, error.status)
-        body["error"]["details"] = {k: v for k, v in details.items() if k != "message"}
-        return Refuse(error, body)
+        report = await miss_report(keyed, run, ask, self.store, self.rules)
+        self.misses.appendleft(report)
+        log.warning("%s", report["message"])
+        return refusal(keyed.provider, report)
 
-    async def _forward(self, keyed: Keyed, target: Target | None) -> Live:
+    async def _open(self, keyed: Keyed) -> tuple[UpstreamResponse, Watch | None]:
+        """The upstream's answer, and the watch of the client that stops the call when the
+        client hangs up; the relay of the answer watches on with it and closes it."""
         if self.upstream is None:
             raise UpstreamError("tapeproxy is not started: no upstream client yet")
         self.counters.upstream_calls += 1
@@ -316,18 +149,20 @@ class Engine:
             inbound.headers,
             inbound.body,
         )
-        # One watch of the client for the upstream call and the answer's way back (the door
-        # closes it); made here, so a request served from a cassette pays nothing for it.
+        # Made here, so a request served from a cassette pays nothing for it.
         watch = None if inbound.gone is None else Watch(inbound.gone)
         opening = self.upstream.open(outbound)
         try:
-            answer = await (opening if watch is None else watch.unless_gone(opening))
+            return await (opening if watch is None else watch.unless_gone(opening)), watch
         except BaseException as exc:
             if watch is not None:
                 watch.close()
             if isinstance(exc, ClientGone):
                 self.counters.aborted += 1
             raise
+
+    async def _forward(self, keyed: Keyed, target: Target | None) -> Live:
+        answer, watch = await self._open(keyed)
         capture = None
         if target is not None:
             capture = Capture(
@@ -345,75 +180,9 @@ class Engine:
         headers = answer_headers(answer.headers, keep_length=keyed.parts.method == "HEAD")
         headers.append(("x-tapeproxy-key", keyed.key))
         raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
-        recording = Recording(keyed.trace, answer.status, self, capture, target)
-        return Live(answer, raw, recording, watch)
-
-    async def keep(self, target: Target, capture: Capture, cut: bool) -> str:
-        """Finish, number and write a recording, in one trip to a writer thread. Its ordinal
-        is given then, not when it was asked, so an answer that is not kept (a 429 the SDK
-        retried) leaves no gap in the numbering."""
-        loop = asyncio.get_running_loop()
-        kept = await loop.run_in_executor(self.writer, self._write, target, capture, cut)
-        if kept.failed:
-            self.counters.errors += 1
-            self.counters.write_failures += 1
-        if kept.ordinal is None:
-            return kept.outcome
-        run = target.run
-        run.add(kept.key, kept.ordinal)
-        self.replays.discard((run.cassette, kept.key, kept.ordinal))
-        self.counters.recorded += 1
-        return kept.outcome
-
-    def _write(self, target: Target, capture: Capture, cut: bool) -> Kept:
-        """In a writer thread: the exchange captured, scrubbed, numbered, written durably."""
-        run = target.run
-        try:
-            try:  # a spooled answer's last bytes are written to its scratch file and read back
-                finished = settle(capture, cut, self.scrubber, self.settings.record_failures)
-            except OSError as exc:
-                log.error("recording an answer: its scratch file failed: %s", exc)
-                return Kept("not recorded (write failed)", failed=True)
-            if not isinstance(finished, Finished):
-                return Kept(finished)
-            key = capture.key
-            self.runs.forget_note(run)  # before the write: a crash between leaves no stale note
-            ordinal = run.next_ordinal(key, target.anew)
-            exchange = finished.exchange.model_copy(update={"ordinal": ordinal})
-            try:
-                if finished.middle is None:
-                    fresh = not run.on_disk(key, ordinal)
-                    self.store.write(run.cassette, exchange, fresh=fresh)
-                else:
-                    pieces = dump_around(exchange, finished.middle)
-                    self.store.write_pieces(run.cassette, key, ordinal, pieces)
-            except OSError as exc:
-                log.error("could not write to cassette %r: %s", run.cassette, exc)
-                return Kept("not recorded (write failed)", failed=True)
-            outcome = exchange.outcome
-            return Kept(
-                "recorded" if outcome is Outcome.COMPLETE else f"recorded {outcome.value}",
-                key,
-                ordinal,
-            )
-        finally:
-            capture.spool.discard()
-
-    async def spill(self, capture: Capture) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            await loop.run_in_executor(self.writer, capture.spool.flush)
-        except OSError as exc:
-            capture.lost = f"its scratch file could not be written ({exc})"
-            self.counters.write_failures += 1
-            log.error("recording an answer: %s", capture.lost)
-            self.drop(capture)
-
-    def drop(self, capture: Capture) -> None:
-        if capture.spool.spilled:  # closing a large scratch file frees its blocks: off the loop
-            self.writer.submit(capture.spool.discard)
-        else:
-            capture.spool.discard()
+        recording = Recording(keyed.trace, answer.status, self.keeper, capture, target)
+        held = recording.writes and answer.whole
+        return Live(answer.status, raw, Relay(answer, recording, watch), held)
 
     async def switch(self, cassette: str | None, mode: Mode | None) -> None:
         """Make `cassette` and `mode` current (None keeps either). It ends the run of the
@@ -456,8 +225,8 @@ class Engine:
             cassette=self.current.cassette,
             mode=self.current.mode.value,
             runs=runs,
-            ended_runs=list(self.runs.ended),
-            unused_total=self.runs.ended_unused + sum(run.unused_count for run in runs),
+            ended_runs=list(self.runs.ledger.ended),
+            unused_total=self.runs.ledger.ended_unused + sum(run.unused_count for run in runs),
             untouched=self.untouched(),
         )
 
@@ -478,12 +247,12 @@ class Engine:
         the final snapshot."""
         self.upstream = None
         await self.runs.end_all()
-        await asyncio.to_thread(self.writer.shutdown)
+        await self.keeper.close()
         self.replays.clear()
         for name in self.untouched():
             replaying = bool(self.told[name] & {Mode.REPLAY, Mode.AUTO, Mode.ONCE})
             try:
-                await asyncio.to_thread(self.runs.untouched, name, replaying)
+                await asyncio.to_thread(self.runs.ledger.untouched, name, replaying)
             except TapeproxyError as exc:
                 log.error("cassette %r: %s", name, exc.message)
         return await self.snapshot()

@@ -5,15 +5,14 @@ object.__setattr__ (3 µs for ten fields, against 0.35 µs); nothing changes the
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
 
-from tapeproxy.engine.hangup import Gone, Watch
-from tapeproxy.engine.recorder import Recording
+from tapeproxy.engine.hangup import Gone
 from tapeproxy.engine.replay import Replay
 from tapeproxy.errors import CassetteMiss
-from tapeproxy.upstream.client import UpstreamResponse
 
 RawHeaders = tuple[tuple[bytes, bytes], ...]
 
@@ -73,15 +72,31 @@ class Refuse:
     body: dict[str, Any] = field(default_factory=dict)  # in the upstream's error shape
 
 
+class Chunks(Protocol):
+    """A live answer's body as it comes, chunk by chunk: an async iterator that its door runs
+    to its end, or closes (`aclose`) when it stops early. It ends with a chunk (maybe empty)
+    for which `last` is True, so the door can end the body with it."""
+
+    last: bool
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+    def __anext__(self) -> Awaitable[bytes]: ...
+    async def aclose(self) -> None: ...
+
+
 @dataclass
 class Live:
-    """The upstream's answer, to pass on chunk by chunk through its `recording`. Built for
-    every live request, so not frozen."""
+    """The upstream's answer: its status, its headers as they go to the client, and its
+    chunks, recorded on their way by the engine (the exchange is written before the chunk
+    that ends it is handed over). The head goes out at once, unless `held`: an answer that
+    is all in already and recorded goes out whole once it is written, its head and body
+    back to back (one wake-up of the client less). Built for every live request, so not
+    frozen."""
 
-    answer: UpstreamResponse
-    headers: list[tuple[bytes, bytes]]  # as they go to the client
-    recording: Recording
-    watch: Watch | None = None  # its client, watched since the upstream call began
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    chunks: Chunks
+    held: bool = False
 
 
 Answer = Serve | Refuse | Live

@@ -1,52 +1,21 @@
-"""A live answer on its way to a cassette: the Recording that the engine hands a door (feed,
-final frame seen, commit, abort), and the Target it is recorded into."""
+"""A live answer on its way to a cassette: the Recording of one answer (feed, final frame
+seen, commit, abort, refuse), ended exactly once, with its log line."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
-
 from tapeproxy.engine.capture import Capture
-from tapeproxy.engine.runs import Run
-from tapeproxy.engine.stats import Counters, Trace
-
-
-@dataclass
-class Target:
-    """Where a live answer is recorded: a cassette's run, its seq there, and whether the run
-    records the cassette anew (record mode, a .derived cassette) or adds to it (auto)."""
-
-    run: Run
-    seq: int
-    anew: bool
-
-
-class Keeper(Protocol):
-    """Who numbers, writes and counts a finished recording: the engine."""
-
-    counters: Counters
-
-    async def keep(self, target: Target, capture: Capture, cut: bool) -> str:
-        """Finish the capture and write it into its target's cassette, off the event loop;
-        the outcome for the log line. The capture's spool is dropped either way."""
-        ...
-
-    async def spill(self, capture: Capture) -> None:
-        """Write what the capture's spool holds to its scratch file, off the event loop."""
-        ...
-
-    def drop(self, capture: Capture) -> None:
-        """Drop a capture that will not be kept (its scratch file closed off the loop)."""
-        ...
+from tapeproxy.engine.keeper import Keeper, Target
+from tapeproxy.engine.stats import Trace
 
 
 class Recording:
-    """One live answer passing through to its client. The door feeds it every chunk (and
-    awaits `spill` when `feed` says so), asks it whether the stream's final frame has come (a
-    client may hang up after it), and then ends it exactly once: `commit(cut)` once the
-    upstream is done (before the client sees the end, so the exchange is on disk first), or
-    `abort(why)` when the answer will not be whole. Without a target (passthrough) nothing is
-    captured or written; the log line is the same."""
+    """One live answer passing through to its client. Its relay (tapeproxy.engine.relay)
+    feeds it every chunk (and awaits `spill` when `feed` says so), asks it whether the
+    stream's final frame has come (a client may hang up after it), and then ends it exactly
+    once: `commit(cut)` once the upstream is done (before the client sees the end, so the
+    exchange is on disk first), `abort(why)` when the answer will not be whole, or
+    `refuse(why)` when it broke a limit. Without a target (passthrough) nothing is captured
+    or written; the log line is the same."""
 
     def __init__(
         self,

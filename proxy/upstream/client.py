@@ -1,21 +1,19 @@
-"""The Upstream protocol, and its implementation on aiohttp's client: one ClientSession per
-server that honours HTTP_PROXY, HTTPS_PROXY, NO_PROXY and SSL_CERT_FILE, explicit timeouts,
-aiohttp's errors translated to tapeproxy's at this boundary."""
+"""The Upstream protocol (tapeproxy.upstream.protocol) implemented on aiohttp's client: one
+ClientSession per server that honours HTTP_PROXY, HTTPS_PROXY, NO_PROXY and SSL_CERT_FILE,
+explicit timeouts, aiohttp's errors translated to tapeproxy's at this boundary."""
 
 from __future__ import annotations
 
 import ssl
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
-from typing import Protocol
 
 import aiohttp
 from aiohttp.http_exceptions import LineTooLong
 
 from tapeproxy.errors import UpstreamCut, UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from tapeproxy.redaction.secrets import redact_text, redact_url
-from tapeproxy.upstream.hopheaders import forward_headers
 from tapeproxy.upstream.inflate import CAPS, INFLATABLE, InflateLimits, Inflater, unknown_encoding
+from tapeproxy.upstream.protocol import Outbound
 from tapeproxy.upstream.request import prepare
 
 # An answer's head is bounded: each line (the status line, a header's name and value) and
@@ -31,48 +29,6 @@ LIMIT = 100  # connections in use at once; more requests wait for one
 # sent it (forward_headers names the encodings tapeproxy inflates; `User-Agent` is ours only
 # when the client sent none: tapeproxy.upstream.request).
 NOT_ADDED = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
-
-
-@dataclass
-class Outbound:
-    """Built for every live request, so not frozen (see tapeproxy.engine.inbound)."""
-
-    upstream: str
-    method: str
-    url: str
-    headers: Sequence[tuple[bytes, bytes]]  # each byte as the client sent it
-    body: bytes
-
-    @classmethod
-    def of(
-        cls, upstream: str, method: str, url: str, raw: Sequence[tuple[bytes, bytes]], body: bytes
-    ) -> Outbound:
-        """The client's request as it goes upstream: same method and body, headers cleaned."""
-        return cls(upstream, method, url, forward_headers(raw), body)
-
-
-class UpstreamResponse(Protocol):
-    status: int
-    headers: Sequence[tuple[str, str]]
-    chunked: bool
-
-    def chunks(self) -> AsyncIterator[bytes]: ...
-    def close(self) -> None: ...
-    @property
-    def ended(self) -> bool:
-        """Whether the chunk just handed over was the last: the answer is all in. May say
-        False when it cannot tell without waiting."""
-        ...
-
-    @property
-    def whole(self) -> bool:
-        """Whether every byte of the answer has come in, read or not, and goes on unchanged (not
-        inflated). May say False when it cannot tell."""
-        ...
-
-
-class Upstream(Protocol):
-    async def open(self, request: Outbound) -> UpstreamResponse: ...
 
 
 class AiohttpResponse:

@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tapeproxy.cli.main import app
-from tapeproxy.engine import runs
+from tapeproxy.engine import ledger
 from tapeproxy.exchange import layout as exchangefile
 from tapeproxy.exchange import model as models
 from tapeproxy.providers import Rulebook, provider_table
@@ -112,7 +112,7 @@ def test_a_run_that_left_many_recordings_unused_notes_a_bounded_number_for_prune
 ) -> None:
     """Each unused recording in the note is read and digested when the run ends: a cap keeps
     a huge cassette's shutdown short; prune takes the rest after the next run."""
-    monkeypatch.setattr(runs, "MAX_NOTED", 2)
+    monkeypatch.setattr(ledger, "MAX_NOTED", 2)
     record(make_proxy, "many", ["one", "two", "three", "four", "five"])
     folder = cassettes / "many"
     replayer = make_proxy(mode="replay", cassette="many")

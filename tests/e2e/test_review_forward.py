@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from tapeproxy.doors import head_limits
-from tapeproxy.doors.sending import GRACE_AFTER_FINAL_FRAME
+from tapeproxy.engine.relay import GRACE_AFTER_FINAL_FRAME
 from tests.conftest import MakeProxy
 from tests.e2e.test_inflate import SocketUpstream
 from tests.fakes.upstream import FakeUpstream
@@ -290,8 +290,8 @@ def test_clients_that_close_as_soon_as_the_answer_ended_are_not_aborts(
 def slow_writes(proxy: ProxyServer, seconds: float) -> list[float]:
     """Each recording's trip to a writer thread takes `seconds` more (a slow disk); the times
     the writes ended."""
-    engine: Any = proxy.app.front.engine  # type: ignore[attr-defined]
-    write: Callable[..., Any] = engine._write
+    keeper: Any = proxy.app.front.engine.keeper  # type: ignore[attr-defined]
+    write: Callable[..., Any] = keeper._write
     ended: list[float] = []
 
     def slow(*args: Any) -> Any:
@@ -301,7 +301,7 @@ def slow_writes(proxy: ProxyServer, seconds: float) -> list[float]:
         finally:
             ended.append(time.monotonic())
 
-    engine._write = slow
+    keeper._write = slow
     return ended
 
 
@@ -337,13 +337,13 @@ def test_a_commit_failing_after_its_request_ended_is_logged_not_left_unretrieved
     fake.frame_delay = 0.01
     with server_log(caplog):
         proxy = make_proxy(mode="record")
-        engine: Any = proxy.app.front.engine  # type: ignore[attr-defined]
+        keeper: Any = proxy.app.front.engine.keeper  # type: ignore[attr-defined]
 
         def failing(*args: Any) -> Any:
             time.sleep(GRACE_AFTER_FINAL_FRAME + 1)
             raise RuntimeError("a bug of tapeproxy's own, say")
 
-        engine._write = failing
+        keeper._write = failing
         with connect(proxy) as sock:
             sock.sendall(stream_request())
             # The last chunk ([DONE]) waits for the commit: the client leaves before it,

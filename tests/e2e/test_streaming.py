@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 
-from tapeproxy.doors.sending import GRACE_AFTER_FINAL_FRAME
+from tapeproxy.engine.relay import GRACE_AFTER_FINAL_FRAME
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import SECRET_ANTHROPIC, SECRET_OPENAI, ProxyServer, wait_for

@@ -12,7 +12,8 @@ from unittest.mock import patch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tapeproxy.engine.capture import Capture, Finished, settle
+from tapeproxy.engine.capture import Capture
+from tapeproxy.engine.finish import Finished, settle
 from tapeproxy.engine.keying import RequestParts
 from tapeproxy.engine.spool import Spool
 from tapeproxy.exchange.bodies import Payload

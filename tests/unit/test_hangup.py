@@ -99,10 +99,10 @@ def test_a_grace_lets_the_work_finish_or_stops_it_when_it_runs_out(
 
     async def scenario() -> bool:
         client = Client()
-        watch = Watch(client.gone)
+        watch = Watch(client.gone, grace=lambda: 0.3)
         asyncio.get_running_loop().call_later(0.01, client.left.set)
         try:
-            return await watch.run_unless_gone(work.pump(), grace=lambda: 0.3)
+            return await watch.run_unless_gone(work.pump())
         finally:
             watch.close()
 
@@ -160,3 +160,29 @@ def test_a_shutdown_that_comes_just_after_the_client_left_is_not_swallowed() -> 
 
     asyncio.run(scenario())
     assert work.closed and not work.ended
+
+
+def test_a_grace_runs_out_once_over_many_pieces_of_work() -> None:
+    """A live answer guards each read: the grace that began at the hang-up is not granted
+    afresh to every read after it, and work begun after it ran out stops at once."""
+    ran: list[int] = []
+
+    async def scenario() -> None:
+        client = Client()
+        watch = Watch(client.gone, grace=lambda: 0.3)
+        client.left.set()
+        started = asyncio.get_running_loop().time()
+        try:
+            with pytest.raises(ClientGone):
+                for n in range(100):  # 100 pieces of 0.05 s each, a grace of 0.3 s in all
+                    await watch.unless_gone(asyncio.sleep(0.05))
+                    ran.append(n)
+            assert asyncio.get_running_loop().time() - started < 0.6
+            await asyncio.sleep(0.01)  # between two pieces: the grace has run out already
+            with pytest.raises(ClientGone):
+                await watch.unless_gone(asyncio.sleep(10))
+        finally:
+            watch.close()
+
+    asyncio.run(scenario())
+    assert 3 <= len(ran) <= 6, ran

@@ -1,4 +1,5 @@
-"""The package's shape: no import cycle among its modules, and no module over 300 lines."""
+"""The package's shape: no import cycle among its modules, no module over 300 lines and no
+function over 50."""
 
 from __future__ import annotations
 
@@ -10,15 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # The import package `tapeproxy` is built from these folders (pyproject.toml's package-dir).
 FOLDERS = {"tapeproxy": ROOT / "proxy", "tapeproxy.cli": ROOT / "cli"}
 MAX_LINES = 300
-# Modules that may still be over MAX_LINES: another branch of issue 23 is splitting them as
-# this is written. Delete each entry once its module is split; the list should end empty.
-TOO_LONG_FOR_NOW = frozenset(
-    {
-        "proxy/engine/core.py",
-        "proxy/engine/runs.py",
-        "proxy/engine/capture.py",
-    }
-)
+MAX_FUNCTION_LINES = 50
 
 
 def modules() -> dict[str, Path]:
@@ -137,10 +130,19 @@ def test_no_module_is_over_300_lines() -> None:
         path.relative_to(ROOT).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
         for path in modules().values()
     }
-    too_long = {name: n for name, n in lengths.items() if n > MAX_LINES}
-    unexpected = sorted(set(too_long) - TOO_LONG_FOR_NOW)
-    assert not unexpected, (
-        f"over {MAX_LINES} lines: "
-        + ", ".join(f"{name} ({too_long[name]})" for name in unexpected)
-        + "; split the module along its responsibilities"
+    too_long = sorted(f"{name} ({n})" for name, n in lengths.items() if n > MAX_LINES)
+    assert not too_long, (
+        f"over {MAX_LINES} lines: {', '.join(too_long)}; split each along its responsibilities"
     )
+
+
+def test_no_function_is_over_50_lines() -> None:
+    long = [
+        f"{path.relative_to(ROOT).as_posix()}: {node.name} ({node.end_lineno - node.lineno + 1})"
+        for path in modules().values()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"

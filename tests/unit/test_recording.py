@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tapeproxy.engine.capture import Capture, is_failure_status, stored_headers
+from tapeproxy.engine.capture import Capture, is_failure_status
+from tapeproxy.engine.finish import finish, stored_headers
 from tapeproxy.engine.keying import RequestParts
 from tapeproxy.engine.replay import Replay, frame_bytes
 from tapeproxy.engine.spool import SPOOL_AFTER, Spool
@@ -130,11 +131,8 @@ GEMINI_ARRAY = [
 
 
 def test_a_chunked_json_answer_to_a_plain_request_is_stored_as_one_json_body() -> None:
-    exchange = (
-        recorder([b'{"id": "x",', b' "usage": {"prompt_tokens": 3}}'], "application/json")
-        .finish(cut=False)
-        .exchange
-    )
+    captured = recorder([b'{"id": "x",', b' "usage": {"prompt_tokens": 3}}'], "application/json")
+    exchange = finish(captured, cut=False).exchange
     assert exchange.response.frames is None
     assert exchange.response.body == {
         "json": {"id": "x", "usage": {"prompt_tokens": 3}},
@@ -147,7 +145,7 @@ def test_a_chunked_json_stream_is_kept_as_timed_pieces_with_its_usage() -> None:
     made = recorder(
         GEMINI_ARRAY, "application/json; charset=UTF-8", req=req, provider=gemini.PROVIDER
     )
-    exchange = made.finish(cut=False).exchange
+    exchange = finish(made, cut=False).exchange
     assert exchange.response.dialect == "json"
     assert [frame_bytes(f) for f in exchange.response.frames or []] == GEMINI_ARRAY
     assert exchange.usage == {"input_tokens": 4, "output_tokens": 2}
@@ -156,11 +154,8 @@ def test_a_chunked_json_stream_is_kept_as_timed_pieces_with_its_usage() -> None:
 
 def test_an_error_answered_chunked_to_a_stream_request_stays_a_json_body() -> None:
     req = request(body={"model": "m", "stream": True})
-    exchange = (
-        recorder([b'{"error": {"message": "bad"}}'], "application/json", status=400, req=req)
-        .finish(cut=False)
-        .exchange
-    )
+    captured = recorder([b'{"error": {"message": "bad"}}'], "application/json", status=400, req=req)
+    exchange = finish(captured, cut=False).exchange
     assert exchange.response.frames is None
     assert exchange.response.body == {"json": {"error": {"message": "bad"}}, "style": "spaced"}
 
@@ -175,7 +170,7 @@ def test_an_error_answered_chunked_to_a_stream_request_stays_a_json_body() -> No
 )
 def test_an_error_event_in_a_stream_marks_it_a_stream_error(error_frame: bytes) -> None:
     made = recorder([b'data: {"token":"a"}\n\n', error_frame], "text/event-stream")
-    assert made.finish(cut=False).exchange.outcome is Outcome.STREAM_ERROR
+    assert finish(made, cut=False).exchange.outcome is Outcome.STREAM_ERROR
 
 
 @pytest.mark.parametrize(
@@ -217,11 +212,11 @@ def test_a_plain_body_never_has_a_final_frame() -> None:
 def test_a_cut_keeps_when_it_came_and_replays_it() -> None:
     made = recorder(CHAT[:1], "text/event-stream")
     made.started -= 1.25  # the answer began 1.25 s ago
-    cut = made.finish(cut=True).exchange
+    cut = finish(made, cut=True).exchange
     assert cut.outcome is Outcome.UPSTREAM_CUT
     assert 1250 <= (cut.response.end_ms or 0) < 5000
     assert Replay.of(cut, cut.key).end_ms == cut.response.end_ms
-    whole = recorder(CHAT, "text/event-stream").finish(cut=False).exchange
+    whole = finish(recorder(CHAT, "text/event-stream"), cut=False).exchange
     assert whole.response.end_ms is None
     assert Replay.of(whole, whole.key).end_ms is None
 
@@ -252,7 +247,7 @@ def test_a_replayed_answer_has_a_content_length_only_where_http_allows_one(
     )
     if status == 200 and method == "POST":
         made.add(b"{}")
-    replay = Replay.of(made.finish(cut=False).exchange, "k" * 64)
+    replay = Replay.of(finish(made, cut=False).exchange, "k" * 64)
     lengths = [v.decode() for k, v in replay.headers if k == b"content-length"]
     assert lengths == ([length] if length else [])
 
@@ -277,9 +272,9 @@ def test_a_spooled_answer_is_written_as_the_same_bytes_as_a_held_one(
         chunks.append(b"\xff\xfe")  # not UTF-8: base64
     content_type = "application/octet-stream" if kind == "bin" else kind
     chunked = kind in ("text/event-stream", "application/x-ndjson")
-    with patch.object(Capture, "_ms", return_value=5):  # the same timings in both
-        whole = recorder(chunks, content_type, chunked=chunked).finish(cut)
-        spooled = recorder(chunks, content_type, chunked=chunked, keep=0).finish(cut)
+    with patch.object(Capture, "ms", return_value=5):  # the same timings in both
+        whole = finish(recorder(chunks, content_type, chunked=chunked), cut)
+        spooled = finish(recorder(chunks, content_type, chunked=chunked, keep=0), cut)
     assert whole.middle is None and (spooled.middle is not None or not b"".join(chunks))
     expected = dump_exchange(whole.exchange)
     if spooled.middle is None:

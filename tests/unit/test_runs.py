@@ -7,7 +7,8 @@ import tracemalloc
 from pathlib import Path
 
 from tapeproxy.engine.replay import Replay, ReplayCache
-from tapeproxy.engine.runs import MAX_REACHED_UNTOLD, Run, Runs, Touched
+from tapeproxy.engine.run import Run
+from tapeproxy.engine.runs import MAX_REACHED_UNTOLD, Runs, Touched
 from tapeproxy.exchange.model import Exchange, StoredRequest, StoredResponse
 from tapeproxy.store.files import FileStore
 
@@ -83,7 +84,8 @@ def test_a_restart_keeps_what_the_ended_run_left_unused(tmp_path: Path) -> None:
         run.replayed_from = True
         await runs.restart_all()
         fresh = await runs.get("suite")
-        return runs.ended_unused, len(fresh.served), [r.cassette for r in runs.ended]
+        ledger = runs.ledger
+        return ledger.ended_unused, len(fresh.served), [r.cassette for r in ledger.ended]
 
     assert asyncio.run(scenario()) == (1, 0, ["suite"])
 

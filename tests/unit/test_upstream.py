@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from tapeproxy.errors import UpstreamCut, UpstreamError, UpstreamTimeout, UpstreamUnreachable
-from tapeproxy.upstream.client import AiohttpResponse, AiohttpUpstream, Outbound
+from tapeproxy.upstream.client import AiohttpResponse, AiohttpUpstream
+from tapeproxy.upstream.protocol import Outbound
 from tests.support import closed_port
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]

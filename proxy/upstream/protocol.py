@@ -1,0 +1,53 @@
+"""What the engine needs of an upstream client, with no HTTP library in it: the request as it
+goes out (`Outbound`), the answer as it comes (`UpstreamResponse`), and the one-method
+`Upstream` that turns the one into the other (tapeproxy.upstream.client, on aiohttp)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from tapeproxy.upstream.hopheaders import forward_headers
+
+
+@dataclass
+class Outbound:
+    """Built for every live request, so not frozen (see tapeproxy.engine.inbound)."""
+
+    upstream: str
+    method: str
+    url: str
+    headers: Sequence[tuple[bytes, bytes]]  # each byte as the client sent it
+    body: bytes
+
+    @classmethod
+    def of(
+        cls, upstream: str, method: str, url: str, raw: Sequence[tuple[bytes, bytes]], body: bytes
+    ) -> Outbound:
+        """The client's request as it goes upstream: same method and body, headers cleaned."""
+        return cls(upstream, method, url, forward_headers(raw), body)
+
+
+class UpstreamResponse(Protocol):
+    status: int
+    headers: Sequence[tuple[str, str]]
+    chunked: bool
+
+    def chunks(self) -> AsyncIterator[bytes]: ...
+    def close(self) -> None: ...
+    @property
+    def ended(self) -> bool:
+        """Whether the chunk just handed over was the last: the answer is all in. May say
+        False when it cannot tell without waiting."""
+        ...
+
+    @property
+    def whole(self) -> bool:
+        """Whether every byte of the answer has come in, read or not, and goes on unchanged (not
+        inflated). May say False when it cannot tell."""
+        ...
+
+
+class Upstream(Protocol):
+    async def open(self, request: Outbound) -> UpstreamResponse: ...

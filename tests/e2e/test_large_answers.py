@@ -14,7 +14,7 @@ from tapeproxy.engine.spool import SPOOL_AFTER
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import SECRET_OPENAI, library_files, wait_for
-from tests.support.serve import Serve
+from tests.support.serve import record_in_serve
 
 CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "a long one"}]}
 
@@ -157,28 +157,3 @@ def test_recording_a_large_answer_holds_no_copy_of_it_in_memory(
     path, _ = only_exchange(tmp_path / "cassettes")
     assert path.stat().st_size > size
     assert growth < 24, f"tapeproxy's peak RSS grew {growth:.0f} MB"
-
-
-def record_in_serve(
-    fake: FakeUpstream, tmp_path: Path, path: str, reply: Reply, *options: str
-) -> tuple[int, float]:
-    """`reply` recorded by `tapeproxy serve` in its own process, into tmp_path/cassettes: the
-    bytes its client received, and how far (MB) the server's peak RSS grew meanwhile."""
-    fake.script(path, reply)
-    cassettes = tmp_path / "cassettes"
-    args = ["--mode", "record", "--cassettes", str(cassettes), "--upstream", f"tool={fake.url}"]
-    server = Serve([*args, *options], tmp_path)
-    try:
-        before = peak_rss_mb(server.process.pid)
-        with httpx.stream("GET", server.url + "/tool" + path, timeout=60) as response:
-            received = sum(len(chunk) for chunk in response.iter_bytes())
-        return received, peak_rss_mb(server.process.pid) - before
-    finally:
-        server.stop()
-
-
-def peak_rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM in /proc")

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,8 +17,8 @@ from tapeproxy.engine.relay import GRACE_AFTER_FINAL_FRAME
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import SECRET_ANTHROPIC, SECRET_OPENAI, ProxyServer, wait_for
+from tests.support.streams import USER, stream_through_shutdown
 
-USER: Any = [{"role": "user", "content": "What is the weather in Paris today?"}]
 OPENAI_TOOL: Any = {
     "type": "function",
     "function": {
@@ -417,44 +415,6 @@ def test_re_recording_a_cut_that_came_later_leaves_the_file_as_it_is(
         [path] = sorted(cassettes.rglob("*.json"))
         recorded.append(path.read_bytes())
     assert recorded[0] == recorded[1]
-
-
-def stream_through_shutdown(
-    proxy: ProxyServer, caplog: pytest.LogCaptureFixture, timing: str = "none"
-) -> list[str | None]:
-    """Stop the server while a client reads a chat stream; how the client's stream ended.
-    The server's own log (uvicorn's) is captured too, where a traceback would show."""
-    first = threading.Event()
-    ends: list[str | None] = []
-
-    def client() -> None:
-        body = {"model": "gpt-4o-mini", "messages": USER, "stream": True}
-        try:
-            with httpx.stream(
-                "POST",
-                proxy.url + "/openai/v1/chat/completions",
-                json=body,
-                headers={"x-tapeproxy-timing": timing},
-                timeout=30,
-            ) as response:
-                for _ in response.iter_raw():
-                    first.set()
-            ends.append(None)
-        except httpx.RemoteProtocolError as exc:
-            ends.append(type(exc).__name__)
-
-    server_log = logging.getLogger("uvicorn.error")
-    server_log.addHandler(caplog.handler)
-    try:
-        with caplog.at_level(logging.INFO, logger="tapeproxy"):
-            thread = threading.Thread(target=client)
-            thread.start()
-            assert first.wait(10)
-            proxy.stop()
-            thread.join(10)
-    finally:
-        server_log.removeHandler(caplog.handler)
-    return ends
 
 
 def test_a_live_stream_cut_by_shutdown_logs_one_line_and_no_traceback(

@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
+
+from tests.fakes.upstream import FakeUpstream, Reply
+
 TAPEPROXY = [sys.executable, "-m", "tapeproxy"]
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 
@@ -34,3 +38,28 @@ class Serve:
         self.process.send_signal(sig)
         _, err = self.process.communicate(timeout=30)
         return self.process.returncode, err
+
+
+def record_in_serve(
+    fake: FakeUpstream, tmp_path: Path, path: str, reply: Reply, *options: str
+) -> tuple[int, float]:
+    """`reply` recorded by `tapeproxy serve` in its own process, into tmp_path/cassettes: the
+    bytes its client received, and how far (MB) the server's peak RSS grew meanwhile."""
+    fake.script(path, reply)
+    cassettes = tmp_path / "cassettes"
+    args = ["--mode", "record", "--cassettes", str(cassettes), "--upstream", f"tool={fake.url}"]
+    server = Serve([*args, *options], tmp_path)
+    try:
+        before = peak_rss_mb(server.process.pid)
+        with httpx.stream("GET", server.url + "/tool" + path, timeout=60) as response:
+            received = sum(len(chunk) for chunk in response.iter_bytes())
+        return received, peak_rss_mb(server.process.pid) - before
+    finally:
+        server.stop()
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM in /proc")

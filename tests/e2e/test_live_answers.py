@@ -1,6 +1,6 @@
-"""Review of the slimmed live forward path (send_live, the hang-up Watch, answer.ended) and of
-the head cap and deadline, through the real server: upstreams scripted byte by byte, raw
-client sockets, many clients at once, a writer thread that is slow."""
+"""Live answers through the real server: the relay (chunks recorded as they pass), a client
+that hangs up, the end of an answer, and the request head's cap and deadline; upstreams
+scripted byte by byte, raw client sockets, many clients at once, a slow writer thread."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import pytest
 from tapeproxy.doors import head_limits
 from tapeproxy.engine.relay import GRACE_AFTER_FINAL_FRAME
 from tests.conftest import MakeProxy
-from tests.e2e.test_inflate import SocketUpstream
+from tests.fakes.socket_upstream import SocketUpstream
 from tests.fakes.upstream import FakeUpstream
 from tests.support import ProxyServer, files_under, wait_for
 

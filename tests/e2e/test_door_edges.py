@@ -1,5 +1,5 @@
-"""Review of the replay door (raw header names, the bare /v1 route, the fast path check) and of
-tapeproxy.upstream.inflate, through the real server: what held and what broke."""
+"""The door's edges through the real server: raw header names, the bare /v1 route, the
+replay fast path, compressed answers inflated in bounded pieces, a stream cut by shutdown."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ import httpx
 import pytest
 
 from tests.conftest import MakeProxy
-from tests.e2e.test_inflate import PLAIN, SocketUpstream, gzip_stream, whole
-from tests.e2e.test_streaming import stream_through_shutdown
 from tests.fakes.raw import RawUpstream
+from tests.fakes.socket_upstream import PLAIN, SocketUpstream, gzip_stream, whole
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import files_under, library_files
+from tests.support.streams import stream_through_shutdown
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 

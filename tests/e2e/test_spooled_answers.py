@@ -1,5 +1,5 @@
-"""Adversarial review of the spooled record path (answers past SPOOL_AFTER): byte fidelity of
-replays, outcomes, concurrency, failure paths, leftovers, memory."""
+"""Answers too large to hold (past SPOOL_AFTER), recorded through a spool: replayed byte
+for byte, their outcomes, concurrency, failure paths, leftovers, memory."""
 
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ import pytest
 
 from tapeproxy.engine.spool import SPOOL_AFTER
 from tests.conftest import MakeProxy
-from tests.e2e.test_large_answers import record_in_serve
 from tests.fakes.raw import RawUpstream
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import wait_for
+from tests.support.serve import record_in_serve
 
 CHAT = {"model": "gpt-4o-mini", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 def write_atomic(path: Path, data: bytes | Iterable[bytes]) -> None:
-    """Temp file in the same folder, write, fsync, rename over, fsync the folder: a crash
+    """Temp file in the same folder, write, fdatasync, rename over, fsync the folder: a crash
     leaves the old file or the new one, never a torn one. `data` may come in pieces (an
     exchange too large to hold). The temp name is one that `is_leftover` knows."""
     fd, temp = create_temp(path)
@@ -18,12 +18,17 @@ def write_atomic(path: Path, data: bytes | Iterable[bytes]) -> None:
             for piece in [data] if isinstance(data, bytes) else data:
                 handle.write(piece)
             handle.flush()
-            os.fsync(handle.fileno())
+            # The bytes and what reading them back needs (the size): a new file's times are
+            # not worth a second write to the disk's journal.
+            datasync(handle.fileno())
         os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
     fsync_folder(path.parent)
+
+
+datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 
 
 def create_temp(path: Path) -> tuple[int, str]:

@@ -8,7 +8,9 @@ import ssl
 from collections.abc import AsyncIterator, Sequence
 
 import aiohttp
+from aiohttp.helpers import get_env_proxy_for_url
 from aiohttp.http_exceptions import LineTooLong
+from yarl import URL
 
 from tapeproxy.errors import UpstreamCut, UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from tapeproxy.redaction.secrets import redact_text, redact_url
@@ -25,6 +27,7 @@ MAX_HEADERS = 128
 # that meets one is not sent again: aiohttp retries only idempotent methods).
 IDLE_SECONDS = 4.0
 LIMIT = 100  # connections in use at once; more requests wait for one
+MAX_HOSTS = 256  # upstream hosts whose proxy is remembered
 # Headers aiohttp adds on its own when a request has none: the request goes as the client
 # sent it (forward_headers names the encodings tapeproxy inflates; `User-Agent` is ours only
 # when the client sent none: tapeproxy.upstream.request).
@@ -96,17 +99,20 @@ class AiohttpResponse:
 
 class AiohttpUpstream:
     """Sends through one aiohttp ClientSession, made in the running loop by the app's lifespan,
-    which closes it. `trust_env`: proxies from HTTP_PROXY, HTTPS_PROXY and NO_PROXY (with
-    credentials in the proxy's URL), as every HTTP tool on the user's machine takes them."""
+    which closes it. Proxies come from HTTP_PROXY, HTTPS_PROXY and NO_PROXY (with credentials
+    in the proxy's URL), as every HTTP tool on the user's machine takes them: as aiohttp's
+    `trust_env` takes them, but worked out once per upstream host (`EnvProxies`), not in a
+    thread hop per request (two with `trust_env`: ~0.9 ms a request on these machines)."""
 
     def __init__(self, connect: float, read: float, limits: InflateLimits = CAPS) -> None:
         self.connect_timeout = connect
         self.read_timeout = read
         self._limits = limits
         self._tls: ssl.SSLContext | None = None
+        self._proxies = EnvProxies()
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=LIMIT, keepalive_timeout=IDLE_SECONDS),
-            trust_env=True,
+            trust_env=False,  # the environment's proxies: EnvProxies, once per host
             auto_decompress=False,  # inflated by tapeproxy.upstream.inflate, with its caps
             cookie_jar=aiohttp.DummyCookieJar(),  # a proxy, not a browser: no cookie kept
             skip_auto_headers=NOT_ADDED,
@@ -121,10 +127,13 @@ class AiohttpUpstream:
             url, headers, credentials = prepare(request.url, request.headers)
         except ValueError as exc:
             raise UpstreamError(f"{_where(request)}: not a URL tapeproxy can call: {exc}") from exc
+        proxy, proxy_headers = self._proxies.of(url)
         try:
             response = await self._session.request(
                 request.method,
                 url,
+                proxy=proxy,
+                proxy_headers=proxy_headers,
                 headers=headers,
                 data=request.body or None,
                 allow_redirects=False,  # a redirect goes to the client, as the upstream sent it
@@ -228,3 +237,26 @@ def _has_body(method: str, status: int) -> bool:
 def _told(exc: BaseException) -> str:
     """An exception's own text, which may quote a URL: with its secrets taken out."""
     return redact_text(str(exc))
+
+
+class EnvProxies:
+    """The proxy of each upstream host, from the environment (HTTP_PROXY, HTTPS_PROXY,
+    NO_PROXY, credentials in the proxy's URL or in ~/.netrc for the proxy), by aiohttp's own
+    reading of it; read once per (scheme, host) for the life of the server."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, str], tuple[URL | None, dict[str, str] | None]] = {}
+
+    def of(self, url: URL) -> tuple[URL | None, dict[str, str] | None]:
+        """The proxy to send `url` through, and the headers that go to it (its credentials)."""
+        place = (url.scheme, url.host or "")
+        known = self._known.get(place)
+        if known is None:
+            try:
+                proxy, auth = get_env_proxy_for_url(url)
+                known = (proxy, None if auth is None else {"Proxy-Authorization": auth.encode()})
+            except LookupError:  # no proxy for it, or NO_PROXY names it
+                known = (None, None)
+            if len(self._known) < MAX_HOSTS:  # upstreams are few; a bound all the same
+                self._known[place] = known
+        return known

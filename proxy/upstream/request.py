@@ -20,7 +20,7 @@ USER_AGENT = f"tapeproxy/{__version__}"  # for a request that came without a Use
 
 class Credentials:
     """The Authorization a request goes with: the client's own, else the upstream URL's
-    `user:pass@` as basic auth, never one aiohttp found in ~/.netrc (trust_env reads it).
+    `user:pass@` as basic auth, never one from ~/.netrc (aiohttp's trust_env would read it).
     An aiohttp middleware, so it is set after aiohttp's own (which would otherwise refuse a
     client's Authorization next to a .netrc entry for that host)."""
 

@@ -8,6 +8,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tapeproxy.logs import fast_info
+
 log = logging.getLogger("tapeproxy")
 
 
@@ -81,14 +83,8 @@ class Trace:
     def log(self, outcome: str, status: int) -> None:
         if log.isEnabledFor(logging.INFO):
             ms = (time.monotonic() - self.started) * 1000
-            log.info(
-                "%s %s %s %s key=%s -> %s %d (%.0f ms)",
-                self.mode,
-                self.upstream,
-                self.method,
-                self.path,
-                self.key[:12],
-                outcome,
-                status,
-                ms,
+            fast_info(
+                log,
+                f"{self.mode} {self.upstream} {self.method} {self.path} key={self.key[:12]} "
+                f"-> {outcome} {status} ({ms:.0f} ms)",
             )

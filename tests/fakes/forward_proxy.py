@@ -12,7 +12,7 @@ import socket
 import threading
 from dataclasses import dataclass
 
-from tests.fakes.raw import LoopbackServer
+from tests.fakes.raw import LoopbackServer, read_request
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class ForwardProxy(LoopbackServer):
             pending = b""
             try:
                 while True:
-                    head, body, pending = _read_request(conn, pending)
+                    head, body, pending = read_request(conn, pending)
                     if head is None:
                         return
                     if not self._one(conn, head, body):
@@ -85,27 +85,6 @@ class ForwardProxy(LoopbackServer):
             while chunk := up.recv(65536):
                 conn.sendall(chunk)
         return False  # the answer's framing was the upstream's: close, as it did
-
-
-def _read_request(conn: socket.socket, pending: bytes) -> tuple[bytes | None, bytes, bytes]:
-    """One request's head and body (of its Content-Length), and the bytes after them."""
-    while b"\r\n\r\n" not in pending:
-        chunk = conn.recv(65536)
-        if not chunk:
-            return None, b"", b""
-        pending += chunk
-    head, _, rest = pending.partition(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value)
-    while len(rest) < length:
-        chunk = conn.recv(65536)
-        if not chunk:
-            return None, b"", b""
-        rest += chunk
-    return head, rest[:length], rest[length:]
 
 
 def _pipe(one: socket.socket, other: socket.socket) -> None:

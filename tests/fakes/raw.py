@@ -99,7 +99,8 @@ class KeepAliveUpstream(LoopbackServer):
             pending = b""
             while self.answers:
                 try:
-                    request, pending = _read_request(conn, pending)
+                    head, body, pending = read_request(conn, pending)
+                    request = None if head is None else head + b"\r\n\r\n" + body
                 except OSError:
                     return
                 if request is None:
@@ -111,12 +112,13 @@ class KeepAliveUpstream(LoopbackServer):
                     return
 
 
-def _read_request(conn: socket.socket, pending: bytes) -> tuple[bytes | None, bytes]:
-    """One request (head, and a body of its Content-Length), and the bytes after it."""
+def read_request(conn: socket.socket, pending: bytes) -> tuple[bytes | None, bytes, bytes]:
+    """One request's head and body (of its Content-Length), and the bytes after them; a
+    head of None when the connection closed first."""
     while b"\r\n\r\n" not in pending:
         chunk = conn.recv(65536)
         if not chunk:
-            return None, b""
+            return None, b"", b""
         pending += chunk
     head, _, rest = pending.partition(b"\r\n\r\n")
     length = 0
@@ -127,6 +129,6 @@ def _read_request(conn: socket.socket, pending: bytes) -> tuple[bytes | None, by
     while len(rest) < length:
         chunk = conn.recv(65536)
         if not chunk:
-            return None, b""
+            return None, b"", b""
         rest += chunk
-    return head + b"\r\n\r\n" + rest[:length], rest[length:]
+    return head, rest[:length], rest[length:]

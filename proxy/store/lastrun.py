@@ -15,7 +15,7 @@ from tapeproxy.exchange.model import Exchange, dump_exchange
 from tapeproxy.store.names import check_folder_name
 from tapeproxy.store.protocol import reason
 
-LAST_RUN_VERSION = 2  # 2: digests of the unused recordings
+LAST_RUN_VERSION = 3  # 2: digests of the unused recordings; 3: misses, failed, faults
 # The notes, one per cassette, in the library's state folder (a dot folder: no cassette name
 # starts with a dot, and every walk of the library skips them).
 NOTES = ".tapeproxy/runs"
@@ -30,7 +30,11 @@ class LastRun(BaseModel):
     with the digest (`recording_digest`) of each unused one as it was when the run ended:
     prune deletes a file only while it still holds that content, so a file renumbered by
     rekey or redact, or recorded anew since, is never taken for the one the run left unused.
-    Recordings of upstreams that ran live (partial replay) are in neither list."""
+    Recordings of upstreams that ran live (partial replay) are in neither list.
+
+    `misses` counts the run's requests that no recording answered, `failed` says the run did
+    not pass (a pytest test that failed or errored), and `faults` counts the faults it served
+    by kind. A note of an older version reads with none of them."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -38,6 +42,9 @@ class LastRun(BaseModel):
     used: list[str] = Field(default_factory=list)
     unused: list[str] = Field(default_factory=list)
     digests: dict[str, str] = Field(default_factory=dict)  # unused file -> recording_digest
+    misses: int = Field(default=0, ge=0)
+    failed: bool = False
+    faults: dict[str, int] = Field(default_factory=dict)  # kind -> how many served
 
 
 def recording_digest(exchange: Exchange) -> str:

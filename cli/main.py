@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tapeproxy.cli import maintenance, tools
+from tapeproxy.cli import looking, maintenance, tools
 from tapeproxy.cli.library import fail, option
 from tapeproxy.errors import ConfigError
 from tapeproxy.settings import Mode, RepeatPolicy, Settings
@@ -99,6 +99,8 @@ COMMANDS = (
     ("diff", tools.diff),
     ("prune", maintenance.prune),
     ("redact", maintenance.redact),
+    ("report", looking.report),
+    ("view", looking.view),
 )
 
 

@@ -10,20 +10,24 @@ from contextlib import asynccontextmanager
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tapeproxy.doors.control import CONTROL_PREFIX, control_routes
+from tapeproxy.doors.control import CONTROL_PREFIX, OffLoopback, control_routes
 from tapeproxy.doors.front import Front
 from tapeproxy.doors.sending import QuietCuts
 from tapeproxy.engine.core import Engine
 from tapeproxy.engine.stats import Snapshot
-from tapeproxy.errors import BadCassetteName
+from tapeproxy.errors import BadCassetteName, ConfigError
 from tapeproxy.providers import provider_table
 from tapeproxy.settings import Settings
+from tapeproxy.sources import load_tool_settings
 from tapeproxy.store import open_store
 from tapeproxy.store.protocol import CassetteStore
+from tapeproxy.tools.prices import load_prices
 from tapeproxy.upstream.client import AiohttpUpstream
+from tapeproxy.viewer.app import Live, viewer_app
 
 log = logging.getLogger("tapeproxy")
 
@@ -59,7 +63,7 @@ class Server:
 
         _quiet_cuts()
         control = Starlette(
-            routes=control_routes(engine),
+            routes=[*ui_routes(engine, settings), *control_routes(engine)],
             lifespan=lifespan,
             exception_handlers={
                 BadCassetteName: _bad_name,
@@ -84,6 +88,31 @@ class Doors:
             await self.front(scope, receive, send)
         else:
             await self.control(scope, receive, send)
+
+
+UI = CONTROL_PREFIX + "ui"
+
+
+def ui_routes(engine: Engine, settings: Settings) -> list[BaseRoute]:
+    """The cassette viewer at /__tapeproxy/ui/, with this server's misses, refreshed as its
+    exchanges happen; guarded off loopback as the control API is."""
+    try:
+        prices = load_prices(load_tool_settings({}).prices)
+    except ConfigError as exc:
+        log.warning("the page at %s/ shows the shipped prices: %s", UI, exc.message)
+        prices = load_prices()
+
+    def stamp() -> int:
+        c = engine.counters
+        return c.upstream_calls + c.replayed + c.recorded + c.misses + c.errors
+
+    live = Live(misses=lambda: list(engine.misses), stamp=stamp)
+    page = OffLoopback(viewer_app(engine.store, prices, live), settings)
+
+    async def slash(request: Request) -> Response:
+        return RedirectResponse(UI + "/")
+
+    return [Route(UI, slash), Mount(UI, app=page)]
 
 
 def create_app(settings: Settings) -> ASGIApp:

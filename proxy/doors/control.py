@@ -9,12 +9,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tapeproxy.engine.core import Engine
 from tapeproxy.settings import Mode, Settings, is_loopback
 
 CONTROL_PREFIX = "/__tapeproxy/"
-ENDPOINTS = ("health", "stats", "misses", "cassette")
+ENDPOINTS = ("health", "stats", "misses", "cassette", "ui/")
 
 
 MAX_CONTROL_BODY = 64 * 1024  # {"cassette": NAME, "mode": MODE} is far smaller
@@ -65,6 +66,24 @@ def refusal(request: Request, settings: Settings) -> JSONResponse | None:
         "unauthorized",
         "this control request needs `Authorization: Bearer TOKEN` with the server's --admin-token",
     )
+
+
+class OffLoopback:
+    """Guards the page a server shows at /__tapeproxy/ui/ (it shows what cassettes hold):
+    open on a loopback server without an admin token; otherwise under the rules of the
+    control requests that change state (`refusal`), GETs included."""
+
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
+        self.settings = settings
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            refused = refusal(Request(scope), self.settings)
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def _error(status: int, kind: str, message: str) -> JSONResponse:

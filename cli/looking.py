@@ -1,0 +1,116 @@
+"""The commands that look at a library: `report` (for CI: Markdown, JSON, JUnit) and `view`
+(the read-only cassette viewer in a browser)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tapeproxy.cli.library import (
+    CassettesOption,
+    ConfigOption,
+    PricesOption,
+    fail,
+    open_library,
+    price_table,
+    progress,
+)
+from tapeproxy.errors import TapeproxyError
+
+VIEW_PORT = 8790
+
+
+def report(
+    markdown: Annotated[
+        bool,
+        typer.Option(
+            "--markdown", help="A Markdown table, for a CI job summary ($GITHUB_STEP_SUMMARY)."
+        ),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    junit: Annotated[
+        Path | None,
+        typer.Option(help="Also write a JUnit XML report to FILE.", metavar="FILE"),
+    ] = None,
+    cassettes: CassettesOption = None,
+    config: ConfigOption = None,
+    prices: PricesOption = None,
+) -> None:
+    """Per cassette (with the pytest plugin: per test) the exchanges, tokens and cost it holds,
+    and the misses and faults of its last finished run (read from the state folder,
+    <library>/.tapeproxy/). Markdown by default; exit 0 whatever the runs came to, 2 on an
+    error."""
+    from tapeproxy.cli.reports import print_json
+    from tapeproxy.tools.listing import count_files
+    from tapeproxy.tools.report import junit as junit_xml
+    from tapeproxy.tools.report import markdown as markdown_text
+    from tapeproxy.tools.report import report as build
+
+    if markdown and as_json:
+        raise fail("give one of --markdown and --json", as_json)
+    try:
+        library = open_library(cassettes, None, None, config, rules=False)
+        table = price_table(prices, config)
+        total = count_files(library.store, library.store.cassettes())
+        with progress(total, "reading cassettes") as tick:
+            entries = build(library.store, table, tick)
+        if junit is not None:
+            _write(junit, junit_xml(entries))
+    except TapeproxyError as exc:
+        raise fail(exc, as_json) from exc
+    if as_json:
+        print_json({"cassettes": [e.to_dict() for e in entries], "prices": list(table.sources)})
+    else:
+        print(markdown_text(entries, table), end="")
+
+
+def _write(path: Path, data: bytes) -> None:
+    from tapeproxy.errors import ConfigError
+
+    try:
+        path.write_bytes(data)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the JUnit report {path}: {exc.strerror}") from exc
+
+
+def view(
+    port: Annotated[
+        int, typer.Option(help="The port on 127.0.0.1 (0: a free one).", metavar="PORT")
+    ] = VIEW_PORT,
+    cassettes: CassettesOption = None,
+    config: ConfigOption = None,
+    prices: PricesOption = None,
+) -> None:
+    """Look at the cassettes in a browser: a read-only page on 127.0.0.1 (its URL is printed)
+    with every cassette's exchanges, tokens and cost, each exchange as a conversation, and
+    two cassettes compared. Nothing is written; no asset comes from another host. A running
+    `tapeproxy serve` shows the same page, with its misses, at /__tapeproxy/ui/."""
+    import contextlib
+
+    import uvicorn
+
+    from tapeproxy.cli.server import ReadyServer
+    from tapeproxy.viewer.app import viewer_app
+
+    if not 0 <= port <= 65535:
+        raise fail(f"--port {port}: a port is 0 to 65535")
+    try:
+        library = open_library(cassettes, None, None, config, rules=False)
+        table = price_table(prices, config)
+    except TapeproxyError as exc:
+        raise fail(exc) from exc
+    app = viewer_app(library.store, table)
+    settings = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off"
+    )
+
+    def ready(url: str) -> None:
+        print(f"tapeproxy view of {library.store.where()} on {url}/", flush=True)
+
+    server = ReadyServer(settings, ready)
+    with contextlib.suppress(SystemExit):  # uvicorn's reason for not starting is logged
+        server.run()
+    if not server.started:
+        raise fail(f"could not listen on 127.0.0.1:{port}; see the error above", code=1)

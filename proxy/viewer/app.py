@@ -1,0 +1,153 @@
+"""The viewer as an ASGI app: read-only pages rendered on the server by Jinja2 with autoescape
+(whatever a cassette holds reaches the browser as text), its CSS and JavaScript served from
+the package, and `Content-Security-Policy: default-src 'self'` on every answer. `tapeproxy
+view` serves it alone; a running server mounts it at /__tapeproxy/ui/ with its misses."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tapeproxy.errors import TapeproxyError
+from tapeproxy.store.protocol import CassetteStore
+from tapeproxy.tools.prices import PriceTable
+from tapeproxy.viewer import pages
+from tapeproxy.viewer.conversation import IMAGE_TYPES
+
+POLICY = [
+    (b"content-security-policy", b"default-src 'self'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+]
+
+
+class Policy:
+    """Adds the security headers to every answer of the app it wraps (pure ASGI)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *POLICY]
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
+@dataclass(frozen=True)
+class Live:
+    """What a running server gives its page: its misses (newest first) and a number that
+    changes whenever an exchange happens, which the page polls to refresh itself."""
+
+    misses: Callable[[], list[dict[str, Any]]]
+    stamp: Callable[[], int]
+
+
+def viewer_app(store: CassetteStore, prices: PriceTable, live: Live | None = None) -> ASGIApp:
+    """The viewer over `store`; with `live`, the misses page and the polling of a server."""
+    templates = Environment(
+        loader=PackageLoader("tapeproxy", "viewer/templates"),
+        autoescape=select_autoescape(default=True),
+    )
+
+    def render(request: Request, page: str, status: int = 200, **values: Any) -> HTMLResponse:
+        text = templates.get_template(page).render(live=live is not None, **values)
+        return HTMLResponse(text, status_code=status)
+
+    def guarded(handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
+        def endpoint(request: Request) -> Response:  # sync: starlette runs it in a thread
+            try:
+                return handler(request)
+            except TapeproxyError as exc:
+                return render(request, "error.html", 404, message=exc.message)
+
+        return endpoint
+
+    routes = _routes(store, prices, live, render)
+    static = StaticFiles(directory=Path(__file__).parent / "static")
+    app = Starlette(
+        routes=[
+            *(Route(path, guarded(handler)) for path, handler in routes),
+            Mount("/static", app=static),
+        ]
+    )
+    return Policy(app)
+
+
+def _routes(
+    store: CassetteStore,
+    prices: PriceTable,
+    live: Live | None,
+    render: Callable[..., HTMLResponse],
+) -> list[tuple[str, Callable[[Request], Response]]]:
+    def library(request: Request) -> Response:
+        summaries = pages.library(store, prices)
+        return render(request, "library.html", summaries=summaries, where=store.where())
+
+    def cassette(request: Request) -> Response:
+        name = _given(request, "name")
+        return render(request, "cassette.html", name=name, rows=pages.cassette(store, name, prices))
+
+    def exchange(request: Request) -> Response:
+        name, file = _given(request, "cassette"), _given(request, "file")
+        return render(request, "exchange.html", view=pages.exchange(store, name, file, prices))
+
+    def image(request: Request) -> Response:
+        name, file = _given(request, "cassette"), _given(request, "file")
+        found = pages.image(store, name, file, _number(request.query_params.get("n")))
+        if found is None or found.media_type not in IMAGE_TYPES:
+            return Response(status_code=404)
+        try:
+            data = base64.b64decode(found.data, validate=True)
+        except (binascii.Error, ValueError):
+            return Response(status_code=404)
+        return Response(data, media_type=found.media_type)
+
+    def diff(request: Request) -> Response:
+        a, b = _given(request, "a"), _given(request, "b")
+        return render(request, "diff.html", a=a, b=b, result=pages.difference(store, a, b, prices))
+
+    def misses(request: Request) -> Response:
+        found = live.misses() if live is not None else None
+        return render(request, "misses.html", misses=found)
+
+    def stamp(request: Request) -> Response:
+        return JSONResponse({"stamp": live.stamp() if live is not None else 0})
+
+    return [
+        ("/", library),
+        ("/cassette", cassette),
+        ("/exchange", exchange),
+        ("/image", image),
+        ("/diff", diff),
+        ("/misses", misses),
+        ("/stamp", stamp),
+    ]
+
+
+def _given(request: Request, name: str) -> str:
+    from tapeproxy.errors import ConfigError
+
+    value = request.query_params.get(name)
+    if not value:
+        raise ConfigError(f"this page needs the query parameter {name!r}")
+    return value
+
+
+def _number(value: str | None) -> int:
+    return int(value) if value is not None and value.isdigit() else -1

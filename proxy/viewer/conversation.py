@@ -1,0 +1,197 @@
+"""An exchange read as a conversation: the request's system, user and assistant messages with
+their tool calls, tool results and images, then the answer's, whatever the dialect (OpenAI
+chat and Responses, Anthropic, Gemini, Ollama). Pure: values in, values out; nothing here
+escapes (the templates do) and no image is fetched (only inline ones are shown)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from tapeproxy.exchange import answers
+from tapeproxy.exchange.model import Exchange
+
+# Image types a browser shows as pictures that can hold no script (no SVG).
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One piece of a message. `kind`: text, tool_call, tool_result, image, link, data."""
+
+    kind: str
+    text: str = ""
+    name: str = ""  # a tool's name, an image's media type
+    image: int = -1  # for an inline image: its index among the exchange's images
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str
+    parts: list[Part] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Image:
+    media_type: str
+    data: str  # base64
+
+
+@dataclass
+class Reader:
+    """Collects the images met while reading messages, so a page can link each one."""
+
+    images: list[Image] = field(default_factory=list)
+
+    def messages(self, body: Any) -> list[Message]:
+        """The request's conversation, the system prompt first."""
+        if not isinstance(body, dict):
+            return [Message("request", [self.part(body)])] if body is not None else []
+        found: list[Message] = []
+        for name in ("system", "instructions", "systemInstruction"):
+            if body.get(name):
+                found.append(Message("system", self.parts(body[name])))
+        for name in ("messages", "input", "contents"):
+            value = body.get(name)
+            if isinstance(value, str):
+                found.append(Message("user", [Part("text", value)]))
+            elif isinstance(value, list):
+                found += [self.message(item) for item in value]
+        if isinstance(body.get("prompt"), str):
+            found.append(Message("user", [Part("text", body["prompt"])]))
+        return found
+
+    def message(self, item: Any) -> Message:
+        if not isinstance(item, dict):
+            return Message("user", [self.part(item)])
+        role = str(item.get("role") or item.get("type") or "message")
+        if item.get("type") in ("function_call", "function_call_output"):
+            return Message(
+                "assistant" if item["type"] == "function_call" else "tool", [self.part(item)]
+            )
+        content = item.get("content", item.get("parts"))
+        parts = self.parts(content) if content is not None else []
+        for call in item.get("tool_calls") or []:
+            parts.append(self.part(call))
+        if role == "tool" and parts and parts[0].kind == "text":
+            parts[0] = Part("tool_result", parts[0].text, str(item.get("tool_call_id", "")))
+        return Message(role, parts)
+
+    def parts(self, content: Any) -> list[Part]:
+        if isinstance(content, list):
+            return [self.part(block) for block in content]
+        if isinstance(content, dict) and "parts" in content:  # Gemini's systemInstruction
+            return self.parts(content["parts"])
+        return [self.part(content)]
+
+    def part(self, block: Any) -> Part:
+        if isinstance(block, str):
+            return Part("text", block)
+        if not isinstance(block, dict):
+            return Part("data", _dumped(block))
+        kind = block.get("type")
+        if isinstance(block.get("text"), str) and kind in (
+            None,
+            "text",
+            "input_text",
+            "output_text",
+        ):
+            return Part("text", block["text"])
+        call = _tool_call(block)
+        if call is not None:
+            return call
+        result = _tool_result(block)
+        if result is not None:
+            return Part("tool_result", *result)
+        return self.image(block) or Part("data", _dumped(block))
+
+    def image(self, block: dict[str, Any]) -> Part | None:
+        """An inline image (kept, to be shown from this page's own host), or a link to one
+        elsewhere (shown as text: the page loads nothing from another host)."""
+        source = block.get("source") or block.get("inlineData") or block.get("inline_data")
+        if isinstance(source, dict) and isinstance(source.get("data"), str):
+            media = source.get("media_type") or source.get("mimeType") or source.get("mime_type")
+            return self.keep(str(media or ""), source["data"])
+        url = block.get("image_url")
+        url = url.get("url") if isinstance(url, dict) else url
+        if not isinstance(url, str):
+            return None
+        head, _, data = url.partition(",")
+        if url.startswith("data:") and head.endswith(";base64"):
+            return self.keep(head[5:].removesuffix(";base64"), data)
+        return Part("link", url, "image")
+
+    def keep(self, media_type: str, data: str) -> Part:
+        self.images.append(Image(media_type, data))
+        return Part("image", "", media_type, len(self.images) - 1)
+
+
+def _tool_call(block: dict[str, Any]) -> Part | None:
+    if block.get("type") == "tool_use":
+        return Part("tool_call", _dumped(block.get("input")), str(block.get("name", "")))
+    function = block.get("function") or block.get("functionCall")
+    if isinstance(function, dict):
+        arguments = function.get("arguments", function.get("args"))
+        shown = arguments if isinstance(arguments, str) else _dumped(arguments)
+        return Part("tool_call", shown, str(function.get("name", "")))
+    if block.get("type") == "function_call":
+        return Part("tool_call", str(block.get("arguments", "")), str(block.get("name", "")))
+    return None
+
+
+def _tool_result(block: dict[str, Any]) -> tuple[str, str] | None:
+    if block.get("type") == "tool_result":
+        content = block.get("content")
+        return _flat(content), str(block.get("tool_use_id", ""))
+    if block.get("type") == "function_call_output":
+        return _flat(block.get("output")), str(block.get("call_id", ""))
+    response = block.get("functionResponse")
+    if isinstance(response, dict):
+        return _dumped(response.get("response")), str(response.get("name", ""))
+    return None
+
+
+def _flat(content: Any) -> str:
+    """A tool result's content as text: its text blocks joined, anything else as JSON."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(
+        isinstance(b, dict) and isinstance(b.get("text"), str) for b in content
+    ):
+        return "\n".join(b["text"] for b in content)
+    return _dumped(content)
+
+
+def _dumped(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def answer_messages(exchange: Exchange, reader: Reader) -> list[Message]:
+    """What the answer says as messages: a whole JSON answer's message, content or output;
+    a stream's text joined (its tool calls are in its frames)."""
+    payloads = answers.payloads(exchange)
+    if exchange.response.frames is None and len(payloads) == 1:
+        found = _answer_of(payloads[0], reader)
+        if found:
+            return found
+    text = answers.text(exchange)
+    return [Message("assistant", [Part("text", text)])] if text else []
+
+
+def _answer_of(payload: Any, reader: Reader) -> list[Message]:
+    if not isinstance(payload, dict):
+        return []
+    if isinstance(payload.get("choices"), list):  # OpenAI chat
+        held = [c.get("message") for c in payload["choices"] if isinstance(c, dict)]
+        return [reader.message(m) for m in held if isinstance(m, dict)]
+    if isinstance(payload.get("content"), list):  # Anthropic
+        return [Message("assistant", reader.parts(payload["content"]))]
+    if isinstance(payload.get("output"), list):  # Responses
+        return [reader.message(item) for item in payload["output"]]
+    if isinstance(payload.get("candidates"), list):  # Gemini
+        held = [c.get("content") for c in payload["candidates"] if isinstance(c, dict)]
+        return [reader.message(m) for m in held if isinstance(m, dict)]
+    if isinstance(payload.get("message"), dict):  # Ollama chat
+        return [reader.message(payload["message"])]
+    return []

@@ -1,0 +1,125 @@
+"""What each page of the viewer shows, read from the library through the store seam: the
+library's cassettes, one cassette's exchanges, one exchange as a conversation, two cassettes
+compared, the misses of a running server. Values only: app.py renders them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tapeproxy.errors import ConfigError
+from tapeproxy.exchange.model import Exchange
+from tapeproxy.store.protocol import CassetteStore, parse_exchange_file
+from tapeproxy.tools.diff import CassetteDiff, Side, body_view, compare
+from tapeproxy.tools.listing import Row, Summary, read_all, row_of, summarize
+from tapeproxy.tools.prices import PriceTable
+from tapeproxy.viewer.conversation import Image, Message, Reader, answer_messages
+
+
+@dataclass(frozen=True)
+class Step:
+    """A stream frame on the timeline: when it came, its share of the whole, its text."""
+
+    index: int
+    ms: int
+    text: str
+
+
+@dataclass(frozen=True)
+class ExchangeView:
+    cassette: str
+    row: Row
+    messages: list[Message]
+    answer: list[Message]
+    images: list[Image]
+    steps: list[Step]
+    total_ms: int
+    request_body: str
+    response_body: str | None
+
+
+def library(store: CassetteStore, prices: PriceTable) -> list[Summary]:
+    return [summarize(store, name, prices) for name in store.cassettes()]
+
+
+@dataclass(frozen=True)
+class Line:
+    """An exchange as the cassette page lists it: its row and how long its answer took, where
+    the recording knows (a stream's last frame, a cut's end); a whole answer keeps no time."""
+
+    row: Row
+    duration_ms: int | None
+
+
+def duration(found: Exchange | None) -> int | None:
+    if found is None:
+        return None
+    response = found.response
+    if response.end_ms is not None:
+        return response.end_ms
+    return response.frames[-1].ms if response.frames else None
+
+
+def cassette(store: CassetteStore, name: str, prices: PriceTable) -> list[Line]:
+    found = read_all(store, name, prices)
+    if not found:
+        raise ConfigError(f"cassette {name!r} has no recordings under {store.where()}")
+    return [Line(item.row, duration(item.exchange)) for item in found]
+
+
+def read(store: CassetteStore, name: str, file: str) -> Exchange:
+    parsed = parse_exchange_file(file)
+    if parsed is None:
+        raise ConfigError(f"{file!r} is not the name of an exchange file")
+    key, ordinal = parsed
+    if ordinal not in store.entries(name).get(key, []):
+        raise ConfigError(f"cassette {name!r} holds no exchange file {file!r}")
+    return store.read(name, key, ordinal)
+
+
+def exchange(store: CassetteStore, name: str, file: str, prices: PriceTable) -> ExchangeView:
+    from tapeproxy.exchange.answers import frame_text
+
+    found = read(store, name, file)
+    reader = Reader()
+    request = body_view(found.request.body)
+    messages = reader.messages(request)
+    answer = answer_messages(found, reader)
+    frames = found.response.frames or []
+    steps = [Step(n, frame.ms, frame_text(frame)) for n, frame in enumerate(frames)]
+    response = None if found.response.frames is not None else body_view(found.response.body)
+    return ExchangeView(
+        cassette=name,
+        row=row_of(found, prices),
+        messages=messages,
+        answer=answer,
+        images=reader.images,
+        steps=steps,
+        total_ms=max((s.ms for s in steps), default=0),
+        request_body=_pretty(request),
+        response_body=None if response is None else _pretty(response),
+    )
+
+
+def image(store: CassetteStore, name: str, file: str, index: int) -> Image | None:
+    """The `index`-th inline image of an exchange, as its page numbered them."""
+    found = read(store, name, file)
+    reader = Reader()
+    reader.messages(body_view(found.request.body))
+    answer_messages(found, reader)
+    return reader.images[index] if 0 <= index < len(reader.images) else None
+
+
+def difference(store: CassetteStore, a: str, b: str, prices: PriceTable) -> CassetteDiff:
+    for name in (a, b):
+        if not store.entries(name):
+            raise ConfigError(f"cassette {name!r} has no recordings under {store.where()}")
+    return compare(Side(store, a), Side(store, b), prices)
+
+
+def _pretty(value: Any) -> str:
+    import json
+
+    if value is None:
+        return "(empty)"
+    return value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)

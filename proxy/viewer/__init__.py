@@ -1,0 +1,1 @@
+"""The cassette viewer: read-only pages over a library (`tapeproxy view`, /__tapeproxy/ui/)."""

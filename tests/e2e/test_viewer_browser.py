@@ -1,0 +1,155 @@
+"""The cassette viewer in a real browser: Debian's headless Chromium, driven by selenium through
+the system's chromedriver (given by path: nothing is downloaded). One browser and one
+`tapeproxy view` for the module; screenshots go to .ci/artifacts/ (CI keeps them).
+Where the browser is not installed the tests skip, saying so; under CI they fail instead."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.support.serve import ROOT
+from tests.support.viewer import IMAGE_FILE, OPENAI, PAYLOAD, View, make_library
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import Select  # noqa: E402
+
+BROWSERS = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
+DRIVERS = ("/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver")
+ARTIFACTS = ROOT / ".ci" / "artifacts"
+LOOPBACK = {"127.0.0.1", "localhost", "[::1]", "::1"}
+
+
+def _found(paths: tuple[str, ...], name: str) -> str:
+    path = next((p for p in paths if os.access(p, os.X_OK)), None) or shutil.which(name)
+    if path is None:
+        why = f"no {name} installed (apt-get install chromium chromium-driver; .ci/run does)"
+        if os.environ.get("CI"):
+            pytest.fail(f"the browser tests must run in CI: {why}")
+        pytest.skip(why)
+    return path
+
+
+@pytest.fixture(scope="module")
+def view(tmp_path_factory: pytest.TempPathFactory) -> Iterator[View]:
+    tmp = tmp_path_factory.mktemp("browser")
+    started = View(make_library(tmp), tmp)
+    assert started.url.startswith("http://127.0.0.1:"), started.ready
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    binary, driver = _found(BROWSERS, "chromium"), _found(DRIVERS, "chromedriver")
+    os.environ["SE_OFFLINE"] = "true"  # selenium-manager, should it run, fetches nothing
+    options = Options()
+    options.binary_location = binary
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",  # CI runs as root
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1280,900",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-default-apps",
+        # Whatever the page would load from another host goes to a dead proxy and fails;
+        # the performance log below says whether anything was even asked.
+        "--proxy-server=http://127.0.0.1:9",
+    ):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
+    started = webdriver.Chrome(options=options, service=Service(executable_path=driver))
+    started.set_page_load_timeout(30)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    try:
+        yield started
+    finally:
+        started.quit()
+
+
+def shot(browser: Any, name: str) -> None:
+    assert browser.save_screenshot(str(ARTIFACTS / f"viewer-{name}.png"))
+
+
+def requested(browser: Any) -> list[str]:
+    """Every URL the browser asked for since the last call (Chrome's performance log)."""
+    import json
+
+    urls = []
+    for entry in browser.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message["method"] == "Network.requestWillBeSent":
+            urls.append(message["params"]["request"]["url"])
+    return urls
+
+
+def test_the_library_leads_to_an_exchange_shown_as_a_conversation(browser: Any, view: View) -> None:
+    browser.get(view.url)
+    names = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#library a.cassette")]
+    assert {"example", "examples/python-agent", "examples/anthropic-agent"} <= set(names)
+    shot(browser, "library")
+    browser.find_element(By.LINK_TEXT, "example").click()
+    links = browser.find_elements(By.CSS_SELECTOR, "#exchanges a.exchange")
+    assert len(links) == 3
+    next(a for a in links if OPENAI in a.get_attribute("href")).click()
+    conversation = browser.find_element(By.ID, "conversation").text
+    answer = browser.find_element(By.ID, "answer").text
+    assert "What is the capital of France?" in conversation
+    assert "echo: What is the capital of France?" in answer
+    browser.get(view.url + "exchange?cassette=examples/python-agent&file=" + _last_agent_file())
+    assert "get_weather" in browser.find_element(By.ID, "conversation").text
+    shot(browser, "exchange")
+
+
+def _last_agent_file() -> str:
+    return sorted(p.name for p in (ROOT / "cassettes/examples/python-agent").glob("*.json"))[0]
+
+
+def test_the_diff_page_highlights_the_changed_field(browser: Any, view: View) -> None:
+    browser.get(view.url)
+    Select(browser.find_element(By.NAME, "a")).select_by_visible_text("example")
+    Select(browser.find_element(By.NAME, "b")).select_by_visible_text("example-xss")
+    browser.find_element(By.CSS_SELECTOR, "form.compare button").click()
+    marked = [m.text for m in browser.find_elements(By.CSS_SELECTOR, "#diff mark")]
+    assert "response.body.choices[0].message.content" in marked
+    assert "echo: What is the capital of France?" in browser.find_element(By.ID, "diff").text
+    shot(browser, "diff")
+
+
+def test_a_recorded_answer_with_markup_runs_nothing_and_shows_as_text(
+    browser: Any, view: View
+) -> None:
+    for page in (f"exchange?cassette=example-xss&file={OPENAI}", "diff?a=example&b=example-xss"):
+        browser.get(view.url + page)
+        assert browser.execute_script("return window.__pwned === undefined") is True
+        with pytest.raises(NoAlertPresentException):
+            browser.switch_to.alert.text  # noqa: B018 - asking is the check
+        assert PAYLOAD.split(" <script>")[0] in browser.find_element(By.ID, "main").text
+        assert not browser.find_elements(By.CSS_SELECTOR, "#main img[src=x], #main script")
+
+
+def test_no_request_leaves_loopback(browser: Any, view: View) -> None:
+    requested(browser)  # what earlier tests asked is theirs
+    image = f"exchange?cassette=example-xss&file={IMAGE_FILE}"
+    for page in ("", "cassette?name=example", image, "diff?a=example&b=example-xss", "misses"):
+        browser.get(view.url + page)
+    asked = requested(browser)
+    assert any("/image?" in url for url in asked), asked  # the thumbnail came from the page
+    assert any(url.endswith("static/viewer.css") for url in asked), asked
+    elsewhere = [url for url in asked if urlsplit(url).hostname not in LOOPBACK]
+    assert elsewhere == []
+    shot(browser, "image")

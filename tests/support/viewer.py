@@ -1,0 +1,77 @@
+"""The cassette viewer as a user runs it (`tapeproxy view` in a process of its own), and a
+library for it: the repository's examples, a copy of `example` whose answer holds markup
+that must run nothing, and an exchange with an inline image."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+from tests.support.serve import ROOT, TAPEPROXY
+
+OPENAI = "91011a519cbf50f19ae59da253d41954155deabece19a684b4ad64db550d0cf6.json"
+# What a recorded answer may hold: were it not escaped, each would set the sentinel global.
+PAYLOAD = (
+    '<img src=x onerror="window.__pwned=1"> <script>window.__pwned=2</script> '
+    "<b onmouseover=window.__pwned=3>bold?</b>"
+)
+IMAGE_FILE = "a" * 64 + ".json"
+# The smallest PNG there is: one transparent pixel.
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+)
+
+
+def make_library(tmp_path: Path) -> Path:
+    """tmp_path/cassettes: `example`, `examples/*`, and `example-xss` (the same recordings,
+    the OpenAI answer replaced by PAYLOAD, and one more exchange asking about an image)."""
+    library = tmp_path / "cassettes"
+    shutil.copytree(ROOT / "cassettes", library, ignore=shutil.ignore_patterns(".tapeproxy"))
+    xss = library / "example-xss"
+    shutil.copytree(library / "example", xss)
+    data = json.loads((xss / OPENAI).read_text(encoding="utf-8"))
+    data["response"]["body"]["json"]["choices"][0]["message"]["content"] = PAYLOAD
+    (xss / OPENAI).write_text(json.dumps(data, indent=2), encoding="utf-8")
+    url = "data:image/png;base64," + base64.b64encode(PNG).decode()
+    data["key"], data["seq"] = IMAGE_FILE[:64], 9
+    data["request"]["body"]["json"]["messages"] = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is in this picture?"},
+                {"type": "image_url", "image_url": {"url": url}},
+                {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
+            ],
+        }
+    ]
+    (xss / IMAGE_FILE).write_text(json.dumps(data, indent=2), encoding="utf-8")
+    return library
+
+
+class View:
+    """`tapeproxy view --port 0` over a library; `url` ends with `/`."""
+
+    def __init__(self, library: Path, cwd: Path) -> None:
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
+        environ["PYTHONPATH"] = str(ROOT)
+        self.process = subprocess.Popen(
+            [*TAPEPROXY, "view", "--port", "0", "--cassettes", str(library)],
+            cwd=cwd,
+            env=environ,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        self.ready = self.process.stdout.readline()
+        self.url = self.ready.split(" on ")[-1].strip()
+
+    def stop(self) -> tuple[int, str]:
+        self.process.send_signal(signal.SIGTERM)
+        _, err = self.process.communicate(timeout=30)
+        return self.process.returncode, err

@@ -13,12 +13,14 @@ from typing import Any
 import pytest
 
 from tapeproxy.cli.background import BackgroundServer
+from tapeproxy.cli.pytest_usage import USAGE, usage_line, write_usage
 from tapeproxy.engine.stats import RunSummary
 from tapeproxy.errors import BadCassetteName, ConfigError
 from tapeproxy.settings import Mode, Settings, env_name
 from tapeproxy.sources import DEFAULT_CONFIG_FILE, load_settings
 from tapeproxy.store import anchored, split_location
 from tapeproxy.store.names import cassette_for_test, check_cassette_name
+from tapeproxy.tools.prices import PriceTable, load_prices
 
 DEFAULT_CASSETTES = "tests/cassettes"
 SDK_PATHS = {"openai": "/v1"}  # what an SDK's base URL adds after the upstream's prefix
@@ -84,6 +86,8 @@ class Plugin:
         self.mode: str | None = config.getoption("tapeproxy_mode")
         self.fail_on_unused: bool = config.getoption("tapeproxy_fail_on_unused")
         self.tally: Counter[str] = Counter()
+        self.usage: dict[str, str] = {}  # node id -> its cassette's tokens and cost
+        self._prices: PriceTable | None = None
         self._server: BackgroundServer | None = None
 
     @property
@@ -203,6 +207,7 @@ class Plugin:
             verdict = self.end(watch, passed=call.excinfo is None)
             if verdict.kind:
                 item.user_properties.append(("tapeproxy", verdict.kind))
+                item.user_properties.append((USAGE, self.usage_of(watch.tape)))
         report = yield
         if verdict is not None and watch is not None:
             self._judge(report, watch.tape, verdict)
@@ -234,11 +239,19 @@ class Plugin:
         else:
             report.sections.append(("tapeproxy", text))
 
+    def usage_of(self, tape: Tape) -> str:
+        if self._prices is None:
+            self._prices = load_prices()
+        return usage_line(self.server.engine.store, tape.cassette, self._prices)
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Tally each test once, on the controller too (xdist sends user_properties)."""
         if report.when == "call":
             self.tally.update(
                 str(value) for name, value in report.user_properties if name == "tapeproxy"
+            )
+            self.usage.update(
+                (report.nodeid, str(v)) for name, v in report.user_properties if name == USAGE
             )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -248,6 +261,7 @@ class Plugin:
                 f"tapeproxy: {counts['replayed']} replayed, {counts['recorded']} recorded, "
                 f"{counts['missed']} missed (cassettes in {self.cassettes})"
             )
+        write_usage(terminalreporter, self.usage)
 
     def pytest_sessionfinish(self) -> None:
         self.stop()

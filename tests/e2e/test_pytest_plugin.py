@@ -79,6 +79,9 @@ def test_once_records_a_new_test_then_it_replays_offline(
     second = project.runpytest()  # replay, the default; the upstream is gone
     second.assert_outcomes(passed=1)
     second.stdout.fnmatch_lines(["tapeproxy: 1 replayed, 0 recorded, 0 missed*"])
+    second.stdout.fnmatch_lines(
+        ["tapeproxy tokens and cost per test:", "  *test_chat.py::test_capital: ? in / ? out, $*"]
+    )
     assert len(fake.hits) == 1
 
 
@@ -264,3 +267,4 @@ def test_xdist_workers_each_run_their_own_server(
     second = project.runpytest_subprocess("-p", "xdist", "-n", "2")
     second.assert_outcomes(passed=5)
     second.stdout.fnmatch_lines(["tapeproxy: 5 replayed, 0 recorded, 0 missed*"])
+    second.stdout.fnmatch_lines(["  *test_chat.py::test_3: ? in / ? out, $*"])  # from a worker

@@ -46,6 +46,9 @@ def test_the_wheel_holds_one_top_level_package(wheel: Path) -> None:
     assert tops == {"tapeproxy"}
     assert "tapeproxy/cli/main.py" in names and "tapeproxy/engine/core.py" in names
     assert "tapeproxy/data/prices.json" in names, "the price table ships as package data"
+    for asset in ("templates/library.html", "templates/exchange.html", "static/viewer.css"):
+        assert f"tapeproxy/viewer/{asset}" in names, "the viewer's assets ship in the package"
+    assert "tapeproxy/viewer/static/viewer.js" in names
 
 
 def test_installed_wheel_imports_as_tapeproxy_only(wheel: Path, tmp_path: Path) -> None:
@@ -76,6 +79,11 @@ def test_installed_wheel_imports_as_tapeproxy_only(wheel: Path, tmp_path: Path) 
 
     imported = run(python, "-c", "import tapeproxy.engine.core, tapeproxy.cli.main")
     assert imported.returncode == 0, imported.stderr
+    # PackageLoader refuses a package whose template folder is not installed.
+    page = "import tapeproxy.viewer.app as a; print(a.__file__); "
+    page += "a.PackageLoader('tapeproxy', 'viewer/templates')"
+    viewer = run(python, "-c", page)
+    assert viewer.returncode == 0 and viewer.stdout.startswith(str(site)), viewer.stderr
     for gone in ("proxy", "cli", "llm" + "tape"):  # the old name, spelled so grep misses it
         failed = run(python, "-c", f"import {gone}")
         assert "ModuleNotFoundError" in failed.stderr, f"`import {gone}` must fail"

@@ -17,7 +17,7 @@ from tapeproxy.cli.library import (
     price_table,
     progress,
 )
-from tapeproxy.errors import TapeproxyError
+from tapeproxy.errors import ConfigError, TapeproxyError
 
 VIEW_PORT = 8790
 
@@ -67,8 +67,6 @@ def report(
 
 
 def _write(path: Path, data: bytes) -> None:
-    from tapeproxy.errors import ConfigError
-
     try:
         path.write_bytes(data)
     except OSError as exc:

@@ -20,7 +20,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from tapeproxy.errors import TapeproxyError
+from tapeproxy.errors import ConfigError, TapeproxyError
 from tapeproxy.store.protocol import CassetteStore
 from tapeproxy.tools.prices import PriceTable
 from tapeproxy.viewer import pages
@@ -141,8 +141,6 @@ def _routes(
 
 
 def _given(request: Request, name: str) -> str:
-    from tapeproxy.errors import ConfigError
-
     value = request.query_params.get(name)
     if not value:
         raise ConfigError(f"this page needs the query parameter {name!r}")

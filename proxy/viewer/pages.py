@@ -4,10 +4,12 @@ compared, the misses of a running server. Values only: app.py renders them."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from tapeproxy.errors import ConfigError
+from tapeproxy.exchange.answers import frame_text
 from tapeproxy.exchange.model import Exchange
 from tapeproxy.store.protocol import CassetteStore, parse_exchange_file
 from tapeproxy.tools.diff import CassetteDiff, Side, body_view, compare
@@ -18,7 +20,7 @@ from tapeproxy.viewer.conversation import Image, Message, Reader, answer_message
 
 @dataclass(frozen=True)
 class Step:
-    """A stream frame on the timeline: when it came, its share of the whole, its text."""
+    """A stream frame on the timeline: its number, when it came, its text."""
 
     index: int
     ms: int
@@ -78,8 +80,6 @@ def read(store: CassetteStore, name: str, file: str) -> Exchange:
 
 
 def exchange(store: CassetteStore, name: str, file: str, prices: PriceTable) -> ExchangeView:
-    from tapeproxy.exchange.answers import frame_text
-
     found = read(store, name, file)
     reader = Reader()
     request = body_view(found.request.body)
@@ -118,8 +118,6 @@ def difference(store: CassetteStore, a: str, b: str, prices: PriceTable) -> Cass
 
 
 def _pretty(value: Any) -> str:
-    import json
-
     if value is None:
         return "(empty)"
     return value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)

@@ -67,6 +67,14 @@ def test_a_recorded_answer_is_text_on_the_page_and_in_the_diff(view: View) -> No
     assert "&lt;script&gt;window.__pwned=2&lt;/script&gt;" in diff and "<script>w" not in diff
 
 
+def test_a_stream_shows_its_text_and_its_frames_on_a_timeline(view: View) -> None:
+    stream = "647e5e97ad35a8315c4878ea4e2f9def8c2a1b7495744b897e9ad8c4a157561b.json"
+    page = httpx.get(view.url + f"exchange?cassette=example&file={stream}").text
+    assert "Stream: 13 frames over 3 ms" in page
+    assert page.count("<progress max=") == 13
+    assert "echo: What is the capital of France?" in page.split('id="answer"')[1]
+
+
 def test_an_inline_image_is_served_from_the_page_and_a_remote_one_is_not_loaded(
     view: View,
 ) -> None:

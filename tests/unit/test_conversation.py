@@ -1,0 +1,120 @@
+"""viewer/conversation.py: a request body read as messages in every dialect, with its tool
+calls, tool results and images."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tapeproxy.viewer.conversation import Part, Reader
+
+
+def shown(body: Any) -> list[tuple[str, list[tuple[str, str, str]]]]:
+    return [(m.role, [(p.kind, p.name, p.text) for p in m.parts]) for m in Reader().messages(body)]
+
+
+def test_openai_chat_with_a_tool_call_and_its_result() -> None:
+    body = {
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Weather?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c1", "function": {"name": "weather", "arguments": "{}"}}],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+        ]
+    }
+    assert shown(body) == [
+        ("system", [("text", "", "Be brief.")]),
+        ("user", [("text", "", "Weather?")]),
+        ("assistant", [("tool_call", "weather", "{}")]),  # no content: no empty part
+        ("tool", [("tool_result", "c1", "sunny")]),
+    ]
+
+
+def test_anthropic_system_tool_use_and_tool_result_blocks() -> None:
+    body = {
+        "system": [{"type": "text", "text": "Be brief."}],
+        "messages": [
+            {"role": "assistant", "content": [{"type": "tool_use", "name": "f", "input": {}}]},
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t1",
+                        "content": [{"type": "text", "text": "42"}],
+                    }
+                ],
+            },
+        ],
+    }
+    assert shown(body) == [
+        ("system", [("text", "", "Be brief.")]),
+        ("assistant", [("tool_call", "f", "{}")]),
+        ("user", [("tool_result", "t1", "42")]),
+    ]
+
+
+def test_gemini_and_responses_shapes() -> None:
+    gemini = {
+        "systemInstruction": {"parts": [{"text": "Be brief."}]},
+        "contents": [
+            {"role": "user", "parts": [{"text": "hi"}]},
+            {"role": "model", "parts": [{"functionCall": {"name": "f", "args": {"a": 1}}}]},
+            {"role": "user", "parts": [{"functionResponse": {"name": "f", "response": {}}}]},
+        ],
+    }
+    assert [(role, [k for k, _, _ in parts]) for role, parts in shown(gemini)] == [
+        ("system", ["text"]),
+        ("user", ["text"]),
+        ("model", ["tool_call"]),
+        ("user", ["tool_result"]),
+    ]
+    responses = {
+        "instructions": "Be brief.",
+        "input": [
+            {"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+            {"type": "function_call", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c", "output": "ok"},
+        ],
+    }
+    assert shown(responses)[1:] == [
+        ("user", [("text", "", "hi")]),
+        ("assistant", [("tool_call", "f", "{}")]),
+        ("tool", [("tool_result", "c", "ok")]),
+    ]
+
+
+def test_inline_images_are_kept_and_remote_ones_are_only_named() -> None:
+    reader = Reader()
+    [message] = reader.messages(
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                        {"type": "image", "source": {"media_type": "image/gif", "data": "R0lG"}},
+                        {"type": "image_url", "image_url": {"url": "https://example.com/x.png"}},
+                    ],
+                }
+            ]
+        }
+    )
+    assert message.parts == [
+        Part("image", "", "image/png", 0),
+        Part("image", "", "image/gif", 1),
+        Part("link", "https://example.com/x.png", "image"),
+    ]
+    assert [(i.media_type, i.data) for i in reader.images] == [
+        ("image/png", "AAAA"),
+        ("image/gif", "R0lG"),
+    ]
+
+
+def test_a_body_that_is_no_conversation_is_shown_as_data() -> None:
+    assert shown(["a", 1]) == [("request", [("data", "", '[\n  "a",\n  1\n]')])]
+    assert shown({"prompt": "why?"}) == [("user", [("text", "", "why?")])]
+    assert shown(None) == []

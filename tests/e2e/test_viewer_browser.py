@@ -8,12 +8,13 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
-from tests.support.serve import ROOT
+from tests.support.serve import ROOT, Serve
 from tests.support.viewer import IMAGE_FILE, OPENAI, PAYLOAD, View, make_library
 
 webdriver = pytest.importorskip("selenium.webdriver")
@@ -153,3 +154,27 @@ def test_no_request_leaves_loopback(browser: Any, view: View) -> None:
     elsewhere = [url for url in asked if urlsplit(url).hostname not in LOOPBACK]
     assert elsewhere == []
     shot(browser, "image")
+
+
+def test_a_running_servers_page_shows_a_new_miss_without_a_reload(
+    browser: Any, tmp_path: Path
+) -> None:
+    import httpx
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    library = make_library(tmp_path)
+    server = Serve(["--cassettes", str(library), "--cassette", "example"], tmp_path)
+    try:
+        browser.get(server.url + "/__tapeproxy/ui/misses")
+        assert browser.find_element(By.ID, "no-misses")
+        browser.execute_script("window.__same_page = true")
+        asked = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Lyon?"}]}
+        httpx.post(server.url + "/openai/v1/chat/completions", json=asked)
+        # viewer.js polls every 2 s; the page's own script global survives: no reload.
+        WebDriverWait(browser, 20).until(
+            lambda b: "body.messages[0].content" in b.find_element(By.ID, "main").text
+        )
+        assert browser.execute_script("return window.__same_page") is True
+        shot(browser, "misses")
+    finally:
+        server.stop()

@@ -77,29 +77,40 @@ def view(
     port: Annotated[
         int, typer.Option(help="The port on 127.0.0.1 (0: a free one).", metavar="PORT")
     ] = VIEW_PORT,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            help="A running tapeproxy serve (its URL): the page shows its last misses, and "
+            "follows it as exchanges happen. Give --cassettes its library.",
+            metavar="URL",
+        ),
+    ] = None,
     cassettes: CassettesOption = None,
     config: ConfigOption = None,
     prices: PricesOption = None,
 ) -> None:
     """Look at the cassettes in a browser: a read-only page on 127.0.0.1 (its URL is printed)
     with every cassette's exchanges, tokens and cost, each exchange as a conversation, and
-    two cassettes compared. Nothing is written; no asset comes from another host. A running
-    `tapeproxy serve` shows the same page, with its misses, at /__tapeproxy/ui/."""
+    two cassettes compared; with --server, a running server's last misses. Nothing is
+    written; no asset comes from another host. A running `tapeproxy serve` shows the same
+    page, with its misses, at /__tapeproxy/ui/."""
     import contextlib
 
     import uvicorn
 
     from tapeproxy.cli.server import ReadyServer
     from tapeproxy.viewer.app import viewer_app
+    from tapeproxy.viewer.remote import remote
 
     if not 0 <= port <= 65535:
         raise fail(f"--port {port}: a port is 0 to 65535")
     try:
         library = open_library(cassettes, None, None, config, rules=False)
         table = price_table(prices, config)
+        live = remote(server) if server is not None else None
     except TapeproxyError as exc:
         raise fail(exc) from exc
-    app = viewer_app(library.store, table)
+    app = viewer_app(library.store, table, live)
     settings = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off"
     )
@@ -107,8 +118,8 @@ def view(
     def ready(url: str) -> None:
         print(f"tapeproxy view of {library.store.where()} on {url}/", flush=True)
 
-    server = ReadyServer(settings, ready)
+    running = ReadyServer(settings, ready)
     with contextlib.suppress(SystemExit):  # uvicorn's reason for not starting is logged
-        server.run()
-    if not server.started:
+        running.run()
+    if not running.started:
         raise fail(f"could not listen on 127.0.0.1:{port}; see the error above", code=1)

@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 from tapeproxy.app import create_app
 from tapeproxy.settings import Settings
 from tests.conftest import MakeProxy
-from tests.support.serve import ROOT, TAPEPROXY
+from tests.support.serve import ROOT, TAPEPROXY, Serve
 from tests.support.viewer import IMAGE_FILE, OPENAI, PNG, View, make_library
 
 POLICY = "default-src 'self'"
@@ -132,6 +132,28 @@ def test_a_running_server_shows_its_misses_and_moves_its_stamp(
     assert "<pre>&lt;b&gt;France&lt;/b&gt;?</pre>" in page.text and "<b>F" not in page.text
     assert f"file={OPENAI}" in page.text  # the closest recording, linked
     assert 'data-poll="stamp"' in httpx.get(ui).text
+
+
+def test_view_with_server_shows_that_servers_misses(tmp_path: Path) -> None:
+    library = make_library(tmp_path)
+    server = Serve(["--cassettes", str(library), "--cassette", "example"], tmp_path)
+    view = View(library, tmp_path, "--server", server.url + "/")
+    try:
+        stamp = httpx.get(view.url + "stamp").json()["stamp"]
+        asked = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Lyon?"}]}
+        httpx.post(server.url + "/openai/v1/chat/completions", json=asked)
+        assert httpx.get(view.url + "stamp").json()["stamp"] == stamp + 1
+        page = httpx.get(view.url + "misses").text
+        assert "<mark>body.messages[0].content</mark>" in page and "Lyon?" in page
+        assert 'data-poll="stamp"' in page
+    finally:
+        server.stop()
+    gone = httpx.get(view.url + "misses")
+    assert gone.status_code == 404 and "cannot read " + server.url in gone.text
+    assert view.stop()[0] == 0
+    bad = [*TAPEPROXY, "view", "--cassettes", str(library), "--server", "localhost:8787"]
+    done = subprocess.run(bad, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--server" in done.stderr
 
 
 def test_off_loopback_the_page_follows_the_admin_token_rules(tmp_path: Path) -> None:

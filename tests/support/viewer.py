@@ -56,11 +56,11 @@ def make_library(tmp_path: Path) -> Path:
 class View:
     """`tapeproxy view --port 0` over a library; `url` ends with `/`."""
 
-    def __init__(self, library: Path, cwd: Path) -> None:
+    def __init__(self, library: Path, cwd: Path, *extra: str) -> None:
         environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
         environ["PYTHONPATH"] = str(ROOT)
         self.process = subprocess.Popen(
-            [*TAPEPROXY, "view", "--port", "0", "--cassettes", str(library)],
+            [*TAPEPROXY, "view", "--port", "0", "--cassettes", str(library), *extra],
             cwd=cwd,
             env=environ,
             stdout=subprocess.PIPE,

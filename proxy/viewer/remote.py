@@ -1,0 +1,45 @@
+"""The misses and the refresh stamp of a tapeproxy server elsewhere, for `tapeproxy view
+--server URL`: read from its control API (`GET /__tapeproxy/misses`, `GET
+/__tapeproxy/stats`), straight to it, never through a proxy of the environment."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+from tapeproxy.errors import ConfigError
+from tapeproxy.viewer.app import Live
+
+MAX_ANSWER = 16 * 1024 * 1024  # 50 misses of 12 differences, excerpts of 1,000 characters
+COUNTS = ("upstream_calls", "replayed", "recorded", "misses", "errors")
+
+
+def check_server(url: str) -> str:
+    """`url` without its trailing slash; a ConfigError in one line when it is no http URL."""
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"--server {url!r}: give the server's URL, as `serve` prints it")
+    return url.rstrip("/")
+
+
+def remote(url: str, timeout: float = 5.0) -> Live:
+    base = check_server(url)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def get(path: str) -> Any:
+        try:
+            with opener.open(base + path, timeout=timeout) as answer:
+                return json.loads(answer.read(MAX_ANSWER))
+        except (OSError, ValueError) as exc:  # URLError and HTTPError are OSErrors
+            raise ConfigError(f"cannot read {base}{path}: {exc}") from exc
+
+    def misses() -> list[dict[str, Any]]:
+        found = get("/__tapeproxy/misses").get("misses")
+        return [m for m in found if isinstance(m, dict)] if isinstance(found, list) else []
+
+    def stamp() -> int:
+        stats = get("/__tapeproxy/stats")
+        return sum(int(stats.get(name, 0)) for name in COUNTS)
+
+    return Live(misses, stamp)

@@ -176,7 +176,41 @@ def answer_messages(exchange: Exchange, reader: Reader) -> list[Message]:
         if found:
             return found
     text = answers.text(exchange)
-    return [Message("assistant", [Part("text", text)])] if text else []
+    parts = ([Part("text", text)] if text else []) + stream_tool_calls(payloads)
+    return [Message("assistant", parts)] if parts else []
+
+
+def stream_tool_calls(payloads: list[Any]) -> list[Part]:
+    """The tool calls a stream made, their arguments joined from its pieces: Anthropic's
+    `tool_use` blocks (`input_json_delta`), OpenAI chat's `delta.tool_calls` by index."""
+    names: dict[tuple[int, int], str] = {}
+    pieces: dict[tuple[int, int], list[str]] = {}
+    for payload in payloads:
+        for where, name, piece in _call_pieces(payload):
+            if name:
+                names[where] = name
+            pieces.setdefault(where, []).append(piece)
+    return [Part("tool_call", "".join(pieces[w]), names.get(w, "")) for w in sorted(pieces)]
+
+
+def _call_pieces(payload: Any) -> list[tuple[tuple[int, int], str, str]]:
+    """(choice, index), the tool's name (when this piece gives it), a piece of arguments."""
+    if not isinstance(payload, dict):
+        return []
+    index = payload.get("index")
+    block, delta = payload.get("content_block"), payload.get("delta")
+    if isinstance(block, dict) and block.get("type") == "tool_use" and isinstance(index, int):
+        return [((0, index), str(block.get("name", "")), "")]
+    if isinstance(delta, dict) and delta.get("type") == "input_json_delta":
+        return [((0, index if isinstance(index, int) else 0), "", str(delta.get("partial_json", "")))]
+    found = []
+    for choice in payload.get("choices") or []:
+        calls = choice.get("delta", {}).get("tool_calls") if isinstance(choice, dict) else None
+        for call in calls if isinstance(calls, list) else []:
+            function = call.get("function") or {}
+            where = (int(choice.get("index", 0)), int(call.get("index", 0)))
+            found.append((where, str(function.get("name") or ""), function.get("arguments") or ""))
+    return found
 
 
 def _answer_of(payload: Any, reader: Reader) -> list[Message]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tapeproxy.viewer.conversation import Part, Reader
+from tapeproxy.viewer.conversation import Part, Reader, stream_tool_calls
 
 
 def shown(body: Any) -> list[tuple[str, list[tuple[str, str, str]]]]:
@@ -118,3 +118,31 @@ def test_a_body_that_is_no_conversation_is_shown_as_data() -> None:
     assert shown(["a", 1]) == [("request", [("data", "", '[\n  "a",\n  1\n]')])]
     assert shown({"prompt": "why?"}) == [("user", [("text", "", "why?")])]
     assert shown(None) == []
+
+
+def test_a_streams_tool_calls_are_joined_from_their_pieces() -> None:
+    def delta(index: int, **fields: str) -> dict[str, Any]:
+        return {"type": "content_block_delta", "index": index, "delta": fields}
+
+    anthropic = [
+        {
+            "type": "content_block_start",
+            "index": 1,
+            "content_block": {"type": "tool_use", "name": "f"},
+        },
+        delta(1, type="input_json_delta", partial_json='{"a": '),
+        delta(1, type="input_json_delta", partial_json="1}"),
+        delta(0, type="text_delta", text="hm"),
+    ]
+    assert stream_tool_calls(anthropic) == [Part("tool_call", '{"a": 1}', "f")]
+
+    def chunk(index: int, name: str | None, arguments: str) -> dict[str, Any]:
+        call = {"index": index, "function": {"name": name, "arguments": arguments}}
+        return {"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}
+
+    openai = [chunk(0, "f", ""), chunk(1, "g", "{}"), chunk(0, None, '{"a"'), chunk(0, None, ":1}")]
+    assert stream_tool_calls(openai) == [
+        Part("tool_call", '{"a":1}', "f"),
+        Part("tool_call", "{}", "g"),
+    ]
+    assert stream_tool_calls([{"choices": [{"delta": {"content": "hi"}}]}, "[DONE]"]) == []

@@ -202,7 +202,9 @@ def _call_pieces(payload: Any) -> list[tuple[tuple[int, int], str, str]]:
     if isinstance(block, dict) and block.get("type") == "tool_use" and isinstance(index, int):
         return [((0, index), str(block.get("name", "")), "")]
     if isinstance(delta, dict) and delta.get("type") == "input_json_delta":
-        return [((0, index if isinstance(index, int) else 0), "", str(delta.get("partial_json", "")))]
+        return [
+            ((0, index if isinstance(index, int) else 0), "", str(delta.get("partial_json", "")))
+        ]
     found = []
     for choice in payload.get("choices") or []:
         calls = choice.get("delta", {}).get("tool_calls") if isinstance(choice, dict) else None

@@ -8,6 +8,7 @@
      +-- UnknownUpstream      a route prefix that names no upstream (404)
      +-- CassetteMiss         replay found no recording for a request (422)
      |    +-- OutOfOrder      --strict-order: a request came out of the recorded order (422)
+     |    +-- StoreUnreachable  the cassette store cannot be reached, and no local copy (422)
      +-- CassetteCorrupt      an exchange file that cannot be read back (500)
  +-- ClientGone           the client left before its answer was whole (499, never seen)
      +-- UpstreamError        the upstream did not answer properly
@@ -69,6 +70,11 @@ class OutOfOrder(CassetteMiss):
     """--strict-order: a recorded request came at another position than recorded."""
 
     error_type = "cassette_out_of_order"
+
+
+class StoreUnreachable(CassetteMiss):
+    """A replay that cannot reach the cassette store (S3) and has no local copy of what it
+    asked: a miss, whose message says the store is unreachable."""
 
 
 class CassetteCorrupt(TapeproxyError):

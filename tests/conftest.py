@@ -16,6 +16,7 @@ from tapeproxy.providers import BUILTIN
 from tapeproxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream
 from tests.support import ProxyServer
+from tests.support.seaweed import SeaweedFS
 
 MakeProxy = Callable[..., ProxyServer]
 
@@ -98,3 +99,24 @@ def hanging_upstream() -> Iterator[tuple[str, threading.Event]]:
     yield f"http://127.0.0.1:{server.getsockname()[1]}", hung_up
     server.close()
     thread.join(timeout=25)
+
+
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
+    """One real SeaweedFS (`weed mini`) for the whole session: it takes ~15 s to start."""
+    store = SeaweedFS(tmp_path_factory.mktemp("seaweedfs"))
+    try:
+        store.wait()
+        yield store
+    finally:
+        store.stop()
+
+
+@pytest.fixture
+def s3_library(seaweed: SeaweedFS, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh, empty `s3://` library on the session's SeaweedFS, with the AWS variables set
+    for this process and the servers it starts, and a read-through cache of this test's own."""
+    for name, value in seaweed.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return seaweed.library()

@@ -14,13 +14,15 @@ from tapeproxy.engine.ledger import Ledger
 from tapeproxy.engine.replay import ReplayCache
 from tapeproxy.engine.run import Run
 from tapeproxy.engine.stats import Counters
-from tapeproxy.exchange.model import Outcome, dump_around
+from tapeproxy.exchange.model import Exchange, Outcome, dump_around
 from tapeproxy.redaction.scrubber import Scrubber
 from tapeproxy.store.protocol import CassetteStore
 
 # Threads that write recordings. Many, since each mostly waits on its fsync: 32 clients
 # recording at once are not queued behind a handful of writes.
 WRITERS = 32
+# Ordinals a recording tries when other servers on the same library take each one first.
+MAX_TAKEN = 100
 log = logging.getLogger("tapeproxy")
 
 
@@ -100,22 +102,39 @@ class Keeper:
 
     def _store(self, run: Run, key: str, anew: bool, finished: Finished) -> Kept:
         self.ledger.forget_note(run)  # before the write: a crash between leaves no stale note
-        ordinal = run.next_ordinal(key, anew)
-        exchange = finished.exchange.model_copy(update={"ordinal": ordinal})
-        try:
-            if finished.middle is None:
-                fresh = not run.on_disk(key, ordinal)
-                self.store.write(run.cassette, exchange, fresh=fresh)
-            else:
-                pieces = dump_around(exchange, finished.middle)
-                self.store.write_pieces(run.cassette, key, ordinal, pieces)
-        except OSError as exc:
-            log.error("could not write to cassette %r: %s", run.cassette, exc)
+        for _ in range(MAX_TAKEN):
+            ordinal = run.next_ordinal(key, anew)
+            exchange = finished.exchange.model_copy(update={"ordinal": ordinal})
+            try:
+                placed = self._place(run, exchange, finished)
+            except OSError as exc:
+                log.error("could not write to cassette %r: %s", run.cassette, exc)
+                return Kept("not recorded (write failed)", failed=True)
+            if placed or anew:
+                break
+            # Another server on the same library recorded this request at that ordinal
+            # since this run listed the cassette: this recording takes the next one.
+        else:
+            log.error("cassette %r: %d ordinals of %s taken", run.cassette, MAX_TAKEN, key[:12])
             return Kept("not recorded (write failed)", failed=True)
         outcome = exchange.outcome
+        if not placed:  # record mode: the same request, recorded at once by another server
+            return Kept("recorded (another server's copy kept)", key, ordinal)
         return Kept(
             "recorded" if outcome is Outcome.COMPLETE else f"recorded {outcome.value}", key, ordinal
         )
+
+    def _place(self, run: Run, exchange: Exchange, finished: Finished) -> bool:
+        """Write one recording: over what the run listed at its place, else only where
+        nothing is (False when another writer got there first)."""
+        if finished.middle is not None:
+            pieces = dump_around(exchange, finished.middle)
+            self.store.write_pieces(run.cassette, exchange.key, exchange.ordinal, pieces)
+            return True
+        if run.on_disk(exchange.key, exchange.ordinal):
+            self.store.write(run.cassette, exchange)
+            return True
+        return self.store.create(run.cassette, exchange)
 
     async def spill(self, capture: Capture) -> None:
         """Write what the capture's spool holds to its scratch file, off the event loop."""

@@ -11,11 +11,26 @@ from tapeproxy.errors import ConfigError
 from tapeproxy.store.files import FileStore
 from tapeproxy.store.protocol import CassetteStore
 
+
 # A new backend is one file in store/ and one row here: `scheme://location` opens
 # BACKENDS[scheme](location), and a location with no scheme is a folder. Typed as the
 # protocol, so mypy checks each row implements it; tests/unit/test_store_conformance.py runs
 # its suite on each row.
-BACKENDS: dict[str, Callable[[str], CassetteStore]] = {"file": FileStore}
+def open_s3(location: str) -> CassetteStore:
+    """`s3://BUCKET/PREFIX` (store/s3.py), whose client, obstore, is the `s3` extra: imported
+    only for such a library, and one line when it is not installed."""
+    try:
+        from tapeproxy.store.s3 import S3Store
+    except ImportError as exc:
+        if exc.name is None or not exc.name.startswith("obstore"):
+            raise
+        raise ConfigError(
+            f"--cassettes s3://{location} needs the obstore package: pip install 'tapeproxy[s3]'"
+        ) from exc
+    return S3Store(location)
+
+
+BACKENDS: dict[str, Callable[[str], CassetteStore]] = {"file": FileStore, "s3": open_s3}
 FOLDER = "file"  # the backend of a location given with no scheme
 
 

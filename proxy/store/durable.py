@@ -28,6 +28,25 @@ def write_atomic(path: Path, data: bytes | Iterable[bytes]) -> None:
     fsync_folder(path.parent)
 
 
+def create_atomic(path: Path, data: bytes) -> bool:
+    """As `write_atomic`, but only where no file is: the temp file is linked into place, which
+    fails when one is there (another process got there first); False then, nothing changed."""
+    fd, temp = create_temp(path)
+    try:
+        with open(fd, "wb", closefd=True) as handle:
+            handle.write(data)
+            handle.flush()
+            datasync(handle.fileno())
+        try:
+            os.link(temp, path)
+        except FileExistsError:
+            return False
+    finally:
+        Path(temp).unlink(missing_ok=True)
+    fsync_folder(path.parent)
+    return True
+
+
 datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 
 

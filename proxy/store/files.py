@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from tapeproxy.errors import CassetteCorrupt
 from tapeproxy.exchange.model import Exchange, dump_exchange
 from tapeproxy.store import state, upkeep
-from tapeproxy.store.durable import fsync_folder, write_atomic
+from tapeproxy.store.durable import create_atomic, fsync_folder, write_atomic
 from tapeproxy.store.lastrun import dump_last_run, read_note, unreadable_note
 from tapeproxy.store.names import check_folder_name
 from tapeproxy.store.protocol import (
@@ -63,6 +63,10 @@ class FileStore:
             return False
         write_atomic(path, dump_exchange(exchange))
         return True
+
+    def create(self, cassette: str, exchange: Exchange) -> bool:
+        path = self._path(cassette, exchange.key, exchange.ordinal)
+        return create_atomic(path, dump_exchange(exchange))
 
     def write_pieces(self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes]) -> None:
         write_atomic(self._path(cassette, key, ordinal), pieces)

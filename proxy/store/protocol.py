@@ -135,6 +135,12 @@ class CassetteStore(Protocol):
         `fresh`: the caller knows no recording is there, so none is read to compare."""
         ...
 
+    def create(self, cassette: str, exchange: Exchange) -> bool:
+        """Store a new recording atomically only where nothing is yet; False, and nothing
+        written, when another writer (another server on the same library) got there first.
+        A conditional write (an S3 If-None-Match: *), so writers never overwrite each other."""
+        ...
+
     def write_pieces(self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes]) -> None:
         """Store an exchange file given as its bytes in pieces (an answer too large to hold in
         memory), atomically, replacing what is there."""

@@ -57,6 +57,14 @@ class MemoryStore:
         files[name] = dump_exchange(exchange)
         return True
 
+    def create(self, cassette: str, exchange: Exchange) -> bool:
+        name = exchange_file(exchange.key, exchange.ordinal)
+        files = self.data.setdefault(check_folder_name(cassette), {})
+        if name in files:
+            return False
+        files[name] = dump_exchange(exchange)
+        return True
+
     def write_pieces(self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes]) -> None:
         files = self.data.setdefault(check_folder_name(cassette), {})
         files[exchange_file(key, ordinal)] = b"".join(pieces)

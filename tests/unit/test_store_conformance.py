@@ -19,9 +19,11 @@ from tapeproxy.store.protocol import CassetteStore, exchange_file
 from tests.fakes.memory_store import MemoryStore
 from tests.support.exchanges import KEY_A, KEY_B, exchange
 
-# scheme -> a fresh, empty library of that backend for one test, as a `--cassettes` location.
-LIBRARIES: dict[str, Callable[[Path], str]] = {
-    "file": lambda tmp_path: f"file://{tmp_path / 'library'}",
+# scheme -> a fresh, empty library of that backend for one test, as a `--cassettes` location
+# (S3: a prefix of its own on the session's SeaweedFS, the `s3_library` fixture).
+LIBRARIES: dict[str, Callable[[pytest.FixtureRequest, Path], str]] = {
+    "file": lambda request, tmp_path: f"file://{tmp_path / 'library'}",
+    "s3": lambda request, tmp_path: str(request.getfixturevalue("s3_library")),
 }
 # Not a backend: the tools' test double, run here to show the suite asks only the protocol.
 DOUBLES = ["memory"]
@@ -32,7 +34,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CassetteSt
     if request.param in DOUBLES:
         yield MemoryStore()
         return
-    yield open_store(LIBRARIES[request.param](tmp_path))
+    yield open_store(LIBRARIES[request.param](request, tmp_path))
 
 
 def test_every_backend_of_the_table_has_a_library_to_be_tested_on() -> None:
@@ -176,6 +178,15 @@ def test_every_method_refuses_a_name_outside_the_library(store: CassetteStore, n
         with pytest.raises(BadCassetteName):
             call()
     assert store.cassettes() == []
+
+
+def test_create_writes_only_where_nothing_is(store: CassetteStore) -> None:
+    assert store.create("default", exchange(ordinal=2)) is True
+    assert store.read("default", KEY_A, 2) == exchange(ordinal=2)
+    other = exchange(ordinal=2, text="data: another server's\n\n")
+    assert store.create("default", other) is False, "another writer got there first"
+    assert store.read("default", KEY_A, 2) == exchange(ordinal=2), "the first one stays whole"
+    assert store.names("default") == [exchange_file(KEY_A, 2)], "nothing set aside is left"
 
 
 def test_where_names_the_library_and_each_cassette_apart(store: CassetteStore) -> None:

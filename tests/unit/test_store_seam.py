@@ -17,8 +17,11 @@ BACKEND_MODULES = {
     "tapeproxy.store.durable",
     "tapeproxy.store.upkeep",
     "tapeproxy.store.state",
+    "tapeproxy.store.s3",
+    "tapeproxy.store.s3cache",
+    "tapeproxy.store.s3client",
 }
-BACKEND_NAMES = {"FileStore", "files", "durable", "upkeep", "state"}  # from tapeproxy.store
+BACKEND_NAMES = {"FileStore", "files", "durable", "upkeep", "state", "s3", "s3cache", "s3client"}  # from tapeproxy.store
 
 
 def outside_store() -> list[Path]:

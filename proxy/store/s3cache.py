@@ -1,0 +1,88 @@
+"""The S3 store's local read-through cache: each object's bytes as last read, under its name and
+ETag, with the SHA-256 of its content checked on every read; and each cassette's last listing,
+so that a replay that cannot reach the store still serves what this machine has read before.
+
+It lives in `$XDG_CACHE_HOME/tapeproxy/s3/` (else `~/.cache/...`), one folder per store
+location, never in a cassette. A cache that cannot be written is no error: it is a cache."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from tapeproxy.store.durable import create_temp
+
+DIGEST = 64  # hex characters of the SHA-256 that heads each cached object
+
+
+def cache_root(location: str) -> Path:
+    """The cache folder of one store location (endpoint, bucket and prefix)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tapeproxy" / "s3" / _hash(location)[:24]
+
+
+class ObjectCache:
+    """Objects by name and ETag, and listings by cassette, in one local folder."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def get(self, name: str, etag: str) -> bytes | None:
+        """The object's bytes as cached for that ETag, or None (none cached, or its content
+        does not match its digest: a damaged entry is dropped)."""
+        path = self._object(name, etag)
+        try:
+            raw = path.read_bytes()
+        except OSError:
+            return None
+        digest, data = raw[:DIGEST], raw[DIGEST + 1 :]
+        if digest.decode("ascii", "replace") != hashlib.sha256(data).hexdigest():
+            with contextlib.suppress(OSError):
+                path.unlink()
+            return None
+        return data
+
+    def put(self, name: str, etag: str, data: bytes) -> None:
+        digest = hashlib.sha256(data).hexdigest().encode("ascii")
+        self._keep(self._object(name, etag), [digest, b"\n", data])
+
+    def listing(self, cassette: str) -> dict[str, str] | None:
+        """A cassette's last listing (file name -> ETag), or None when there is none."""
+        try:
+            found = json.loads(self._listing(cassette).read_bytes())
+        except (OSError, ValueError):
+            return None
+        return found if isinstance(found, dict) else None
+
+    def keep_listing(self, cassette: str, etags: dict[str, str]) -> None:
+        data = json.dumps(etags, sort_keys=True).encode("utf-8")
+        with contextlib.suppress(OSError):
+            if self._listing(cassette).read_bytes() == data:
+                return
+        self._keep(self._listing(cassette), [data])
+
+    def _object(self, name: str, etag: str) -> Path:
+        hashed = _hash(f"{name}\0{etag}")
+        return self.root / "objects" / hashed[:2] / hashed
+
+    def _listing(self, cassette: str) -> Path:
+        return self.root / "listings" / f"{_hash(cassette)}.json"
+
+    def _keep(self, path: Path, pieces: list[bytes]) -> None:
+        """Written aside and renamed (a reader sees the old entry or the new one), not
+        synced: a torn entry is caught by its digest."""
+        with contextlib.suppress(OSError):
+            fd, temp = create_temp(path)
+            try:
+                with open(fd, "wb", closefd=True) as handle:
+                    handle.writelines(pieces)
+                os.replace(temp, path)
+            except OSError:
+                Path(temp).unlink(missing_ok=True)
+
+
+def _hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

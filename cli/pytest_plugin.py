@@ -33,7 +33,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="DIR|URL",
         help="The cassette library: a folder, relative to the rootdir (default: "
-        f"{DEFAULT_CASSETTES}), or a file:// URL.",
+        f"{DEFAULT_CASSETTES}), a file:// URL, or s3://BUCKET/PREFIX.",
     )
     group.addoption(
         "--tapeproxy-fail-on-unused",

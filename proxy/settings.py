@@ -54,7 +54,9 @@ class Settings(BaseModel):
     host: str = Field("127.0.0.1", description="Address to bind.")
     port: int = Field(8787, ge=0, le=65535, description="Port to bind (0 picks a free one).")
     cassettes: str = Field(
-        "cassettes", description="The cassette library: a folder, or a file:// URL."
+        "cassettes",
+        description="The cassette library: a folder, a file:// URL, or s3://BUCKET/PREFIX "
+        "(an S3-compatible store, set up by AWS_ENDPOINT_URL and the other AWS_ variables).",
     )
     cassette: str = Field("default", description="Cassette used when a request names none.")
     upstream: dict[str, str] = Field(

@@ -21,7 +21,16 @@ BACKEND_MODULES = {
     "tapeproxy.store.s3cache",
     "tapeproxy.store.s3client",
 }
-BACKEND_NAMES = {"FileStore", "files", "durable", "upkeep", "state", "s3", "s3cache", "s3client"}  # from tapeproxy.store
+BACKEND_NAMES = {
+    "FileStore",
+    "files",
+    "durable",
+    "upkeep",
+    "state",
+    "s3",
+    "s3cache",
+    "s3client",
+}  # from tapeproxy.store
 
 
 def outside_store() -> list[Path]:

@@ -1,0 +1,149 @@
+"""An `s3://` cassette library on a real SeaweedFS: `tapeproxy serve` records into it and replays
+from it with the upstream down, its objects are the files a folder library gets, two servers
+record into one bucket at once and lose nothing, and every cassette command works on it."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.fakes.upstream import FakeUpstream
+from tests.support import SECRET_OPENAI
+from tests.support.seaweed import BUCKET, SeaweedFS
+from tests.support.serve import ROOT, TAPEPROXY, Serve
+
+DOWN = "openai=http://127.0.0.1:9"  # the discard port: nothing answers there
+
+
+def chat(url: str, text: str) -> str:
+    client = openai.OpenAI(base_url=url + "/openai/v1", api_key=SECRET_OPENAI, max_retries=0)
+    answer = client.chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": text}]
+    )
+    return answer.choices[0].message.content or ""
+
+
+def objects(seaweed: SeaweedFS, library: str) -> dict[str, bytes]:
+    """Every object under the library's prefix (its state folder aside), with its bytes,
+    read with the AWS CLI's view of the bucket: obstore, from the same variables."""
+    import obstore
+    from obstore.store import S3Store
+
+    prefix = library.removeprefix(f"s3://{BUCKET}/")
+    client = S3Store(BUCKET, prefix=prefix, client_options={"allow_http": True})
+    names = [meta["path"] for chunk in obstore.list(client) for meta in chunk]
+    return {
+        name: bytes(obstore.get(client, name).bytes())
+        for name in names
+        if not name.startswith(".tapeproxy/")
+    }
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
+    return subprocess.run(
+        [*TAPEPROXY, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
+    )
+
+
+def record(library: str, fake: FakeUpstream, cwd: Path, questions: list[str]) -> None:
+    server = Serve(
+        ["--mode", "record", "--cassettes", library, "--upstream", f"openai={fake.url}"], cwd
+    )
+    assert "record ready on" in server.ready, server.stop()
+    for question in questions:
+        chat(server.url, question)
+    code, err = server.stop()
+    assert code == 0, err
+
+
+QUESTIONS = ["one", "two", "two", "three"]  # `two` twice: a second ordinal
+
+
+def test_objects_have_the_names_and_bytes_a_folder_library_gets(
+    seaweed: SeaweedFS, s3_library: str, fake: FakeUpstream, tmp_path: Path
+) -> None:
+    folder = tmp_path / "cassettes"
+    record(s3_library, fake, tmp_path, QUESTIONS)
+    record(str(folder), fake, tmp_path, QUESTIONS)
+    files = {
+        path.relative_to(folder).as_posix(): path.read_bytes()
+        for path in folder.rglob("*.json")
+        if ".tapeproxy" not in path.parts
+    }
+    assert len(files) == 4 and any(name.endswith(".2.json") for name in files)
+    assert objects(seaweed, s3_library) == files
+
+
+def test_a_replay_from_s3_needs_no_upstream_and_every_command_works_on_it(
+    s3_library: str, fake: FakeUpstream, tmp_path: Path
+) -> None:
+    record(s3_library, fake, tmp_path, QUESTIONS)
+    replay = Serve(["--cassettes", s3_library, "--upstream", DOWN], tmp_path)
+    answers = [chat(replay.url, question) for question in ["one", "two", "three"]]
+    code, err = replay.stop()
+    assert code == 0, err
+    assert all(answers)
+    assert fake.count() == 4, "the replay called no upstream"
+
+    listed = cli("ls", "--cassettes", s3_library, "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [(c["name"], c["exchanges"]) for c in json.loads(listed.stdout)] == [("default", 4)]
+    for command in (["show", "default"], ["verify", "default"], ["diff", "default", "default"]):
+        done = cli(*command, "--cassettes", s3_library)
+        assert done.returncode == 0, (command, done.stderr)
+    pruned = cli("prune", "default", "--cassettes", s3_library)
+    assert pruned.returncode == 0, pruned.stderr
+    after = json.loads(cli("ls", "--cassettes", s3_library, "--json").stdout)
+    assert after[0]["exchanges"] == 3, "the second `two`, unused by the replay, is pruned"
+    redacted = cli("redact", "default", "--pattern", "one", "--cassettes", s3_library)
+    assert redacted.returncode == 0, redacted.stderr
+    assert cli("verify", "default", "--cassettes", s3_library).returncode == 0
+
+
+@pytest.mark.parametrize("mode", ["auto", "record"])
+def test_two_servers_record_into_one_bucket_at_once_and_a_third_replays_it_all(
+    s3_library: str, fake: FakeUpstream, tmp_path: Path, mode: str
+) -> None:
+    args = ["--mode", mode, "--cassettes", s3_library, "--upstream", f"openai={fake.url}"]
+    servers = [Serve(args, tmp_path), Serve(args, tmp_path)]
+    # Each lists the cassette on its first request; then both miss `shared` and record it.
+    for n, server in enumerate(servers):
+        chat(server.url, f"warm-up {n}")
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        jobs = [
+            pool.submit(chat, server.url, question)
+            for n, server in enumerate(servers)
+            for question in ["shared", *[f"server {n} question {i}" for i in range(10)]]
+        ]
+        [job.result() for job in jobs]
+    errs = [server.stop() for server in servers]
+    assert [code for code, _ in errs] == [0, 0], errs
+    shared = 2 if mode == "auto" else 1  # auto: the later one takes ordinal 2; record: one file
+    if mode == "record":
+        assert "another server's copy kept" in "".join(err for _, err in errs)
+    verified = cli("verify", "default", "--cassettes", s3_library, "--json")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    listed = json.loads(cli("ls", "--cassettes", s3_library, "--json").stdout)
+    assert listed[0]["exchanges"] == 2 + 20 + shared
+
+    replay = Serve(["--cassettes", s3_library, "--upstream", DOWN], tmp_path)
+    for n in range(2):
+        chat(replay.url, f"warm-up {n}")
+        for i in range(10):
+            chat(replay.url, f"server {n} question {i}")
+    for _ in range(shared):
+        chat(replay.url, "shared")
+    code, err = replay.stop()
+    assert code == 0, err
+    assert "0 misses" in err and "never used" not in err

@@ -206,7 +206,7 @@ class S3Store:
 
     def _offline_listing(self, folder: str, exc: Exception) -> dict[str, str]:
         cached = self._cache.listing(folder) if unreachable(exc) else None
-        if cached is None:
+        if not cached:  # none, or one made before anything was recorded: nothing to serve
             raise StoreUnreachable(
                 f"cannot list cassette {folder!r} in {self._url}: {why(exc)}; this machine "
                 "has no copy of it to replay from"

@@ -18,6 +18,7 @@ from tests.support import SECRET_OPENAI
 from tests.support.seaweed import BUCKET, SeaweedFS
 from tests.support.serve import ROOT, TAPEPROXY, Serve
 
+pytest_plugins = ["pytester"]
 DOWN = "openai=http://127.0.0.1:9"  # the discard port: nothing answers there
 
 
@@ -147,3 +148,39 @@ def test_two_servers_record_into_one_bucket_at_once_and_a_third_replays_it_all(
     code, err = replay.stop()
     assert code == 0, err
     assert "0 misses" in err and "never used" not in err
+
+
+PLUGIN_TEST = """
+import openai
+
+def test_capital(tapeproxy):
+    client = openai.OpenAI(max_retries=0)
+    answer = client.chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "Capital of France?"}]
+    )
+    assert answer.choices[0].message.content == "echo: Capital of France?"
+"""
+
+
+def test_the_pytest_plugin_records_into_s3_then_replays_from_it(
+    seaweed: SeaweedFS,
+    s3_library: str,
+    fake: FakeUpstream,
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in list(os.environ):
+        if name.startswith(("TAPEPROXY_", "OPENAI_", "ANTHROPIC_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("TAPEPROXY_UPSTREAM", f"openai={fake.url}")
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET_OPENAI)
+    pytester.makepyfile(test_chat=PLUGIN_TEST)
+    options = ["-p", "no:cacheprovider", "--tapeproxy-cassettes", s3_library]
+    pytester.runpytest(*options, "--tapeproxy-mode", "once").assert_outcomes(passed=1)
+    assert [name.rpartition("/")[0] for name in objects(seaweed, s3_library)] == [
+        "test_chat/test_capital"
+    ]
+    fake.stop()
+    monkeypatch.delenv("OPENAI_API_KEY")
+    pytester.runpytest(*options).assert_outcomes(passed=1)
+    assert fake.count() == 1

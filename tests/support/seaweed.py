@@ -18,7 +18,7 @@ import obstore
 from obstore.exceptions import BaseError
 from obstore.store import S3Store
 
-BUCKET = "tapes"
+BUCKET = "cassettes"  # as docker/docker-compose.s3.yml names it
 ACCESS_KEY, SECRET_KEY = "tapeproxy-test", "tapeproxy-test-secret"
 READY_WITHIN = 90.0  # seconds: about 15 s on an idle machine, more on a shared one
 # Every port `weed mini -h` lists for what it starts; the rest (WebDAV, Iceberg, Lance,

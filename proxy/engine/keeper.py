@@ -114,6 +114,7 @@ class Keeper:
                 break
             # Another server on the same library recorded this request at that ordinal
             # since this run listed the cassette: this recording takes the next one.
+            run.found(key, ordinal)
         else:
             log.error("cassette %r: %d ordinals of %s taken", run.cassette, MAX_TAKEN, key[:12])
             return Kept("not recorded (write failed)", failed=True)

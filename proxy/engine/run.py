@@ -131,6 +131,17 @@ class Run:
                 self.candidates = None
             self.recorded.append((key, ordinal))
 
+    def found(self, key: str, ordinal: int) -> None:
+        """The ordinal this run numbered was taken meanwhile by another server on the same
+        library: the cassette holds a recording there, and no write of this run is pending."""
+        with self.numbering:
+            self.pending.get(key, set()).discard(ordinal)
+            ordinals = self.ordinals.setdefault(key, [])
+            if ordinal not in ordinals:
+                ordinals.append(ordinal)
+                ordinals.sort()
+                self.candidates = None
+
     def used(self) -> set[tuple[str, int]]:
         """Recordings served or written in this run, or in the runs it carries on from."""
         return {*self.served, *self.recorded, *self.inherited}

@@ -1,0 +1,47 @@
+"""The S3 store's local cache: an object comes back only under its name and ETag and only
+while its content matches the digest it was kept with; a listing round-trips."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tapeproxy.store.s3cache import ObjectCache, cache_root
+
+
+def test_an_object_comes_back_under_its_name_and_etag_only(tmp_path: Path) -> None:
+    cache = ObjectCache(tmp_path)
+    cache.put("default/a.json", '"etag-1"', b'{"a": 1}\n')
+    assert cache.get("default/a.json", '"etag-1"') == b'{"a": 1}\n'
+    assert cache.get("default/a.json", '"etag-2"') is None, "another version of the object"
+    assert cache.get("default/b.json", '"etag-1"') is None
+
+
+@pytest.mark.parametrize("damage", [b"x", b""], ids=["changed-byte", "truncated"])
+def test_an_entry_whose_content_does_not_match_its_digest_is_dropped(
+    tmp_path: Path, damage: bytes
+) -> None:
+    cache = ObjectCache(tmp_path)
+    cache.put("default/a.json", "e", b'{"answer": "kept"}\n')
+    [entry] = [path for path in tmp_path.rglob("*") if path.is_file()]
+    raw = entry.read_bytes()
+    entry.write_bytes(raw[:-3] + damage if damage else raw[:-3])
+    assert cache.get("default/a.json", "e") is None
+    assert not entry.exists(), "a damaged entry is removed, and read from the store again"
+
+
+def test_a_listing_round_trips_and_a_missing_one_is_none(tmp_path: Path) -> None:
+    cache = ObjectCache(tmp_path)
+    assert cache.listing("default") is None
+    cache.keep_listing("default", {"a.json": "e1", "b.2.json": "e2"})
+    assert cache.listing("default") == {"a.json": "e1", "b.2.json": "e2"}
+    assert cache.listing("default/nested") is None
+
+
+def test_each_store_location_has_a_folder_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    one, two = cache_root("http://a|s3://b/p"), cache_root("http://a|s3://b/q")
+    assert one != two and one.parent == tmp_path / "tapeproxy" / "s3"

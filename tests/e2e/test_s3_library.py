@@ -30,9 +30,9 @@ def chat(url: str, text: str) -> str:
     return answer.choices[0].message.content or ""
 
 
-def objects(seaweed: SeaweedFS, library: str) -> dict[str, bytes]:
-    """Every object under the library's prefix (its state folder aside), with its bytes,
-    read with the AWS CLI's view of the bucket: obstore, from the same variables."""
+def objects(seaweed: SeaweedFS, library: str, state: bool = False) -> dict[str, bytes]:
+    """Every object under the library's prefix (its state folder aside, unless `state`),
+    with its bytes, read with obstore from the same AWS variables."""
     import obstore
     from obstore.store import S3Store
 
@@ -42,7 +42,7 @@ def objects(seaweed: SeaweedFS, library: str) -> dict[str, bytes]:
     return {
         name: bytes(obstore.get(client, name).bytes())
         for name in names
-        if not name.startswith(".tapeproxy/")
+        if state or not name.startswith(".tapeproxy/")
     }
 
 
@@ -87,15 +87,18 @@ def test_objects_have_the_names_and_bytes_a_folder_library_gets(
 
 
 def test_a_replay_from_s3_needs_no_upstream_and_every_command_works_on_it(
-    s3_library: str, fake: FakeUpstream, tmp_path: Path
+    seaweed: SeaweedFS, s3_library: str, fake: FakeUpstream, tmp_path: Path
 ) -> None:
     record(s3_library, fake, tmp_path, QUESTIONS)
+    recorded = objects(seaweed, s3_library)
     replay = Serve(["--cassettes", s3_library, "--upstream", DOWN], tmp_path)
     answers = [chat(replay.url, question) for question in ["one", "two", "three"]]
     code, err = replay.stop()
     assert code == 0, err
     assert all(answers)
     assert fake.count() == 4, "the replay called no upstream"
+    assert objects(seaweed, s3_library) == recorded, "a replay writes nothing in a cassette"
+    assert ".tapeproxy/runs/default.json" in objects(seaweed, s3_library, state=True)
 
     listed = cli("ls", "--cassettes", s3_library, "--json")
     assert listed.returncode == 0, listed.stderr

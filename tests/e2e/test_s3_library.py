@@ -10,6 +10,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
@@ -68,6 +69,28 @@ def record(library: str, fake: FakeUpstream, cwd: Path, questions: list[str]) ->
     assert code == 0, err
 
 
+def viewed(library: str) -> str:
+    """The library page `tapeproxy view` serves for `library`."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
+    view = subprocess.Popen(
+        [*TAPEPROXY, "view", "--cassettes", library, "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert view.stdout is not None
+        ready = view.stdout.readline()
+        assert library in ready, ready + view.stderr.read() if view.stderr else ready
+        page = httpx.get(ready.rsplit(" on ", 1)[1].strip(), timeout=60)
+        assert page.status_code == 200
+        return page.text
+    finally:
+        view.terminate()
+        view.communicate(timeout=30)
+
+
 QUESTIONS = ["one", "two", "two", "three"]  # `two` twice: a second ordinal
 
 
@@ -103,9 +126,11 @@ def test_a_replay_from_s3_needs_no_upstream_and_every_command_works_on_it(
     listed = cli("ls", "--cassettes", s3_library, "--json")
     assert listed.returncode == 0, listed.stderr
     assert [(c["name"], c["exchanges"]) for c in json.loads(listed.stdout)] == [("default", 4)]
-    for command in (["show", "default"], ["verify", "default"], ["diff", "default", "default"]):
+    commands = [["show", "default"], ["verify", "default"], ["diff", "default", "default"]]
+    for command in [*commands, ["report", "--json"]]:
         done = cli(*command, "--cassettes", s3_library)
         assert done.returncode == 0, (command, done.stderr)
+    assert "default" in viewed(s3_library)
     pruned = cli("prune", "default", "--cassettes", s3_library)
     assert pruned.returncode == 0, pruned.stderr
     after = json.loads(cli("ls", "--cassettes", s3_library, "--json").stdout)
@@ -154,6 +179,7 @@ def test_two_servers_record_into_one_bucket_at_once_and_a_third_replays_it_all(
 
 
 PLUGIN_TEST = """
+import httpx
 import openai
 
 def test_capital(tapeproxy):

@@ -49,13 +49,13 @@ class Schedule:
 
     def draw(self, key: str, header: str | None) -> FaultSpec | None:
         """The fault request `key` gets, if any: the header's own first, then those in force.
-        Every request is counted, faulted or not (not one with a bad header: it is refused)."""
+        Every request is numbered, faulted or not (not one with a bad header: it is refused);
+        while there are faults, each key's requests are counted too."""
         own: tuple[FaultSpec, ...] = (parse_fault(header),) if header else ()
         self.requests += 1
-        self.asked[key] += 1
         if not own and not self.specs:
-            return None
-        ordinal = self.asked[key]
+            return None  # (nothing kept per key: a server without faults holds no more)
+        ordinal = self.asked[key] = self.asked[key] + 1
         for spec in (*own, *self.specs):
             if spec.when.fires(self.requests, partial(chance, self.seed, spec.text, key, ordinal)):
                 return spec

@@ -30,13 +30,14 @@ def spoiled(spec: FaultSpec, answer: Serve | Live) -> Live:
     if spec.kind == "malformed":
         headers = [(k, v) for k, v in headers if k != b"content-length"]
     headers.append((b"x-tapeproxy-fault", spec.text.encode("latin-1", "replace")))
+    cut = isinstance(answer, Serve) and answer.replay.cut  # a recorded cut stays one
     if inner is None:
         pieces: AsyncIterator[bytes] = recorded(answer.replay.frames)  # type: ignore[union-attr]
     elif stream and dialect is not None:
         pieces = split(inner, FrameSplitter(dialect))
     else:
         pieces = aiter(inner)
-    return Live(status, headers, Spoiled(spec, pieces, stream, inner), held=True)
+    return Live(status, headers, Spoiled(spec, pieces, stream, inner, cut), held=True)
 
 
 async def recorded(frames: tuple[tuple[int, bytes], ...]) -> AsyncGenerator[bytes, None]:
@@ -78,9 +79,15 @@ class Spoiled:
     last = False
 
     def __init__(
-        self, spec: FaultSpec, pieces: AsyncIterator[bytes], stream: bool, inner: Chunks | None
+        self,
+        spec: FaultSpec,
+        pieces: AsyncIterator[bytes],
+        stream: bool,
+        inner: Chunks | None,
+        cut: bool = False,
     ) -> None:
         self._spec = spec
+        self._cut_at_end = cut
         self._pieces = pieces
         self._stream = stream
         self._inner = inner
@@ -119,6 +126,8 @@ class Spoiled:
                     break  # the rest of a body would only be more of the same document
                 continue
             yield piece
+        if self._cut_at_end:
+            raise UpstreamCut("replaying a recorded upstream cut: the connection is dropped here")
         self.last = True
         yield b""
 

@@ -9,6 +9,7 @@ import contextlib
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import anthropic
 import httpx
@@ -205,3 +206,25 @@ def test_a_replay_run_notes_the_faults_it_served(
     proxy.stop()
     note = FileStore(cassettes).read_last_run("default")
     assert note is not None and note.faults == {"slow": 1, "malformed": 1}
+
+
+def streamed(client: openai.OpenAI) -> list[str | None]:
+    create: Any = client.chat.completions.create  # (MESSAGES is a plain list of dicts)
+    stream = create(model="gpt-4o-mini", messages=MESSAGES, stream=True)
+    return [c.choices[0].delta.content for c in stream if c.choices]
+
+
+def test_a_slow_stream_is_the_recording_and_a_malformed_one_fails_the_sdk(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    recorder = make_proxy(mode="record")
+    recorded = streamed(chat(recorder.url))
+    recorder.stop()
+    fake.stop()
+
+    proxy = make_proxy(mode="replay", fault=("slow:ttfb=20,gap=5@1", "malformed@2"))
+    client = chat(proxy.url)
+    assert streamed(client) == recorded
+    with pytest.raises(json.JSONDecodeError):
+        streamed(client)
+    assert proxy.stats["faults_by_kind"] == {"slow": 1, "malformed": 1}

@@ -132,9 +132,9 @@ class Settings(BaseModel):
     )
     fault: tuple[str, ...] = Field(
         (),
-        description="A fault some requests get, KIND[:NAME=VALUE,...][@WHEN], e.g. rate_limit@1 "
-        "or cut:after=2@p=0.1 ([faults] specs in tapeproxy.toml; one per line in the "
-        "variable); repeatable.",
+        description="A fault some requests get instead of their answer: KIND[:NAME=VALUE][@WHEN], "
+        "e.g. rate_limit@1 or cut:after=2@p=0.1 (README: Faults; [faults] specs in "
+        "tapeproxy.toml; one per line in the variable); repeatable.",
     )
     fault_seed: int | None = Field(
         None, ge=0, description="Seed of probabilistic faults (default: drawn and printed)."

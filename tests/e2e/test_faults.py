@@ -228,3 +228,19 @@ def test_a_slow_stream_is_the_recording_and_a_malformed_one_fails_the_sdk(
     with pytest.raises(json.JSONDecodeError):
         streamed(client)
     assert proxy.stats["faults_by_kind"] == {"slow": 1, "malformed": 1}
+
+
+def test_a_live_stream_is_cut_after_its_frames_and_nothing_is_recorded(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    proxy = make_proxy(mode="record", fault=("cut:after=2@1",))
+    client = chat(proxy.url)
+    create: Any = client.chat.completions.create
+    got = []
+    with pytest.raises(openai.APIConnectionError):
+        for chunk in create(model="gpt-4o-mini", messages=MESSAGES, stream=True):
+            got.append(chunk)
+    assert len(got) == 2
+    assert len(streamed(client)) > 2  # the second request is not faulted, and is recorded
+    proxy.stop()
+    assert len(library_files(cassettes)) == 1

@@ -146,7 +146,7 @@ class Engine:
         run.replayed_from |= step.action is Action.SERVE or step.action is Action.REFUSE
         answer: Serve | Live | None = await self.faults.stand_in(keyed, fault)
         if answer is None:  # a fault that spoils the answer: the one the request would get
-            if step.action is Action.REFUSE or (step.action is Action.SERVE and ordinal is None):
+            if step.action is Action.REFUSE:
                 return await self._refuse(keyed, run, ask)
             if step.action is Action.SERVE and ordinal is not None:
                 answer = Serve(await self._replay(keyed, ordinal), ordinal, None)

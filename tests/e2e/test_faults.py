@@ -10,12 +10,14 @@ import json
 import logging
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import anthropic
 import httpx
 import openai
 import pytest
 
+from tapeproxy.providers import BUILTIN
 from tapeproxy.store.files import FileStore
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream, Reply
@@ -244,3 +246,23 @@ def test_a_live_stream_is_cut_after_its_frames_and_nothing_is_recorded(
     assert len(streamed(client)) > 2  # the second request is not faulted, and is recorded
     proxy.stop()
     assert len(library_files(cassettes)) == 1
+
+
+@pytest.mark.parametrize("upstream", sorted(BUILTIN))
+def test_every_provider_fails_in_its_own_shape(make_proxy: MakeProxy, upstream: str) -> None:
+    proxy = make_proxy(mode="passthrough")
+    url = f"{proxy.url}/{upstream}/v1/anything"
+    limited = httpx.post(url, json={}, headers={"x-tapeproxy-fault": "rate_limit:retry_after=3"})
+    overloaded = httpx.post(url, json={}, headers={"x-tapeproxy-fault": "overloaded"})
+    failed = httpx.post(url, json={}, headers={"x-tapeproxy-fault": "server_error:status=502"})
+    provider = BUILTIN[upstream]
+    assert (limited.status_code, limited.headers["retry-after"]) == (429, "3")
+    assert overloaded.status_code == provider.overload[0]
+    assert failed.status_code == 502
+    for answer, kind in (
+        (limited, provider.rate_limit_type),
+        (overloaded, provider.overload[1]),
+        (failed, provider.server_error_type),
+    ):
+        assert answer.json() == provider.error_body(kind, ANY, answer.status_code)  # any message
+        assert answer.headers["x-tapeproxy-fault"]

@@ -22,6 +22,7 @@ from tapeproxy.store.files import FileStore
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import SECRET_ANTHROPIC, SECRET_OPENAI, library_files
+from tests.support.serve import Serve
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -266,3 +267,19 @@ def test_every_provider_fails_in_its_own_shape(make_proxy: MakeProxy, upstream: 
     ):
         assert answer.json() == provider.error_body(kind, ANY, answer.status_code)  # any message
         assert answer.headers["x-tapeproxy-fault"]
+
+
+def test_serve_prints_the_seed_it_drew_and_the_faults_it_served(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    args = ["--mode", "passthrough", "--upstream", f"openai={fake.url}", "--fault", "reset@p=1"]
+    server = Serve([*args, "--fault", "overloaded@p=0"], tmp_path)
+    url = server.url + "/openai/v1/chat/completions"
+    with pytest.raises(httpx.RemoteProtocolError):
+        httpx.post(url, json={})
+    seed = httpx.get(server.url + "/__tapeproxy/stats").json()["fault_seed"]
+    code, err = server.stop()
+    assert code == 0
+    assert f"faults: reset@p=1, overloaded@p=0 (--fault-seed {seed})" in err
+    assert f"faults served: 1 (1 reset), --fault-seed {seed}" in err
+    assert "fault=reset@p=1" in err  # the exchange's own log line

@@ -115,8 +115,10 @@ def test_reset_and_timeout_close_the_connection_with_nothing_sent(
         httpx.post(url, json={"a": 1}, headers={"x-tapeproxy-fault": "reset"})
     with pytest.raises(httpx.RemoteProtocolError, match="without sending"):
         httpx.post(url, json={"a": 1}, headers={"x-tapeproxy-fault": "timeout:after=0.2"})
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up first: the wait ends with it
+        httpx.post(url, json={}, headers={"x-tapeproxy-fault": "timeout"}, timeout=0.3)
     stats = proxy.stats
-    assert stats["faults_by_kind"] == {"reset": 1, "timeout": 1}
+    assert stats["faults_by_kind"] == {"reset": 1, "timeout": 2}
     assert stats["errors"] == 0 and fake.count() == 0
     assert httpx.post(url, json={"a": 1}).status_code == 200  # the header was for one request
 

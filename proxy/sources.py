@@ -213,4 +213,6 @@ def _explain(exc: ValidationError, origin: Mapping[str, str]) -> str:
         }.get(source, option_name(field))
         given = "(hidden)" if field == "admin_token" else error.get("input")
         lines.append(f"{option_name(field)} (from {where}): {given!r}: {error['msg']}")
+    if len(lines) == 1:  # one problem, one line
+        return f"invalid settings: {lines[0]}"
     return "invalid settings:\n  " + "\n  ".join(lines)

@@ -8,6 +8,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 from unittest.mock import ANY
@@ -22,7 +24,7 @@ from tapeproxy.store.files import FileStore
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import SECRET_ANTHROPIC, SECRET_OPENAI, library_files
-from tests.support.serve import Serve
+from tests.support.serve import ROOT, TAPEPROXY, Serve
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -285,3 +287,18 @@ def test_serve_prints_the_seed_it_drew_and_the_faults_it_served(
     assert f"faults: reset@p=1, overloaded@p=0 (--fault-seed {seed})" in err
     assert f"faults served: 1 (1 reset), --fault-seed {seed}" in err
     assert "fault=reset@p=1" in err  # the exchange's own log line
+
+
+def test_a_bad_fault_stops_the_start_with_one_line_naming_it(tmp_path: Path) -> None:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
+    result = subprocess.run(
+        [*TAPEPROXY, "serve", "--port", "0", "--fault", "cut:after=x@2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**environ, "PYTHONPATH": str(ROOT)},
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "fault 'cut:after=x@2': after needs a number" in result.stderr

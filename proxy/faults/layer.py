@@ -13,7 +13,15 @@ from tapeproxy.engine.run import Run
 from tapeproxy.engine.stats import Counters
 from tapeproxy.faults.schedule import Schedule
 from tapeproxy.faults.spec import FaultSpec
-from tapeproxy.faults.standins import DROPS, ERRORS, Dropping, RecordedErrors, error_answer
+from tapeproxy.faults.standins import (
+    DROPS,
+    ERRORS,
+    STAND_INS,
+    Dropping,
+    RecordedErrors,
+    error_answer,
+    status_of,
+)
 from tapeproxy.faults.wrappers import spoiled
 from tapeproxy.store.protocol import CassetteStore
 
@@ -41,7 +49,7 @@ class Faults:
         if fault.kind not in ERRORS:
             return None
         provider = keyed.provider
-        status = error_answer(fault, provider, keyed.key, None).status
+        status = status_of(fault, provider)
         found = await asyncio.to_thread(self.recorded.find, keyed.cassette, provider.name, status)
         return Serve(error_answer(fault, provider, keyed.key, found), 0, None)
 
@@ -51,7 +59,7 @@ class Faults:
         keyed.trace.fault = fault.text
         relayed = isinstance(answer, Live) and isinstance(answer.chunks, Relay)
         status = answer.replay.status if isinstance(answer, Serve) else answer.status
-        if fault.kind not in ERRORS | DROPS:
+        if fault.kind not in STAND_INS:
             answer = spoiled(fault, answer)
         self.counters.faults += 1
         by_kind = self.counters.faults_by_kind

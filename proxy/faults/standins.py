@@ -18,6 +18,7 @@ from tapeproxy.store.protocol import CassetteStore
 
 ERRORS = frozenset({"rate_limit", "overloaded", "server_error"})
 DROPS = frozenset({"timeout", "reset"})
+STAND_INS = ERRORS | DROPS  # the rest spoil the request's own answer
 SCANNED = 500  # recordings of a cassette looked through for real error answers, at most
 log = logging.getLogger("tapeproxy")
 

@@ -50,6 +50,8 @@ METAVARS = {
     "redact_field": "PATH",
     "redact_pattern": "REGEX",
     "ready_file": "FILE",
+    "fault": "SPEC",
+    "fault_seed": "N",
 }
 
 

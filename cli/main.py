@@ -61,6 +61,8 @@ def serve(
     redact_field: Annotated[list[str] | None, option("redact_field")] = None,
     redact_pattern: Annotated[list[str] | None, option("redact_pattern")] = None,
     ready_file: Annotated[Path | None, option("ready_file")] = None,
+    fault: Annotated[list[str] | None, option("fault")] = None,
+    fault_seed: Annotated[int | None, option("fault_seed")] = None,
     config: Annotated[
         Path | None,
         typer.Option(help="Config file. Default: ./tapeproxy.toml if present.", metavar="FILE"),
@@ -78,7 +80,7 @@ def serve(
 def serve_settings(options: dict[str, Any]) -> Settings:
     """serve's parameters (None: not given) -> Settings, under the environment and the file."""
     config = options.pop("config")
-    for field in ("live", "ignore", "redact_field", "redact_pattern"):
+    for field in ("live", "ignore", "redact_field", "redact_pattern", "fault"):
         options[field] = tuple(options[field]) if options[field] else None
     try:
         if options["upstream"]:

@@ -46,8 +46,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "tapeproxy(cassette=None, mode=None): run the test against tapeproxy with its own cassette "
-        "(named from the node id unless given) in this mode (--tapeproxy-mode wins).",
+        "tapeproxy(cassette=None, mode=None, faults=None): run the test against tapeproxy with "
+        "its own cassette (named from the node id unless given) in this mode (--tapeproxy-mode "
+        "wins), with these faults (specs as --fault takes; a new run of them per test).",
     )
     config.stash[PLUGIN] = Plugin(config)
     config.pluginmanager.register(config.stash[PLUGIN], "tapeproxy-session")

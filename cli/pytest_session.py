@@ -15,7 +15,8 @@ import pytest
 from tapeproxy.cli.background import BackgroundServer
 from tapeproxy.cli.pytest_usage import USAGE, usage_line, write_usage
 from tapeproxy.engine.stats import RunSummary
-from tapeproxy.errors import BadCassetteName, ConfigError
+from tapeproxy.errors import BadCassetteName, BadFault, ConfigError
+from tapeproxy.faults.spec import parse_faults
 from tapeproxy.settings import Mode, Settings, env_name
 from tapeproxy.sources import DEFAULT_CONFIG_FILE, load_settings
 from tapeproxy.store import anchored, split_location
@@ -115,9 +116,11 @@ class Plugin:
         cassette, mode, own = self._choose(item)
         server = self.server
         engine = server.engine
+        faults = self._faults(item, engine.settings.fault)
 
         async def switch() -> int:
             await engine.switch(cassette, mode)
+            engine.set_faults(faults)  # a new run of faults with every test
             return engine.counters.misses
 
         misses = server.call(switch)
@@ -135,10 +138,10 @@ class Plugin:
         args: dict[str, Any] = dict(marker.kwargs) if marker else {}
         if marker and marker.args:
             args.setdefault("cassette", marker.args[0])
-        unknown = set(args) - {"cassette", "mode"}
+        unknown = set(args) - {"cassette", "mode", "faults"}
         if unknown or (marker and len(marker.args) > 1):
             pytest.fail(
-                f"@pytest.mark.tapeproxy takes cassette= and mode=, not {sorted(unknown)}",
+                f"@pytest.mark.tapeproxy takes cassette=, mode= and faults=, not {sorted(unknown)}",
                 pytrace=False,
             )
         mode = self.mode or args.get("mode") or Mode.REPLAY.value
@@ -154,6 +157,20 @@ class Plugin:
                 f"{', '.join(m.value for m in Mode)}",
                 pytrace=False,
             )
+
+    def _faults(self, item: pytest.Item, default: tuple[str, ...]) -> list[str]:
+        """The marker's `faults=` (a list of specs), else the ones the settings give."""
+        marker = item.get_closest_marker("tapeproxy")
+        given = marker.kwargs.get("faults") if marker else None
+        if given is None:
+            return list(default)
+        if isinstance(given, str) or not all(isinstance(spec, str) for spec in given):
+            pytest.fail("@pytest.mark.tapeproxy(faults=...) takes a list of specs", pytrace=False)
+        try:
+            parse_faults(given)
+        except BadFault as exc:
+            pytest.fail(f"@pytest.mark.tapeproxy: {exc.message}", pytrace=False)
+        return list(given)
 
     def _prefix(self) -> str | None:
         """The folder that holds the cassette library, relative to the rootdir (`tests` for

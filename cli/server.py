@@ -181,6 +181,9 @@ def report(final: Snapshot, settings: Settings) -> int:
         counts.errors,
         counts.upstream_calls,
     )
+    if counts.faults:
+        kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.faults_by_kind.items()))
+        log.info("faults served: %d (%s), --fault-seed %d", counts.faults, kinds, final.fault_seed)
     for run in [*final.ended_runs, *final.runs]:
         if run.recorded_count:
             log.info("cassette %r: %d new recording(s)", run.cassette, run.recorded_count)

@@ -2,6 +2,7 @@
 
     TapeproxyError
      +-- ConfigError          a bad option or value, found at start
+     |    +-- BadFault        a fault spec that does not parse (400 on a header or PUT)
      +-- BadCassetteName      a cassette name that is not a safe relative name (400)
  +-- BadPath              a request path that climbs above its upstream's base (400)
  +-- BodyTooLarge         a request body over --max-body (413)
@@ -16,6 +17,7 @@
           +-- UpstreamTimeout       no answer in time (504)
           +-- UpstreamCut           the upstream stopped mid-answer
                +-- AnswerRefused    an answer cut on its way: a compression bomb
+               +-- Dropped          a fault: the connection closed before any byte
 
 Lower-level errors (OSError, TimeoutError, aiohttp's, pydantic) are translated at the boundary
 with ``raise X(...) from exc``.
@@ -38,6 +40,10 @@ class TapeproxyError(Exception):
 class ConfigError(TapeproxyError):
     status = 400
     error_type = "config_error"
+
+
+class BadFault(ConfigError):
+    error_type = "bad_fault"
 
 
 class BadCassetteName(TapeproxyError):
@@ -117,3 +123,10 @@ class AnswerRefused(UpstreamCut):
     there, as an upstream cut, and nothing of it is recorded."""
 
     error_type = "answer_refused"
+
+
+class Dropped(UpstreamCut):
+    """A fault (`reset`, `timeout`): the connection is closed with nothing of the answer sent;
+    a door closes it without the head."""
+
+    error_type = "connection_dropped"

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from tapeproxy.engine.rules import parse_rule
 from tapeproxy.engine.timing import parse_timing
 from tapeproxy.errors import BadCassetteName, ConfigError
+from tapeproxy.faults.spec import parse_fault
 from tapeproxy.providers import BUILTIN
 from tapeproxy.redaction.scrubber import check_field, check_pattern
 from tapeproxy.store.names import check_cassette_name
@@ -131,6 +132,15 @@ class Settings(BaseModel):
         description="A regular expression scrubbed from bodies before recording ([redact] "
         "patterns in tapeproxy.toml; one per line in the variable); repeatable.",
     )
+    fault: tuple[str, ...] = Field(
+        (),
+        description="A fault some requests get instead of their answer: KIND[:NAME=VALUE][@WHEN], "
+        "e.g. rate_limit@1 or cut:after=2@p=0.1 (README: Faults; [faults] specs in "
+        "tapeproxy.toml; one per line in the variable); repeatable.",
+    )
+    fault_seed: int | None = Field(
+        None, ge=0, description="Seed of probabilistic faults (default: drawn and printed)."
+    )
     ready_file: Path | None = Field(
         None,
         description="Once ready, write the URL it serves on into this file (removed at exit); "
@@ -207,6 +217,11 @@ class Settings(BaseModel):
     @classmethod
     def _redact_patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return _checked(check_pattern, value)
+
+    @field_validator("fault")
+    @classmethod
+    def _faults(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return _checked(parse_fault, value)
 
     @field_validator("log_level")
     @classmethod

@@ -16,7 +16,8 @@ from tapeproxy.settings import Settings, ToolSettings, env_name, option_name
 
 DEFAULT_CONFIG_FILE = "tapeproxy.toml"
 LIST_FIELDS = frozenset({"live", "ignore", "redact_field"})
-LINE_FIELDS = frozenset({"redact_pattern"})  # a regular expression may hold a comma
+# A regular expression, a fault spec may hold a comma.
+LINE_FIELDS = frozenset({"redact_pattern", "fault"})
 DICT_FIELDS = frozenset({"upstream"})
 
 
@@ -90,6 +91,8 @@ def _from_file(
         values["ignore"] = [*values.get("ignore", []), *match_tables(values.pop("match"), path)]
     if "redact" in values:
         values.update(redact_table(values.pop("redact"), path))
+    if "faults" in values:
+        values.update(faults_table(values.pop("faults"), path))
     known = set(Settings.model_fields) | set(ToolSettings.model_fields)
     unknown = sorted(set(values) - known)
     if unknown:
@@ -152,6 +155,24 @@ def redact_table(table: Any, path: Path) -> dict[str, list[str]]:
     return {REDACT_KEYS[key]: items for key, items in table.items()}
 
 
+def faults_table(table: Any, path: Path) -> dict[str, Any]:
+    """`[faults] specs = [...]`, `seed = N` -> fault, fault_seed."""
+    specs = table.get("specs", []) if isinstance(table, dict) else None
+    if (
+        not isinstance(table, dict)
+        or set(table) - {"specs", "seed"}
+        or not isinstance(specs, list)
+        or not all(isinstance(spec, str) for spec in specs)
+    ):
+        raise ConfigError(
+            f"config file {path}: [faults] takes specs (a list of fault specs) and seed"
+        )
+    found: dict[str, Any] = {"fault": specs} if specs else {}
+    if "seed" in table:
+        found["fault_seed"] = table["seed"]
+    return found
+
+
 def _from_env(environ: Mapping[str, str], model: type[BaseModel]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for field in model.model_fields:
@@ -192,4 +213,6 @@ def _explain(exc: ValidationError, origin: Mapping[str, str]) -> str:
         }.get(source, option_name(field))
         given = "(hidden)" if field == "admin_token" else error.get("input")
         lines.append(f"{option_name(field)} (from {where}): {given!r}: {error['msg']}")
+    if len(lines) == 1:  # one problem, one line
+        return f"invalid settings: {lines[0]}"
     return "invalid settings:\n  " + "\n  ".join(lines)

@@ -1,4 +1,5 @@
-"""The control API under /__tapeproxy/: health, stats, misses, and switching cassette and mode."""
+"""The control API under /__tapeproxy/: health, stats, misses, switching cassette and mode, and
+the faults in force."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tapeproxy.engine.core import Engine
+from tapeproxy.errors import BadFault
 from tapeproxy.settings import Mode, Settings, is_loopback
 
 CONTROL_PREFIX = "/__tapeproxy/"
-ENDPOINTS = ("health", "stats", "misses", "cassette", "ui/")
+ENDPOINTS = ("health", "stats", "misses", "cassette", "faults", "ui/")
 
 
 MAX_CONTROL_BODY = 64 * 1024  # {"cassette": NAME, "mode": MODE} is far smaller
@@ -37,6 +39,12 @@ class CassetteSwitch(BaseModel):
 
     cassette: str | None = None
     mode: Mode | None = None
+
+
+class FaultsChange(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    faults: list[str]
 
 
 def _bad_request(message: str) -> JSONResponse:
@@ -117,6 +125,32 @@ async def switch(engine: Engine, request: Request) -> JSONResponse:
     return current(engine)
 
 
+def faults_now(engine: Engine) -> JSONResponse:
+    schedule = engine.faults.schedule
+    return JSONResponse({"faults": schedule.texts(), "seed": schedule.seed})
+
+
+async def put_faults(engine: Engine, request: Request) -> JSONResponse:
+    """PUT /__tapeproxy/faults: the faults in force, and a new run of them."""
+    refused = refusal(request, engine.settings)
+    if refused is not None:
+        return refused
+    body = await capped_body(request, MAX_CONTROL_BODY)
+    if body is None:
+        return _error(413, "request_too_large", f"at most {MAX_CONTROL_BODY:,} bytes")
+    try:
+        change = FaultsChange.model_validate(json.loads(body or b"{}"))
+        engine.set_faults(change.faults)
+    except BadFault as exc:
+        return _error(400, exc.error_type, exc.message)
+    except (ValueError, ValidationError) as exc:
+        return _bad_request(
+            f'PUT /__tapeproxy/faults takes {{"faults": [SPEC, ...]}} ([] clears them): '
+            f"{' '.join(str(exc).split())}"
+        )
+    return faults_now(engine)
+
+
 def control_routes(engine: Engine) -> list[BaseRoute]:
     """The endpoints, bound to one engine."""
 
@@ -136,6 +170,12 @@ def control_routes(engine: Engine) -> list[BaseRoute]:
     async def put_cassette(request: Request) -> JSONResponse:
         return await switch(engine, request)
 
+    async def get_faults(request: Request) -> JSONResponse:
+        return faults_now(engine)
+
+    async def set_faults(request: Request) -> JSONResponse:
+        return await put_faults(engine, request)
+
     async def unknown(request: Request) -> JSONResponse:
         listed = ", ".join(CONTROL_PREFIX + name for name in ENDPOINTS)
         return _error(
@@ -148,5 +188,7 @@ def control_routes(engine: Engine) -> list[BaseRoute]:
         Route("/__tapeproxy/misses", misses, methods=["GET"]),
         Route("/__tapeproxy/cassette", get_cassette, methods=["GET"]),
         Route("/__tapeproxy/cassette", put_cassette, methods=["PUT"]),
+        Route("/__tapeproxy/faults", get_faults, methods=["GET"]),
+        Route("/__tapeproxy/faults", set_faults, methods=["PUT"]),
         Route("/__tapeproxy/{rest:path}", unknown),
     ]

@@ -9,13 +9,14 @@ from functools import partial
 from starlette.types import Receive, Scope, Send
 
 from tapeproxy.doors.routing import CASSETTE_HEADER, live_names, resolve
-from tapeproxy.doors.sending import send_json, send_live, send_replay, until_disconnect
+from tapeproxy.doors.sending import drop, send_json, send_live, send_replay, until_disconnect
 from tapeproxy.engine.core import Engine
 from tapeproxy.engine.hangup import shutdown_cut
 from tapeproxy.engine.inbound import Inbound, Live, Refuse, Serve
 from tapeproxy.engine.keyed import LIVE_HEADER
 from tapeproxy.engine.timing import TIMING_HEADER
-from tapeproxy.errors import BodyTooLarge, TapeproxyError, UpstreamCut
+from tapeproxy.errors import BodyTooLarge, Dropped, TapeproxyError, UpstreamCut
+from tapeproxy.faults.schedule import FAULT_HEADER
 from tapeproxy.providers.base import Provider, generic_error
 
 log = logging.getLogger("tapeproxy")
@@ -51,6 +52,7 @@ class Front:
                 cassette=text(first, CASSETTE_HEADER),
                 live=live_names(text(first, LIVE_HEADER) or ""),
                 timing=text(first, TIMING_HEADER),
+                fault=text(first, FAULT_HEADER),
                 gone=partial(until_disconnect, receive),
             )
             answer = await self.engine.exchange(inbound)
@@ -68,7 +70,10 @@ class Front:
         elif isinstance(answer, Refuse):
             await send_json(send, answer.error.status, answer.body)
         elif isinstance(answer, Live):
-            await send_live(answer, send)
+            try:
+                await send_live(answer, send)
+            except Dropped as exc:  # a fault: the connection closes with nothing sent
+                await drop(scope, receive, exc)
 
 
 def text(first: dict[bytes, bytes], name: str) -> str | None:

@@ -5,7 +5,8 @@ large, and no timer runs before a connection's first request.
 What this relies on inside uvicorn (tests/unit/test_head_limits.py fails if it changes): the
 httptools callbacks `on_message_begin`, `on_headers_complete` and `on_body` are methods of
 the protocol and run inside `data_received`, which feeds its bytes to `self.parser`;
-`self.loop`, `self.transport`; `self.cycle` (None before a first request) and its
+`self.loop`, `self.transport`, `self.scope` (a dict made by `on_message_begin`, handed to the
+app as it is); `self.cycle` (None before a first request) and its
 `response_complete`; `self.flow.read_paused` (uvicorn stops reading while a pipelined request
 waits for the one before it).
 """
@@ -18,6 +19,8 @@ import logging
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from tapeproxy.doors.sending import DROP_EXTENSION
 
 log = logging.getLogger("tapeproxy")
 
@@ -50,6 +53,8 @@ class HeadLimitedProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         joined = Coalescing(transport, self.loop)  # type: ignore[arg-type]
         super().connection_made(joined)  # type: ignore[arg-type]
+        # Given to each request's scope: lets the app drop the connection (a fault).
+        self._extensions = {DROP_EXTENSION: {"drop": joined.abort}}
         self._since = self.loop.time()
         self._timer = self.loop.call_at(self._since + HEAD_SECONDS, self._tick)
 
@@ -80,6 +85,7 @@ class HeadLimitedProtocol(HttpToolsProtocol):
     # path: each calls its base by name, with no super() lookup.
     def on_message_begin(self) -> None:
         HttpToolsProtocol.on_message_begin(self)
+        self.scope["extensions"] = self._extensions  # type: ignore[typeddict-item]
         if not self._since:  # (the first head runs from the connection)
             self._since = self.loop.time()
 

@@ -10,11 +10,15 @@ import time
 from functools import partial
 from typing import Any
 
-from starlette.types import Receive, Send
+from starlette.types import Receive, Scope, Send
 
 from tapeproxy.engine.hangup import Watch, cut_on_shutdown, shutdown_cut
 from tapeproxy.engine.inbound import Live, Serve
-from tapeproxy.errors import ClientGone, UpstreamCut
+from tapeproxy.errors import ClientGone, Dropped, UpstreamCut
+
+# The ASGI extension through which tapeproxy's own uvicorn protocol (doors.head_limits) lets
+# the app close a connection with nothing sent: {"drop": a callable that aborts it}.
+DROP_EXTENSION = "tapeproxy.drop"
 
 
 async def until_disconnect(receive: Receive) -> None:
@@ -50,14 +54,26 @@ async def send_live(live: Live, send: Send) -> None:
         return  # nobody is left to send to
     except (UpstreamCut, asyncio.CancelledError) as exc:
         # The head first: the answer ends as a cut (the connection dropped mid-body), not as
-        # a 500 the server makes up, which an SDK retries as a server error.
-        if not started:
+        # a 500 the server makes up, which an SDK retries as a server error. A drop (a
+        # fault) sends nothing: the door closes the connection (see `drop`).
+        if not started and not isinstance(exc, Dropped):
             await send(start)
         if isinstance(exc, asyncio.CancelledError):
             raise shutdown_cut() from None
         raise
     finally:
         await chunks.aclose()
+
+
+async def drop(scope: Scope, receive: Receive, why: Dropped) -> None:
+    """Close the connection with nothing sent, through the server's DROP_EXTENSION, and wait
+    until the server has seen it closed (so it answers no 500 of its own). On a server
+    without it, `why` is raised: the client gets that server's error instead."""
+    extension = scope.get("extensions", {}).get(DROP_EXTENSION)
+    if extension is None:
+        raise why
+    extension["drop"]()
+    await until_disconnect(receive)
 
 
 async def send_replay(serve: Serve, receive: Receive, send: Send) -> None:

@@ -26,6 +26,8 @@ from tapeproxy.engine.runs import Runs
 from tapeproxy.engine.spool import Spool
 from tapeproxy.engine.stats import Counters, RunSummary, Snapshot
 from tapeproxy.errors import ClientGone, TapeproxyError, UpstreamError
+from tapeproxy.faults.layer import Faults
+from tapeproxy.faults.spec import FaultSpec
 from tapeproxy.providers import Rulebook
 from tapeproxy.providers.base import Provider
 from tapeproxy.redaction.scrubber import Scrubber
@@ -62,6 +64,7 @@ class Engine:
         self.replays = ReplayCache()
         self.misses: deque[dict[str, Any]] = deque(maxlen=MAX_MISSES)
         self.upstream: Upstream | None = None  # set while the server runs
+        self.faults = Faults(settings.fault, settings.fault_seed, store, self.counters)
         self.keeper = Keeper(
             store,
             self.runs.ledger,
@@ -78,6 +81,9 @@ class Engine:
             run = self.runs.loaded(keyed.cassette)
             if run is None:
                 run = await self.runs.get(keyed.cassette)
+            fault = self.faults.schedule.draw(keyed.key, inbound.fault)
+            if fault is not None:
+                return await self._faulted(keyed, run, fault)
             ask, seq = run.ask(keyed.key)
             ordinal = run.pick(keyed.key, ask, self.settings.repeat)
             step = plan(keyed.mode, ordinal is not None, keyed.runs_live, run.held)
@@ -116,16 +122,37 @@ class Engine:
         if run.order is not None and (wrong := out_of_order(keyed, run, ordinal)) is not None:
             self.counters.misses += 1
             raise wrong
+        replay = await self._replay(keyed, ordinal)
+        run.served.add((keyed.key, ordinal))
+        self.counters.replayed += 1
+        keyed.trace.log("replayed", replay.status)
+        return Serve(replay, ordinal, keyed.timing)
+
+    async def _replay(self, keyed: Keyed, ordinal: int) -> Replay:
         cached = (keyed.cassette, keyed.key, ordinal)
         replay = self.replays.get(cached)
         if replay is None:
             exchange = await asyncio.to_thread(self.store.read, keyed.cassette, keyed.key, ordinal)
             replay = Replay.of(exchange, keyed.key)
             self.replays.put(cached, replay)
-        run.served.add((keyed.key, ordinal))
-        self.counters.replayed += 1
-        keyed.trace.log("replayed", replay.status)
-        return Serve(replay, ordinal, keyed.timing)
+        return replay
+
+    async def _faulted(self, keyed: Keyed, run: Run, fault: FaultSpec) -> Answer:
+        """The answer with `fault` on it, or in its place: never written, and the run neither
+        counts the request nor uses up a recording, so the client's retry gets it."""
+        ask = run.asked[keyed.key] + 1
+        ordinal = run.pick(keyed.key, ask, self.settings.repeat)
+        step = plan(keyed.mode, ordinal is not None, keyed.runs_live, run.held)
+        run.replayed_from |= step.action is Action.SERVE or step.action is Action.REFUSE
+        answer: Serve | Live | None = await self.faults.stand_in(keyed, fault)
+        if answer is None:  # a fault that spoils the answer: the one the request would get
+            if step.action is Action.REFUSE:
+                return await self._refuse(keyed, run, ask)
+            if step.action is Action.SERVE and ordinal is not None:
+                answer = Serve(await self._replay(keyed, ordinal), ordinal, None)
+            else:
+                answer = await self._forward(keyed, None)
+        return self.faults.served(fault, answer, keyed, run)
 
     async def _refuse(self, keyed: Keyed, run: Run, ask: int) -> Refuse:
         self.counters.misses += 1
@@ -208,6 +235,11 @@ class Engine:
             names = {before, self.current.cassette}
             await self.runs.restart(*names, *(derived_name(name) for name in names))
         self.replays.clear()  # another tapeproxy may have re-recorded what the new runs read
+        self.faults.restart()
+
+    def set_faults(self, specs: list[str]) -> None:
+        """A new run of faults, of `specs` (BadFault, and nothing changed, for a bad one)."""
+        self.faults.restart(specs)
 
     async def end_run(
         self, cassette: str, prune: bool = False, supersede: bool = True
@@ -221,13 +253,16 @@ class Engine:
     async def snapshot(self) -> Snapshot:
         runs = await self.runs.summaries()
         return Snapshot(
-            counters=Counters(**vars(self.counters)),
+            counters=Counters(
+                **{**vars(self.counters), "faults_by_kind": dict(self.counters.faults_by_kind)}
+            ),
             cassette=self.current.cassette,
             mode=self.current.mode.value,
             runs=runs,
             ended_runs=list(self.runs.ledger.ended),
             unused_total=self.runs.ledger.ended_unused + sum(run.unused_count for run in runs),
             untouched=self.untouched(),
+            fault_seed=self.faults.schedule.seed,
         )
 
     def untouched(self) -> list[str]:

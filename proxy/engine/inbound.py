@@ -32,6 +32,7 @@ class Inbound:
     live: frozenset[str] = frozenset()  # upstreams that run live for this request
     timing: str | None = None  # replay timing (`none`, `recorded`, a factor); else --replay-timing
     gone: Gone | None = None  # returns when the client has hung up: the upstream call is dropped
+    fault: str | None = None  # a fault spec for this request alone (x-tapeproxy-fault)
 
     @cached_property
     def header_map(self) -> HeaderView:

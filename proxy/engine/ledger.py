@@ -84,6 +84,7 @@ class Ledger:
                 used=[exchange_file(k, o) for k, o in sorted(run.used())],
                 unused=[exchange_file(k, o) for k, o in noted],
                 digests=self._digests(run.cassette, noted),
+                faults=dict(run.faults),
             )
         elif run.recorded:
             note = None

@@ -49,6 +49,7 @@ class Run:
     # Used by the runs of this cassette that another client's mode change (or the cap on runs
     # under way) ended: one run as far as the last-run note goes, see Ledger.finish.
     inherited: set[tuple[str, int]] = field(default_factory=set)
+    faults: Counter[str] = field(default_factory=Counter)  # faults served in it, by kind
     note_dropped: bool = False  # the cassette's last-run note was removed at the first write
     # Writer threads number recordings (next_ordinal) while the event loop adds them (add):
     # one lock, shared like `pending`, around both.

@@ -26,6 +26,8 @@ class Counters:
     too_large: int = 0  # answers over --max-record, passed on but not recorded
     write_failures: int = 0  # finished exchanges the store could not write (also in errors)
     bombs: int = 0  # compressed answers cut past the inflation caps, not recorded (in errors)
+    faults: int = 0  # answers a fault stood in for or spoiled (tapeproxy.faults)
+    faults_by_kind: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class Snapshot:
     ended_runs: list[RunSummary]
     unused_total: int
     untouched: list[str] = field(default_factory=list)  # told to serve, reached by no request
+    fault_seed: int | None = None  # what decides probabilistic faults (--fault-seed)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -65,6 +68,7 @@ class Snapshot:
             "ended_runs": [asdict(run) for run in self.ended_runs],
             "unused_total": self.unused_total,
             "untouched": self.untouched,
+            "fault_seed": self.fault_seed,
         }
 
 
@@ -79,6 +83,7 @@ class Trace:
     path: str
     key: str
     started: float = field(default_factory=time.monotonic)
+    fault: str = ""  # the fault spec on this exchange's answer, if any
 
     def log(self, outcome: str, status: int) -> None:
         if log.isEnabledFor(logging.INFO):
@@ -86,5 +91,6 @@ class Trace:
             fast_info(
                 log,
                 f"{self.mode} {self.upstream} {self.method} {self.path} key={self.key[:12]} "
-                f"-> {outcome} {status} ({ms:.0f} ms)",
+                f"-> {outcome} {status} ({ms:.0f} ms)"
+                + (f" fault={self.fault}" if self.fault else ""),
             )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tapeproxy.engine.rules import MatchRules
@@ -74,6 +75,17 @@ def ping(event: str, payload: Any, data: str) -> bool:
     return type_of(payload) == "ping"
 
 
+def limit_headers(retry_after: int) -> list[tuple[str, str]]:
+    """`anthropic-ratelimit-requests-*`: the limit, none remaining, and when it resets
+    (RFC 3339, as Anthropic sends it)."""
+    reset = datetime.now(UTC) + timedelta(seconds=retry_after)
+    return [
+        ("anthropic-ratelimit-requests-limit", "50"),
+        ("anthropic-ratelimit-requests-remaining", "0"),
+        ("anthropic-ratelimit-requests-reset", reset.strftime("%Y-%m-%dT%H:%M:%SZ")),
+    ]
+
+
 def claims_bare_v1(headers: Mapping[str, str]) -> bool:
     """The Anthropic SDKs send `anthropic-version` on every request; OpenAI's never do."""
     return "anthropic-version" in headers
@@ -94,4 +106,7 @@ PROVIDER = Provider(
     volatile_headers=frozenset({"anthropic-organization-id"}),
     volatile_prefixes=("anthropic-ratelimit-",),
     claims_bare_v1=claims_bare_v1,
+    server_error_type="api_error",
+    overload=(529, "overloaded_error"),
+    limit_headers=limit_headers,
 )

@@ -47,6 +47,10 @@ def generic_error(error_type: str, message: str, status: int) -> dict[str, Any]:
     return {"error": {"type": error_type, "message": message}}
 
 
+def no_limit_headers(retry_after: int) -> list[tuple[str, str]]:
+    return []
+
+
 def no_tokens(payloads: Iterable[Any]) -> Tokens | None:
     return None
 
@@ -109,6 +113,13 @@ class Provider:
     ends_streams: Callable[[str], bool] = no_stream_path
     # Whether a request on a bare `/v1/...` path (no upstream prefix) is this provider's.
     claims_bare_v1: Callable[[Mapping[str, str]], bool] = claims_nothing
+    # How it fails, for faults (tapeproxy.faults): the error type of its 429 and of its 500,
+    # its overload answer (status, error type), and the rate-limit headers of a 429 whose
+    # retry comes after the given seconds (`retry-after` itself is added for every provider).
+    rate_limit_type: str = "rate_limit_error"
+    server_error_type: str = "server_error"
+    overload: tuple[int, str] = (503, "overloaded")
+    limit_headers: Callable[[int], list[tuple[str, str]]] = no_limit_headers
 
     def usage(self, payloads: Iterable[Any]) -> Usage | None:
         """The `usage` an exchange file keeps: input and output tokens."""

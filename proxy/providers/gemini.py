@@ -15,9 +15,11 @@ GOOGLE_STATUS = {
     400: "INVALID_ARGUMENT",
     404: "NOT_FOUND",
     422: "FAILED_PRECONDITION",
+    429: "RESOURCE_EXHAUSTED",
     499: "CANCELLED",
     500: "INTERNAL",
     502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
     504: "DEADLINE_EXCEEDED",
 }
 
@@ -99,4 +101,6 @@ PROVIDER = Provider(
     frame_signs=FrameSigns(final=final_frame, error=error_frame),
     stream_path=stream_path,
     ends_streams=stream_path,
+    rate_limit_type="rate_limit_exceeded",
+    overload=(503, "overloaded"),
 )

@@ -93,6 +93,16 @@ def stream_error(event: str, payload: Any, data: str) -> bool:
     return error_frame(event, payload, data) or type_of(payload) in ("error", "response.failed")
 
 
+def limit_headers(retry_after: int) -> list[tuple[str, str]]:
+    """OpenAI's six `x-ratelimit-*` headers, of requests and of tokens, all used up."""
+    reset = f"{retry_after}s"
+    return [
+        (f"x-ratelimit-{name}-{what}", value)
+        for what, limit in (("requests", "60"), ("tokens", "150000"))
+        for name, value in (("limit", limit), ("remaining", "0"), ("reset", reset))
+    ]
+
+
 FRAME_SIGNS = FrameSigns(final=final_frame, error=stream_error)
 
 
@@ -109,4 +119,7 @@ PROVIDER = Provider(
     text=text,
     frame_signs=FRAME_SIGNS,
     volatile_headers=frozenset({"openai-processing-ms"}),
+    rate_limit_type="rate_limit_exceeded",
+    overload=(503, "server_overloaded"),
+    limit_headers=limit_headers,
 )

@@ -67,6 +67,8 @@ def test_environment_beats_the_config_file_and_the_command_line_beats_both(
         (["--ignore", "openai:nose:user"], {}, "UPSTREAM:WHAT:NAME"),
         (["--cassettes", "ftp://host/tapes"], {}, "location starting with file://"),
         ([], {"TAPEPROXY_CASSETTES": "nosuch://tapes"}, "location starting with file://"),
+        (["--fault", "rate_limit@p=2"], {}, "fault 'rate_limit@p=2': probability '2' is outside"),
+        ([], {"TAPEPROXY_FAULT": "flood"}, "fault 'flood': unknown kind 'flood'"),
     ],
 )
 def test_a_bad_value_fails_at_start_naming_the_option(

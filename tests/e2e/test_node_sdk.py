@@ -51,3 +51,27 @@ def test_python_recording_replays_for_the_node_sdk_chat_and_stream(
     assert node["deltas"] == deltas
     assert node["usage"]["total_tokens"] > 0
     assert replayer.stats["misses"] == 0
+
+
+def test_node_sdk_gets_two_chunks_of_a_recorded_stream_cut_after_two_then_raises(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    recorder = make_proxy(mode="record")
+    client = openai.OpenAI(base_url=recorder.url + "/openai/v1", api_key=SECRET_OPENAI)
+    stream = client.chat.completions.create(model="gpt-4o-mini", messages=MESSAGES, stream=True)  # type: ignore[arg-type]
+    assert len(list(stream)) > 2  # the recording has more than the cut lets through
+    recorder.stop()
+    fake.stop()
+
+    replayer = make_proxy(mode="replay", fault=("cut:after=2",))
+    result = subprocess.run(
+        ["node", str(NODE_DIR / "cut.mjs"), replayer.url + "/openai/v1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    node = json.loads(result.stdout)
+    assert node["chunks"] == 2
+    assert node["error"]  # the SDK raised: the stream ended without its final frame
+    assert replayer.stats["faults_by_kind"] == {"cut": 1}

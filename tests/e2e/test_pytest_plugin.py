@@ -241,13 +241,63 @@ def test_bad_name():
 @pytest.mark.tapeproxy(mode="rewind")
 def test_bad_mode():
     pass
+
+@pytest.mark.tapeproxy(faults=["rate_limit@p=2"])
+def test_bad_fault():
+    pass
 """,
     )
     result = project.runpytest()
-    result.assert_outcomes(errors=2)
+    result.assert_outcomes(errors=3)
     result.stdout.fnmatch_lines(
-        ["*cassette name '../escape' is not allowed*", "*mode='rewind'*use one of record*"]
+        [
+            "*cassette name '../escape' is not allowed*",
+            "*mode='rewind'*use one of record*",
+            "*fault 'rate_limit@p=2': probability '2' is outside [[]0, 1[]]*",
+        ]
     )
+
+
+FAULTS_TEST = """
+import openai
+import pytest
+
+def ask():
+    client = openai.OpenAI(max_retries=0)
+    return client.chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "Hi"}]
+    )
+
+@pytest.mark.tapeproxy(cassette="shared", faults=["server_error:status=502@1"])
+def test_first(tapeproxy):
+    with pytest.raises(openai.InternalServerError) as raised:
+        ask()
+    assert raised.value.status_code == 502
+    assert ask().choices[0].finish_reason == "stop"
+
+@pytest.mark.tapeproxy(cassette="shared", faults=["server_error:status=502@1"])
+def test_second_starts_a_new_run_of_faults(tapeproxy):
+    with pytest.raises(openai.InternalServerError):
+        ask()
+    assert ask().choices[0].finish_reason == "stop"
+
+@pytest.mark.tapeproxy(cassette="shared")
+def test_without_faults(tapeproxy):
+    assert ask().choices[0].finish_reason == "stop"
+"""
+
+
+def test_a_markers_faults_start_anew_with_every_test_and_are_never_recorded(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fake: FakeUpstream
+) -> None:
+    upstream_at(monkeypatch, fake)
+    write_test(project, FAULTS_TEST)
+    project.runpytest("--tapeproxy-mode", "once").assert_outcomes(passed=3)
+    cassette = project.path / "tests" / "cassettes" / "shared"
+    assert len(recordings(cassette)) == 1  # the 502s were never written
+    fake.stop()
+    replay = project.runpytest()  # the faults come again over the recording
+    replay.assert_outcomes(passed=3)
 
 
 def test_xdist_workers_each_run_their_own_server(

@@ -94,6 +94,28 @@ def test_the_node_recipe_replays_the_same_cassette(example_server: Serve) -> Non
     assert result.stdout == ANSWER + "\n"
 
 
+def test_the_faults_recipe_survives_a_rate_limit_recording_then_replaying(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fake: FakeUpstream
+) -> None:
+    for name in list(os.environ):
+        if name.startswith(("TAPEPROXY_", "OPENAI_", "ANTHROPIC_")):
+            monkeypatch.delenv(name)
+    code = recipe("faults")
+    path = code.splitlines()[0].removeprefix("# ")
+    pytester.mkdir("tests")
+    (pytester.path / path).write_text(code, encoding="utf-8")
+    monkeypatch.setenv("TAPEPROXY_UPSTREAM", f"openai={fake.url}")
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET_OPENAI)
+    pytester.runpytest("--tapeproxy-mode", "once").assert_outcomes(passed=1)
+    assert len(fake.hits) == 1  # the 429 came from tapeproxy; only the retry went upstream
+
+    fake.stop()
+    monkeypatch.delenv("OPENAI_API_KEY")
+    replay = pytester.runpytest()  # the 429 again, then the recording
+    replay.assert_outcomes(passed=1)
+    replay.stdout.fnmatch_lines(["tapeproxy: 1 replayed, 0 recorded, 0 missed*"])
+
+
 def test_the_pytest_recipe_records_once_then_replays_offline(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fake: FakeUpstream
 ) -> None:

@@ -75,6 +75,16 @@ def test_uvicorn_still_keeps_the_attributes_read() -> None:
         loop.close()
 
 
+def test_uvicorn_still_hands_the_scope_on_message_begin_made_to_the_app() -> None:
+    """The drop extension is put into `self.scope` after uvicorn's on_message_begin: that
+    dict must still be the one on_headers_complete gives the request's cycle."""
+    begin = inspect.getsource(HttpToolsProtocol.on_message_begin)
+    assert "self.scope = {" in begin
+    complete = inspect.getsource(HttpToolsProtocol.on_headers_complete)
+    assert "scope=self.scope" in complete
+    assert "self.scope, self.receive, self.send" in inspect.getsource(RequestResponseCycle.run_asgi)
+
+
 class Socket(asyncio.Transport):
     """The protocol's side of a socket: what it wrote, and whether it closed."""
 

@@ -66,6 +66,12 @@ SAMPLES: dict[str, tuple[str, list[str], Any]] = {
         ("\\d{3,4}-\\d{4}", "sk-[a-z]+"),
     ),
     "ready_file": ("run/url", ["--ready-file", "run/url"], Path("run/url")),
+    "fault": (
+        "slow:ttfb=5,gap=1@2,4\nreset@p=0.5",
+        ["--fault", "slow:ttfb=5,gap=1@2,4", "--fault", "reset@p=0.5"],
+        ("slow:ttfb=5,gap=1@2,4", "reset@p=0.5"),
+    ),
+    "fault_seed": ("7", ["--fault-seed", "7"], 7),
 }
 
 
@@ -425,6 +431,27 @@ def test_a_redact_table_in_the_config_file_sets_the_redaction_rules(tmp_path: Pa
     settings = load_settings({}, environ={})
     assert settings.redact_field == ("user.email",)
     assert settings.redact_pattern == ("\\d{3},\\d{4}",)
+
+
+def test_a_faults_table_in_the_config_file_sets_the_faults_and_seed(tmp_path: Path) -> None:
+    (tmp_path / "tapeproxy.toml").write_text('[faults]\nspecs = ["cut:after=2@1,3"]\nseed = 4\n')
+    settings = load_settings({}, environ={})
+    assert (settings.fault, settings.fault_seed) == (("cut:after=2@1,3",), 4)
+
+
+@pytest.mark.parametrize(
+    ("toml", "problem"),
+    [
+        ('[faults]\nspecs = "reset"', "[faults] takes specs"),
+        ('[faults]\nspec = ["reset"]', "[faults] takes specs"),
+        ('[faults]\nspecs = ["reset@0"]', "fault 'reset@0'"),
+    ],
+)
+def test_a_bad_faults_table_is_an_error(toml: str, problem: str, tmp_path: Path) -> None:
+    (tmp_path / "tapeproxy.toml").write_text(toml + "\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings({}, environ={})
+    assert problem in caught.value.message
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,143 @@
+"""The faults that spoil an answer on its way (cut, slow, malformed): a recorded or a live
+answer made into a `Live` whose chunks carry the fault. A stream is counted in its frames,
+any other body in bytes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+from tapeproxy.engine.inbound import Chunks, Live, Serve
+from tapeproxy.errors import UpstreamCut
+from tapeproxy.exchange.framing import FrameSplitter, dialect_for
+from tapeproxy.faults.spec import FaultSpec
+
+Headers = list[tuple[bytes, bytes]]
+
+
+def spoiled(spec: FaultSpec, answer: Serve | Live) -> Live:
+    """`answer` with the fault `spec` on it: head as it was (a malformed body loses its
+    Content-Length), sent with the first chunk."""
+    if isinstance(answer, Serve):
+        status, headers, inner = answer.replay.status, list(answer.replay.headers), None
+    else:
+        status, headers, inner = answer.status, list(answer.headers), answer.chunks
+    content_type = next((v for k, v in headers if k == b"content-type"), b"")
+    dialect = dialect_for(content_type.decode("latin-1"), chunked=False)
+    stream = dialect in ("sse", "ndjson")
+    if spec.kind == "malformed":
+        headers = [(k, v) for k, v in headers if k != b"content-length"]
+    headers.append((b"x-tapeproxy-fault", spec.text.encode("latin-1", "replace")))
+    cut = isinstance(answer, Serve) and answer.replay.cut  # a recorded cut stays one
+    if inner is None:
+        pieces: AsyncIterator[bytes] = recorded(answer.replay.frames)  # type: ignore[union-attr]
+    elif stream and dialect is not None:
+        pieces = split(inner, FrameSplitter(dialect))
+    else:
+        pieces = aiter(inner)
+    return Live(status, headers, Spoiled(spec, pieces, stream, inner, cut), held=True)
+
+
+async def recorded(frames: tuple[tuple[int, bytes], ...]) -> AsyncGenerator[bytes, None]:
+    for _, data in frames:
+        yield data
+
+
+async def split(chunks: Chunks, splitter: FrameSplitter) -> AsyncGenerator[bytes, None]:
+    """A live stream's chunks as its frames."""
+    async for chunk in chunks:
+        for frame in splitter.feed(chunk):
+            yield frame
+    for frame in splitter.flush():
+        yield frame
+
+
+def broken(data: bytes) -> bytes:
+    """`data` (a JSON document) cut in half, so it is no longer JSON."""
+    half = data[: len(data) // 2]
+    try:
+        json.loads(half)
+    except ValueError:
+        return half
+    return half + b"}"  # (a whole document in half of it: a trailing brace breaks it)
+
+
+def broken_frame(frame: bytes) -> bytes | None:
+    """A stream frame with its JSON payload broken, or None when it carries none."""
+    at = frame.find(b"{")
+    if at < 0:
+        return None
+    end = len(frame.rstrip(b"\r\n"))
+    return frame[:at] + broken(frame[at:end]) + frame[end:]
+
+
+class Spoiled:
+    """The chunks of a spoiled answer (see `spoiled`): a door iterates them like a relay's."""
+
+    last = False
+
+    def __init__(
+        self,
+        spec: FaultSpec,
+        pieces: AsyncIterator[bytes],
+        stream: bool,
+        inner: Chunks | None,
+        cut: bool = False,
+    ) -> None:
+        self._spec = spec
+        self._cut_at_end = cut
+        self._pieces = pieces
+        self._stream = stream
+        self._inner = inner
+        self._chunks = self._run()
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._chunks
+
+    def __anext__(self) -> Any:
+        return self._chunks.__anext__()
+
+    async def aclose(self) -> None:
+        await self._chunks.aclose()
+        if self._inner is not None:
+            await self._inner.aclose()
+
+    async def _run(self) -> AsyncGenerator[bytes, None]:
+        kind = self._spec.kind
+        if kind == "cut":
+            async for piece in self._cut(int(self._spec["after"])):
+                yield piece
+            raise UpstreamCut(f"tapeproxy fault {self._spec.text}: the answer is cut here")
+        if kind == "slow":
+            await asyncio.sleep(self._spec["ttfb"] / 1000)
+        spoil = kind == "malformed"
+        first = True
+        async for piece in self._pieces:
+            if kind == "slow" and not first:
+                await asyncio.sleep(self._spec["gap"] / 1000)
+            first = False
+            bad = None if not spoil else broken_frame(piece) if self._stream else broken(piece)
+            if bad is not None:
+                spoil = False
+                yield bad
+                if not self._stream:
+                    break  # the rest of a body would only be more of the same document
+                continue
+            yield piece
+        if self._cut_at_end:
+            raise UpstreamCut("replaying a recorded upstream cut: the connection is dropped here")
+        self.last = True
+        yield b""
+
+    async def _cut(self, after: int) -> AsyncGenerator[bytes, None]:
+        """The first `after` frames of a stream, or bytes of a body."""
+        sent = 0
+        async for piece in self._pieces:
+            room = after - sent
+            if room <= 0:
+                return
+            piece = piece if self._stream else piece[:room]
+            sent += 1 if self._stream else len(piece)
+            yield piece

@@ -17,6 +17,7 @@ from tapeproxy.engine.rules import parse_rule
 from tapeproxy.engine.timing import parse_timing
 from tapeproxy.errors import BadCassetteName, ConfigError
 from tapeproxy.providers import BUILTIN
+from tapeproxy.redaction.formats import check_keep
 from tapeproxy.redaction.scrubber import check_field, check_pattern
 from tapeproxy.store.names import check_cassette_name
 
@@ -129,6 +130,12 @@ class Settings(BaseModel):
         description="A regular expression scrubbed from bodies before recording ([redact] "
         "patterns in tapeproxy.toml; one per line in the variable); repeatable.",
     )
+    redact_keep: tuple[str, ...] = Field(
+        (),
+        description="A well-known key format left unscrubbed: openai, anthropic, google, "
+        "github, aws, slack, jwt, or all ([redact] keep in tapeproxy.toml). Every one is "
+        "scrubbed from bodies and streams by default; repeatable.",
+    )
     ready_file: Path | None = Field(
         None,
         description="Once ready, write the URL it serves on into this file (removed at exit); "
@@ -205,6 +212,12 @@ class Settings(BaseModel):
     @classmethod
     def _redact_patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return _checked(check_pattern, value)
+
+    @field_validator("redact_keep")
+    @classmethod
+    def _redact_keep(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        _checked(lambda name: check_keep([name]), value)
+        return check_keep(value)
 
     @field_validator("log_level")
     @classmethod

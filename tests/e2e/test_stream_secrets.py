@@ -90,7 +90,7 @@ def responses_call(url: str, n: int) -> str:
 
 
 def anthropic_answer(texts: list[str]) -> bytes:
-    message = {
+    message: dict[str, Any] = {
         "id": "msg_1",
         "type": "message",
         "role": "assistant",
@@ -142,7 +142,7 @@ GEMINI = "/gemini/v1beta/models/gemini-2.0-flash:streamGenerateContent"
 
 
 def gemini_answer(texts: list[str]) -> bytes:
-    chunks = [
+    chunks: list[dict[str, Any]] = [
         {"candidates": [{"content": {"parts": [{"text": t}], "role": "model"}}]} for t in texts
     ]
     chunks[-1]["candidates"][0]["finishReason"] = "STOP"

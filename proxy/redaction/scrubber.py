@@ -14,7 +14,7 @@ from tapeproxy.engine.rules import parse_path
 from tapeproxy.errors import ConfigError
 from tapeproxy.exchange.bodies import Payload
 from tapeproxy.exchange.layout import Record
-from tapeproxy.redaction.formats import formats_pattern
+from tapeproxy.redaction.formats import formats_pattern, may_hold_key
 from tapeproxy.redaction.secrets import MARKER
 from tapeproxy.redaction.streams import LITERAL, frame_text, joined_document, joined_frames
 
@@ -87,11 +87,16 @@ class Scrubber:
     def __bool__(self) -> bool:
         return bool(self.fields or self.every)
 
+    def _for(self, text: str) -> tuple[re.Pattern[str], ...]:
+        """The patterns worth running over `text`: the key formats only where it may hold a
+        key (requests are scrubbed on the event loop, and most text holds none)."""
+        return self.every if self.formats is None or may_hold_key(text) else self.patterns
+
     def text(self, text: str) -> str:
         """Every pattern match replaced by MARKER."""
         for _ in range(_ROUNDS):
             new = text
-            for pattern in self.every:
+            for pattern in self._for(text):
                 new = pattern.sub(lambda m: MARKER if m.group(0) else "", new)
             if new == text:
                 break
@@ -100,13 +105,15 @@ class Scrubber:
 
     def matches(self, text: str) -> bool:
         """Whether a pattern matches something (not nothing) in `text`."""
-        return any(m.group(0) for pattern in self.every for m in pattern.finditer(text))
+        return any(m.group(0) for pattern in self._for(text) for m in pattern.finditer(text))
 
     def value(self, value: Any) -> Any:
         """A JSON value with its fields and every matching string (or number) scrubbed."""
         for path in self.fields:
             value = _at_path(value, path)
-        return self._strings(value) if self.every else value
+        if not any(map(self.matches, _leaves(value))):  # nothing to change: nothing copied
+            return value
+        return self._strings(value)
 
     def _strings(self, value: Any) -> Any:
         if isinstance(value, str):
@@ -238,6 +245,20 @@ class Scrubber:
         scrubbed = type(exchange).model_validate(self.record(exchange.record()))
         scrubbed._read_as = exchange.read_as
         return scrubbed
+
+
+def _leaves(value: Any) -> Iterator[str]:
+    """The strings of a JSON value, and its numbers as JSON text (what `_strings` scrubs)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _leaves(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _leaves(item)
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        yield json.dumps(value)
 
 
 def _at_path(value: Any, path: Path) -> Any:

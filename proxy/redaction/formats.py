@@ -56,7 +56,7 @@ FORMATS: dict[str, tuple[str, str]] = {
 ALL = "all"
 # Every key of a format holds one of these: a text holding none (most text) is passed over
 # without running the pattern (a substring search is some 30 times faster).
-HINTS = ("sk-", "AIza", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")
+HINTS: tuple[str, ...] = ("sk-", "AIza", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")
 HINTS += ("AKIA", "ASIA", "ABIA", "ACCA", "xox", "eyJ")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -188,9 +188,11 @@ class Scrubber:
     def frames(self, frames: list[Record], dialect: str | None) -> list[Record]:
         """Stream frames scrubbed: each text a client joins across frames matched whole
         (tapeproxy.redaction.streams), then each frame alone; a streamed JSON document
-        (`json` dialect) as a whole, laid back over its frames."""
+        (`json` dialect) or raw chunks of text as a whole, laid back over its frames."""
         if dialect == "json":
-            return self._document(frames)
+            return self._document(frames, self._json_document)
+        if dialect == "chunks":
+            return self._document(frames, self.text)
         return list(self.each(joined_frames(frames, dialect, self.every), dialect))
 
     def each(self, frames: Iterable[Record], dialect: str | None) -> Iterator[Record]:
@@ -203,12 +205,15 @@ class Scrubber:
             text = frame_text(old, dialect, self.json_text, self.text)
             yield frame if text == old else {**frame, "text": text}
 
-    def _document(self, frames: list[Record]) -> list[Record]:
+    def _json_document(self, text: str) -> str:
+        return self.json_text(joined_document(text, self.every))
+
+    def _document(self, frames: list[Record], scrub: Callable[[str], str]) -> list[Record]:
         if any(frame.get("text") is None for frame in frames):
             return frames
         texts: list[str] = [frame["text"] for frame in frames]
         joined = "".join(texts)
-        new = self.json_text(joined_document(joined, self.every))
+        new = scrub(joined)
         if new == joined:
             return frames
         out, start = [], 0

@@ -314,3 +314,12 @@ def test_a_request_keys_the_same_scrubbed_twice() -> None:
     request through the same Scrubber) changes nothing."""
     once = DEFAULTS.value({"input": f"key {keys()['github']} and {keys()['aws']}"})
     assert DEFAULTS.value(once) == once == {"input": f"key {MARKER} and {MARKER}"}
+
+
+def test_a_secret_split_over_raw_chunks_of_text_is_scrubbed() -> None:
+    """A chunked answer that is no stream dialect (`chunks`): its text is joined, scrubbed,
+    and laid back over its chunks."""
+    chunks = [{"ms": 0, "text": "Your key is " + SECRET[:9]}, {"ms": 1, "text": SECRET[9:] + " ok"}]
+    scrubbed = USER_ONLY.frames(chunks, "chunks")
+    assert "".join(f["text"] for f in scrubbed) == f"Your key is {MARKER} ok"
+    assert not leftovers(SECRET, json.dumps(scrubbed))

@@ -322,3 +322,29 @@ def test_a_key_in_a_stream_too_large_to_hold_is_scrubbed_frame_by_frame(
     player = make_proxy(mode="replay")
     answer = ask(player.url, "long", stream=True)
     assert f"here: {MARKER} " in answer and len(answer) > SPOOL_AFTER
+
+
+def test_redact_with_no_rule_scrubs_the_key_formats_and_rekeys_an_older_cassette(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    """A cassette recorded without the key formats (as before they were scrubbed) holds a
+    key in a request and an answer: a bare `tapeproxy redact NAME` scrubs both and re-keys
+    the recording, which a replay with the defaults then finds."""
+    key = a_key()
+    question = f"is {key} still valid?"
+    with RawUpstream() as raw:
+        raw.answer(chat_answer(pieces((12,), key)))
+        recorder = make_proxy(mode="record", redact_keep=("all",), upstream={"openai": raw.url})
+        assert ask(recorder.url, question, stream=True) == BEFORE + key + AFTER
+        wait_for(lambda: recorder.stats["recorded"] == 1)
+    recorder.stop()
+    [before] = library_files(cassettes)
+    where = ["--cassettes", str(cassettes)]
+    code, out = cli("redact", "default", *where)
+    assert code == 0, out
+    [after] = library_files(cassettes)
+    assert after.name != before.name, "the request changed: re-keyed"
+    assert leftovers(cassettes, key) == []
+    assert cli("verify", *where)[0] == 0
+    player = make_proxy(mode="replay")
+    assert ask(player.url, question, stream=True) == BEFORE + MARKER + AFTER

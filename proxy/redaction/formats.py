@@ -55,14 +55,17 @@ FORMATS: dict[str, tuple[str, str]] = {
 }
 ALL = "all"
 # Every key of a format holds one of these: a text holding none (most text) is passed over
-# without running the pattern (a substring search is some 30 times faster).
-HINTS: tuple[str, ...] = ("sk-", "AIza", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")
-HINTS += ("AKIA", "ASIA", "ABIA", "ACCA", "xox", "eyJ")
+# without running the pattern (a substring search is some 30 times faster). GitHub's are
+# looked for only where an `_` is (one quick scan for a single character).
+HINTS = ("sk-", "AIza", "AKIA", "ASIA", "ABIA", "ACCA", "xox", "eyJ")
+UNDERSCORED_HINTS = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")
 
 
 def may_hold_key(text: str) -> bool:
     """Whether `text` may hold a key of some format (never False for one that does)."""
-    return any(hint in text for hint in HINTS)
+    return any(hint in text for hint in HINTS) or (
+        "_" in text and any(hint in text for hint in UNDERSCORED_HINTS)
+    )
 
 
 def check_keep(names: Iterable[str]) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tapeproxy.errors import ConfigError
 from tapeproxy.exchange.framing import frame_payload
-from tapeproxy.redaction.formats import FORMATS, check_keep
+from tapeproxy.redaction.formats import FORMATS, check_keep, may_hold_key
 from tapeproxy.redaction.scrubber import Scrubber
 from tapeproxy.redaction.secrets import MARKER
 
@@ -323,3 +323,9 @@ def test_a_secret_split_over_raw_chunks_of_text_is_scrubbed() -> None:
     scrubbed = USER_ONLY.frames(chunks, "chunks")
     assert "".join(f["text"] for f in scrubbed) == f"Your key is {MARKER} ok"
     assert not leftovers(SECRET, json.dumps(scrubbed))
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_every_key_holds_a_hint_so_the_quick_check_never_skips_one(name: str) -> None:
+    assert may_hold_key(keys()[name])
+    assert not may_hold_key("an ordinary sentence, with-dashes and no key at all")

@@ -92,6 +92,11 @@ class Scrubber:
         key (requests are scrubbed on the event loop, and most text holds none)."""
         return self.every if self.formats is None or may_hold_key(text) else self.patterns
 
+    def _clean(self, text: str) -> bool:
+        """Whether raw text (JSON too: no encoder escapes a key's letters) surely holds nothing
+        to scrub: only the key formats apply, and it holds none of their prefixes."""
+        return not self.fields and not self.patterns and not may_hold_key(text)
+
     def text(self, text: str) -> str:
         """Every pattern match replaced by MARKER."""
         for _ in range(_ROUNDS):
@@ -132,6 +137,8 @@ class Scrubber:
         """JSON (or what may be JSON) as text, scrubbed, keeping its layout where it can:
         only the string literals that change are written anew. Where a field or a number is
         scrubbed, the whole document is written anew, compact."""
+        if self._clean(text):
+            return text
         try:
             parsed = json.loads(text)
         except ValueError:
@@ -193,20 +200,21 @@ class Scrubber:
             return self._document(frames, self._json_document)
         if dialect == "chunks":
             return self._document(frames, self.text)
-        return list(self.each(joined_frames(frames, dialect, self.every), dialect))
+        joined = joined_frames(frames, dialect, self.every, self.matches)
+        return list(self.each(joined, dialect))
 
     def each(self, frames: Iterable[Record], dialect: str | None) -> Iterator[Record]:
         """Stream frames scrubbed one by one, each alone (a stream too large to hold)."""
         for frame in frames:
             old = frame.get("text")
-            if old is None:  # binary: left alone
+            if old is None or self._clean(old):  # binary: left alone
                 yield frame
                 continue
             text = frame_text(old, dialect, self.json_text, self.text)
             yield frame if text == old else {**frame, "text": text}
 
     def _json_document(self, text: str) -> str:
-        return self.json_text(joined_document(text, self.every))
+        return self.json_text(joined_document(text, self.every, self.matches))
 
     def _document(self, frames: list[Record], scrub: Callable[[str], str]) -> list[Record]:
         if any(frame.get("text") is None for frame in frames):

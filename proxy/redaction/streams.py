@@ -59,11 +59,12 @@ def _laid(pieces: list[str], spans: list[tuple[int, int]]) -> list[str]:
 @dataclass
 class Parsed:
     """A frame's (or a document's) JSON, the JSON text it was read from, and its strings in
-    document order as read (to write back only the literals that change)."""
+    document order as read (to write back only the literals that change), kept only once
+    something in it is about to change."""
 
     payload: Any
     text: str
-    strings: list[str]
+    strings: list[str] | None = None
 
     @classmethod
     def read(cls, text: str) -> Parsed | None:
@@ -73,13 +74,18 @@ class Parsed:
             return None
         if not isinstance(payload, dict | list):
             return None
-        return cls(payload, text, list(_strings(payload)))
+        return cls(payload, text)
+
+    def keep(self) -> None:
+        """Note its strings as read, before the first change."""
+        if self.strings is None:
+            self.strings = list(_strings(self.payload))
 
     def written(self) -> str:
-        """The JSON text with the strings changed since it was read written anew."""
+        """The JSON text with the strings changed since `keep` written anew."""
         after = list(_strings(self.payload))
         literals = [m for m in LITERAL.finditer(self.text) if not m.group(1)]
-        if len(literals) == len(self.strings) == len(after):
+        if self.strings is not None and len(literals) == len(self.strings) == len(after):
             out, last = [], 0
             for match, old, new in zip(literals, self.strings, after, strict=True):
                 if old == new:
@@ -109,20 +115,28 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(item)
 
 
-def scrub_joined(payloads: Iterable[tuple[int, Any]], patterns: Patterns) -> set[int]:
-    """Scrub each text the payloads (numbered) carry across frames, in place; the numbers of
-    the payloads changed."""
-    channels: dict[Hashable, list[tuple[int, Any, str | int]]] = {}
-    for number, payload in payloads:
+Worth = Callable[[str], bool]  # whether a text holds a match at all (a quick test)
+
+
+def scrub_joined(
+    payloads: Iterable[tuple[int, Any, Parsed]], patterns: Patterns, worth: Worth
+) -> set[int]:
+    """Scrub each text the payloads (numbered, each with the Parsed it is in) carry across
+    frames, in place; the numbers of the payloads changed."""
+    channels: dict[Hashable, list[tuple[int, Parsed, Any, str | int]]] = {}
+    for number, payload, parsed in payloads:
         for channel, holder, name in stream_text_fields(payload):
-            channels.setdefault(channel, []).append((number, holder, name))
+            channels.setdefault(channel, []).append((number, parsed, holder, name))
     changed = set()
     for fields in channels.values():
-        pieces = [holder[name] for _, holder, name in fields]
-        for (number, holder, name), old, new in zip(
+        pieces = [holder[name] for _, _, holder, name in fields]
+        if not worth("".join(pieces)):
+            continue
+        for (number, parsed, holder, name), old, new in zip(
             fields, pieces, scrub_pieces(pieces, patterns), strict=True
         ):
             if new != old:
+                parsed.keep()
                 holder[name] = new
                 changed.add(number)
     return changed
@@ -161,27 +175,32 @@ class Frame:
         return self.head + self.parsed.written() + self.tail
 
 
-def joined_frames(frames: list[Record], dialect: str | None, patterns: Patterns) -> list[Record]:
+def joined_frames(
+    frames: list[Record], dialect: str | None, patterns: Patterns, worth: Worth
+) -> list[Record]:
     """SSE or NDJSON frames with each text they carry across frames scrubbed whole."""
     if not patterns:
         return frames
     read = [Frame.read(f["text"], dialect) if f.get("text") else None for f in frames]
-    numbered = ((n, one.parsed.payload) for n, one in enumerate(read) if one is not None)
-    changed = scrub_joined(numbered, patterns)
+    numbered = (
+        (n, one.parsed.payload, one.parsed) for n, one in enumerate(read) if one is not None
+    )
+    changed = scrub_joined(numbered, patterns, worth)
     return [
         {**f, "text": one.written()} if n in changed and one is not None else f
         for n, (f, one) in enumerate(zip(frames, read, strict=True))
     ]
 
 
-def joined_document(text: str, patterns: Patterns) -> str:
+def joined_document(text: str, patterns: Patterns, worth: Worth) -> str:
     """A streamed JSON document (Gemini's array of chunks) with each text its items carry
     across items scrubbed whole."""
     parsed = Parsed.read(text) if patterns else None
     if parsed is None:
         return text
     items = parsed.payload if isinstance(parsed.payload, list) else [parsed.payload]
-    return parsed.written() if scrub_joined(enumerate(items), patterns) else text
+    numbered = ((n, item, parsed) for n, item in enumerate(items))
+    return parsed.written() if scrub_joined(numbered, patterns, worth) else text
 
 
 def frame_text(

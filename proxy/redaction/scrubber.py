@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from tapeproxy.engine.keying import RequestParts
@@ -15,8 +15,15 @@ from tapeproxy.errors import ConfigError
 from tapeproxy.exchange.bodies import Payload
 from tapeproxy.exchange.layout import Record
 from tapeproxy.redaction.formats import formats_pattern, may_hold_key
+from tapeproxy.redaction.memo import Memo
 from tapeproxy.redaction.secrets import MARKER
-from tapeproxy.redaction.streams import LITERAL, frame_text, joined_document, joined_frames
+from tapeproxy.redaction.streams import (
+    LITERAL,
+    frame_text,
+    joined_document,
+    joined_frames,
+    leaves,
+)
 
 if TYPE_CHECKING:
     from tapeproxy.exchange.model import Exchange
@@ -64,6 +71,10 @@ class Scrubber:
     fields: tuple[Path, ...] = ()
     patterns: tuple[re.Pattern[str], ...] = ()
     formats: re.Pattern[str] | None = None  # the key formats not opted out of, as one
+    holds: Memo = field(init=False, compare=False, repr=False)  # `matches`, remembered
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "holds", Memo(self.matches))
 
     @classmethod
     def build(
@@ -116,7 +127,9 @@ class Scrubber:
         """A JSON value with its fields and every matching string (or number) scrubbed."""
         for path in self.fields:
             value = _at_path(value, path)
-        if not any(map(self.matches, _leaves(value))):  # nothing to change: nothing copied
+        if not any(
+            map(self.holds, leaves(value, numbers=True))
+        ):  # nothing to change: nothing copied
             return value
         return self._strings(value)
 
@@ -258,20 +271,6 @@ class Scrubber:
         scrubbed = type(exchange).model_validate(self.record(exchange.record()))
         scrubbed._read_as = exchange.read_as
         return scrubbed
-
-
-def _leaves(value: Any) -> Iterator[str]:
-    """The strings of a JSON value, and its numbers as JSON text (what `_strings` scrubs)."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _leaves(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _leaves(item)
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        yield json.dumps(value)
 
 
 def _at_path(value: Any, path: Path) -> Any:

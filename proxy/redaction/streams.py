@@ -79,11 +79,11 @@ class Parsed:
     def keep(self) -> None:
         """Note its strings as read, before the first change."""
         if self.strings is None:
-            self.strings = list(_strings(self.payload))
+            self.strings = list(leaves(self.payload))
 
     def written(self) -> str:
         """The JSON text with the strings changed since `keep` written anew."""
-        after = list(_strings(self.payload))
+        after = list(leaves(self.payload))
         literals = [m for m in LITERAL.finditer(self.text) if not m.group(1)]
         if self.strings is not None and len(literals) == len(self.strings) == len(after):
             out, last = [], 0
@@ -103,16 +103,19 @@ def _dumps(value: str, ascii: bool) -> str:
     return json.dumps(value, ensure_ascii=ascii)
 
 
-def _strings(value: Any) -> Iterator[str]:
-    """The strings of a JSON value in document order (object keys not counted)."""
+def leaves(value: Any, numbers: bool = False) -> Iterator[str]:
+    """The strings of a JSON value in document order (object keys not counted), and with
+    `numbers` its numbers as JSON text (what a scrubber's patterns see of them)."""
     if isinstance(value, str):
         yield value
     elif isinstance(value, dict):
         for item in value.values():
-            yield from _strings(item)
+            yield from leaves(item, numbers)
     elif isinstance(value, list):
         for item in value:
-            yield from _strings(item)
+            yield from leaves(item, numbers)
+    elif numbers and isinstance(value, int | float) and not isinstance(value, bool):
+        yield json.dumps(value)
 
 
 Worth = Callable[[str], bool]  # whether a text holds a match at all (a quick test)

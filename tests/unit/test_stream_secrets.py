@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from tapeproxy.errors import ConfigError
 from tapeproxy.exchange.framing import frame_payload
 from tapeproxy.redaction.formats import FORMATS, check_keep, may_hold_key
+from tapeproxy.redaction.memo import Memo
 from tapeproxy.redaction.scrubber import Scrubber
 from tapeproxy.redaction.secrets import MARKER
 
@@ -329,3 +330,32 @@ def test_a_secret_split_over_raw_chunks_of_text_is_scrubbed() -> None:
 def test_every_key_holds_a_hint_so_the_quick_check_never_skips_one(name: str) -> None:
     assert may_hold_key(keys()[name])
     assert not may_hold_key("an ordinary sentence, with-dashes and no key at all")
+
+
+def test_a_long_text_is_searched_once_and_the_memory_stays_bounded() -> None:
+    seen: list[str] = []
+
+    def test(text: str) -> bool:
+        seen.append(text)
+        return "x" in text
+
+    memo = Memo(test, least=10, limit=100)
+    long_one, other = "a" * 40 + "x", "b" * 40
+    assert [memo(long_one), memo(long_one), memo(other), memo(other)] == [True, True, False, False]
+    assert seen == [long_one, other], "each long text searched once"
+    assert [memo("short x"), memo("short x")] == [True, True] and seen[-2:] == ["short x"] * 2
+    memo("c" * 40)  # 121 characters would be held: it starts afresh
+    assert len(memo) == 1
+    memo("d" * 101)  # longer than the limit: searched, never held
+    assert len(memo) == 1
+
+
+def test_a_key_in_a_long_message_sent_again_is_scrubbed_again() -> None:
+    """A conversation is sent again on every turn: the second time its long message is
+    answered from memory, and scrubbed all the same."""
+    scrubber = Scrubber.build()
+    message = "context " * 400 + keys()["aws"]
+    body = {"messages": [{"role": "user", "content": message}]}
+    first, again = scrubber.value(body), scrubber.value(json.loads(json.dumps(body)))
+    assert first == again and first["messages"][0]["content"].endswith(MARKER)
+    assert len(scrubber.holds) == 1

@@ -127,9 +127,8 @@ class Scrubber:
         """A JSON value with its fields and every matching string (or number) scrubbed."""
         for path in self.fields:
             value = _at_path(value, path)
-        if not any(
-            map(self.holds, leaves(value, numbers=True))
-        ):  # nothing to change: nothing copied
+        # Nothing to change (most requests): nothing copied.
+        if not any(map(self.holds, leaves(value, numbers=True))):
             return value
         return self._strings(value)
 

@@ -49,6 +49,7 @@ METAVARS = {
     "admin_token": "TOKEN",
     "redact_field": "PATH",
     "redact_pattern": "REGEX",
+    "redact_keep": "FORMAT",
     "ready_file": "FILE",
     "fault": "SPEC",
     "fault_seed": "N",

@@ -60,6 +60,7 @@ def serve(
     admin_token: Annotated[str | None, option("admin_token")] = None,
     redact_field: Annotated[list[str] | None, option("redact_field")] = None,
     redact_pattern: Annotated[list[str] | None, option("redact_pattern")] = None,
+    redact_keep: Annotated[list[str] | None, option("redact_keep")] = None,
     ready_file: Annotated[Path | None, option("ready_file")] = None,
     fault: Annotated[list[str] | None, option("fault")] = None,
     fault_seed: Annotated[int | None, option("fault_seed")] = None,
@@ -80,7 +81,7 @@ def serve(
 def serve_settings(options: dict[str, Any]) -> Settings:
     """serve's parameters (None: not given) -> Settings, under the environment and the file."""
     config = options.pop("config")
-    for field in ("live", "ignore", "redact_field", "redact_pattern", "fault"):
+    for field in ("live", "ignore", "redact_field", "redact_pattern", "redact_keep", "fault"):
         options[field] = tuple(options[field]) if options[field] else None
     try:
         if options["upstream"]:

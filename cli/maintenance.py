@@ -107,6 +107,17 @@ def prune(
     print_prune(report, as_json)
 
 
+KeepOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--keep",
+        metavar="FORMAT",
+        help="A well-known key format left unscrubbed (openai, anthropic, google, github, "
+        "aws, slack, jwt, or all); repeatable.",
+    ),
+]
+
+
 def redact(
     name: Annotated[str, typer.Argument(help="The cassette to redact.")],
     field: Annotated[
@@ -123,6 +134,7 @@ def redact(
             "--pattern", metavar="REGEX", help="A regular expression to scrub; repeatable."
         ),
     ] = None,
+    keep: KeepOption = None,
     cassettes: CassettesOption = None,
     upstream: UpstreamOption = None,
     ignore: IgnoreOption = None,
@@ -130,17 +142,19 @@ def redact(
     dry_run: DryRun = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Scrub request and response bodies (stream frames too): each --field and each match of
-    a --pattern becomes [redacted]. Without either, the [redact] rules of tapeproxy.toml apply.
+    """Scrub request and response bodies (stream frames too): each --field, each match of a
+    --pattern and each well-known key (unless --keep) becomes [redacted]. Without --field or
+    --pattern, the [redact] rules of tapeproxy.toml apply. A pattern is matched in the text
+    a stream's client joins across frames, and a match is scrubbed from every frame it spans.
 
     Files are rewritten atomically; a recording whose request changed moves to its new key,
     so replay it with the same rules in [redact] (they apply when requests are keyed). Exit
-    1 when a pattern still matches a file where scrubbing cannot reach (a header, a match
-    split across stream frames, a binary body)."""
+    1 when a pattern still matches a file where scrubbing cannot reach (a header, a binary
+    body, frames whose bytes hold a match the joined text does not)."""
     from tapeproxy.tools.redact import redact as redact_cassette
 
     try:
-        scrubber = _scrubber(field, pattern, config)
+        scrubber = _scrubber(field, pattern, keep, config)
         library = open_library(cassettes, upstream, ignore, config)
         report = redact_cassette(
             library.store, existing(library, name), scrubber, library.rules, dry_run
@@ -154,20 +168,24 @@ def redact(
         raise typer.Exit(1)
 
 
-def _scrubber(field: list[str] | None, pattern: list[str] | None, config: Path | None) -> Scrubber:
-    Scrubber.build(field or (), pattern or ())  # the command's own words in an error
+def _scrubber(
+    field: list[str] | None, pattern: list[str] | None, keep: list[str] | None, config: Path | None
+) -> Scrubber:
+    Scrubber.build(field or (), pattern or (), keep or ())  # the command's own words in an error
     settings = load_settings(
         {
             "redact_field": tuple(field or ()) or None,
             "redact_pattern": tuple(pattern or ()) or None,
+            "redact_keep": tuple(keep or ()) or None,
         },
         config=config,
-        fields={"redact_field", "redact_pattern"},
+        fields={"redact_field", "redact_pattern", "redact_keep"},
     )
-    scrubber = Scrubber.build(settings.redact_field, settings.redact_pattern)
+    scrubber = Scrubber.build(settings.redact_field, settings.redact_pattern, settings.redact_keep)
     if not scrubber:
         raise ConfigError(
             "nothing to redact: give --field PATH or --pattern REGEX, or put "
-            "[redact] fields = [...] / patterns = [...] in tapeproxy.toml"
+            "[redact] fields = [...] / patterns = [...] in tapeproxy.toml (every key format "
+            "is kept)"
         )
     return scrubber

@@ -143,15 +143,16 @@ def print_redact(report: RedactReport, as_json: bool) -> None:
     if report.moved:
         console.print(
             "A re-keyed recording's request changed: replay with the same rules ([redact] in "
-            "tapeproxy.toml, or --redact-field / --redact-pattern) so requests key the same.",
+            "tapeproxy.toml, or --redact-field / --redact-pattern / --redact-keep) so requests "
+            "key the same.",
             highlight=False,
             markup=False,
             soft_wrap=True,
         )
     if report.left:
         console.print(
-            "a pattern still matches where redact cannot scrub (a header, split across stream "
-            f"frames, a binary body) in: {', '.join(report.left)}",
+            "a pattern still matches where redact cannot scrub (a header, a binary body, "
+            f"stream frames' bytes outside the text they carry) in: {', '.join(report.left)}",
             highlight=False,
             markup=False,
             style="red",

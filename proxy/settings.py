@@ -18,6 +18,7 @@ from tapeproxy.engine.timing import parse_timing
 from tapeproxy.errors import BadCassetteName, ConfigError
 from tapeproxy.faults.spec import parse_fault
 from tapeproxy.providers import BUILTIN
+from tapeproxy.redaction.formats import check_keep
 from tapeproxy.redaction.scrubber import check_field, check_pattern
 from tapeproxy.store.names import check_cassette_name
 
@@ -141,6 +142,12 @@ class Settings(BaseModel):
     fault_seed: int | None = Field(
         None, ge=0, description="Seed of probabilistic faults (default: drawn and printed)."
     )
+    redact_keep: tuple[str, ...] = Field(
+        (),
+        description="A well-known key format left unscrubbed: openai, anthropic, google, "
+        "github, aws, slack, jwt, or all ([redact] keep in tapeproxy.toml). Every one is "
+        "scrubbed from bodies and streams by default; repeatable.",
+    )
     ready_file: Path | None = Field(
         None,
         description="Once ready, write the URL it serves on into this file (removed at exit); "
@@ -208,20 +215,22 @@ class Settings(BaseModel):
                 _check_known([rule.upstream], info, f"rule {spec!r}: ")
         return value
 
-    @field_validator("redact_field")
+    @field_validator("redact_field", "redact_pattern", "fault")
     @classmethod
-    def _redact_fields(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return _checked(check_field, value)
+    def _each_checked(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        """Each item parsed by its field's parser, one line naming a bad one."""
+        parsers = {
+            "redact_field": check_field,
+            "redact_pattern": check_pattern,
+            "fault": parse_fault,
+        }
+        return _checked(parsers[str(info.field_name)], value)
 
-    @field_validator("redact_pattern")
+    @field_validator("redact_keep")
     @classmethod
-    def _redact_patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return _checked(check_pattern, value)
-
-    @field_validator("fault")
-    @classmethod
-    def _faults(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return _checked(parse_fault, value)
+    def _redact_keep(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        _checked(lambda name: check_keep([name]), value)
+        return check_keep(value)
 
     @field_validator("log_level")
     @classmethod

@@ -15,7 +15,7 @@ from tapeproxy.errors import ConfigError
 from tapeproxy.settings import Settings, ToolSettings, env_name, option_name
 
 DEFAULT_CONFIG_FILE = "tapeproxy.toml"
-LIST_FIELDS = frozenset({"live", "ignore", "redact_field"})
+LIST_FIELDS = frozenset({"live", "ignore", "redact_field", "redact_keep"})
 # A regular expression, a fault spec may hold a comma.
 LINE_FIELDS = frozenset({"redact_pattern", "fault"})
 DICT_FIELDS = frozenset({"upstream"})
@@ -142,15 +142,16 @@ def match_tables(tables: Any, path: Path) -> list[str]:
     return specs
 
 
-REDACT_KEYS = {"fields": "redact_field", "patterns": "redact_pattern"}
+REDACT_KEYS = {"fields": "redact_field", "patterns": "redact_pattern", "keep": "redact_keep"}
 
 
 def redact_table(table: Any, path: Path) -> dict[str, list[str]]:
-    """`[redact] fields = [...]`, `patterns = [...]` -> redact_field, redact_pattern."""
+    """`[redact] fields = [...]`, `patterns = [...]`, `keep = [...]` -> redact_field,
+    redact_pattern, redact_keep."""
     if not _lists_of_strings(table, REDACT_KEYS):
         raise ConfigError(
-            f"config file {path}: [redact] takes the lists of strings fields (JSON paths) "
-            "and patterns (regular expressions)"
+            f"config file {path}: [redact] takes the lists of strings fields (JSON paths), "
+            "patterns (regular expressions) and keep (key formats left unscrubbed, or all)"
         )
     return {REDACT_KEYS[key]: items for key, items in table.items()}
 

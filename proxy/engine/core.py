@@ -50,7 +50,9 @@ class Engine:
         self.settings = settings
         self.providers = providers
         self.rules = Rulebook.build(providers, settings.ignore)
-        self.scrubber = Scrubber.build(settings.redact_field, settings.redact_pattern)
+        self.scrubber = Scrubber.build(
+            settings.redact_field, settings.redact_pattern, settings.redact_keep
+        )
         self.store = store
         self.current = Current(settings.cassette, settings.mode)
         # Every cassette the server was told to serve (start-up, PUT), with its modes then:

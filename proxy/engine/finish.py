@@ -76,13 +76,31 @@ def settle(capture: Capture, cut: bool, scrubber: Scrubber, keep_failures: bool)
     """A finished capture, scrubbed, ready to number and write; or, for an answer that is
     not kept (a failure without --record-failures), the outcome for the log line. Off the
     event loop, in a writer thread."""
-    finished = finish(capture, cut, whole=bool(scrubber))
+    finished = finish(capture, cut, whole=scrubber.whole)
     outcome = finished.exchange.outcome
     if outcome is not Outcome.COMPLETE and not keep_failures:
         return f"not recorded ({outcome.value})"
+    if finished.middle is not None and scrubber:
+        # Too large to hold, and only the key formats to scrub: frame by frame (or piece by
+        # piece), as it is written. Its skeleton holds nothing of the answer.
+        text = "text" in (finished.exchange.response.body or {})
+        return Finished(finished.exchange, _scrubbed_middle(capture, scrubber, text))
     if scrubber:  # the request was scrubbed when keyed; the answer is scrubbed here
         return Finished(scrubber.exchange(finished.exchange), finished.middle)
     return finished
+
+
+def _scrubbed_middle(
+    capture: Capture, scrubber: Scrubber, text: bool
+) -> Callable[[bool], Iterable[bytes]]:
+    """A spooled answer's frames or body (`text`: kept as text) as `finish` writes them,
+    each frame or piece scrubbed alone; a binary body as it is."""
+    if capture.splitter is not None:
+        frames = scrubber.each(_frames(capture), capture.splitter.dialect)
+        return partial(frames_json, frames)
+    if text:
+        return partial(string_json, map(scrubber.text, _text_pieces(capture)))
+    return partial(string_json, _base64_pieces(capture))
 
 
 def finish(capture: Capture, cut: bool, whole: bool = False) -> Finished:

@@ -147,8 +147,8 @@ class Keyer:
             inbound.body,
             rules,
         )
-        # Keyed as stored: scrubbed by the [redact] rules, so a replay with the same rules
-        # finds what `tapeproxy redact` or a recording with them wrote.
+        # Keyed as stored: scrubbed by the [redact] rules and the key formats, so a replay
+        # with the same rules finds what `tapeproxy redact` or a recording with them wrote.
         parts = self.scrubber.request(parts)
         key = request_key(parts, rules)
         if raw is not None:

@@ -3,13 +3,14 @@ provider a bare `/v1` request goes to; the one lookup of each upstream's match r
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from tapeproxy.engine.rules import MatchRules, build_rules
 from tapeproxy.exchange.framing import FrameSigns
 from tapeproxy.providers import anthropic, gemini, mistral, ollama, openai
-from tapeproxy.providers.base import Provider
+from tapeproxy.providers.base import Provider, TextField
 
 BUILTIN: Mapping[str, Provider] = {
     p.name: p
@@ -23,6 +24,16 @@ BUILTIN: Mapping[str, Provider] = {
 }
 # Where a bare `/v1` request goes when no built-in claims it.
 BARE_V1_DEFAULT = "openai"
+
+
+def stream_text_fields(payload: Any) -> Iterator[TextField]:
+    """The text fields of a stream payload in any built-in dialect: a gateway may speak any
+    of them, and a frame's shape tells its dialect (`tapeproxy redact` has no upstream table)."""
+    seen = set()
+    for provider in BUILTIN.values():
+        if provider.text_fields not in seen:
+            seen.add(provider.text_fields)
+            yield from provider.text_fields(payload)
 
 
 def generic(name: str, url: str) -> Provider:

@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tapeproxy.engine.rules import MatchRules
 from tapeproxy.exchange.framing import FrameSigns
 from tapeproxy.exchange.tokens import Tokens
-from tapeproxy.providers.base import Provider, ends_with, error_frame, pick_int, strings, type_of
+from tapeproxy.providers.base import (
+    Provider,
+    TextField,
+    ends_with,
+    error_frame,
+    pick_int,
+    string_at,
+    strings,
+    type_of,
+)
+
+# A content block delta's type -> the field it adds to the block.
+DELTA_FIELDS = {
+    "text_delta": "text",
+    "input_json_delta": "partial_json",
+    "thinking_delta": "thinking",
+}
 
 
 def error_body(error_type: str, message: str, status: int) -> dict[str, Any]:
@@ -63,6 +79,14 @@ def text(payloads: Iterable[Any]) -> str:
     return "".join(pieces)
 
 
+def text_fields(payload: Any) -> Iterator[TextField]:
+    """`text_delta`, `input_json_delta` (a tool call's input) and `thinking_delta`, per block."""
+    delta = payload.get("delta") if type_of(payload) == "content_block_delta" else None
+    name = DELTA_FIELDS.get(str(delta.get("type"))) if isinstance(delta, dict) else None
+    if name is not None and string_at(delta, name):
+        yield ("anthropic", name, str(payload.get("index"))), delta, name
+
+
 def final_frame(event: str, payload: Any, data: str) -> bool:
     return event == "message_stop" or type_of(payload) == "message_stop"
 
@@ -102,6 +126,7 @@ PROVIDER = Provider(
     error_body=error_body,
     tokens=tokens,
     text=text,
+    text_fields=text_fields,
     frame_signs=FrameSigns(final=final_frame, error=stream_error, idle=ping),
     volatile_headers=frozenset({"anthropic-organization-id"}),
     volatile_prefixes=("anthropic-ratelimit-",),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -59,6 +59,21 @@ def no_text(payloads: Iterable[Any]) -> str:
     return ""
 
 
+# One text field of a stream frame's JSON: the channel it adds to (the text a client joins
+# across frames: a choice's content, a tool call's arguments, a content block), and the
+# object or list holding it with its key there, so a scrubber can write it back.
+TextField = tuple[Hashable, Any, str | int]
+
+
+def no_text_fields(payload: Any) -> Iterator[TextField]:
+    return iter(())
+
+
+def string_at(holder: Any, name: str) -> bool:
+    """Whether `holder` is an object with a string under `name`."""
+    return isinstance(holder, dict) and isinstance(holder.get(name), str)
+
+
 def ends_with(*suffixes: str) -> Callable[[str], bool]:
     """A path test: the path ends with one of `suffixes`."""
     return lambda path: path.endswith(suffixes)
@@ -101,6 +116,8 @@ class Provider:
     tokens: Callable[[Iterable[Any]], Tokens | None] = no_tokens
     # The assistant's text from the same payloads: a whole answer's, or a stream's joined.
     text: Callable[[Iterable[Any]], str] = no_text
+    # The text fields of one stream payload that a client joins across frames.
+    text_fields: Callable[[Any], Iterator[TextField]] = no_text_fields
     # Which stream frames end the answer, report a failure, or only keep the line alive.
     frame_signs: FrameSigns = ERROR_ONLY
     # Response headers of its own that differ on every call, on top of the HTTP ones.

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from tapeproxy.exchange.framing import FrameSigns
 from tapeproxy.exchange.tokens import Tokens, tokens_of
-from tapeproxy.providers.base import Provider, error_frame, pick_int, strings
+from tapeproxy.providers.base import (
+    Provider,
+    TextField,
+    error_frame,
+    pick_int,
+    string_at,
+    strings,
+)
 
 # Google's canonical status names, which its SDKs show beside the code.
 GOOGLE_STATUS = {
@@ -74,6 +81,18 @@ def text(payloads: Iterable[Any]) -> str:
     return "".join(pieces)
 
 
+def text_fields(payload: Any) -> Iterator[TextField]:
+    """Each candidate's text parts, chunk after chunk, as one text per candidate."""
+    candidates = payload.get("candidates") if isinstance(payload, dict) else None
+    for position, candidate in enumerate(candidates if isinstance(candidates, list) else []):
+        content = candidate.get("content") if isinstance(candidate, dict) else None
+        parts = content.get("parts") if isinstance(content, dict) else None
+        index = str(candidate.get("index", position)) if isinstance(candidate, dict) else ""
+        for part in parts if isinstance(parts, list) else []:
+            if string_at(part, "text"):
+                yield ("gemini", index), part, "text"
+
+
 def final_frame(event: str, payload: Any, data: str) -> bool:
     """The chunk whose candidate has a `finishReason` (no `[DONE]` follows it), or one whose
     prompt was blocked (`promptFeedback.blockReason`, and no candidate at all)."""
@@ -98,6 +117,7 @@ PROVIDER = Provider(
     error_body=error_body,
     tokens=tokens,
     text=text,
+    text_fields=text_fields,
     frame_signs=FrameSigns(final=final_frame, error=error_frame),
     stream_path=stream_path,
     ends_streams=stream_path,

@@ -12,6 +12,7 @@ PROVIDER = Provider(
     error_body=openai.error_body,
     tokens=openai.tokens,
     text=openai.text,
+    text_fields=openai.text_fields,
     frame_signs=openai.FRAME_SIGNS,
     # Its gateway's request id and latencies (`x-kong-request-id`, `x-kong-proxy-latency`).
     volatile_headers=frozenset({"mistral-correlation-id"}),

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from tapeproxy.exchange.framing import FrameSigns
 from tapeproxy.exchange.tokens import Tokens, tokens_of
 from tapeproxy.providers.base import (
     Provider,
+    TextField,
     ends_with,
     error_frame,
     generic_error,
     pick_int,
+    string_at,
     strings,
 )
 
@@ -38,6 +40,17 @@ def text(payloads: Iterable[Any]) -> str:
     return "".join(pieces)
 
 
+def text_fields(payload: Any) -> Iterator[TextField]:
+    """`/api/chat`'s `message.content` and `/api/generate`'s `response`, line after line."""
+    if not isinstance(payload, dict):
+        return
+    if string_at(payload, "response"):
+        yield ("ollama", "response"), payload, "response"
+    message = payload.get("message")
+    if string_at(message, "content"):
+        yield ("ollama", "content"), message, "content"
+
+
 def final_frame(event: str, payload: Any, data: str) -> bool:
     return isinstance(payload, dict) and payload.get("done") is True
 
@@ -49,5 +62,6 @@ PROVIDER = Provider(
     error_body=generic_error,
     tokens=tokens,
     text=text,
+    text_fields=text_fields,
     frame_signs=FrameSigns(final=final_frame, error=error_frame),
 )

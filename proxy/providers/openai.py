@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from tapeproxy.engine.rules import MatchRules
@@ -10,10 +10,12 @@ from tapeproxy.exchange.framing import FrameSigns
 from tapeproxy.exchange.tokens import Tokens, tokens_of
 from tapeproxy.providers.base import (
     Provider,
+    TextField,
     ends_with,
     error_frame,
     pick_dict,
     pick_int,
+    string_at,
     strings,
     type_of,
 )
@@ -82,6 +84,43 @@ def _output_text(output: Any) -> list[str]:
     ]
 
 
+# Responses events whose `delta` adds to one output item's text, arguments or refusal.
+RESPONSES_DELTAS = frozenset(
+    {
+        "response.output_text.delta",
+        "response.refusal.delta",
+        "response.function_call_arguments.delta",
+    }
+)
+
+
+def text_fields(payload: Any) -> Iterator[TextField]:
+    """Chat deltas' `content` and `refusal`, tool calls' `arguments` (per choice, per call),
+    legacy `text`; Responses text, refusal and function-call argument deltas (per item)."""
+    if not isinstance(payload, dict):
+        return
+    kind = payload.get("type")
+    if kind in RESPONSES_DELTAS and string_at(payload, "delta"):
+        place = (payload.get("item_id"), payload.get("output_index"), payload.get("content_index"))
+        yield ("openai", kind, *map(str, place)), payload, "delta"
+    choices = payload.get("choices")
+    for choice in choices if isinstance(choices, list) else []:
+        if not isinstance(choice, dict):
+            continue
+        index = str(choice.get("index"))
+        if string_at(choice, "text"):
+            yield ("openai", "text", index), choice, "text"
+        delta = choice.get("delta")
+        for name in ("content", "refusal"):
+            if string_at(delta, name):
+                yield ("openai", name, index), delta, name
+        calls = delta.get("tool_calls") if isinstance(delta, dict) else None
+        for call in calls if isinstance(calls, list) else []:
+            function = call.get("function") if isinstance(call, dict) else None
+            if string_at(function, "arguments"):
+                yield ("openai", "arguments", index, str(call.get("index"))), function, "arguments"
+
+
 def final_frame(event: str, payload: Any, data: str) -> bool:
     return (
         data.strip() == "[DONE]" or event in RESPONSES_FINAL or type_of(payload) in RESPONSES_FINAL
@@ -117,6 +156,7 @@ PROVIDER = Provider(
     error_body=error_body,
     tokens=tokens,
     text=text,
+    text_fields=text_fields,
     frame_signs=FRAME_SIGNS,
     volatile_headers=frozenset({"openai-processing-ms"}),
     rate_limit_type="rate_limit_exceeded",

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from tapeproxy.engine.keying import RequestParts
@@ -14,15 +14,21 @@ from tapeproxy.engine.rules import parse_path
 from tapeproxy.errors import ConfigError
 from tapeproxy.exchange.bodies import Payload
 from tapeproxy.exchange.layout import Record
+from tapeproxy.redaction.formats import formats_pattern, may_hold_key
+from tapeproxy.redaction.memo import Memo
 from tapeproxy.redaction.secrets import MARKER
+from tapeproxy.redaction.streams import (
+    LITERAL,
+    frame_text,
+    joined_document,
+    joined_frames,
+    leaves,
+)
 
 if TYPE_CHECKING:
     from tapeproxy.exchange.model import Exchange
 
 Path = tuple[str | int, ...]
-# A JSON string literal, and the colon after it when it is an object's key.
-_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"(\s*:)?')
-_LINE = re.compile(r"(\r\n|\r|\n)")
 _ROUNDS = 8  # a replacement may make a new match (`x` + `[redacted]`): scrub again, a bit
 
 
@@ -58,24 +64,55 @@ def _same(a: Any, b: Any) -> bool:
 
 @dataclass(frozen=True)
 class Scrubber:
-    """Rules in, values out: every value at a field path and every pattern match becomes
-    MARKER. Idempotent: scrubbing what it scrubbed changes nothing."""
+    """Rules in, values out: every value at a field path, every pattern match and every
+    well-known key (`formats`) becomes MARKER. Idempotent: scrubbing what it scrubbed
+    changes nothing."""
 
     fields: tuple[Path, ...] = ()
     patterns: tuple[re.Pattern[str], ...] = ()
+    formats: re.Pattern[str] | None = None  # the key formats not opted out of, as one
+    holds: Memo = field(init=False, compare=False, repr=False)  # `matches`, remembered
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "holds", Memo(self.matches))
 
     @classmethod
-    def build(cls, fields: Iterable[str] = (), patterns: Iterable[str] = ()) -> Scrubber:
-        return cls(tuple(map(check_field, fields)), tuple(map(check_pattern, patterns)))
+    def build(
+        cls, fields: Iterable[str] = (), patterns: Iterable[str] = (), keep: Iterable[str] = ()
+    ) -> Scrubber:
+        """The user's fields and patterns, and every key format but those in `keep`."""
+        compiled = tuple(map(check_pattern, patterns))
+        return cls(tuple(map(check_field, fields)), compiled, formats_pattern(keep))
+
+    @property
+    def every(self) -> tuple[re.Pattern[str], ...]:
+        """The user's patterns, then the key formats."""
+        return self.patterns if self.formats is None else (*self.patterns, self.formats)
+
+    @property
+    def whole(self) -> bool:
+        """Whether an answer is scrubbed only whole (a user's pattern may match anywhere);
+        the key formats alone scrub one too large to hold frame by frame."""
+        return bool(self.fields or self.patterns)
 
     def __bool__(self) -> bool:
-        return bool(self.fields or self.patterns)
+        return bool(self.fields or self.every)
+
+    def _for(self, text: str) -> tuple[re.Pattern[str], ...]:
+        """The patterns worth running over `text`: the key formats only where it may hold a
+        key (requests are scrubbed on the event loop, and most text holds none)."""
+        return self.every if self.formats is None or may_hold_key(text) else self.patterns
+
+    def _clean(self, text: str) -> bool:
+        """Whether raw text (JSON too: no encoder escapes a key's letters) surely holds nothing
+        to scrub: only the key formats apply, and it holds none of their prefixes."""
+        return not self.fields and not self.patterns and not may_hold_key(text)
 
     def text(self, text: str) -> str:
         """Every pattern match replaced by MARKER."""
         for _ in range(_ROUNDS):
             new = text
-            for pattern in self.patterns:
+            for pattern in self._for(text):
                 new = pattern.sub(lambda m: MARKER if m.group(0) else "", new)
             if new == text:
                 break
@@ -84,13 +121,16 @@ class Scrubber:
 
     def matches(self, text: str) -> bool:
         """Whether a pattern matches something (not nothing) in `text`."""
-        return any(m.group(0) for pattern in self.patterns for m in pattern.finditer(text))
+        return any(m.group(0) for pattern in self._for(text) for m in pattern.finditer(text))
 
     def value(self, value: Any) -> Any:
         """A JSON value with its fields and every matching string (or number) scrubbed."""
         for path in self.fields:
             value = _at_path(value, path)
-        return self._strings(value) if self.patterns else value
+        # Nothing to change (most requests): nothing copied.
+        if not any(map(self.holds, leaves(value, numbers=True))):
+            return value
+        return self._strings(value)
 
     def _strings(self, value: Any) -> Any:
         if isinstance(value, str):
@@ -109,6 +149,8 @@ class Scrubber:
         """JSON (or what may be JSON) as text, scrubbed, keeping its layout where it can:
         only the string literals that change are written anew. Where a field or a number is
         scrubbed, the whole document is written anew, compact."""
+        if self._clean(text):
+            return text
         try:
             parsed = json.loads(text)
         except ValueError:
@@ -136,7 +178,7 @@ class Scrubber:
             new = self.text(value)
             return literal if new == value else json.dumps(new, ensure_ascii=literal.isascii())
 
-        return _LITERAL.sub(one, text)
+        return LITERAL.sub(one, text)
 
     def payload(self, payload: Payload) -> Payload:
         """A stored body scrubbed. JSON keeps its layout (`style`), so it still renders to
@@ -163,40 +205,35 @@ class Scrubber:
         return replace(parts, body=body, path=path, query=query)
 
     def frames(self, frames: list[Record], dialect: str | None) -> list[Record]:
-        """Stream frames scrubbed, one by one (a match split across two frames is not seen);
-        a streamed JSON document (`json` dialect) as a whole, laid back over its frames."""
+        """Stream frames scrubbed: each text a client joins across frames matched whole
+        (tapeproxy.redaction.streams), then each frame alone; a streamed JSON document
+        (`json` dialect) or raw chunks of text as a whole, laid back over its frames."""
         if dialect == "json":
-            return self._document(frames)
-        out = []
+            return self._document(frames, self._json_document)
+        if dialect == "chunks":
+            return self._document(frames, self.text)
+        joined = joined_frames(frames, dialect, self.every, self.matches)
+        return list(self.each(joined, dialect))
+
+    def each(self, frames: Iterable[Record], dialect: str | None) -> Iterator[Record]:
+        """Stream frames scrubbed one by one, each alone (a stream too large to hold)."""
         for frame in frames:
             old = frame.get("text")
-            if old is None:  # binary: left alone
-                out.append(frame)
+            if old is None or self._clean(old):  # binary: left alone
+                yield frame
                 continue
-            text = self._frame_text(old, dialect)
-            out.append(frame if text == old else {**frame, "text": text})
-        return out
+            text = frame_text(old, dialect, self.json_text, self.text)
+            yield frame if text == old else {**frame, "text": text}
 
-    def _frame_text(self, text: str, dialect: str | None) -> str:
-        if dialect == "ndjson":
-            body = text.rstrip("\r\n")
-            return self.json_text(body) + text[len(body) :] if body.strip() else text
-        if dialect != "sse":
-            return self.text(text)
-        pieces = _LINE.split(text)  # lines and their ends, alternating
-        for index in range(0, len(pieces), 2):
-            line = pieces[index]
-            if line.startswith("data:"):
-                start = 6 if line.startswith("data: ") else 5
-                pieces[index] = line[:start] + self.json_text(line[start:])
-        return "".join(pieces)
+    def _json_document(self, text: str) -> str:
+        return self.json_text(joined_document(text, self.every, self.matches))
 
-    def _document(self, frames: list[Record]) -> list[Record]:
+    def _document(self, frames: list[Record], scrub: Callable[[str], str]) -> list[Record]:
         if any(frame.get("text") is None for frame in frames):
             return frames
         texts: list[str] = [frame["text"] for frame in frames]
         joined = "".join(texts)
-        new = self.json_text(joined)
+        new = scrub(joined)
         if new == joined:
             return frames
         out, start = [], 0

@@ -65,6 +65,11 @@ SAMPLES: dict[str, tuple[str, list[str], Any]] = {
         ["--redact-pattern", "\\d{3,4}-\\d{4}", "--redact-pattern", "sk-[a-z]+"],
         ("\\d{3,4}-\\d{4}", "sk-[a-z]+"),
     ),
+    "redact_keep": (
+        "jwt, AWS",
+        ["--redact-keep", "jwt", "--redact-keep", "aws"],
+        ("jwt", "aws"),
+    ),
     "ready_file": ("run/url", ["--ready-file", "run/url"], Path("run/url")),
     "fault": (
         "slow:ttfb=5,gap=1@2,4\nreset@p=0.5",
@@ -454,6 +459,11 @@ def test_a_bad_faults_table_is_an_error(toml: str, problem: str, tmp_path: Path)
     assert problem in caught.value.message
 
 
+def test_the_redact_table_opts_out_of_key_formats(tmp_path: Path) -> None:
+    (tmp_path / "tapeproxy.toml").write_text('[redact]\nkeep = ["jwt", "all"]\n')
+    assert load_settings({}, environ={}).redact_keep == ("jwt", "all")
+
+
 @pytest.mark.parametrize(
     ("given", "problem"),
     [
@@ -461,6 +471,7 @@ def test_a_bad_faults_table_is_an_error(toml: str, problem: str, tmp_path: Path)
         ({"redact_pattern": ("red",)}, "matches the marker [redacted]"),
         ({"redact_field": ("a..b",)}, "empty segment"),
         ({"redact_field": ("a[x]",)}, "is not of the form"),
+        ({"redact_keep": ("openai", "stripe")}, "no key format named 'stripe'; known formats"),
     ],
 )
 def test_a_bad_redaction_rule_is_a_clear_error(given: dict[str, Any], problem: str) -> None:

@@ -1,0 +1,89 @@
+"""Well-known credential formats, scrubbed from every body and stream by default: one row per
+format, each citing where its shape comes from. `--redact-keep NAME` (or `all`) opts out.
+
+A row is strict enough that ordinary text does not match: a fixed prefix, no letter or
+digit before it (a lookbehind after the prefix, so the pattern starts with a literal), and
+the length and alphabet the issuer documents (or the gitleaks rule, MIT,
+https://github.com/gitleaks/gitleaks/tree/master/cmd/generate/config/rules, that tracks it).
+A detector library (detect-secrets) was not used: its plugins judge a line and return the
+values they found, while a stream needs match spans over text assembled across frames, and
+its entropy heuristics would scrub hashes and ids that key requests."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from tapeproxy.errors import ConfigError
+
+# name -> (regular expression, source of the shape)
+FORMATS: dict[str, tuple[str, str]] = {
+    # `sk-`, `sk-proj-`, `sk-svcacct-`, `sk-admin-` then 32+ key characters with a digit
+    # (real keys are 48 to 160 characters): `sk-learn-...` prose and short ids stay.
+    "openai": (
+        r"sk-(?<!\wsk-)(?!ant-)(?:proj-|svcacct-|admin-)?(?=[A-Za-z0-9_-]*\d)[A-Za-z0-9_-]{32,}",
+        "https://platform.openai.com/docs/api-reference/authentication; gitleaks openai.go",
+    ),
+    "anthropic": (
+        r"sk-ant-(?<!\wsk-ant-)[a-z]+\d*-[A-Za-z0-9_-]{32,}",  # sk-ant-api03-, sk-ant-admin01-
+        "https://docs.anthropic.com/en/api/getting-started; gitleaks anthropic.go",
+    ),
+    "google": (
+        r"AIza(?<!\wAIza)[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])",
+        "https://cloud.google.com/docs/authentication/api-keys; gitleaks gcp.go",
+    ),
+    "github": (
+        r"(?:gh[pousr]_(?<!\wgh._)[A-Za-z0-9]{36}|github_pat_(?<!\wgithub_pat_)\w{82})(?!\w)",
+        "https://github.blog/2021-04-05-behind-githubs-new-authentication-token-formats/; "
+        "gitleaks github.go",
+    ),
+    "aws": (
+        r"A(?:KIA|SIA|BIA|CCA)(?<!\wA...)[A-Z2-7]{16}\b",  # key ids (secret keys are bare)
+        "https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_identifiers.html; "
+        "gitleaks aws.go",
+    ),
+    "slack": (
+        r"xox[a-z]-(?<!\wxox.-)\d+-[0-9A-Za-z-]{10,}",  # xoxb-, xoxp-, xoxa-, xoxe-, ...
+        "https://api.slack.com/authentication/token-types; gitleaks slack.go",
+    ),
+    # Header and payload are base64url JSON objects (`{"` is `eyJ`); the signature may be
+    # empty (`alg: none`).
+    "jwt": (
+        r"eyJ(?<!\weyJ)[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",
+        "https://datatracker.ietf.org/doc/html/rfc7519#section-3; gitleaks jwt.go",
+    ),
+}
+ALL = "all"
+# Every key of a format holds one of these: a text holding none (most text) is passed over
+# without running the pattern (a substring search is some 30 times faster). GitHub's are
+# looked for only where an `_` is (one quick scan for a single character).
+HINTS = ("sk-", "AIza", "AKIA", "ASIA", "ABIA", "ACCA", "xox", "eyJ")
+UNDERSCORED_HINTS = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")
+
+
+def may_hold_key(text: str) -> bool:
+    """Whether `text` may hold a key of some format (never False for one that does)."""
+    return any(hint in text for hint in HINTS) or (
+        "_" in text and any(hint in text for hint in UNDERSCORED_HINTS)
+    )
+
+
+def check_keep(names: Iterable[str]) -> tuple[str, ...]:
+    """Format names to leave unscrubbed, checked: each a row of FORMATS, or `all`."""
+    kept = tuple(name.strip().lower() for name in names)
+    unknown = [name for name in kept if name != ALL and name not in FORMATS]
+    if unknown:
+        raise ConfigError(
+            f"no key format named {', '.join(map(repr, unknown))}; known formats: "
+            f"{', '.join(FORMATS)} (or {ALL})"
+        )
+    return kept
+
+
+def formats_pattern(keep: Iterable[str] = ()) -> re.Pattern[str] | None:
+    """One pattern matching every format not kept, or None when all are kept."""
+    kept = check_keep(keep)
+    if ALL in kept:
+        return None
+    chosen = [regex for name, (regex, _) in FORMATS.items() if name not in kept]
+    return re.compile("|".join(f"(?:{regex})" for regex in chosen)) if chosen else None

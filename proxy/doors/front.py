@@ -68,7 +68,7 @@ class Front:
         if isinstance(answer, Serve):
             await send_replay(answer, receive, send)
         elif isinstance(answer, Refuse):
-            await send_json(send, answer.error.status, answer.body)
+            await send_json(send, answer.status or answer.error.status, answer.body)
         elif isinstance(answer, Live):
             try:
                 await send_live(answer, send)

@@ -27,7 +27,7 @@ async def until_disconnect(receive: Receive) -> None:
         pass
 
 
-async def send_json(send: Send, status: int, body: dict[str, Any]) -> None:
+async def send_json(send: Send, status: int, body: dict[str, Any] | list[Any]) -> None:
     data = json.dumps(body, ensure_ascii=False).encode("utf-8")
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(data))]
     await send({"type": "http.response.start", "status": status, "headers": headers})

@@ -11,6 +11,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
+from tapeproxy.engine import jsonrpc
 from tapeproxy.engine.capture import Capture
 from tapeproxy.engine.hangup import Watch
 from tapeproxy.engine.inbound import Answer, Inbound, Live, Refuse, Serve
@@ -89,7 +90,10 @@ class Engine:
             ask, seq = run.ask(keyed.key)
             ordinal = run.pick(keyed.key, ask, self.settings.repeat)
             step = plan(keyed.mode, ordinal is not None, keyed.runs_live, run.held)
-            run.replayed_from |= step.action is Action.SERVE or step.action is Action.REFUSE
+            replaying = step.action is Action.SERVE or step.action is Action.REFUSE
+            run.replayed_from |= replaying
+            if replaying and jsonrpc.standalone_stream(keyed.parts.method, inbound.header_map):
+                return Serve(jsonrpc.NO_STREAM, 0, None)
             if step.action is Action.SERVE and ordinal is not None:
                 return await self._serve(keyed, run, ordinal)
             if step.action is Action.REFUSE:
@@ -135,9 +139,9 @@ class Engine:
         replay = self.replays.get(cached)
         if replay is None:
             exchange = await asyncio.to_thread(self.store.read, keyed.cassette, keyed.key, ordinal)
-            replay = Replay.of(exchange, keyed.key)
+            replay = jsonrpc.prepared(Replay.of(exchange, keyed.key), exchange.request.body)
             self.replays.put(cached, replay)
-        return replay
+        return jsonrpc.answer(replay, keyed.parts.body, keyed.inbound.header_map)
 
     async def _faulted(self, keyed: Keyed, run: Run, fault: FaultSpec) -> Answer:
         """The answer with `fault` on it, or in its place: never written, and the run neither
@@ -161,7 +165,7 @@ class Engine:
         report = await miss_report(keyed, run, ask, self.store, self.rules)
         self.misses.appendleft(report)
         log.warning("%s", report["message"])
-        return refusal(keyed.provider, report)
+        return refusal(keyed.provider, report, keyed.parts.body)
 
     async def _open(self, keyed: Keyed) -> tuple[UpstreamResponse, Watch | None]:
         """The upstream's answer, and the watch of the client that stops the call when the
@@ -211,7 +215,8 @@ class Engine:
         raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
         recording = Recording(keyed.trace, answer.status, self.keeper, capture, target)
         held = recording.writes and answer.whole
-        return Live(answer.status, raw, Relay(answer, recording, watch), held)
+        relay = Relay(answer, recording, watch, self.settings.read_timeout)
+        return Live(answer.status, raw, relay, held)
 
     async def switch(self, cassette: str | None, mode: Mode | None) -> None:
         """Make `cassette` and `mode` current (None keeps either). It ends the run of the

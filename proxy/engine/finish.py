@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from tapeproxy.engine import jsonrpc
 from tapeproxy.engine.capture import Capture
 from tapeproxy.exchange.bodies import response_payload, textual
 from tapeproxy.exchange.framing import (
@@ -53,7 +54,9 @@ def stored_headers(
     repeated one (`link`, `vary`) as a list."""
     kept: dict[str, str | list[str]] = {}
     for k, v in answer_headers(headers, keep_length):
-        if provider.is_volatile(k) or is_secret_header(k):
+        if k == jsonrpc.SESSION_HEADER:
+            v = jsonrpc.RECORDED_SESSION  # the server's own id is not kept: replay mints one
+        elif provider.is_volatile(k) or is_secret_header(k):
             continue
         previous = kept.get(k)
         if previous is None:

@@ -70,7 +70,10 @@ class Refuse:
     """No answer: a cassette miss, or a request out of the recorded order."""
 
     error: CassetteMiss
-    body: dict[str, Any] = field(default_factory=dict)  # in the upstream's error shape
+    body: Any = field(
+        default_factory=dict
+    )  # the upstream's error shape (a JSON-RPC batch's: a list)
+    status: int | None = None  # else the error's (a JSON-RPC error answers 200)
 
 
 class Chunks(Protocol):

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qsl
 
+from tapeproxy.engine import jsonrpc
 from tapeproxy.engine.rules import MatchRules, parse_path, without_path
 from tapeproxy.exchange.bodies import Payload, decode_content, request_payload
 from tapeproxy.redaction.secrets import digest, is_secret_header, redact_payload, redact_query
@@ -72,7 +73,7 @@ def request_parts(
     rules: MatchRules,
 ) -> RequestParts:
     """Only what may be stored: no credentials, no telemetry, only the headers the rules key on."""
-    wanted = rules.headers()
+    wanted = rules.headers() | jsonrpc.KEY_HEADERS
     kept = sorted(
         (name.lower(), _stored_header(name, value))
         for name, value in headers.items()
@@ -138,8 +139,8 @@ def canonical(parts: RequestParts, rules: MatchRules) -> RequestParts:
         value = body.value
         for path in rules.ignore_body:
             value = without_path(value, parse_path(path))
-        body = Payload("json", integral_numbers(value))
-    wanted = rules.headers()
+        body = Payload("json", integral_numbers(jsonrpc.key_form(value)))
+    wanted = rules.headers() | jsonrpc.KEY_HEADERS
     return replace(
         parts,
         query=tuple(pair for pair in parts.query if pair[0].lower() not in rules.ignore_query),

@@ -50,6 +50,10 @@ class Recording:
     def final_seen(self) -> bool:
         return self._capture is not None and self._capture.final_seen()
 
+    def over(self) -> bool:
+        """Whether the answer passed --max-record: it will not be kept."""
+        return self._capture is not None and self._capture.over
+
     async def commit(self, cut: bool) -> None:
         """The upstream finished (`cut`: it stopped mid-answer). Capturing, rendering and
         writing run off the event loop."""

@@ -8,6 +8,7 @@ import asyncio
 from functools import partial
 from typing import Any
 
+from tapeproxy.engine import jsonrpc
 from tapeproxy.engine.candidates import candidates, recorded_request
 from tapeproxy.engine.inbound import Refuse
 from tapeproxy.engine.keyed import Keyed
@@ -16,6 +17,7 @@ from tapeproxy.engine.matching import follow_order
 from tapeproxy.engine.misses import Miss
 from tapeproxy.engine.run import Run
 from tapeproxy.errors import CassetteMiss, OutOfOrder
+from tapeproxy.exchange.bodies import Payload
 from tapeproxy.providers import Rulebook
 from tapeproxy.providers.base import Provider
 from tapeproxy.store.protocol import CassetteStore, exchange_file
@@ -70,9 +72,13 @@ async def miss_report(
     return await asyncio.to_thread(miss.explain)
 
 
-def refusal(provider: Provider, report: dict[str, Any]) -> Refuse:
-    """A miss as the client gets it: the provider's error shape, with the report's details."""
+def refusal(provider: Provider, report: dict[str, Any], body: Payload) -> Refuse:
+    """A miss as the client gets it: a JSON-RPC error for a JSON-RPC request, else the
+    provider's error shape, with the report's details."""
+    as_rpc = jsonrpc.refusal(body, report)
+    if as_rpc is not None:
+        return as_rpc
     error = CassetteMiss(report["message"])
-    body = provider.error_body(error.error_type, error.message, error.status)
-    body["error"]["details"] = {k: v for k, v in report.items() if k != "message"}
-    return Refuse(error, body)
+    shaped = provider.error_body(error.error_type, error.message, error.status)
+    shaped["error"]["details"] = {k: v for k, v in report.items() if k != "message"}
+    return Refuse(error, shaped)

@@ -15,10 +15,6 @@ from tapeproxy.engine.recorder import Recording
 from tapeproxy.errors import AnswerRefused, ClientGone, UpstreamCut
 from tapeproxy.upstream.protocol import UpstreamResponse
 
-# How long a recording goes on reading the upstream after its client left, when the client
-# had the stream's final frame: the end-of-body marker is usually a few ms behind it.
-GRACE_AFTER_FINAL_FRAME = 2.0
-
 _UNWATCHED = nullcontext()  # a relay whose door reports no hang-up
 log = logging.getLogger("tapeproxy")
 
@@ -29,17 +25,24 @@ class Relay:
     held back until the recording is committed, so an exchange is on disk before the client
     sees the end of the body (`last` is True then). An upstream cut is committed as a cut and
     raised on. A client that leaves before the upstream finished aborts the recording and
-    ClientGone is raised, unless it had the stream's final frame: then the upstream is read
-    to its end for up to GRACE_AFTER_FINAL_FRAME and the exchange kept. Closed early
+    ClientGone is raised, unless it had the stream's final frame (an LLM stream's last event,
+    the JSON-RPC response an MCP client waited for): then the upstream is read to its end for
+    up to `grace` seconds (the read timeout; --max-record still bounds what is kept) and the
+    exchange kept when it ends whole. Closed early
     (`aclose`), or cancelled (a shutdown: a door reports a client that left through
     `Inbound.gone`), it records nothing half-done. The upstream is closed whatever happens."""
 
     last = False  # the chunk just handed over ends the answer
 
     def __init__(
-        self, answer: UpstreamResponse, recording: Recording, watch: Watch | None = None
+        self,
+        answer: UpstreamResponse,
+        recording: Recording,
+        watch: Watch | None = None,
+        grace: float = 0.0,
     ) -> None:
         self._answer = answer
+        self._grace = grace
         self._recording = recording
         self._watch = watch
         # Each read, spill and commit is guarded on its own: a hang-up stops the relay only
@@ -114,8 +117,10 @@ class Relay:
             await _outliving(commit)
 
     def _after_final_frame(self) -> float:
-        # Sends to a client that left are no-ops in uvicorn: the upstream is read on.
-        return GRACE_AFTER_FINAL_FRAME if self._recording.final_seen() else 0.0
+        # Sends to a client that left are no-ops in uvicorn: the upstream is read on. An
+        # answer already past --max-record has nothing left to keep: no reason to read on.
+        recording = self._recording
+        return self._grace if recording.final_seen() and not recording.over() else 0.0
 
     def _stop(self, exc: BaseException | None) -> None:
         """Abort the recording, unless it ended already. A cancelled task is a shutdown's (the

@@ -7,6 +7,7 @@ import base64
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from tapeproxy.exchange.bodies import Payload, payload_bytes
 from tapeproxy.exchange.model import Exchange, Frame, Outcome
@@ -49,6 +50,7 @@ class Replay:
     frames: tuple[tuple[int, bytes], ...]  # (ms from the start of the answer, bytes)
     cut: bool
     end_ms: int | None = None  # when a recorded cut came, if known
+    rpc_ids: tuple[Any, ...] = ()  # its request's JSON-RPC ids (tapeproxy.engine.jsonrpc)
 
     @cached_property
     def whole(self) -> bytes:

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tapeproxy.engine import jsonrpc
 from tapeproxy.engine.rules import MatchRules, build_rules
 from tapeproxy.exchange.framing import FrameSigns
 from tapeproxy.providers import anthropic, gemini, mistral, ollama, openai
@@ -37,13 +38,14 @@ def stream_text_fields(payload: Any) -> Iterator[TextField]:
 
 
 def generic(name: str, url: str) -> Provider:
-    """An upstream of the user's. It may be any API, or a gateway speaking any built-in
-    dialect: it knows every built-in's stream frames, streaming paths and volatile headers."""
+    """An upstream of the user's. It may be any API (a JSON-RPC one, an MCP server), or a
+    gateway speaking any built-in dialect: it knows every built-in's stream frames, streaming
+    paths and volatile headers, and the frame that answers a JSON-RPC request."""
     builtins = BUILTIN.values()
     return Provider(
         name=name,
         base_url=url.rstrip("/"),
-        frame_signs=FrameSigns.union(p.frame_signs for p in builtins),
+        frame_signs=jsonrpc.frame_signs(FrameSigns.union(p.frame_signs for p in builtins)),
         volatile_headers=frozenset().union(*(p.volatile_headers for p in builtins)),
         volatile_prefixes=tuple(x for p in builtins for x in p.volatile_prefixes),
         stream_path=lambda path: any(p.stream_path(path) for p in builtins),

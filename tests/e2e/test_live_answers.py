@@ -21,11 +21,14 @@ import httpx
 import pytest
 
 from tapeproxy.doors import head_limits
-from tapeproxy.engine.relay import GRACE_AFTER_FINAL_FRAME
 from tests.conftest import MakeProxy
 from tests.fakes.socket_upstream import SocketUpstream
 from tests.fakes.upstream import FakeUpstream
 from tests.support import ProxyServer, files_under, wait_for
+
+# After its client left at the final frame, the upstream is read on for the read timeout:
+# these tests set it to this.
+GRACE_AFTER_FINAL_FRAME = 2.0
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 STREAM = {**CHAT, "stream": True}
@@ -311,7 +314,7 @@ def test_a_grace_that_runs_out_during_the_commit_still_keeps_it_once(
     """The client closed at its final frame; the upstream ended at once; the write took longer
     than the grace: the cancellation lands in the shielded commit, which completes."""
     with server_log(caplog):
-        proxy = make_proxy(mode="record")
+        proxy = make_proxy(mode="record", read_timeout=GRACE_AFTER_FINAL_FRAME)
         ended = slow_writes(proxy, GRACE_AFTER_FINAL_FRAME + 1)
         with connect(proxy) as sock:
             sock.sendall(stream_request())
@@ -336,7 +339,7 @@ def test_a_commit_failing_after_its_request_ended_is_logged_not_left_unretrieved
     # frames would wait for the commit (responses.send_live), and the client would see none.
     fake.frame_delay = 0.01
     with server_log(caplog):
-        proxy = make_proxy(mode="record")
+        proxy = make_proxy(mode="record", read_timeout=GRACE_AFTER_FINAL_FRAME)
         keeper: Any = proxy.app.front.engine.keeper  # type: ignore[attr-defined]
 
         def failing(*args: Any) -> Any:

@@ -284,13 +284,13 @@ def test_a_client_that_leaves_mid_stream_ends_the_answer_and_records_nothing(
 
 @pytest.mark.parametrize(("pause", "kept"), [(0.2, True), (5.0, False)])
 def test_a_client_that_leaves_after_the_final_frame_is_given_the_grace(
-    tmp_path: Path, pause: float, kept: bool, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, pause: float, kept: bool
 ) -> None:
     """The upstream is read on after the client left, when it had the final frame: the
-    end-of-body marker a little later keeps the exchange; one past the grace does not."""
-    monkeypatch.setattr("tapeproxy.engine.relay.GRACE_AFTER_FINAL_FRAME", 0.5)
+    end-of-body marker a little later keeps the exchange; one past the grace (the read
+    timeout) does not."""
     stream = sse_answer(*SSE, pause, b"")
-    engine = engine_for(tmp_path, Mode.RECORD, ScriptedUpstream(stream))
+    engine = engine_for(tmp_path, Mode.RECORD, ScriptedUpstream(stream), read_timeout=0.5)
 
     async def scenario() -> None:
         client = Client()

@@ -1,0 +1,220 @@
+"""MCP tool servers in the cassette: the official `mcp` Python SDK client (Streamable HTTP)
+records a session with a real MCP server through tapeproxy, and a new session replays it with
+the server gone; raw JSON-RPC requests get their own ids back; a miss is a JSON-RPC error."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mcp import Client
+
+from tests.conftest import MakeProxy
+from tests.fakes.mcp_server import ToolServer
+from tests.fakes.socket_upstream import Answer, SocketUpstream
+from tests.support import files_under, wait_for
+
+ACCEPT = {"accept": "application/json, text/event-stream"}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"},
+    },
+}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+async def session(url: str, mode: str) -> list[Any]:
+    """One client session: initialize (or discover), list the tools, call two: what it got."""
+    async with Client(url, mode=mode) as client:
+        tools = await client.list_tools()
+        added = await client.call_tool("add", {"a": 1, "b": 2})
+        weather = await client.call_tool("get_weather", {"city": "Oslo"})
+        info = client.server_info
+        return [
+            info.model_dump() if info is not None else None,
+            tools.model_dump(),
+            added.model_dump(),
+            weather.model_dump(),
+        ]
+
+
+def stored(cassettes: Path) -> list[dict[str, Any]]:
+    return [json.loads(data) for data in files_under(cassettes).values()]
+
+
+def rpc_method(exchange: dict[str, Any]) -> str | None:
+    body = exchange["request"].get("body") or {}
+    found = body["json"] if isinstance(body.get("json"), dict) else {}
+    method = found.get("method")
+    return method if isinstance(method, str) else None
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+def test_an_sdk_session_recorded_with_a_real_mcp_server_replays_with_the_server_gone(
+    make_proxy: MakeProxy, cassettes: Path, mode: str
+) -> None:
+    with ToolServer() as tools:
+        recorder = make_proxy(mode="record", upstream={"tools": tools.url})
+        live = asyncio.run(session(recorder.url + "/tools/mcp", mode))
+        recorder.stop()
+        assert tools.calls == ["add", "get_weather"]
+    assert live[2]["structured_content"] == {"result": 3}
+    files = stored(cassettes)
+    assert {f["outcome"] for f in files} == {"complete"}
+    methods = {rpc_method(f) for f in files}
+    assert {"tools/list", "tools/call"} <= methods
+    replayer = make_proxy(mode="replay", upstream={"tools": tools.url})
+    assert asyncio.run(session(replayer.url + "/tools/mcp", mode)) == live
+    replayer.put_cassette(cassette="default")  # a new run: the recordings are served anew
+    assert asyncio.run(session(replayer.url + "/tools/mcp", mode)) == live
+    stats = replayer.stats
+    assert (stats["misses"], stats["upstream_calls"], stats["errors"]) == (0, 0, 0)
+
+
+def raw_session(url: str, rpc_id: int = 1) -> httpx.Response:
+    """A raw 2025-11-25 session: initialize, notify, then end it (DELETE). The initialize."""
+    init = httpx.post(url, json={**INITIALIZE, "id": rpc_id}, headers=ACCEPT, timeout=10)
+    carried = {"mcp-session-id": init.headers["mcp-session-id"], **ACCEPT}
+    notified = httpx.post(url, json=INITIALIZED, headers=carried, timeout=10)
+    assert notified.status_code == 202
+    assert httpx.delete(url, headers=carried, timeout=10).status_code == 200
+    return init
+
+
+def test_a_recorded_session_id_is_not_kept_and_replay_mints_one_per_session(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    with ToolServer() as tools:
+        recorder = make_proxy(mode="record", upstream={"tools": tools.url})
+        raw_session(recorder.url + "/tools/mcp")
+        recorder.stop()
+    [init] = [f for f in stored(cassettes) if rpc_method(f) == "initialize"]
+    assert init["response"]["headers"]["mcp-session-id"] == "recorded-session"
+    proxy = make_proxy(mode="replay", upstream={"tools": tools.url}, repeat="cycle")
+    url = proxy.url + "/tools/mcp"
+    first, second = raw_session(url), raw_session(url, rpc_id=2)
+    minted = {first.headers["mcp-session-id"], second.headers["mcp-session-id"]}
+    assert len(minted) == 2 and "recorded-session" not in minted
+    carried = {"mcp-session-id": first.headers["mcp-session-id"]}
+    stream = httpx.get(url, headers={**carried, "accept": "text/event-stream"}, timeout=10)
+    assert stream.status_code == 405  # no standalone stream in replay
+    assert proxy.stats["misses"] == 0
+
+
+def test_raw_json_rpc_requests_with_other_ids_get_their_own_ids_back(
+    make_proxy: MakeProxy,
+) -> None:
+    call: dict[str, Any] = {
+        "jsonrpc": "2.0",
+        "method": "tools/call",
+        "params": {"name": "add", "arguments": {"a": 2, "b": 5}, "_meta": {"progressToken": 1}},
+    }
+    with ToolServer() as tools:
+        recorder = make_proxy(mode="record", upstream={"tools": tools.url})
+        url = recorder.url + "/tools/mcp"
+        init = httpx.post(url, json={**INITIALIZE, "id": 1}, headers=ACCEPT, timeout=10)
+        carried = {"mcp-session-id": init.headers["mcp-session-id"], **ACCEPT}
+        httpx.post(url, json={**call, "id": 7}, headers=carried, timeout=10)
+        recorder.stop()
+    proxy = make_proxy(mode="replay", upstream={"tools": tools.url})
+    url = proxy.url + "/tools/mcp"
+    init = httpx.post(url, json={**INITIALIZE, "id": 9001}, headers=ACCEPT, timeout=10)
+    assert sse_answers(init.text)[0]["id"] == 9001
+    other = {**call, "id": "call-b", "params": {**call["params"], "_meta": {"progressToken": 9}}}
+    answered = httpx.post(url, json=other, headers=ACCEPT, timeout=10)
+    [result] = sse_answers(answered.text)
+    assert result["id"] == "call-b"
+    assert result["result"]["structuredContent"] == {"result": 7}
+    assert proxy.stats["misses"] == 0
+
+
+def sse_answers(text: str) -> list[Any]:
+    return [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:")]
+
+
+def test_an_unrecorded_tool_call_is_a_json_rpc_error_that_never_reaches_the_server(
+    make_proxy: MakeProxy,
+) -> None:
+    with ToolServer() as tools:
+        recorder = make_proxy(mode="record", upstream={"tools": tools.url})
+        asyncio.run(session(recorder.url + "/tools/mcp", "2026-07-28"))
+        recorder.stop()
+        proxy = make_proxy(mode="replay", upstream={"tools": tools.url})
+        refused = asyncio.run(other_city(proxy.url + "/tools/mcp"))
+        assert tools.calls == ["add", "get_weather"]  # only the recording's
+    assert refused.startswith("code -32001: tool call get_weather")
+    assert "get_weather" in refused and "Lima" in refused and "Oslo" in refused
+    assert proxy.stats["misses"] == 1
+
+
+async def other_city(url: str) -> str:
+    async with Client(url, mode="2026-07-28") as client:
+        try:
+            result = await client.call_tool("get_weather", {"city": "Lima"})
+        except Exception as exc:  # the SDK raises the JSON-RPC error
+            return f"code {getattr(exc, 'code', None)}: {exc}"
+        return json.dumps(result.model_dump())
+
+
+def late_ending_stream(left: threading.Event, responds: bool) -> Answer:
+    """An MCP server's SSE answer whose end comes only after its client left: a progress
+    notification and (when it `responds` at once) the response; once `left` is set, the
+    response if it was not sent, and the end of the body."""
+    progress = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}}
+    response = {"jsonrpc": "2.0", "id": 5, "result": {"content": [], "isError": False}}
+
+    def chunk(data: bytes) -> bytes:
+        return b"%x\r\n%s\r\n" % (len(data), data)
+
+    def answer(conn: socket.socket) -> None:
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+        )
+        events = [
+            chunk(b"event: message\r\ndata: %s\r\n\r\n" % json.dumps(message).encode())
+            for message in (progress, response)
+        ]
+        conn.sendall(b"".join(events if responds else events[:1]))
+        left.wait(10)
+        conn.sendall(b"".join([] if responds else events[1:]) + b"0\r\n\r\n")
+
+    return answer
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_a_client_that_closes_once_it_has_its_response_still_gets_it_recorded(
+    make_proxy: MakeProxy, cassettes: Path, kept: bool
+) -> None:
+    """The MCP SDKs close an SSE answer as soon as they have the response they waited for:
+    the upstream is read to its end after they left, and the exchange kept whole. A client
+    that leaves before its response (it gave up) records nothing."""
+    left = threading.Event()
+    call = {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "slow"}}
+    with SocketUpstream(late_ending_stream(left, responds=kept)) as upstream:
+        proxy = make_proxy(mode="record", upstream={"tools": upstream.url})
+        with httpx.stream("POST", proxy.url + "/tools/mcp", json=call, headers=ACCEPT) as answer:
+            seen = b""
+            for piece in answer.iter_raw():
+                seen += piece
+                if (b'"result"' if kept else b"progress") in seen:
+                    break
+        time.sleep(0.3)  # the proxy sees the hang-up before the upstream ends
+        left.set()
+        wait_for(lambda: proxy.stats["recorded"] + proxy.stats["aborted"] == 1)
+    files = stored(cassettes)
+    assert (proxy.stats["recorded"], len(files)) == ((1, 1) if kept else (0, 0))
+    if kept:
+        assert files[0]["outcome"] == "complete"
+        assert len(files[0]["response"]["frames"]) == 2

@@ -1,0 +1,63 @@
+"""A real MCP server built with the `mcp` SDK (Streamable HTTP), on an ephemeral loopback
+port in a thread: two tools, and a count of the tool calls that reached it."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from types import TracebackType
+
+import uvicorn
+from mcp.server import MCPServer
+
+
+class ToolServer:
+    """`with ToolServer() as tools:` serves MCP at `tools.url` + "/mcp" until the block ends."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []  # the tools called, in order
+        mcp = MCPServer("weather-tools")
+
+        @mcp.tool()
+        def add(a: int, b: int) -> int:
+            """Add two numbers."""
+            self.calls.append("add")
+            return a + b
+
+        @mcp.tool()
+        def get_weather(city: str) -> str:
+            """Today's weather in a city."""
+            self.calls.append("get_weather")
+            return f'{{"city": "{city}", "forecast": "sunny", "celsius": 21}}'
+
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        config = uvicorn.Config(mcp.streamable_http_app(), log_level="warning", lifespan="on")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
+        )
+
+    def start(self) -> ToolServer:
+        self._thread.start()
+        deadline = time.monotonic() + 20
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("the MCP server did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=30)
+        self._sock.close()
+
+    def __enter__(self) -> ToolServer:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

@@ -98,7 +98,7 @@ def _notes(console: Console, summaries: Sequence[Summary], prices: PriceTable) -
     console.print(f"prices: {'; '.join(prices.sources)}", highlight=False, soft_wrap=True)
 
 
-SHOW_COLUMNS = ("#", "method", "upstream", "path", "model", "status", "stream", "frames")
+SHOW_COLUMNS = ("#", "method", "upstream", "path", "model or tool", "status", "stream", "frames")
 
 
 def print_rows(cassette: str, rows: Sequence[Row], as_json: bool) -> None:
@@ -114,7 +114,7 @@ def print_rows(cassette: str, rows: Sequence[Row], as_json: bool) -> None:
             r.method,
             r.upstream,
             r.path,
-            r.model or "-",
+            r.what,
             str(r.status),
             "yes" if r.streamed else "no",
             str(r.frames) if r.streamed else "-",
@@ -137,7 +137,7 @@ def details(row: Row) -> str:
     stream = f"stream, {row.frames} frames" if row.streamed else "not streamed"
     tokens = tokens_text(row.tokens) if row.usage_known else "tokens unknown"
     return (
-        f"model {row.model or '-'} | status {row.status} | {stream} | "
+        f"{'' if row.tool else 'model '}{row.what} | status {row.status} | {stream} | "
         f"{tokens} | {usd(row.cost_usd)} | {row.outcome} | key {row.key[:12]}"
     )
 
@@ -171,6 +171,11 @@ def print_full(cassette: str, items: Sequence[Listed], frames: bool, as_json: bo
 
 def _print_bodies(exchange: Exchange, frames: bool) -> None:
     response = exchange.response
+    call = answers.tool_call(exchange)
+    if call is not None:
+        arguments = json.dumps(call["arguments"], ensure_ascii=False)
+        print(f"-- tool call\n{call['name']}({arguments})")
+        print(f"-- tool result\n{call['result'] if call['result'] is not None else '(none)'}")
     print("-- request body")
     print(_pretty(body_view(exchange.request.body)))
     if response.frames is None:

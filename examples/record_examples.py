@@ -12,6 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.e2e import mcp_example  # noqa: E402
 from tests.e2e.examples import EXAMPLES, record  # noqa: E402
 from tests.fakes.upstream import FakeUpstream  # noqa: E402
 
@@ -26,6 +27,10 @@ def main(names: list[str]) -> int:
         with FakeUpstream() as fake:
             output = record(example, ROOT / "cassettes", fake)
         print(f"{example.name}: recorded into cassettes/{example.cassette}: {output.strip()[-60:]}")
+    if not names or "mcp-agent" in names:  # a model and an MCP tool server in one cassette
+        with FakeUpstream() as fake:
+            output = mcp_example.record(ROOT / "cassettes", fake)
+        print(f"mcp-agent: recorded into cassettes/{mcp_example.CASSETTE}: {output.strip()[-60:]}")
     return 0
 
 

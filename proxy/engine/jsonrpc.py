@@ -229,3 +229,35 @@ def _asked(asked: list[dict[str, Any]]) -> str:
         else:
             said.append(str(m["method"]))
     return f"{', '.join(said)}: not served from the cassette, never sent to the tool server.\n"
+
+
+def tool_call(request: Any, payloads: list[Any]) -> dict[str, Any] | None:
+    """An MCP tool call as `show` lists it: the tool's name, its arguments and its result
+    (the text the tool returned, else its structured content, or the error), from the
+    request's JSON body and the answer's payloads; None for any other exchange."""
+    calls = [m for m in messages(request) if m.get("method") == "tools/call"]
+    if len(calls) != 1 or not isinstance(calls[0].get("params"), dict):
+        return None
+    params, wanted = calls[0]["params"], _id(calls[0].get("id"))
+    found = [m for p in payloads for m in messages(p) if answers(m) and _id(m["id"]) == wanted]
+    return {
+        "name": params.get("name"),
+        "arguments": params.get("arguments") or {},
+        "result": _result_text(found[-1]) if found else None,
+    }
+
+
+def _result_text(response: dict[str, Any]) -> str:
+    if "error" in response:
+        error: dict[str, Any] = response["error"] if isinstance(response["error"], dict) else {}
+        return f"error {error.get('code')}: {error.get('message')}"
+    result: dict[str, Any] = response["result"] if isinstance(response.get("result"), dict) else {}
+    texts = [
+        part["text"]
+        for part in result.get("content") or []
+        if isinstance(part, dict) and isinstance(part.get("text"), str)
+    ]
+    prefix = "error: " if result.get("isError") else ""
+    if texts:
+        return prefix + "\n".join(texts)
+    return prefix + json.dumps(result.get("structuredContent", result), ensure_ascii=False)

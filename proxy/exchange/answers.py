@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from tapeproxy.engine import jsonrpc
 from tapeproxy.exchange.framing import Dialect, frame_payload, json_document
 from tapeproxy.exchange.model import Exchange, Frame
 from tapeproxy.exchange.tokens import Tokens
@@ -106,6 +107,11 @@ def _named_model(payload: Any) -> str | None:
                 if isinstance(holder.get(name), str) and holder[name]:
                     return str(holder[name])
     return None
+
+
+def tool_call(exchange: Exchange) -> dict[str, Any] | None:
+    """An MCP tool call's name, arguments and result; None for any other exchange."""
+    return jsonrpc.tool_call((exchange.request.body or {}).get("json"), payloads(exchange))
 
 
 def joined_frames(exchange: Exchange) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from tapeproxy.errors import CassetteCorrupt, ConfigError
 from tapeproxy.exchange import answers
@@ -45,6 +46,14 @@ class Row:
     cache_write_tokens: int
     cost_usd: float | None
     usage_known: bool = True  # False: the answer of a model holds no usage block (tokens 0)
+    tool: dict[str, Any] | None = None  # an MCP tool call: its name, arguments and result
+
+    @property
+    def what(self) -> str:
+        """The model that answered, or the tool that was called."""
+        if self.tool is not None:
+            return f"tool {self.tool['name']}"
+        return self.model or "-"
 
     @property
     def tokens(self) -> Tokens:
@@ -83,6 +92,7 @@ def row_of(exchange: Exchange, prices: PriceTable) -> Row:
         cache_write_tokens=tokens.cache_write_tokens,
         cost_usd=prices.cost(model, found) if found is not None else None,
         usage_known=found is not None or model is None,
+        tool=answers.tool_call(exchange),
     )
 
 

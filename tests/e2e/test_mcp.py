@@ -15,7 +15,9 @@ from typing import Any
 import httpx
 import pytest
 from mcp import Client
+from typer.testing import CliRunner
 
+from tapeproxy.cli.main import app
 from tests.conftest import MakeProxy
 from tests.fakes.mcp_server import ToolServer
 from tests.fakes.socket_upstream import Answer, SocketUpstream
@@ -31,6 +33,7 @@ INITIALIZE = {
         "clientInfo": {"name": "raw", "version": "1"},
     },
 }
+OSLO = '{"city": "Oslo", "forecast": "sunny", "celsius": 21}'
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 
 
@@ -51,6 +54,14 @@ async def session(url: str, mode: str) -> list[Any]:
 
 def stored(cassettes: Path) -> list[dict[str, Any]]:
     return [json.loads(data) for data in files_under(cassettes).values()]
+
+
+def show_json(cassettes: Path) -> list[dict[str, Any]]:
+    """`tapeproxy show default --json`: the exchanges as it lists them."""
+    result = CliRunner().invoke(app, ["show", "default", "--cassettes", str(cassettes), "--json"])
+    assert result.exit_code == 0, result.output
+    exchanges: list[dict[str, Any]] = json.loads(result.output)["exchanges"]
+    return exchanges
 
 
 def rpc_method(exchange: dict[str, Any]) -> str | None:
@@ -74,6 +85,11 @@ def test_an_sdk_session_recorded_with_a_real_mcp_server_replays_with_the_server_
     assert {f["outcome"] for f in files} == {"complete"}
     methods = {rpc_method(f) for f in files}
     assert {"tools/list", "tools/call"} <= methods
+    shown = show_json(cassettes)
+    assert [e["tool"] for e in shown if e["tool"]] == [
+        {"name": "add", "arguments": {"a": 1, "b": 2}, "result": "3"},
+        {"name": "get_weather", "arguments": {"city": "Oslo"}, "result": OSLO},
+    ]
     replayer = make_proxy(mode="replay", upstream={"tools": tools.url})
     assert asyncio.run(session(replayer.url + "/tools/mcp", mode)) == live
     replayer.put_cassette(cassette="default")  # a new run: the recordings are served anew

@@ -17,7 +17,11 @@ from tapeproxy.engine.rules import MatchRules
 from tapeproxy.exchange.bodies import Payload
 from tapeproxy.providers import generic
 
-CALL = {"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "add", "arguments": {"a": 1}}}
+CALL: dict[str, Any] = {
+    "jsonrpc": "2.0",
+    "method": "tools/call",
+    "params": {"name": "add", "arguments": {"a": 1}},
+}
 ids = st.one_of(st.integers(), st.text(max_size=8))
 
 

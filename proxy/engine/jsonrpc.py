@@ -23,6 +23,10 @@ SESSION_HEADER = "mcp-session-id"
 RECORDED_SESSION = "recorded-session"
 # Revision 2026-07-28 repeats a request's method and tool name in headers: keyed as they are.
 KEY_HEADERS = frozenset({"mcp-method", "mcp-name"})
+# Params that say who asks, not what: progress tokens and client info in `_meta`, and the
+# client's name and version in `initialize` (telemetry, as a user-agent is: the Python SDK,
+# the TypeScript SDK and curl ask the same question).
+UNKEYED_PARAMS = frozenset({"_meta", "clientInfo"})
 MISS_CODE = -32001  # in JSON-RPC's range for errors a server defines
 _DATA_LINE = re.compile(r"^data:", re.MULTILINE)
 _LINE = re.compile(r"\r\n|\r|\n")
@@ -51,8 +55,8 @@ def is_request(message: dict[str, Any]) -> bool:
 
 def key_form(value: Any) -> Any:
     """A JSON body as it is keyed: each JSON-RPC request without its `id` (only whether it
-    has one: a notification is another request) and without `params._meta` (progress tokens,
-    client info); a response, and any other body, as it is."""
+    has one: a notification is another request) and without the UNKEYED_PARAMS; a response,
+    and any other body, as it is."""
     found = messages(value)
     if not any(is_request(m) for m in found):
         return value
@@ -65,8 +69,8 @@ def _keyed(message: dict[str, Any]) -> dict[str, Any]:
     if "id" in message:
         out["id"] = "*"
     params = out.get("params")
-    if isinstance(params, dict) and "_meta" in params:
-        out["params"] = {k: v for k, v in params.items() if k != "_meta"}
+    if isinstance(params, dict) and not UNKEYED_PARAMS.isdisjoint(params):
+        out["params"] = {k: v for k, v in params.items() if k not in UNKEYED_PARAMS}
     return out
 
 

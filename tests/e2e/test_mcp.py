@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -234,3 +236,32 @@ def test_a_client_that_closes_once_it_has_its_response_still_gets_it_recorded(
     if kept:
         assert files[0]["outcome"] == "complete"
         assert len(files[0]["response"]["frames"]) == 2
+
+
+NODE_DIR = Path(__file__).resolve().parents[1] / "node"
+MCP_SDK = NODE_DIR / "node_modules" / "@modelcontextprotocol" / "sdk"
+
+
+@pytest.mark.skipif(
+    shutil.which("node") is None or not MCP_SDK.is_dir(),
+    reason="needs node and `npm ci --prefix tests/node` (.ci/run does it)",
+)
+def test_the_typescript_sdk_replays_what_the_python_sdk_recorded(make_proxy: MakeProxy) -> None:
+    with ToolServer() as tools:
+        recorder = make_proxy(mode="record", upstream={"tools": tools.url})
+        server, listed, added, weather = asyncio.run(session(recorder.url + "/tools/mcp", "legacy"))
+        recorder.stop()
+    proxy = make_proxy(mode="replay", upstream={"tools": tools.url})
+    result = subprocess.run(
+        ["node", str(NODE_DIR / "mcp.mjs"), proxy.url + "/tools/mcp"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    node = json.loads(result.stdout)
+    assert node["server"]["name"] == server["name"] == "weather-tools"
+    assert [t["name"] for t in node["tools"]["tools"]] == [t["name"] for t in listed["tools"]]
+    assert node["added"]["structuredContent"] == added["structured_content"] == {"result": 3}
+    assert node["weather"]["content"][0]["text"] == weather["content"][0]["text"] == OSLO
+    assert proxy.stats["misses"] == 0  # its initialize, its GET (405) and DELETE included

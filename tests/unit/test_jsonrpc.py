@@ -45,6 +45,10 @@ def test_method_params_notification_and_mcp_headers_are_part_of_the_key() -> Non
     assert key_of(CALL) != base  # a notification is not a request
     assert key_of({**CALL, "id": 1}, {"mcp-method": "tools/call"}) != base
     assert key_of({**CALL, "id": 1}, {"mcp-session-id": "s1", "last-event-id": "3"}) == base
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}
+    python = {**init, "params": {"capabilities": {}, "clientInfo": {"name": "mcp"}}}
+    node = {**init, "params": {"capabilities": {}, "clientInfo": {"name": "node"}}}
+    assert key_of(python) == key_of(node)  # the client's name is telemetry, not the question
     batch = [{**CALL, "id": 1}, {**CALL, "id": 2}]
     assert key_of(batch) == key_of([{**CALL, "id": "x"}, {**CALL, "id": "y"}])
 

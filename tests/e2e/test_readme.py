@@ -138,3 +138,26 @@ def test_the_pytest_recipe_records_once_then_replays_offline(
     replay = pytester.runpytest()
     replay.assert_outcomes(passed=1)
     replay.stdout.fnmatch_lines(["tapeproxy: 1 replayed, 0 recorded, 0 missed*"])
+
+
+def test_the_mcp_recipe_replays_a_tool_call_from_the_agent_cassette(tmp_path: Path) -> None:
+    """`tapeproxy serve --cassette examples/mcp-agent --upstream tools=...` with no tool server
+    to reach: the recipe's MCP client gets the recorded tool result."""
+    dead = f"http://127.0.0.1:{closed_port()}"
+    copy_committed("examples/mcp-agent", tmp_path)
+    args = ["--cassette", "examples/mcp-agent", "--cassettes", str(tmp_path)]
+    server = Serve([*args, "--upstream", f"tools={dead}", "--upstream", f"openai={dead}"], ROOT)
+    try:
+        code = recipe("mcp")
+        assert README_URL in code
+        result = subprocess.run(
+            [sys.executable, "-c", code.replace(README_URL, server.url)],
+            capture_output=True,
+            text=True,
+            env=client_env(),
+            timeout=60,
+        )
+    finally:
+        server.stop()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == '{"city": "Paris", "forecast": "sunny", "celsius": 21}\n'

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from tapeproxy.engine import jsonrpc
 from tapeproxy.engine.inbound import Inbound
 from tapeproxy.engine.keycache import KeyCache, raw_key
 from tapeproxy.engine.keying import RequestParts, request_key, request_parts
@@ -124,7 +125,7 @@ class Keyer:
         wanted = self._wanted.get(upstream)
         if wanted is None:
             wanted = self._wanted[upstream] = frozenset(
-                name.encode("latin-1") for name in rules.headers()
+                name.encode("latin-1") for name in rules.headers() | jsonrpc.KEY_HEADERS
             )
         raw = raw_key(
             upstream,

@@ -84,16 +84,15 @@ class Engine:
             run = self.runs.loaded(keyed.cassette)
             if run is None:
                 run = await self.runs.get(keyed.cassette)
+            if jsonrpc.standalone_stream(keyed.parts.method, inbound.header_map):
+                return await self._standalone(keyed, run)
             fault = self.faults.schedule.draw(keyed.key, inbound.fault)
             if fault is not None:
                 return await self._faulted(keyed, run, fault)
             ask, seq = run.ask(keyed.key)
             ordinal = run.pick(keyed.key, ask, self.settings.repeat)
             step = plan(keyed.mode, ordinal is not None, keyed.runs_live, run.held)
-            replaying = step.action is Action.SERVE or step.action is Action.REFUSE
-            run.replayed_from |= replaying
-            if replaying and jsonrpc.standalone_stream(keyed.parts.method, inbound.header_map):
-                return Serve(jsonrpc.NO_STREAM, 0, None)
+            run.replayed_from |= step.action is Action.SERVE or step.action is Action.REFUSE
             if step.action is Action.SERVE and ordinal is not None:
                 return await self._serve(keyed, run, ordinal)
             if step.action is Action.REFUSE:
@@ -123,6 +122,17 @@ class Engine:
             run = await self.runs.get(derived_name(keyed.cassette))
             _, seq = run.ask(keyed.key)
         return Target(run, seq, step.anew)
+
+    async def _standalone(self, keyed: Keyed, run: Run) -> Answer:
+        """An MCP client's standalone stream (GET): messages the server sends of its own
+        accord, which no cassette can replay. It answers 405 wherever the cassette answers
+        (the SDKs then do without it); it goes live only where its upstream does (record,
+        passthrough, --live), never recorded: a recording no replay serves only counts as
+        unused. It takes no place in the run."""
+        step = plan(keyed.mode, False, keyed.runs_live, run.held)
+        if step.action is Action.REFUSE or (step.action is Action.RECORD and not step.anew):
+            return Serve(jsonrpc.NO_STREAM, 0, None)
+        return await self._forward(keyed, None)
 
     async def _serve(self, keyed: Keyed, run: Run, ordinal: int) -> Serve:
         if run.order is not None and (wrong := out_of_order(keyed, run, ordinal)) is not None:

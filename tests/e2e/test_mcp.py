@@ -85,6 +85,8 @@ def test_an_sdk_session_recorded_with_a_real_mcp_server_replays_with_the_server_
     assert live[2]["structured_content"] == {"result": 3}
     files = stored(cassettes)
     assert {f["outcome"] for f in files} == {"complete"}
+    # Its standalone GET stream went live and was not recorded: no replay serves one.
+    assert {f["request"]["method"] for f in files} <= {"POST", "DELETE"}
     methods = {rpc_method(f) for f in files}
     assert {"tools/list", "tools/call"} <= methods
     shown = show_json(cassettes)

@@ -18,6 +18,7 @@ from tapeproxy.exchange.bodies import Payload
 from tapeproxy.exchange.framing import AnyOf, FrameSigns, FrameTest, frame_data
 
 SESSION_HEADER = "mcp-session-id"
+_SESSION = SESSION_HEADER.encode()
 # What a recording keeps of the session id its server minted: the id is a bearer of the
 # session, and differs on every recording (a re-record must show no diff).
 RECORDED_SESSION = "recorded-session"
@@ -71,6 +72,8 @@ def _keyed(message: dict[str, Any]) -> dict[str, Any]:
     params = out.get("params")
     if isinstance(params, dict) and not UNKEYED_PARAMS.isdisjoint(params):
         out["params"] = {k: v for k, v in params.items() if k not in UNKEYED_PARAMS}
+    if out.get("params") == {}:
+        del out["params"]  # empty params are no params: SDKs send either
     return out
 
 
@@ -127,10 +130,12 @@ def answer(replay: Replay, body: Payload, headers: HeaderView) -> Replay:
     """The recorded answer to send to this request: each response's id the incoming request's
     (in a JSON body and in every SSE frame that answers it), and a session id minted for the
     replay session (or the one the request carries) where the recording had the server's."""
+    has_session = any(k == _SESSION for k, _ in replay.headers)
+    if not replay.rpc_ids and not has_session:
+        return replay  # the common case: no JSON-RPC (an LLM's answer)
     ids = request_ids(body.value) if body.kind == "json" else ()
     swap = {_id(old): new for old, new in zip(replay.rpc_ids, ids, strict=False)}
     swap = {old: new for old, new in swap.items() if old != _id(new)}
-    has_session = any(k == SESSION_HEADER.encode() for k, _ in replay.headers)
     if not swap and not has_session:
         return replay
     session = (headers.get(SESSION_HEADER, "") or uuid.uuid4().hex).encode("latin-1")
@@ -140,7 +145,7 @@ def answer(replay: Replay, body: Payload, headers: HeaderView) -> Replay:
         frames = _swapped_frames(frames, swap, sse)
     size = str(sum(len(data) for _, data in frames)).encode()
     head = tuple(
-        (k, session if k == b"mcp-session-id" else size if k == b"content-length" and swap else v)
+        (k, session if k == _SESSION else size if k == b"content-length" and swap else v)
         for k, v in replay.headers
     )
     return replace(replay, headers=head, frames=frames)

@@ -49,6 +49,8 @@ def test_method_params_notification_and_mcp_headers_are_part_of_the_key() -> Non
     python = {**init, "params": {"capabilities": {}, "clientInfo": {"name": "mcp"}}}
     node = {**init, "params": {"capabilities": {}, "clientInfo": {"name": "node"}}}
     assert key_of(python) == key_of(node)  # the client's name is telemetry, not the question
+    listed = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    assert key_of(listed) == key_of({**listed, "params": {"_meta": {"progressToken": 1}}})
     batch = [{**CALL, "id": 1}, {**CALL, "id": 2}]
     assert key_of(batch) == key_of([{**CALL, "id": "x"}, {**CALL, "id": "y"}])
 

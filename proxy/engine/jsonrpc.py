@@ -112,9 +112,12 @@ def frame_signs(base: FrameSigns) -> FrameSigns:
 
 
 def prepared(replay: Replay, request_body: dict[str, Any] | None) -> Replay:
-    """A recording made ready to send, with its request's JSON-RPC ids (to swap in replay)."""
-    ids = request_ids((request_body or {}).get("json"))
-    return replace(replay, rpc_ids=ids) if ids else replay
+    """A recording made ready to send, marked when it answers a JSON-RPC request or holds a
+    session id, with its request's ids (to swap in replay)."""
+    asked = (request_body or {}).get("json")
+    if not messages(asked) and not any(k == _SESSION for k, _ in replay.headers):
+        return replay
+    return replace(replay, rpc=True, rpc_ids=request_ids(asked))
 
 
 def standalone_stream(method: str, headers: HeaderView) -> bool:
@@ -130,9 +133,9 @@ def answer(replay: Replay, body: Payload, headers: HeaderView) -> Replay:
     """The recorded answer to send to this request: each response's id the incoming request's
     (in a JSON body and in every SSE frame that answers it), and a session id minted for the
     replay session (or the one the request carries) where the recording had the server's."""
-    has_session = any(k == _SESSION for k, _ in replay.headers)
-    if not replay.rpc_ids and not has_session:
+    if not replay.rpc:
         return replay  # the common case: no JSON-RPC (an LLM's answer)
+    has_session = any(k == _SESSION for k, _ in replay.headers)
     ids = request_ids(body.value) if body.kind == "json" else ()
     swap = {_id(old): new for old, new in zip(replay.rpc_ids, ids, strict=False)}
     swap = {old: new for old, new in swap.items() if old != _id(new)}

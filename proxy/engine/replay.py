@@ -50,7 +50,9 @@ class Replay:
     frames: tuple[tuple[int, bytes], ...]  # (ms from the start of the answer, bytes)
     cut: bool
     end_ms: int | None = None  # when a recorded cut came, if known
-    rpc_ids: tuple[Any, ...] = ()  # its request's JSON-RPC ids (tapeproxy.engine.jsonrpc)
+    # An answer to a JSON-RPC request, and that request's ids (tapeproxy.engine.jsonrpc).
+    rpc: bool = False
+    rpc_ids: tuple[Any, ...] = ()
 
     @cached_property
     def whole(self) -> bytes:

@@ -57,7 +57,7 @@ def test_method_params_notification_and_mcp_headers_are_part_of_the_key() -> Non
 
 def json_replay(body: bytes, ids: tuple[Any, ...]) -> Replay:
     headers = ((b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)))
-    return Replay(200, headers, ((0, body),), False, rpc_ids=ids)
+    return Replay(200, headers, ((0, body),), False, rpc=True, rpc_ids=ids)
 
 
 def asked(*request_ids: Any) -> Payload:
@@ -84,7 +84,7 @@ def test_in_a_stream_only_the_frames_that_answer_are_renumbered() -> None:
         for m in (request, response)
     )
     sse = ((b"content-type", b"text/event-stream"),)
-    recorded = Replay(200, sse, frames, False, rpc_ids=(1,))
+    recorded = Replay(200, sse, frames, False, rpc=True, rpc_ids=(1,))
     sent = jsonrpc.answer(recorded, Payload("json", {**CALL, "id": 42}), HeaderView(()))
     first, second = (data.decode() for _, data in sent.frames)
     assert first == f"event: message\r\ndata: {json.dumps(request)}\r\n\r\n"  # the server's own

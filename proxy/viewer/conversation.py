@@ -180,6 +180,18 @@ def answer_messages(exchange: Exchange, reader: Reader) -> list[Message]:
     return [Message("assistant", parts)] if parts else []
 
 
+def mcp_tool_call(exchange: Exchange) -> tuple[list[Message], list[Message]] | None:
+    """An MCP tool call as a conversation: the call (the tool's name and arguments), then the
+    answer, its result; None for any other exchange."""
+    call = answers.tool_call(exchange)
+    if call is None:
+        return None
+    name = str(call["name"])
+    asked = Message("tool call", [Part("tool_call", _dumped(call["arguments"]), name)])
+    result = call["result"] if call["result"] is not None else "(no result recorded)"
+    return [asked], [Message("tool", [Part("tool_result", str(result), name)])]
+
+
 def stream_tool_calls(payloads: list[Any]) -> list[Part]:
     """The tool calls a stream made, their arguments joined from its pieces: Anthropic's
     `tool_use` blocks (`input_json_delta`), OpenAI chat's `delta.tool_calls` by index."""

@@ -15,7 +15,13 @@ from tapeproxy.store.protocol import CassetteStore, parse_exchange_file
 from tapeproxy.tools.diff import CassetteDiff, Side, body_view, compare
 from tapeproxy.tools.listing import Row, Summary, read_all, row_of, summarize
 from tapeproxy.tools.prices import PriceTable
-from tapeproxy.viewer.conversation import Image, Message, Reader, answer_messages
+from tapeproxy.viewer.conversation import (
+    Image,
+    Message,
+    Reader,
+    answer_messages,
+    mcp_tool_call,
+)
 
 
 @dataclass(frozen=True)
@@ -83,8 +89,10 @@ def exchange(store: CassetteStore, name: str, file: str, prices: PriceTable) -> 
     found = read(store, name, file)
     reader = Reader()
     request = body_view(found.request.body)
-    messages = reader.messages(request)
-    answer = answer_messages(found, reader)
+    messages, answer = mcp_tool_call(found) or (
+        reader.messages(request),
+        answer_messages(found, reader),
+    )
     frames = found.response.frames or []
     steps = [Step(n, frame.ms, frame_text(frame)) for n, frame in enumerate(frames)]
     response = None if found.response.frames is not None else body_view(found.response.body)

@@ -167,3 +167,16 @@ def test_off_loopback_the_page_follows_the_admin_token_rules(tmp_path: Path) -> 
     assert guarded.get("/__tapeproxy/ui/misses").status_code == 401
     allowed = guarded.get("/__tapeproxy/ui/misses", headers={"Authorization": f"Bearer {TOKEN}"})
     assert allowed.status_code == 200 and "Last misses" in allowed.text
+
+
+def test_an_mcp_tool_call_is_shown_as_a_tool_call_with_its_result(view: View) -> None:
+    """examples/mcp-agent's tool call: the tool's name and arguments, then its result."""
+    call = "e56093c9e307f8b6ce8e2dd733d995c3ec2ce7e71d567c8f6e2ca06280cf73f7.json"
+    page = httpx.get(view.url + f"exchange?cassette=examples/mcp-agent&file={call}").text
+    asked, answered = page.split('id="answer"')
+    assert "tool call</span> <code>get_weather</code>" in asked
+    assert "&#34;city&#34;: &#34;Paris&#34;" in asked
+    assert "tool result</span> <code>get_weather</code>" in answered
+    assert "&#34;forecast&#34;: &#34;sunny&#34;" in answered
+    listed = httpx.get(view.url + "cassette?name=examples/mcp-agent").text
+    assert "<td>tool get_weather</td>" in listed and "<td>gpt-4o-mini</td>" in listed

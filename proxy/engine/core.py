@@ -17,7 +17,7 @@ from tapeproxy.engine.hangup import Watch
 from tapeproxy.engine.inbound import Answer, Inbound, Live, Refuse, Serve
 from tapeproxy.engine.keeper import Keeper, Target
 from tapeproxy.engine.keyed import Current, Keyed, Keyer
-from tapeproxy.engine.plan import Action, Step, plan
+from tapeproxy.engine.plan import Action, Step, plan, stream_goes_live
 from tapeproxy.engine.recorder import Recording
 from tapeproxy.engine.refusals import miss_report, out_of_order, refusal
 from tapeproxy.engine.relay import Relay
@@ -85,7 +85,9 @@ class Engine:
             if run is None:
                 run = await self.runs.get(keyed.cassette)
             if jsonrpc.standalone_stream(keyed.parts.method, inbound.header_map):
-                return await self._standalone(keyed, run)
+                if not stream_goes_live(keyed.mode, keyed.runs_live, run.held):
+                    return Serve(jsonrpc.NO_STREAM, 0, None)
+                return await self._forward(keyed, None)  # and never recorded
             fault = self.faults.schedule.draw(keyed.key, inbound.fault)
             if fault is not None:
                 return await self._faulted(keyed, run, fault)
@@ -122,17 +124,6 @@ class Engine:
             run = await self.runs.get(derived_name(keyed.cassette))
             _, seq = run.ask(keyed.key)
         return Target(run, seq, step.anew)
-
-    async def _standalone(self, keyed: Keyed, run: Run) -> Answer:
-        """An MCP client's standalone stream (GET): messages the server sends of its own
-        accord, which no cassette can replay. It answers 405 wherever the cassette answers
-        (the SDKs then do without it); it goes live only where its upstream does (record,
-        passthrough, --live), never recorded: a recording no replay serves only counts as
-        unused. It takes no place in the run."""
-        step = plan(keyed.mode, False, keyed.runs_live, run.held)
-        if step.action is Action.REFUSE or (step.action is Action.RECORD and not step.anew):
-            return Serve(jsonrpc.NO_STREAM, 0, None)
-        return await self._forward(keyed, None)
 
     async def _serve(self, keyed: Keyed, run: Run, ordinal: int) -> Serve:
         if run.order is not None and (wrong := out_of_order(keyed, run, ordinal)) is not None:

@@ -54,3 +54,11 @@ def plan(mode: Mode, hit: bool, live: bool, recorded: bool) -> Step:
     if mode is Mode.AUTO:
         return RECORD
     return REFUSE
+
+
+def stream_goes_live(mode: Mode, live: bool, recorded: bool) -> bool:
+    """Whether an MCP client's standalone stream (a GET no cassette can replay) goes live:
+    where its upstream does (record, passthrough, --live). Elsewhere it answers 405, and the
+    SDKs do without it. It is never recorded: no replay would serve it."""
+    step = plan(mode, False, live, recorded)
+    return step.action is Action.FORWARD or step.anew

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tapeproxy.engine.plan import Action, Step, plan
+from tapeproxy.engine.plan import Action, Step, plan, stream_goes_live
 from tapeproxy.settings import Mode
 
 SERVE = Step(Action.SERVE)
@@ -63,3 +63,21 @@ def test_only_once_cares_whether_the_cassette_held_recordings(
 def test_once_records_a_cassette_that_held_nothing_as_record_mode_does(live: bool) -> None:
     assert plan(Mode.ONCE, False, live, recorded=False) == RECORD_ANEW
     assert plan(Mode.ONCE, True, live, recorded=False) == RECORD_ANEW
+
+
+@pytest.mark.parametrize(
+    ("mode", "live", "recorded", "goes_live"),
+    [
+        (Mode.RECORD, False, True, True),
+        (Mode.PASSTHROUGH, False, True, True),
+        (Mode.REPLAY, True, True, True),  # --live: its upstream runs live
+        (Mode.REPLAY, False, True, False),
+        (Mode.AUTO, False, True, False),  # the cassette answers: 405
+        (Mode.ONCE, False, True, False),
+        (Mode.ONCE, False, False, True),  # once records a cassette that held nothing
+    ],
+)
+def test_an_mcp_standalone_stream_goes_live_only_where_its_upstream_does(
+    mode: Mode, live: bool, recorded: bool, goes_live: bool
+) -> None:
+    assert stream_goes_live(mode, live, recorded) is goes_live

@@ -5,11 +5,24 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from types import TracebackType
 
 import uvicorn
 from mcp.server import MCPServer
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, telling when it has started (or failed to)."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = threading.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        try:
+            await super().startup(sockets=sockets)
+        finally:
+            self.ready.set()
 
 
 class ToolServer:
@@ -35,18 +48,15 @@ class ToolServer:
         self._sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
         config = uvicorn.Config(mcp.streamable_http_app(), log_level="warning", lifespan="on")
-        self._server = uvicorn.Server(config)
+        self._server = _Server(config)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
         )
 
     def start(self) -> ToolServer:
         self._thread.start()
-        deadline = time.monotonic() + 20
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("the MCP server did not start")
-            time.sleep(0.02)
+        if not self._server.ready.wait(timeout=20) or not self._server.started:
+            raise RuntimeError("the MCP server did not start")
         return self
 
     def stop(self) -> None:

@@ -215,9 +215,8 @@ class Engine:
         headers.append(("x-tapeproxy-key", keyed.key))
         raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
         recording = Recording(keyed.trace, answer.status, self.keeper, capture, target)
-        held = recording.writes and answer.whole
         relay = Relay(answer, recording, watch, self.settings.read_timeout)
-        return Live(answer.status, raw, relay, held)
+        return Live(answer.status, raw, relay, held=recording.writes and answer.whole)
 
     async def switch(self, cassette: str | None, mode: Mode | None) -> None:
         """Make `cassette` and `mode` current (None keeps either). It ends the run of the

@@ -66,9 +66,7 @@ class Settings(BaseModel):
         description=f"Add an upstream or override a built-in ({', '.join(BUILTIN)}); repeatable.",
     )
     live: tuple[str, ...] = Field(
-        (),
-        description="An upstream that runs live in replay mode (partial replay: the others, "
-        "MCP tool servers too, are served from the cassette); repeatable.",
+        (), description="An upstream that runs live in replay mode (partial replay); repeatable."
     )
     record_failures: bool = Field(
         False, description="Also record 429/5xx answers and streams cut short."
@@ -88,10 +86,7 @@ class Settings(BaseModel):
     )
     connect_timeout: float = Field(10.0, gt=0, description="Seconds to connect upstream.")
     read_timeout: float = Field(
-        300.0,
-        gt=0,
-        description="Seconds the upstream may stay silent mid-answer, and the longest an answer "
-        "is read on after its client left at its final frame (an MCP SDK does).",
+        300.0, gt=0, description="Seconds the upstream may be silent, or read after a client left."
     )
     shutdown_timeout: float = Field(
         5.0, ge=0, description="Seconds open connections get to finish at shutdown."

@@ -123,6 +123,7 @@ class Engine:
     async def _serve(self, keyed: Keyed, run: Run, ordinal: int) -> Serve:
         if run.order is not None and (wrong := out_of_order(keyed, run, ordinal)) is not None:
             self.counters.misses += 1
+            run.misses += 1
             raise wrong
         replay = await self._replay(keyed, ordinal)
         run.served.add((keyed.key, ordinal))
@@ -158,6 +159,7 @@ class Engine:
 
     async def _refuse(self, keyed: Keyed, run: Run, ask: int) -> Refuse:
         self.counters.misses += 1
+        run.misses += 1
         report = await miss_report(keyed, run, ask, self.store, self.rules)
         self.misses.appendleft(report)
         log.warning("%s", report["message"])
@@ -244,13 +246,14 @@ class Engine:
         self.faults.restart(specs)
 
     async def end_run(
-        self, cassette: str, prune: bool = False, supersede: bool = True
+        self, cassette: str, prune: bool = False, supersede: bool = True, failed: bool = False
     ) -> RunSummary | None:
         """End the run of `cassette` and of its derived cassette: the summary of the first
         (None when it had no run). `prune` deletes the recordings the run did not use;
-        without `supersede` a record run keeps the repeats it did not ask for."""
-        await self.runs.end(derived_name(cassette))
-        return await self.runs.end(check_cassette_name(cassette), prune, supersede)
+        without `supersede` a record run keeps the repeats it did not ask for; `failed` (a
+        test that failed) leaves a note that `tapeproxy prune` will not act on."""
+        await self.runs.end(derived_name(cassette), failed=failed)
+        return await self.runs.end(check_cassette_name(cassette), prune, supersede, failed)
 
     async def snapshot(self) -> Snapshot:
         runs = await self.runs.summaries()

@@ -95,8 +95,10 @@ def prune(
 
     A replay run is finished by a PUT on /__tapeproxy/cassette or by stopping the server; it
     leaves a note of what it used in the library's state folder, .tapeproxy/runs/ (never in
-    the cassette). Recordings of upstreams that ran live are kept. With no such note nothing
-    is deleted and the exit status is 2."""
+    the cassette). Recordings of upstreams that ran live are kept. With no such note, or when
+    that run did not pass (a pytest test that failed, errored or was skipped, or requests
+    that missed), nothing is deleted and the exit status is 2. --dry-run says which run it
+    relies on."""
     from tapeproxy.tools.prune import prune as prune_cassette
 
     try:

@@ -6,6 +6,7 @@ fixtures; the session itself is tapeproxy.cli.pytest_session."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -58,6 +59,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def tapeproxy(request: pytest.FixtureRequest) -> Iterator[Tape]:
     """This test's tapeproxy: `url`, `base_url(upstream)`, `cassette`, `mode`, `path`. While
     the test runs, OPENAI_BASE_URL and ANTHROPIC_BASE_URL point at the server."""
+    started = time.perf_counter()
     plugin = request.config.stash[PLUGIN]
     watch = plugin.begin(request.node)
     tape = watch.tape
@@ -70,6 +72,7 @@ def tapeproxy(request: pytest.FixtureRequest) -> Iterator[Tape]:
                 for variable, placeholder in REPLAY_KEYS.items():
                     if not os.environ.get(variable):
                         patch.setenv(variable, placeholder)
+            watch.spent += time.perf_counter() - started
             yield tape
     finally:
         if not watch.ended:  # the test never ran (setup failed, skipped): close its run

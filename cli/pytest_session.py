@@ -4,6 +4,7 @@ test's run of its cassette and mode, and what the run came to (misses, unused re
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from tapeproxy.cli.background import BackgroundServer
+from tapeproxy.cli.pytest_clock import SPENT, Clock
 from tapeproxy.cli.pytest_usage import USAGE, usage_line, write_usage
 from tapeproxy.engine.stats import RunSummary
 from tapeproxy.errors import BadCassetteName, BadFault, ConfigError
@@ -55,12 +57,14 @@ class Tape:
 
 @dataclass
 class Watch:
-    """One test's use of tapeproxy: its tape, and the miss count when it began."""
+    """One test's use of tapeproxy: its tape, the miss count when it began, and the time the
+    plugin took for it so far (its hooks and its calls to the server)."""
 
     tape: Tape
     misses_before: int
     ended: bool = False
     own: bool = True  # the cassette is the test's own (from its node id), not a marker's
+    spent: float = 0.0  # seconds
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,8 @@ class Plugin:
         self.tally: Counter[str] = Counter()
         self.usage: dict[str, str] = {}  # node id -> its cassette's tokens and cost
         self._prices: PriceTable | None = None
+        self.clock = Clock()  # the time the plugin took, measured
+        self._prefix = self._library_prefix()  # a path resolved once, not per test
         self._server: BackgroundServer | None = None
 
     @property
@@ -147,7 +153,7 @@ class Plugin:
         mode = self.mode or args.get("mode") or Mode.REPLAY.value
         try:
             named = args.get("cassette")
-            cassette = check_cassette_name(named or cassette_for_test(item.nodeid, self._prefix()))
+            cassette = check_cassette_name(named or cassette_for_test(item.nodeid, self._prefix))
             return cassette, Mode(mode), not named
         except BadCassetteName as exc:
             pytest.fail(f"@pytest.mark.tapeproxy: {exc.message}", pytrace=False)
@@ -172,7 +178,7 @@ class Plugin:
             pytest.fail(f"@pytest.mark.tapeproxy: {exc.message}", pytrace=False)
         return list(given)
 
-    def _prefix(self) -> str | None:
+    def _library_prefix(self) -> str | None:
         """The folder that holds the cassette library, relative to the rootdir (`tests` for
         tests/cassettes): test modules under it are named without it."""
         try:
@@ -186,17 +192,21 @@ class Plugin:
         """End the test's run and read what it came to. A record run that passed prunes what
         it did not record from the test's own cassette, which then holds exactly this run; a
         cassette a marker named may be shared by other tests, so nothing of it is deleted
-        (not even the repeats this run asked fewer times)."""
+        (not even the repeats this run asked fewer times). A test that did not pass leaves a
+        note `tapeproxy prune` will not act on."""
+        started = time.perf_counter()
         watch.ended = True
-        tape, engine = watch.tape, self.server.engine
+        tape, engine, before = watch.tape, self.server.engine, watch.misses_before
         prune = passed and tape.mode is Mode.RECORD and watch.own
 
         async def finish() -> tuple[RunSummary | None, int, list[dict[str, Any]]]:
-            summary = await engine.end_run(tape.cassette, prune, supersede=watch.own)
-            return summary, engine.counters.misses, list(engine.misses)
+            failed = not passed
+            summary = await engine.end_run(tape.cassette, prune, watch.own, failed)
+            misses = engine.counters.misses
+            return summary, misses, list(engine.misses) if misses > before else []
 
         summary, misses, journal = self.server.call(finish)
-        count = misses - watch.misses_before
+        count = misses - before
         messages = [entry["message"] for entry in reversed(journal[: min(count, len(journal))])]
         messages += ["(a miss no longer in the journal: see the log)"] * (count - len(messages))
         kind = None
@@ -207,6 +217,7 @@ class Plugin:
         elif summary is not None and summary.served:
             kind = "replayed"
         unused = summary if summary is not None and summary.unused_count else None
+        watch.spent += time.perf_counter() - started
         return Verdict(kind, messages, unused)
 
     def stop(self) -> None:
@@ -224,7 +235,10 @@ class Plugin:
             verdict = self.end(watch, passed=call.excinfo is None)
             if verdict.kind:
                 item.user_properties.append(("tapeproxy", verdict.kind))
+                started = time.perf_counter()
                 item.user_properties.append((USAGE, self.usage_of(watch.tape)))
+                watch.spent += time.perf_counter() - started
+            item.user_properties.append((SPENT, watch.spent))
         report = yield
         if verdict is not None and watch is not None:
             self._judge(report, watch.tape, verdict)
@@ -264,12 +278,13 @@ class Plugin:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Tally each test once, on the controller too (xdist sends user_properties)."""
         if report.when == "call":
-            self.tally.update(
-                str(value) for name, value in report.user_properties if name == "tapeproxy"
-            )
-            self.usage.update(
-                (report.nodeid, str(v)) for name, v in report.user_properties if name == USAGE
-            )
+            for name, value in report.user_properties:
+                if name == "tapeproxy":
+                    self.tally[str(value)] += 1
+                elif name == USAGE:
+                    self.usage[report.nodeid] = str(value)
+                elif name == SPENT:
+                    self.clock.add(value)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.tally:
@@ -279,6 +294,7 @@ class Plugin:
                 f"{counts['missed']} missed (cassettes in {self.cassettes})"
             )
         write_usage(terminalreporter, self.usage)
+        self.clock.write(terminalreporter)
 
     def pytest_sessionfinish(self) -> None:
         self.stop()

@@ -128,6 +128,7 @@ class Engine:
     async def _serve(self, keyed: Keyed, run: Run, ordinal: int) -> Serve:
         if run.order is not None and (wrong := out_of_order(keyed, run, ordinal)) is not None:
             self.counters.misses += 1
+            run.misses += 1
             raise wrong
         replay = await self._replay(keyed, ordinal)
         run.served.add((keyed.key, ordinal))
@@ -163,6 +164,7 @@ class Engine:
 
     async def _refuse(self, keyed: Keyed, run: Run, ask: int) -> Refuse:
         self.counters.misses += 1
+        run.misses += 1
         report = await miss_report(keyed, run, ask, self.store, self.rules)
         self.misses.appendleft(report)
         log.warning("%s", report["message"])
@@ -233,14 +235,11 @@ class Engine:
             self.current.mode = mode
         self.told.setdefault(self.current.cassette, set()).add(self.current.mode)
         self.runs.watch(self.current.cassette)
-        if new_mode:
-            # Only the runs of the cassettes this PUT names are over for `tapeproxy prune`;
-            # the runs of other clients' header-picked cassettes carry on in their next run.
-            named = {before, self.current.cassette}
-            await self.runs.restart_all(*named, *(derived_name(name) for name in named))
-        else:
-            names = {before, self.current.cassette}
-            await self.runs.restart(*names, *(derived_name(name) for name in names))
+        names = {before, self.current.cassette}
+        names |= {derived_name(name) for name in names}
+        # A new mode restarts every run, but only the runs of the cassettes this PUT names are
+        # over for `tapeproxy prune`: other clients' header-picked ones carry on in their next.
+        await (self.runs.restart_all if new_mode else self.runs.restart)(*names)
         self.replays.clear()  # another tapeproxy may have re-recorded what the new runs read
         self.faults.restart()
 
@@ -249,13 +248,14 @@ class Engine:
         self.faults.restart(specs)
 
     async def end_run(
-        self, cassette: str, prune: bool = False, supersede: bool = True
+        self, cassette: str, prune: bool = False, supersede: bool = True, failed: bool = False
     ) -> RunSummary | None:
         """End the run of `cassette` and of its derived cassette: the summary of the first
         (None when it had no run). `prune` deletes the recordings the run did not use;
-        without `supersede` a record run keeps the repeats it did not ask for."""
-        await self.runs.end(derived_name(cassette))
-        return await self.runs.end(check_cassette_name(cassette), prune, supersede)
+        without `supersede` a record run keeps the repeats it did not ask for; `failed` (a
+        test that failed) leaves a note that `tapeproxy prune` will not act on."""
+        await self.runs.end(derived_name(cassette), failed=failed)
+        return await self.runs.end(check_cassette_name(cassette), prune, supersede, failed)
 
     async def snapshot(self) -> Snapshot:
         runs = await self.runs.summaries()

@@ -41,18 +41,24 @@ class Ledger:
         return self._carried.pop(cassette, set())
 
     def finish(
-        self, run: Run, prune: bool = False, carry: bool = False, supersede: bool = True
+        self,
+        run: Run,
+        prune: bool = False,
+        carry: bool = False,
+        supersede: bool = True,
+        failed: bool = False,
     ) -> RunSummary:
         """Close a run: drop the repeats a record run superseded (with `prune`, every
         recording it did not use), note what a replay run used (for `tapeproxy prune`), keep its
         summary. With `carry` the run is not over for prune: it writes no note (and removes an
         older one, which no longer says what is in use), and the next run of the cassette
-        carries on from what it used."""
+        carries on from what it used. A `failed` run (its test failed) or one with misses
+        notes so, and lists nothing as unused: prune deletes nothing on its word."""
         if run.anew and supersede:
             self._drop_superseded(run)
         unused = self._unused(run) if run.replayed_from else []
         if not carry:
-            self._note(run, unused)
+            self._note(run, unused, failed)
         else:
             if used := run.used():
                 self._carried[run.cassette] = used
@@ -66,13 +72,17 @@ class Ledger:
             self._drop(run, run.unused(), "it did not make")
         return summary
 
-    def _note(self, run: Run, unused: list[tuple[str, int]]) -> None:
+    def _note(self, run: Run, unused: list[tuple[str, int]], failed: bool = False) -> None:
         """A replay run leaves the note of what it used and did not, with a digest of each
-        unused recording as it is now. A run that only recorded into the cassette removes an
-        older note: it no longer says what is on disk."""
+        unused recording as it is now. A run that did not pass (its test failed, or requests
+        missed) leaves what it used and why it did not pass, and lists nothing unused: what
+        it left unused may be what the fixed test needs, and no recording is read. A run
+        that only recorded into the cassette removes an older note: it no longer says what
+        is on disk."""
         if run.replayed_from:
-            noted = unused[:MAX_NOTED]
-            if len(unused) > len(noted):
+            passed = not failed and not run.misses
+            noted = unused[:MAX_NOTED] if passed else []
+            if passed and len(unused) > len(noted):
                 log.info(
                     "cassette %r: the run left %d recordings unused; its note for `tapeproxy "
                     "prune` lists the first %d (replay and prune again for the others)",
@@ -84,6 +94,8 @@ class Ledger:
                 used=[exchange_file(k, o) for k, o in sorted(run.used())],
                 unused=[exchange_file(k, o) for k, o in noted],
                 digests=self._digests(run.cassette, noted),
+                misses=run.misses,
+                failed=failed,
                 faults=dict(run.faults),
             )
         elif run.recorded:
@@ -101,6 +113,18 @@ class Ledger:
                 exchange = self._store.read(cassette, key, ordinal)
                 digests[exchange_file(key, ordinal)] = recording_digest(exchange)
         return digests
+
+    def fail_note(self, cassette: str) -> None:
+        """A test failed before any request reached its cassette: the cassette's note, if it
+        has one, now says its last run failed, and lists nothing unused. Call it off the event
+        loop."""
+        try:
+            note = self._store.read_last_run(cassette)
+        except TapeproxyError:
+            return  # an unreadable note: prune deletes nothing on its word already
+        if note is not None and not note.failed:
+            failed = note.model_copy(update={"failed": True, "unused": [], "digests": {}})
+            self._write_note(cassette, failed)
 
     def forget_note(self, run: Run) -> None:
         """Remove the cassette's last-run note before this run first writes into it: from

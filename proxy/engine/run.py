@@ -37,6 +37,7 @@ class Run:
     anew: bool = False  # recorded the cassette anew (record mode, a .derived cassette)
     held: bool = False  # the cassette held recordings when this run began (`once` mode)
     requests: int = 0
+    misses: int = 0  # requests no recording answered (a miss, or out of recorded order)
     last_asked: int = 0  # when it was last asked, in asks counted over every run
     replayed_from: bool = False  # answered a request from disk, or refused one: it is an input
     live: set[str] = field(default_factory=set)  # upstreams that ran live in this replay run

@@ -169,18 +169,23 @@ class Runs:
             await asyncio.to_thread(self.ledger.finish, run, carry=carry)
 
     async def end(
-        self, cassette: str, prune: bool = False, supersede: bool = True
+        self, cassette: str, prune: bool = False, supersede: bool = True, failed: bool = False
     ) -> RunSummary | None:
         """End the run of one cassette, if it has one: its summary. `prune` also deletes the
         recordings the run neither served nor wrote, so a record run leaves the cassette
         holding exactly what it recorded (the pytest plugin's `record` mode). Without
         `supersede` a record run leaves the repeats it did not ask for (a cassette shared by
-        several tests: another one asked for them)."""
+        several tests: another one asked for them). A `failed` run (its test failed) leaves
+        a note prune will not act on."""
         run = self._runs.pop(cassette, None)
         if run is None:
+            if failed:
+                await asyncio.to_thread(self.ledger.fail_note, cassette)
             return None
         await run.settle()
-        return await asyncio.to_thread(self.ledger.finish, run, prune, supersede=supersede)
+        return await asyncio.to_thread(
+            self.ledger.finish, run, prune, supersede=supersede, failed=failed
+        )
 
     async def summaries(self) -> list[RunSummary]:
         return await asyncio.to_thread(lambda: [self.ledger.summary(run) for run in self.all()])

@@ -8,10 +8,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 
-def write_atomic(path: Path, data: bytes | Iterable[bytes]) -> None:
+def write_atomic(path: Path, data: bytes | Iterable[bytes], durable: bool = True) -> None:
     """Temp file in the same folder, write, fdatasync, rename over, fsync the folder: a crash
     leaves the old file or the new one, never a torn one. `data` may come in pieces (an
-    exchange too large to hold). The temp name is one that `is_leftover` knows."""
+    exchange too large to hold). The temp name is one that `is_leftover` knows. Without
+    `durable` there is no fsync at all: still renamed into place whole, but a power cut may
+    lose the new file (or, on some file systems, leave it empty): for state that may be lost."""
     fd, temp = create_temp(path)
     try:
         with open(fd, "wb", closefd=True) as handle:
@@ -20,12 +22,14 @@ def write_atomic(path: Path, data: bytes | Iterable[bytes]) -> None:
             handle.flush()
             # The bytes and what reading them back needs (the size): a new file's times are
             # not worth a second write to the disk's journal.
-            datasync(handle.fileno())
+            if durable:
+                datasync(handle.fileno())
         os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
-    fsync_folder(path.parent)
+    if durable:
+        fsync_folder(path.parent)
 
 
 def create_atomic(path: Path, data: bytes) -> bool:

@@ -1,12 +1,13 @@
 """`tapeproxy prune`: delete the recordings that the last finished replay run of a cassette left
-unused, as its last-run note lists them, and only while each still holds what it held then."""
+unused, as its last-run note lists them, and only while each still holds what it held then;
+nothing when that run did not pass (a test that failed, or requests that missed)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from tapeproxy.errors import ConfigError, TapeproxyError
-from tapeproxy.store.lastrun import NOTES, recording_digest
+from tapeproxy.store.lastrun import NOTES, LastRun, note_name, recording_digest
 from tapeproxy.store.protocol import CassetteStore, exchange_file
 
 
@@ -14,6 +15,13 @@ class NoFinishedRun(ConfigError):
     """A cassette with no note of a finished replay run: prune cannot tell what is unused."""
 
     error_type = "no_finished_run"
+
+
+class RunNotPassed(ConfigError):
+    """The last finished replay run of a cassette failed or missed: what it left unused may be
+    what the fixed test needs."""
+
+    error_type = "run_not_passed"
 
 
 @dataclass
@@ -26,6 +34,7 @@ class PruneReport:
     # or recorded anew): kept.
     changed: list[str] = field(default_factory=list)
     kept: int = 0  # recordings left
+    run: str = ""  # the run prune relies on, in words
 
 
 def prune(store: CassetteStore, cassette: str, dry_run: bool = False) -> PruneReport:
@@ -40,12 +49,22 @@ def prune(store: CassetteStore, cassette: str, dry_run: bool = False) -> PruneRe
             "nothing deleted. Replay it with `tapeproxy serve --mode replay` and end the run "
             "(a PUT on /__tapeproxy/cassette, or stop the server), then prune"
         )
+    where = f"{store.where()}/{note_name(cassette)}"
+    if note.failed or note.misses:
+        raise RunNotPassed(
+            f"the last finished replay run of cassette {cassette!r} did not pass "
+            f"({_why(note)}; noted in {where}), so what it left unused may be what the fixed "
+            "test needs; nothing deleted. Make the test pass (or record it again), replay it, "
+            "then prune"
+        )
     places = {
         exchange_file(key, ordinal): (key, ordinal)
         for key, ordinals in store.entries(cassette).items()
         for ordinal in ordinals
     }
-    report = PruneReport(cassette, dry_run)
+    run = f"the last finished replay run, which passed: {len(note.used)} used, "
+    run += f"{len(note.unused)} unused (noted in {where})"
+    report = PruneReport(cassette, dry_run, run=run)
     for name in sorted(note.unused):
         if name not in places:
             report.gone.append(name)
@@ -60,6 +79,14 @@ def prune(store: CassetteStore, cassette: str, dry_run: bool = False) -> PruneRe
         if note.unused:
             store.write_last_run(cassette, note.model_copy(update={"unused": [], "digests": {}}))
     return report
+
+
+def _why(note: LastRun) -> str:
+    if note.failed and note.misses:
+        return f"its test failed, and {note.misses} request(s) missed the cassette"
+    if note.failed:
+        return "its test failed, errored or was skipped"
+    return f"{note.misses} request(s) missed the cassette"
 
 
 def _holds(store: CassetteStore, cassette: str, place: tuple[str, int], digest: str | None) -> bool:

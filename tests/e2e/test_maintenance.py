@@ -149,6 +149,37 @@ def test_prune_refuses_with_exit_2_without_a_finished_replay_run(
     assert cli("prune", "trip", "--cassettes", str(cassettes))[0] == 2
 
 
+def test_prune_deletes_nothing_after_a_replay_run_that_missed(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    """A run with misses left unused what the request that missed may still need (it only
+    changed): its note says so, and prune, even a dry run, deletes nothing and says why."""
+    record(make_proxy, "trip", ["one", "two"])
+    before = files_under(cassettes / "trip")
+    replayer = make_proxy(mode="replay", cassette="trip")
+    ask(replayer.url, "one")
+    with pytest.raises(openai.UnprocessableEntityError):
+        ask(replayer.url, "two, changed")
+    replayer.stop()
+    note = json.loads(note_path(cassettes, "trip").read_text())
+    assert note["misses"] == 1 and note["failed"] is False
+    assert len(note["used"]) == 1 and note["unused"] == [] and note["digests"] == {}
+    for extra in ([], ["--dry-run"]):
+        code, out = cli("prune", "trip", "--cassettes", str(cassettes), *extra)
+        assert code == 2, out
+        assert "did not pass (1 request(s) missed the cassette" in out and "nothing deleted" in out
+    assert files_under(cassettes / "trip") == before
+
+    replayer = make_proxy(mode="replay", cassette="trip")
+    ask(replayer.url, "one")
+    replayer.stop()  # a run that passed: prune goes by it
+    code, out = cli("prune", "trip", "--cassettes", str(cassettes), "--dry-run")
+    assert code == 0 and "relying on the last finished replay run, which passed: 1 used" in out
+    code, out = cli("prune", "trip", "--cassettes", str(cassettes))
+    assert code == 0 and "deleted 1 recording(s)" in out
+    assert len(files_under(cassettes / "trip")) == 1
+
+
 def test_recordings_of_an_upstream_that_ran_live_are_not_pruned(
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
 ) -> None:

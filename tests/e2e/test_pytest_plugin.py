@@ -7,7 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from tapeproxy.cli.main import app
 from tapeproxy.store.protocol import parse_exchange_file
 from tests.fakes.upstream import FakeUpstream
 from tests.support import SECRET_OPENAI, files_under
@@ -184,6 +186,58 @@ def test_fail_on_unused_fails_a_test_that_left_recordings_unused(
     strict.stdout.fnmatch_lines(["*1 recording(s) of cassette 'test_chat/test_two' went unused*"])
 
 
+def prune(project: pytest.Pytester, *args: str) -> tuple[int, str]:
+    library = project.path / "tests" / "cassettes"
+    result = CliRunner().invoke(
+        app, ["prune", "test_chat/test_two", "--cassettes", str(library), *args]
+    )
+    return result.exit_code, result.output
+
+
+def test_prune_deletes_nothing_after_a_failing_test_and_then_only_what_it_did_not_use(
+    project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fake: FakeUpstream
+) -> None:
+    upstream_at(monkeypatch, fake)
+    write_test(project, chat_test("x", "\ndef test_two(tapeproxy):\n    ask('one'); ask('two')\n"))
+    project.runpytest("--tapeproxy-mode", "record", "-k", "test_two").assert_outcomes(passed=1)
+    cassette = project.path / "tests" / "cassettes" / "test_chat" / "test_two"
+    recorded = recordings(cassette)
+    assert len(recorded) == 2
+    fake.stop()
+
+    # Its request changed: the test fails on the miss, and both recordings went unused.
+    changed = "\ndef test_two(tapeproxy):\n    ask('one, changed'); ask('two')\n"
+    write_test(project, chat_test("x", changed))
+    project.runpytest("-k", "test_two").assert_outcomes(failed=1)
+    code, out = prune(project)
+    assert code == 2 and "did not pass (its test failed, and 1 request(s) missed" in out
+    assert "nothing deleted" in out and recordings(cassette) == recorded
+
+    # It passes asking one of the two; then it fails before asking anything.
+    write_test(project, chat_test("x", "\ndef test_two(tapeproxy):\n    ask('one')\n"))
+    project.runpytest("-k", "test_two").assert_outcomes(passed=1)
+    failing = "\ndef test_two(tapeproxy):\n    assert False, 'not yet'\n    ask('one')\n"
+    write_test(project, chat_test("x", failing))
+    project.runpytest("-k", "test_two").assert_outcomes(failed=1)
+    code, out = prune(project, "--dry-run")
+    assert code == 2 and "did not pass (its test failed, errored or was skipped" in out
+    assert recordings(cassette) == recorded
+
+    # Passing again: prune relies on that run and deletes only what it did not use.
+    write_test(project, chat_test("x", "\ndef test_two(tapeproxy):\n    ask('one')\n"))
+    result = project.runpytest("-k", "test_two")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["tapeproxy: the plugin added * s over 1 test(s) (* ms a test), measured in its hooks*"]
+    )
+    code, out = prune(project, "--dry-run")
+    assert code == 0 and "relying on the last finished replay run, which passed: 1 used, 1 " in out
+    code, out = prune(project)
+    assert code == 0 and "deleted 1 recording(s)" in out
+    assert len(recordings(cassette)) == 1 and set(recordings(cassette)) < set(recorded)
+    project.runpytest("-k", "test_two").assert_outcomes(passed=1)  # what it needs is still there
+
+
 def test_the_fixture_gives_urls_and_sets_the_environment_only_during_the_test(
     project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -318,3 +372,4 @@ def test_xdist_workers_each_run_their_own_server(
     second.assert_outcomes(passed=5)
     second.stdout.fnmatch_lines(["tapeproxy: 5 replayed, 0 recorded, 0 missed*"])
     second.stdout.fnmatch_lines(["  *test_chat.py::test_3: ? in / ? out, $*"])  # from a worker
+    second.stdout.fnmatch_lines(["tapeproxy: the plugin added * 5 test(s)*"])  # all workers'

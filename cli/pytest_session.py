@@ -15,7 +15,7 @@ import pytest
 
 from tapeproxy.cli.background import BackgroundServer
 from tapeproxy.cli.pytest_clock import SPENT, Clock
-from tapeproxy.cli.pytest_usage import USAGE, usage_line, write_usage
+from tapeproxy.cli.pytest_usage import USAGE, write_usage
 from tapeproxy.engine.stats import RunSummary
 from tapeproxy.errors import BadCassetteName, BadFault, ConfigError
 from tapeproxy.faults.spec import parse_faults
@@ -23,7 +23,6 @@ from tapeproxy.settings import Mode, Settings, env_name
 from tapeproxy.sources import DEFAULT_CONFIG_FILE, load_settings
 from tapeproxy.store import anchored, split_location
 from tapeproxy.store.names import cassette_for_test, check_cassette_name
-from tapeproxy.tools.prices import PriceTable, load_prices
 
 DEFAULT_CASSETTES = "tests/cassettes"
 SDK_PATHS = {"openai": "/v1"}  # what an SDK's base URL adds after the upstream's prefix
@@ -91,8 +90,7 @@ class Plugin:
         self.mode: str | None = config.getoption("tapeproxy_mode")
         self.fail_on_unused: bool = config.getoption("tapeproxy_fail_on_unused")
         self.tally: Counter[str] = Counter()
-        self.usage: dict[str, str] = {}  # node id -> its cassette's tokens and cost
-        self._prices: PriceTable | None = None
+        self.usage: dict[str, str] = {}  # node id -> its cassette, for tokens and cost
         self.clock = Clock()  # the time the plugin took, measured
         self._prefix = self._library_prefix()  # a path resolved once, not per test
         self._server: BackgroundServer | None = None
@@ -235,9 +233,7 @@ class Plugin:
             verdict = self.end(watch, passed=call.excinfo is None)
             if verdict.kind:
                 item.user_properties.append(("tapeproxy", verdict.kind))
-                started = time.perf_counter()
-                item.user_properties.append((USAGE, self.usage_of(watch.tape)))
-                watch.spent += time.perf_counter() - started
+                item.user_properties.append((USAGE, watch.tape.cassette))
             item.user_properties.append((SPENT, watch.spent))
         report = yield
         if verdict is not None and watch is not None:
@@ -270,11 +266,6 @@ class Plugin:
         else:
             report.sections.append(("tapeproxy", text))
 
-    def usage_of(self, tape: Tape) -> str:
-        if self._prices is None:
-            self._prices = load_prices()
-        return usage_line(self.server.engine.store, tape.cassette, self._prices)
-
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Tally each test once, on the controller too (xdist sends user_properties)."""
         if report.when == "call":
@@ -293,7 +284,7 @@ class Plugin:
                 f"tapeproxy: {counts['replayed']} replayed, {counts['recorded']} recorded, "
                 f"{counts['missed']} missed (cassettes in {self.cassettes})"
             )
-        write_usage(terminalreporter, self.usage)
+        write_usage(terminalreporter, self.cassettes, self.usage)
         self.clock.write(terminalreporter)
 
     def pytest_sessionfinish(self) -> None:

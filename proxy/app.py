@@ -21,7 +21,7 @@ from tapeproxy.engine.core import Engine
 from tapeproxy.engine.stats import Snapshot
 from tapeproxy.errors import BadCassetteName, ConfigError
 from tapeproxy.providers import provider_table
-from tapeproxy.settings import Settings
+from tapeproxy.settings import Settings, is_loopback
 from tapeproxy.sources import load_tool_settings
 from tapeproxy.store import open_store
 from tapeproxy.store.protocol import CassetteStore
@@ -107,7 +107,9 @@ def ui_routes(engine: Engine, settings: Settings) -> list[BaseRoute]:
         return c.upstream_calls + c.replayed + c.recorded + c.misses + c.errors
 
     live = Live(misses=lambda: list(engine.misses), stamp=stamp)
-    page = OffLoopback(viewer_app(engine.store, prices, live), settings)
+    # Open without a token on a loopback server: then only for a Host of this machine.
+    local_only = is_loopback(settings.host) and settings.admin_token is None
+    page = OffLoopback(viewer_app(engine.store, prices, live, local_only), settings)
 
     async def slash(request: Request) -> Response:
         return RedirectResponse(UI + "/")

@@ -145,7 +145,10 @@ def dump_exchange(exchange: Exchange) -> bytes:
 
 def load_exchange(raw: bytes) -> Exchange:
     """An exchange file read back, migrated from an older schema_version where it is one."""
-    data = json.loads(raw)
+    try:
+        data = json.loads(raw)
+    except RecursionError as exc:  # not a ValueError: it would be no one-line CassetteCorrupt
+        raise ValueError("its JSON is nested too deeply to be read") from exc
     if not isinstance(data, dict):
         raise ValueError("an exchange file holds one JSON object")
     read_as = schema_version(data)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 from collections.abc import Iterable
@@ -34,7 +35,10 @@ def write_atomic(path: Path, data: bytes | Iterable[bytes], durable: bool = True
 
 def create_atomic(path: Path, data: bytes) -> bool:
     """As `write_atomic`, but only where no file is: the temp file is linked into place, which
-    fails when one is there (another process got there first); False then, nothing changed."""
+    fails when one is there (another process got there first); False then, nothing changed.
+    On a filesystem without hard links (FAT, exFAT, some network and FUSE mounts) the temp
+    file is renamed into place when no file is there: still whole or not at all, though two
+    processes creating the same file at the same instant may then both succeed."""
     fd, temp = create_temp(path)
     try:
         with open(fd, "wb", closefd=True) as handle:
@@ -45,10 +49,24 @@ def create_atomic(path: Path, data: bytes) -> bool:
             os.link(temp, path)
         except FileExistsError:
             return False
+        except OSError as exc:
+            if exc.errno not in NO_HARD_LINKS:
+                raise
+            if os.path.lexists(path):
+                return False
+            os.replace(temp, path)
     finally:
         Path(temp).unlink(missing_ok=True)
     fsync_folder(path.parent)
     return True
+
+
+# What link() answers on a filesystem that has no hard links.
+NO_HARD_LINKS = frozenset(
+    getattr(errno, name)
+    for name in ("EPERM", "EOPNOTSUPP", "ENOTSUP", "ENOSYS", "EMLINK")
+    if hasattr(errno, name)
+)
 
 
 datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from tapeproxy.errors import CassetteCorrupt
 from tapeproxy.exchange.model import Exchange, dump_exchange
@@ -23,6 +24,10 @@ NOTES = ".tapeproxy/runs"
 # note's name never grows past the cassette's (a nested name as nested folders could meet
 # another's note: `a.json` and the folder of `a.json/b`).
 SLASH = "~"
+# A fault's kind as a note holds it (`rate_limit`, `server_error`): a word, so that a note
+# edited by hand cannot put markup in a report's Markdown or a character XML refuses in its
+# JUnit document.
+FaultKind = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,39}$")]
 
 
 class LastRun(BaseModel):
@@ -44,7 +49,7 @@ class LastRun(BaseModel):
     digests: dict[str, str] = Field(default_factory=dict)  # unused file -> recording_digest
     misses: int = Field(default=0, ge=0)
     failed: bool = False
-    faults: dict[str, int] = Field(default_factory=dict)  # kind -> how many served
+    faults: dict[FaultKind, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
 
 
 def recording_digest(exchange: Exchange) -> str:

@@ -160,12 +160,13 @@ class S3Store:
             raise ConfigError(f"cannot list {self._url}: {why(exc)}") from exc
 
     def unwritable(self, cassette: str) -> str | None:
-        """A probe object put and deleted under `.tapeproxy/`, as recordings will be put: a
-        store that takes no writes must not look healthy and lose every recording."""
+        """A probe object put and deleted under `.tapeproxy/`, as recordings will be put (only
+        where nothing is: If-None-Match): a store that takes no writes, or no conditional ones,
+        must not look healthy and lose every recording."""
         check_folder_name(cassette)
         probe = f"{STATE}/write-check-{uuid.uuid4().hex}"
         try:
-            obstore.put(self._client, probe, b"")
+            obstore.put(self._client, probe, b"", mode="create")
             obstore.delete(self._client, probe)
         except FAILED as exc:
             return (

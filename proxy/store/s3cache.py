@@ -7,10 +7,13 @@ location, never in a cassette. A cache that cannot be written is no error: it is
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from tapeproxy.store.durable import create_temp
@@ -19,8 +22,17 @@ DIGEST = 64  # hex characters of the SHA-256 that heads each cached object
 
 
 def cache_root(location: str) -> Path:
-    """The cache folder of one store location (endpoint, bucket and prefix)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    """The cache folder of one store location (endpoint, bucket and prefix). A user with no
+    home (no HOME, no entry in the password database: an arbitrary uid in a container) gets
+    a private folder for this process alone, removed at its exit: not one in a shared temp
+    folder that another user could have filled."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".cache")
+        except RuntimeError:  # "Could not determine home directory."
+            base = tempfile.mkdtemp(prefix="tapeproxy-cache-")
+            atexit.register(shutil.rmtree, base, True)
     return Path(base) / "tapeproxy" / "s3" / _hash(location)[:24]
 
 

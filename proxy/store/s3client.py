@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 from obstore.exceptions import AlreadyExistsError, BaseError, NotFoundError
 from obstore.store import S3Store as Client
@@ -42,18 +43,53 @@ def connect(bucket: str, prefix: str) -> Client:
     """An obstore client of `bucket` under `prefix`, configured as every AWS tool is: by
     AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION (read by obstore).
     Plain http is allowed only when the endpoint says http:// (a local SeaweedFS or MinIO)."""
+    for variable in ENDPOINT_VARIABLES:
+        check_endpoint(variable, os.environ.get(variable, ""))
     endpoint = next((os.environ[v] for v in ENDPOINT_VARIABLES if os.environ.get(v)), "")
     retry = timedelta(seconds=RETRY_WITHIN)
-    return Client(
-        bucket,
-        prefix=prefix or None,
-        client_options={
-            "allow_http": endpoint.startswith("http://"),
-            "connect_timeout": timedelta(seconds=CONNECT_TIMEOUT),
-            "timeout": timedelta(seconds=REQUEST_TIMEOUT),
-        },
-        retry_config={"max_retries": RETRIES, "retry_timeout": retry},
-    )
+    try:
+        return Client(
+            bucket,
+            prefix=prefix or None,
+            client_options={
+                "allow_http": endpoint.startswith("http://"),
+                "connect_timeout": timedelta(seconds=CONNECT_TIMEOUT),
+                "timeout": timedelta(seconds=REQUEST_TIMEOUT),
+            },
+            retry_config={"max_retries": RETRIES, "retry_timeout": retry},
+        )
+    except BaseError as exc:  # a setting obstore refuses: a secret key without its key id
+        where = f"s3://{bucket}" + (f"/{prefix}" if prefix else "")
+        raise ConfigError(
+            f"cannot open the cassette library {where}: {why(exc)}: set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY together, or neither"
+        ) from exc
+
+
+# What an endpoint URL may hold; obstore panics (a Rust backtrace) on a URL it cannot parse.
+_URL_CHARACTERS = re.compile(r"[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]+")
+
+
+def check_endpoint(variable: str, value: str) -> None:
+    """A ConfigError in one line, naming the variable but not its value (a URL may carry a
+    password), unless `value` is empty or an http(s) URL with a host."""
+    if not value:
+        return
+    try:
+        parts = urlsplit(value)
+        good = (
+            _URL_CHARACTERS.fullmatch(value) is not None
+            and parts.scheme in ("http", "https")
+            and bool(parts.hostname)
+        )
+        parts.port  # noqa: B018 - raises ValueError when the port is no port
+    except ValueError:
+        good = False
+    if not good:
+        raise ConfigError(
+            f"{variable} is not an endpoint URL: give http://HOST:PORT or https://HOST, "
+            "as for any AWS tool"
+        )
 
 
 def why(exc: BaseException) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,10 +36,14 @@ POLICY = [
 
 
 class Policy:
-    """Adds the security headers to every answer of the app it wraps (pure ASGI)."""
+    """Adds the security headers to every answer of the app it wraps (pure ASGI). With
+    `local_only` (a page on a loopback address, open without a token), a request whose Host
+    is not this machine's is refused: a web page elsewhere that points its own host name at
+    127.0.0.1 (DNS rebinding) must not read the cassettes."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, local_only: bool = False) -> None:
         self.app = app
+        self.local_only = local_only
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def sending(message: Message) -> None:
@@ -46,7 +51,28 @@ class Policy:
                 message["headers"] = [*message.get("headers", []), *POLICY]
             await send(message)
 
+        if self.local_only and scope["type"] == "http" and not local_host(scope):
+            refused = Response("this page answers only at 127.0.0.1 or localhost", 403)
+            await refused(scope, receive, sending)
+            return
         await self.app(scope, receive, sending)
+
+
+def local_host(scope: Scope) -> bool:
+    """Whether the request's Host names this machine: localhost, or a loopback address."""
+    host = next((v for k, v in scope.get("headers", []) if k == b"host"), b"")
+    name = host.decode("latin-1").strip().lower()
+    if name.startswith("["):
+        name = name[1 : name.find("]")] if "]" in name else ""
+    elif name.count(":") == 1:
+        name = name.partition(":")[0]
+    name = name.rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -58,8 +84,11 @@ class Live:
     stamp: Callable[[], int]
 
 
-def viewer_app(store: CassetteStore, prices: PriceTable, live: Live | None = None) -> ASGIApp:
-    """The viewer over `store`; with `live`, the misses page and the polling of a server."""
+def viewer_app(
+    store: CassetteStore, prices: PriceTable, live: Live | None = None, local_only: bool = True
+) -> ASGIApp:
+    """The viewer over `store`; with `live`, the misses page and the polling of a server.
+    `local_only`: answer only requests for localhost or a loopback address (`Policy`)."""
     templates = Environment(
         loader=PackageLoader("tapeproxy", "viewer/templates"),
         autoescape=select_autoescape(default=True),
@@ -86,7 +115,7 @@ def viewer_app(store: CassetteStore, prices: PriceTable, live: Live | None = Non
             Mount("/static", app=static),
         ]
     )
-    return Policy(app)
+    return Policy(app, local_only)
 
 
 def _routes(

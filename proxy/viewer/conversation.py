@@ -72,7 +72,8 @@ class Reader:
             )
         content = item.get("content", item.get("parts"))
         parts = self.parts(content) if content is not None else []
-        for call in item.get("tool_calls") or []:
+        calls = item.get("tool_calls")
+        for call in calls if isinstance(calls, list) else []:
             parts.append(self.part(call))
         if role == "tool" and parts and parts[0].kind == "text":
             parts[0] = Part("tool_result", parts[0].text, str(item.get("tool_call_id", "")))
@@ -218,13 +219,28 @@ def _call_pieces(payload: Any) -> list[tuple[tuple[int, int], str, str]]:
             ((0, index if isinstance(index, int) else 0), "", str(delta.get("partial_json", "")))
         ]
     found = []
-    for choice in payload.get("choices") or []:
-        calls = choice.get("delta", {}).get("tool_calls") if isinstance(choice, dict) else None
+    choices = payload.get("choices")
+    for choice in choices if isinstance(choices, list) else []:
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        calls = delta.get("tool_calls") if isinstance(delta, dict) else None
         for call in calls if isinstance(calls, list) else []:
-            function = call.get("function") or {}
-            where = (int(choice.get("index", 0)), int(call.get("index", 0)))
-            found.append((where, str(function.get("name") or ""), function.get("arguments") or ""))
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict):
+                continue
+            arguments = function.get("arguments")
+            where = (_index(choice), _index(call))
+            found.append((where, str(function.get("name") or ""), _text(arguments)))
     return found
+
+
+def _index(item: dict[str, Any]) -> int:
+    """A choice's or a tool call's `index`; 0 when it has none that is a number."""
+    index = item.get("index")
+    return index if isinstance(index, int) else 0
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ("" if value is None else _dumped(value))
 
 
 def _answer_of(payload: Any, reader: Reader) -> list[Message]:

@@ -82,3 +82,20 @@ def test_a_bad_library_or_note_is_one_line_and_exit_2(tmp_path: Path) -> None:
     result = runner.invoke(app, ["report", "--json", "--cassettes", str(library)])
     assert result.exit_code == 2
     assert json.loads(result.output)["error"]["message"].startswith("cannot read")
+
+
+def test_a_note_edited_to_hold_markup_or_a_negative_count_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """A fault kind is a word: one with `|`, markup or a control character would break the
+    Markdown table (or show an image from elsewhere in a job summary) and the JUnit XML."""
+    library = examples(tmp_path)
+    notes = library / ".tapeproxy" / "runs"
+    notes.mkdir(parents=True)
+    for faults in ('{"![x](https://example.com/t.png) |\\u0001": 1}', '{"cut": -5}'):
+        (notes / "example.json").write_text(f'{{"version": 3, "faults": {faults}}}')
+        junit = tmp_path / "junit.xml"
+        result = runner.invoke(app, ["report", "--cassettes", str(library), "--junit", str(junit)])
+        assert result.exit_code == 2, result.output
+        assert "runs/example.json" in result.output and "delete it" in result.output
+        assert not junit.exists()

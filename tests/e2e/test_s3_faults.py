@@ -12,9 +12,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
+import obstore
 import pytest
 
 from tapeproxy.errors import ConfigError
+from tapeproxy.store import open_store
 from tests.fakes.upstream import FakeUpstream
 from tests.support import SECRET_OPENAI
 from tests.support.cutoff import Cutoff
@@ -140,3 +142,21 @@ def test_a_replay_that_loses_the_store_serves_what_it_read_and_says_so_for_the_r
     code, err = replay.stop()
     assert "replaying from the local cache" in err and "Traceback" not in err
     assert code == 0, err
+
+
+def test_a_store_that_refuses_conditional_puts_fails_the_write_check(
+    s3_library: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every new recording is put with If-None-Match: *. A store that answers it 501 (some
+    S3-compatible stores) must stop a recording server at start, not lose each recording."""
+    store = open_store(s3_library)
+    plain_put = obstore.put
+
+    def no_conditional_put(client: object, path: str, data: object, **options: object) -> object:
+        if options.get("mode") == "create":
+            raise OSError("the store answered 501 (NotImplemented)")
+        return plain_put(client, path, data, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(obstore, "put", no_conditional_put)
+    problem = store.unwritable("default")
+    assert problem is not None and "501" in problem

@@ -180,3 +180,25 @@ def test_an_mcp_tool_call_is_shown_as_a_tool_call_with_its_result(view: View) ->
     assert "&#34;forecast&#34;: &#34;sunny&#34;" in answered
     listed = httpx.get(view.url + "cassette?name=examples/mcp-agent").text
     assert "<td>tool get_weather</td>" in listed and "<td>gpt-4o-mini</td>" in listed
+
+
+def test_a_page_asked_for_another_host_name_is_refused(view: View) -> None:
+    """DNS rebinding: a web page elsewhere points its own name at 127.0.0.1 and reads the
+    viewer as its own origin. Only a Host of this machine gets a page."""
+    port = view.url.split(":")[2].rstrip("/")
+    for host in ("evil.example", f"evil.example:{port}", f"127.0.0.1.evil.example:{port}"):
+        refused = httpx.get(view.url, headers={"Host": host})
+        assert refused.status_code == 403, host
+        assert refused.headers["content-security-policy"] == POLICY
+        assert "example" not in refused.text.replace("evil.example", "")
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", "localhost", f"[::1]:{port}"):
+        assert httpx.get(view.url, headers={"Host": host}).status_code == 200, host
+
+
+def test_a_loopback_servers_page_answers_only_its_own_host_names(tmp_path: Path) -> None:
+    settings = {"host": "127.0.0.1", "port": 0, "cassettes": str(make_library(tmp_path))}
+    app = create_app(Settings.model_validate(settings))
+    assert (
+        TestClient(app, base_url="http://evil.example").get("/__tapeproxy/ui/").status_code == 403
+    )
+    assert TestClient(app, base_url="http://127.0.0.1").get("/__tapeproxy/ui/").status_code == 200

@@ -146,3 +146,18 @@ def test_a_streams_tool_calls_are_joined_from_their_pieces() -> None:
         Part("tool_call", "{}", "g"),
     ]
     assert stream_tool_calls([{"choices": [{"delta": {"content": "hi"}}]}, "[DONE]"]) == []
+
+
+def test_a_body_or_frame_of_unexpected_shapes_is_read_without_an_error() -> None:
+    """A recording holds whatever a client sent and an upstream answered: a field of another
+    type than its dialect's is shown as data or skipped, never a 500 from the page."""
+    odd_frames = [
+        {"choices": 5},
+        {"choices": [[{"x": 1}], {"delta": "s"}, {"delta": {"tool_calls": ["s", 5]}}]},
+        {"choices": [{"index": "a", "delta": {"tool_calls": [{"index": [1], "function": "f"}]}}]},
+        {"choices": [{"delta": {"tool_calls": [{"function": {"name": "f", "arguments": {}}}]}}]},
+    ]
+    assert stream_tool_calls(odd_frames) == [Part("tool_call", "{}", "f")]
+    assert shown({"messages": [{"role": "assistant", "tool_calls": 5, "content": "hi"}]}) == [
+        ("assistant", [("text", "", "hi")])
+    ]

@@ -45,3 +45,18 @@ def test_each_store_location_has_a_folder_of_its_own(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     one, two = cache_root("http://a|s3://b/p"), cache_root("http://a|s3://b/q")
     assert one != two and one.parent == tmp_path / "tapeproxy" / "s3"
+
+
+def test_a_user_without_a_home_gets_a_private_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An arbitrary uid in a container, with no HOME: Path.home() raises RuntimeError."""
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    root = cache_root("http://a|s3://b/p")
+    private = root.parents[2]
+    assert private.is_dir() and private.stat().st_mode & 0o077 == 0
+    ObjectCache(root).put("default/a.json", "e", b"{}")
+    assert ObjectCache(root).get("default/a.json", "e") == b"{}"

@@ -5,6 +5,7 @@ in test_store_conformance.py."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Any
@@ -321,3 +322,32 @@ def test_a_file_url_and_a_folder_open_the_same_library(tmp_path: Path) -> None:
         assert isinstance(opened, FileStore) and opened.where("default") == str(
             tmp_path / "default"
         )
+
+
+@pytest.mark.parametrize("code", [errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS])
+def test_create_on_a_filesystem_without_hard_links_renames_into_place(
+    code: int, store: FileStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FAT, exFAT and some network or FUSE mounts refuse link(): a new recording is still
+    written whole, only where nothing is, and leaves no temp file."""
+
+    def no_link(source: str, target: str) -> None:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(os, "link", no_link)
+    assert store.create("default", exchange()) is True
+    assert store.create("default", exchange(text="data: other\n\n")) is False
+    assert listing(tmp_path / "default") == [f"{KEY_A}.json"]
+    assert (tmp_path / "default" / f"{KEY_A}.json").read_bytes() == dump_exchange(exchange())
+
+
+def test_create_leaves_no_temp_file_when_link_fails_otherwise(
+    store: FileStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(source: str, target: str) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "link", full)
+    with pytest.raises(OSError):
+        store.create("default", exchange())
+    assert listing(tmp_path / "default") == []

@@ -134,8 +134,15 @@ def test_a_missing_cassette_is_empty_and_its_recordings_unreadable(store: Casset
 
 @pytest.mark.parametrize(
     "content",
-    [b"{not json", b"", b'{"schema_version": 0}', b"[]", b'{"schema_version": 1, "key": 1}'],
-    ids=["not-json", "empty", "bad-version", "not-an-object", "schema-errors"],
+    [
+        b"{not json",
+        b"",
+        b'{"schema_version": 0}',
+        b"[]",
+        b'{"schema_version": 1, "key": 1}',
+        b'{"schema_version": 1, "key": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    ],
+    ids=["not-json", "empty", "bad-version", "not-an-object", "schema-errors", "too-deep"],
 )
 def test_a_corrupt_exchange_is_cassette_corrupt_in_one_line(
     store: CassetteStore, content: bytes

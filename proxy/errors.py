@@ -56,6 +56,14 @@ class BadPath(TapeproxyError):
     error_type = "bad_path"
 
 
+class BadBody(TapeproxyError):
+    """A request body tapeproxy cannot key and scrub (JSON nested past Python's recursion
+    limit): refused before anything is forwarded or written."""
+
+    status = 400
+    error_type = "bad_body"
+
+
 class BodyTooLarge(TapeproxyError):
     status = 413
     error_type = "request_too_large"

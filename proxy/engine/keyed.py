@@ -13,7 +13,7 @@ from tapeproxy.engine.keying import RequestParts, request_key, request_parts
 from tapeproxy.engine.rules import MatchRules
 from tapeproxy.engine.stats import Trace
 from tapeproxy.engine.timing import TIMING_HEADER, parse_timing
-from tapeproxy.errors import ConfigError, UnknownUpstream
+from tapeproxy.errors import BadBody, ConfigError, UnknownUpstream
 from tapeproxy.providers import Rulebook
 from tapeproxy.providers.base import Provider
 from tapeproxy.redaction.scrubber import Scrubber
@@ -139,19 +139,25 @@ class Keyer:
         known = self.keys.get(raw) if raw is not None else None
         if known is not None:
             return known
-        parts = request_parts(
-            inbound.method,
-            upstream,
-            inbound.path,
-            inbound.query,
-            inbound.header_map,
-            inbound.body,
-            rules,
-        )
-        # Keyed as stored: scrubbed by the [redact] rules and the key formats, so a replay
-        # with the same rules finds what `tapeproxy redact` or a recording with them wrote.
-        parts = self.scrubber.request(parts)
-        key = request_key(parts, rules)
+        try:
+            parts = request_parts(
+                inbound.method,
+                upstream,
+                inbound.path,
+                inbound.query,
+                inbound.header_map,
+                inbound.body,
+                rules,
+            )
+            # Keyed as stored: scrubbed by the [redact] rules and the key formats, so a replay
+            # with the same rules finds what `tapeproxy redact` or a recording with them wrote.
+            parts = self.scrubber.request(parts)
+            key = request_key(parts, rules)
+        except RecursionError:
+            raise BadBody(
+                "the request body nests too deeply for tapeproxy to key and scrub it; "
+                "nothing was forwarded or recorded"
+            ) from None
         if raw is not None:
             self.keys.put(raw, parts, key)
         return parts, key

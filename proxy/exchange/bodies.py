@@ -195,7 +195,7 @@ def response_payload(raw: bytes, content_type: str) -> Payload:
     if looks_json(content_type):
         try:
             value = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # kept as text, byte for byte
             value = None
         style = _json_style(value, raw) if value is not None else None
         if style is not None:

@@ -263,3 +263,36 @@ def test_an_idle_keep_alive_connection_is_closed_after_the_timeout(cassettes: Pa
             assert sock.recv(65536) == b"", "closed by the server, not by the client"
             waited = time.monotonic() - idle
     assert 0.8 <= waited <= 4, f"closed after {waited:.1f} s idle, not about 1 s"
+
+
+def deep_json(depth: int) -> bytes:
+    return b'{"a":' * depth + b"1" + b"}" * depth
+
+
+@pytest.mark.parametrize("depth", [700, 5000])
+def test_a_request_nested_too_deep_to_key_is_a_400_and_nothing_is_forwarded(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path, depth: int
+) -> None:
+    proxy = make_proxy(mode="record")
+    response = httpx.post(
+        proxy.url + "/openai/v1/chat/completions",
+        content=deep_json(depth),
+        headers={"content-type": "application/json"},
+    )
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["type"] == "bad_body" and "nests too deeply" in error["message"]
+    assert "\n" not in error["message"]
+    assert fake.count() == 0 and not cassettes.exists()
+
+
+def test_an_answer_nested_too_deep_to_parse_is_recorded_and_replayed_byte_for_byte(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    body = deep_json(5000)
+    fake.script("/v1/embeddings", Reply(body=body, headers={"content-type": "application/json"}))
+    recorder = make_proxy(mode="record")
+    assert httpx.post(recorder.url + "/openai/v1/embeddings", json=EMBED).content == body
+    recorder.stop()
+    replayed = httpx.post(make_proxy(mode="replay").url + "/openai/v1/embeddings", json=EMBED)
+    assert replayed.status_code == 200 and replayed.content == body

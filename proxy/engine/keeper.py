@@ -128,11 +128,13 @@ class Keeper:
     def _place(self, run: Run, exchange: Exchange, finished: Finished) -> bool:
         """Write one recording: over what the run listed at its place, else only where
         nothing is (False when another writer got there first)."""
+        anew = not run.on_disk(exchange.key, exchange.ordinal)
         if finished.middle is not None:
             pieces = dump_around(exchange, finished.middle)
-            self.store.write_pieces(run.cassette, exchange.key, exchange.ordinal, pieces)
-            return True
-        if run.on_disk(exchange.key, exchange.ordinal):
+            return self.store.write_pieces(
+                run.cassette, exchange.key, exchange.ordinal, pieces, create=anew
+            )
+        if not anew:
             self.store.write(run.cassette, exchange)
             return True
         return self.store.create(run.cassette, exchange)

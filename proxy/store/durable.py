@@ -33,7 +33,7 @@ def write_atomic(path: Path, data: bytes | Iterable[bytes], durable: bool = True
         fsync_folder(path.parent)
 
 
-def create_atomic(path: Path, data: bytes) -> bool:
+def create_atomic(path: Path, data: bytes | Iterable[bytes]) -> bool:
     """As `write_atomic`, but only where no file is: the temp file is linked into place, which
     fails when one is there (another process got there first); False then, nothing changed.
     On a filesystem without hard links (FAT, exFAT, some network and FUSE mounts) the temp
@@ -42,7 +42,8 @@ def create_atomic(path: Path, data: bytes) -> bool:
     fd, temp = create_temp(path)
     try:
         with open(fd, "wb", closefd=True) as handle:
-            handle.write(data)
+            for piece in [data] if isinstance(data, bytes) else data:
+                handle.write(piece)
             handle.flush()
             datasync(handle.fileno())
         try:

@@ -68,8 +68,14 @@ class FileStore:
         path = self._path(cassette, exchange.key, exchange.ordinal)
         return create_atomic(path, dump_exchange(exchange))
 
-    def write_pieces(self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes]) -> None:
-        write_atomic(self._path(cassette, key, ordinal), pieces)
+    def write_pieces(
+        self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes], create: bool = False
+    ) -> bool:
+        path = self._path(cassette, key, ordinal)
+        if create:
+            return create_atomic(path, pieces)
+        write_atomic(path, pieces)
+        return True
 
     def delete(self, cassette: str, key: str, ordinal: int) -> None:
         path = self._path(cassette, key, ordinal)

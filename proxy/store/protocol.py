@@ -141,9 +141,12 @@ class CassetteStore(Protocol):
         A conditional write (an S3 If-None-Match: *), so writers never overwrite each other."""
         ...
 
-    def write_pieces(self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes]) -> None:
+    def write_pieces(
+        self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes], create: bool = False
+    ) -> bool:
         """Store an exchange file given as its bytes in pieces (an answer too large to hold in
-        memory), atomically, replacing what is there."""
+        memory), atomically, replacing what is there; with `create`, as `create` does: only
+        where nothing is yet (False, and nothing written, when another writer got there)."""
         ...
 
     def delete(self, cassette: str, key: str, ordinal: int) -> None:

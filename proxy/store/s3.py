@@ -106,14 +106,31 @@ class S3Store:
             return False
         return True
 
-    def write_pieces(self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes]) -> None:
+    def write_pieces(
+        self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes], create: bool = False
+    ) -> bool:
         path = self._path(cassette, key, ordinal)
+        # A conditional put is one request holding the whole answer; a multipart upload keeps
+        # memory bounded but cannot be conditional. So `create` asks first: two servers that
+        # record the same large answer in the same instant may both write it (whole, each).
+        if create and self._exists(path):
+            return False
         try:  # a multipart upload past obstore's chunk size: memory stays bounded
             obstore.put(self._client, path, iter(pieces))
         except FAILED as exc:
             raise OSError(f"cannot write {self._url}/{path}: {why(exc)}") from exc
         with self._lock:
             self._etags.get(check_folder_name(cassette), {}).pop(exchange_file(key, ordinal), None)
+        return True
+
+    def _exists(self, path: str) -> bool:
+        try:
+            obstore.head(self._client, path)
+        except MISSING:
+            return False
+        except FAILED as exc:
+            raise OSError(f"cannot write {self._url}/{path}: {why(exc)}") from exc
+        return True
 
     def delete(self, cassette: str, key: str, ordinal: int) -> None:
         path = self._path(cassette, key, ordinal)

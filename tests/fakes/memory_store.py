@@ -65,9 +65,14 @@ class MemoryStore:
         files[name] = dump_exchange(exchange)
         return True
 
-    def write_pieces(self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes]) -> None:
+    def write_pieces(
+        self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes], create: bool = False
+    ) -> bool:
         files = self.data.setdefault(check_folder_name(cassette), {})
+        if create and exchange_file(key, ordinal) in files:
+            return False
         files[exchange_file(key, ordinal)] = b"".join(pieces)
+        return True
 
     def delete(self, cassette: str, key: str, ordinal: int) -> None:
         self._files(cassette).pop(exchange_file(key, ordinal), None)

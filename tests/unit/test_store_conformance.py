@@ -196,6 +196,17 @@ def test_create_writes_only_where_nothing_is(store: CassetteStore) -> None:
     assert store.names("default") == [exchange_file(KEY_A, 2)], "nothing set aside is left"
 
 
+def test_pieces_created_go_only_where_nothing_is(store: CassetteStore) -> None:
+    data = dump_exchange(exchange(ordinal=3))
+    pieces = [data[i : i + 7] for i in range(0, len(data), 7)]
+    assert store.write_pieces("default", KEY_A, 3, iter(pieces), create=True) is True
+    other = dump_exchange(exchange(ordinal=3, text="data: another server's\n\n"))
+    assert store.write_pieces("default", KEY_A, 3, [other], create=True) is False
+    assert store.read("default", KEY_A, 3) == exchange(ordinal=3), "the first one stays whole"
+    assert store.names("default") == [exchange_file(KEY_A, 3)], "nothing set aside is left"
+    assert store.write_pieces("default", KEY_A, 3, [other]) is True, "without create: replaced"
+
+
 def test_where_names_the_library_and_each_cassette_apart(store: CassetteStore) -> None:
     places = {store.where(), store.where("a"), store.where("a/b"), store.where("b")}
     assert len(places) == 4 and "a/b" in store.where("a/b")

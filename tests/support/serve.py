@@ -18,12 +18,17 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository
 
 
 class Serve:
+    """`tapeproxy serve --port 0 ARGS` in a process of its own (or another command that
+    serves: `view`), as a user runs it; `url` is where it says it is ready."""
+
+    command = "serve"
+
     def __init__(self, args: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
         environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
         environ["PYTHONPATH"] = str(ROOT)
         environ.update(env or {})
         self.process = subprocess.Popen(
-            [*TAPEPROXY, "serve", "--port", "0", *args],
+            [*TAPEPROXY, self.command, "--port", "0", *args],
             cwd=cwd,
             env=environ,
             stdout=subprocess.PIPE,
@@ -32,7 +37,7 @@ class Serve:
         )
         assert self.process.stdout is not None
         self.ready = self.process.stdout.readline()
-        self.url = self.ready.split("ready on ")[-1].strip()
+        self.url = self.ready.split(" on ")[-1].strip()
 
     def stop(self, sig: int = signal.SIGTERM) -> tuple[int, str]:
         self.process.send_signal(sig)

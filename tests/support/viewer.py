@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import shutil
-import signal
-import subprocess
 from pathlib import Path
 
-from tests.support.serve import ROOT, TAPEPROXY
+from tests.support.serve import ROOT, Serve
 
 OPENAI = "91011a519cbf50f19ae59da253d41954155deabece19a684b4ad64db550d0cf6.json"
 # What a recorded answer may hold: were it not escaped, each would set the sentinel global.
@@ -53,25 +50,10 @@ def make_library(tmp_path: Path) -> Path:
     return library
 
 
-class View:
+class View(Serve):
     """`tapeproxy view --port 0` over a library; `url` ends with `/`."""
 
-    def __init__(self, library: Path, cwd: Path, *extra: str) -> None:
-        environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
-        environ["PYTHONPATH"] = str(ROOT)
-        self.process = subprocess.Popen(
-            [*TAPEPROXY, "view", "--port", "0", "--cassettes", str(library), *extra],
-            cwd=cwd,
-            env=environ,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert self.process.stdout is not None
-        self.ready = self.process.stdout.readline()
-        self.url = self.ready.split(" on ")[-1].strip()
+    command = "view"
 
-    def stop(self) -> tuple[int, str]:
-        self.process.send_signal(signal.SIGTERM)
-        _, err = self.process.communicate(timeout=30)
-        return self.process.returncode, err
+    def __init__(self, library: Path, cwd: Path, *extra: str) -> None:
+        super().__init__(["--cassettes", str(library), *extra], cwd)

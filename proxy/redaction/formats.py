@@ -2,7 +2,9 @@
 format, each citing where its shape comes from. `--redact-keep NAME` (or `all`) opts out.
 
 A row is strict enough that ordinary text does not match: a fixed prefix, no letter or
-digit before it (a lookbehind after the prefix, so the pattern starts with a literal), and
+digit before it (a lookbehind after the prefix, so the pattern starts with a literal; for
+the rows of any length, no `-` either: a key starts a run of key characters, so a run that
+repeats a prefix is searched once, not again from each repeat to its end), and
 the length and alphabet the issuer documents (or the gitleaks rule, MIT,
 https://github.com/gitleaks/gitleaks/tree/master/cmd/generate/config/rules, that tracks it).
 A detector library (detect-secrets) was not used: its plugins judge a line and return the
@@ -21,7 +23,7 @@ FORMATS: dict[str, tuple[str, str]] = {
     # `sk-`, `sk-proj-`, `sk-svcacct-`, `sk-admin-` then 32+ key characters with a digit
     # (real keys are 48 to 160 characters): `sk-learn-...` prose and short ids stay.
     "openai": (
-        r"sk-(?<!\wsk-)(?!ant-)(?:proj-|svcacct-|admin-)?(?=[A-Za-z0-9_-]*\d)[A-Za-z0-9_-]{32,}",
+        r"sk-(?<![\w-]sk-)(?!ant-)(?:proj-|svcacct-|admin-)?(?=[A-Za-z0-9_-]*\d)[A-Za-z0-9_-]{32,}",
         "https://platform.openai.com/docs/api-reference/authentication; gitleaks openai.go",
     ),
     "anthropic": (
@@ -49,7 +51,7 @@ FORMATS: dict[str, tuple[str, str]] = {
     # Header and payload are base64url JSON objects (`{"` is `eyJ`); the signature may be
     # empty (`alg: none`).
     "jwt": (
-        r"eyJ(?<!\weyJ)[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",
+        r"eyJ(?<![\w-]eyJ)[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",
         "https://datatracker.ietf.org/doc/html/rfc7519#section-3; gitleaks jwt.go",
     ),
 }

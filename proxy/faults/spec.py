@@ -25,7 +25,7 @@ KINDS: Mapping[str, Mapping[str, float]] = {
 # Parameters that count things (a status, frames or bytes): whole numbers.
 WHOLE = frozenset({"status", "retry_after"})
 _NUMBER = re.compile(r"^\d+(\.\d+)?$")
-_SPAN = re.compile(r"^(\d+)(?:-(\d+))?$")
+_SPAN = re.compile(r"^(\d{1,18})(?:-(\d{1,18}))?$")  # (int() takes no more than 4300 digits)
 WHEN_FORMS = "N, N-M, N,M,... or p=F"
 
 

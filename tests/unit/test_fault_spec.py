@@ -39,6 +39,8 @@ def test_a_probability_asks_for_the_seeded_draw_only() -> None:
         ("rate_limit@0", "requests count from 1"),
         ("rate_limit@3-1", "is not N, N-M"),
         ("rate_limit@soon", "is not N, N-M"),
+        ("rate_limit@" + "9" * 5000, "is not N, N-M"),  # not a ValueError of int() (a 500)
+        ("rate_limit@1-" + "9" * 5000, "is not N, N-M"),
         ("rate_limit@p=1.5", "probability '1.5' is outside [0, 1]"),
         ("rate_limit@p=-0.1", "outside [0, 1]"),
         ("rate_limit@p=nan", "outside [0, 1]"),

@@ -60,7 +60,7 @@ class Faults:
         relayed = isinstance(answer, Live) and isinstance(answer.chunks, Relay)
         status = answer.replay.status if isinstance(answer, Serve) else answer.status
         if fault.kind not in STAND_INS:
-            answer = spoiled(fault, answer)
+            answer = spoiled(fault, answer, keyed.inbound.gone)
         self.counters.faults += 1
         by_kind = self.counters.faults_by_kind
         by_kind[fault.kind] = by_kind.get(fault.kind, 0) + 1

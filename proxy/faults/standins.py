@@ -3,16 +3,15 @@ one recorded in the cassette where it holds one), and a connection dropped (rese
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
 
-from tapeproxy.engine.hangup import Watch
 from tapeproxy.engine.replay import Replay
 from tapeproxy.errors import Dropped, TapeproxyError
 from tapeproxy.exchange.model import Exchange
 from tapeproxy.faults.spec import FaultSpec
+from tapeproxy.faults.wrappers import pause
 from tapeproxy.providers.base import Provider
 from tapeproxy.store.protocol import CassetteStore
 
@@ -114,15 +113,7 @@ class Dropping:
         return self
 
     async def __anext__(self) -> bytes:
-        if self._wait > 0:
-            if self._gone is None:
-                await asyncio.sleep(self._wait)
-            else:
-                watch = Watch(self._gone)
-                try:
-                    await watch.unless_gone(asyncio.sleep(self._wait))
-                finally:
-                    watch.close()
+        await pause(self._wait, self._gone)
         raise Dropped("a fault closed the connection before the answer")
 
     async def aclose(self) -> None:

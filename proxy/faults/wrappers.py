@@ -9,6 +9,7 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
+from tapeproxy.engine.hangup import Gone, Watch
 from tapeproxy.engine.inbound import Chunks, Live, Serve
 from tapeproxy.errors import UpstreamCut
 from tapeproxy.exchange.framing import FrameSplitter, dialect_for
@@ -17,9 +18,9 @@ from tapeproxy.faults.spec import FaultSpec
 Headers = list[tuple[bytes, bytes]]
 
 
-def spoiled(spec: FaultSpec, answer: Serve | Live) -> Live:
+def spoiled(spec: FaultSpec, answer: Serve | Live, gone: Gone | None = None) -> Live:
     """`answer` with the fault `spec` on it: head as it was (a malformed body loses its
-    Content-Length), sent with the first chunk."""
+    Content-Length), sent with the first chunk. A client that leaves (`gone`) ends a wait."""
     if isinstance(answer, Serve):
         status, headers, inner = answer.replay.status, list(answer.replay.headers), None
     else:
@@ -37,7 +38,22 @@ def spoiled(spec: FaultSpec, answer: Serve | Live) -> Live:
         pieces = split(inner, FrameSplitter(dialect))
     else:
         pieces = aiter(inner)
-    return Live(status, headers, Spoiled(spec, pieces, stream, inner, cut), held=True)
+    return Live(status, headers, Spoiled(spec, pieces, stream, inner, cut, gone), held=True)
+
+
+async def pause(seconds: float, gone: Gone | None) -> None:
+    """Wait `seconds`, or until the client leaves (then ClientGone): a fault's wait (a header
+    may ask for years) never outlives its client, nor holds its upstream's connection."""
+    if seconds <= 0:
+        return
+    if gone is None:
+        await asyncio.sleep(seconds)
+        return
+    watch = Watch(gone)
+    try:
+        await watch.unless_gone(asyncio.sleep(seconds))
+    finally:
+        watch.close()
 
 
 async def recorded(frames: tuple[tuple[int, bytes], ...]) -> AsyncGenerator[bytes, None]:
@@ -85,8 +101,10 @@ class Spoiled:
         stream: bool,
         inner: Chunks | None,
         cut: bool = False,
+        gone: Gone | None = None,
     ) -> None:
         self._spec = spec
+        self._gone = gone
         self._cut_at_end = cut
         self._pieces = pieces
         self._stream = stream
@@ -111,12 +129,12 @@ class Spoiled:
                 yield piece
             raise UpstreamCut(f"tapeproxy fault {self._spec.text}: the answer is cut here")
         if kind == "slow":
-            await asyncio.sleep(self._spec["ttfb"] / 1000)
+            await pause(self._spec["ttfb"] / 1000, self._gone)
         spoil = kind == "malformed"
         first = True
         async for piece in self._pieces:
             if kind == "slow" and not first:
-                await asyncio.sleep(self._spec["gap"] / 1000)
+                await pause(self._spec["gap"] / 1000, self._gone)
             first = False
             bad = None if not spoil else broken_frame(piece) if self._stream else broken(piece)
             if bad is not None:

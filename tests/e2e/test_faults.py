@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 from unittest.mock import ANY
@@ -302,3 +303,20 @@ def test_a_bad_fault_stops_the_start_with_one_line_naming_it(tmp_path: Path) -> 
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1
     assert "fault 'cut:after=x@2': after needs a number" in result.stderr
+
+
+def test_a_slow_fault_ends_its_wait_when_the_client_leaves(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    """A header may ask for a wait of years: the client that leaves ends it, and the live
+    answer it held (its upstream connection) is closed then, as for a timeout."""
+    proxy = make_proxy(mode="passthrough")
+    url = proxy.url + "/openai/v1/chat/completions"
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(url, json={}, headers={"x-tapeproxy-fault": "slow:ttfb=99999999"}, timeout=0.3)
+    for _ in range(100):  # the server sees the hang-up a moment later
+        if proxy.stats["aborted"] == 1:
+            break
+        time.sleep(0.02)
+    assert proxy.stats["aborted"] == 1  # the answer was closed, not left waiting
+    assert proxy.stats["faults_by_kind"] == {"slow": 1}

@@ -41,14 +41,17 @@ def text(payloads: Iterable[Any]) -> str:
 
 
 def text_fields(payload: Any) -> Iterator[TextField]:
-    """`/api/chat`'s `message.content` and `/api/generate`'s `response`, line after line."""
+    """`/api/chat`'s `message.content` and `/api/generate`'s `response`, and the `thinking`
+    of each, line after line."""
     if not isinstance(payload, dict):
         return
-    if string_at(payload, "response"):
-        yield ("ollama", "response"), payload, "response"
+    for name in ("response", "thinking"):
+        if string_at(payload, name):
+            yield ("ollama", name), payload, name
     message = payload.get("message")
-    if string_at(message, "content"):
-        yield ("ollama", "content"), message, "content"
+    for name in ("content", "thinking"):
+        if string_at(message, name):
+            yield ("ollama", "message", name), message, name
 
 
 def final_frame(event: str, payload: Any, data: str) -> bool:

@@ -84,24 +84,38 @@ def _output_text(output: Any) -> list[str]:
     ]
 
 
-# Responses events whose `delta` adds to one output item's text, arguments or refusal.
+# Responses events whose `delta` adds to one output item's text, arguments, refusal,
+# reasoning, or a built-in tool's input.
 RESPONSES_DELTAS = frozenset(
     {
         "response.output_text.delta",
         "response.refusal.delta",
         "response.function_call_arguments.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_summary_text.delta",
+        "response.custom_tool_call_input.delta",
+        "response.mcp_call_arguments.delta",
+        "response.code_interpreter_call_code.delta",
     }
 )
+# Chat deltas' texts: OpenAI's, and the reasoning of compatible servers (DeepSeek, vLLM,
+# OpenRouter, Ollama's /v1).
+CHAT_TEXTS = ("content", "refusal", "reasoning_content", "reasoning")
 
 
 def text_fields(payload: Any) -> Iterator[TextField]:
-    """Chat deltas' `content` and `refusal`, tool calls' `arguments` (per choice, per call),
-    legacy `text`; Responses text, refusal and function-call argument deltas (per item)."""
+    """Chat deltas' CHAT_TEXTS, tool calls' `arguments` (per choice, per call), legacy `text`;
+    Responses' RESPONSES_DELTAS (per item, part and summary)."""
     if not isinstance(payload, dict):
         return
     kind = payload.get("type")
     if kind in RESPONSES_DELTAS and string_at(payload, "delta"):
-        place = (payload.get("item_id"), payload.get("output_index"), payload.get("content_index"))
+        place = (
+            payload.get("item_id"),
+            payload.get("output_index"),
+            payload.get("content_index"),
+            payload.get("summary_index"),
+        )
         yield ("openai", kind, *map(str, place)), payload, "delta"
     choices = payload.get("choices")
     for choice in choices if isinstance(choices, list) else []:
@@ -111,7 +125,7 @@ def text_fields(payload: Any) -> Iterator[TextField]:
         if string_at(choice, "text"):
             yield ("openai", "text", index), choice, "text"
         delta = choice.get("delta")
-        for name in ("content", "refusal"):
+        for name in CHAT_TEXTS:
             if string_at(delta, name):
                 yield ("openai", name, index), delta, name
         calls = delta.get("tool_calls") if isinstance(delta, dict) else None

@@ -67,7 +67,7 @@ def chat_read(payload: Any) -> str:
     delta = payload["choices"][0]["delta"]
     if "tool_calls" in delta:
         return str(delta["tool_calls"][0]["function"]["arguments"])
-    return str(delta.get("content") or delta.get("refusal") or "")
+    return "".join(str(v) for k, v in delta.items() if k != "role")
 
 
 def responses(kind: str) -> Callable[[list[str]], list[str]]:
@@ -103,11 +103,9 @@ def gemini_array(pieces: list[str]) -> list[str]:
     return [document[a:b] for a, b in itertools.pairwise([0, *cuts, len(document)])]
 
 
-def ollama(pieces: list[str]) -> list[str]:
+def ollama(pieces: list[str], field: str = "content") -> list[str]:
     line = {"model": "m", "done": False}
-    return [
-        compact({**line, "message": {"role": "assistant", "content": p}}) + "\n" for p in pieces
-    ]
+    return [compact({**line, "message": {"role": "assistant", field: p}}) + "\n" for p in pieces]
 
 
 def anthropic_read(payload: Any) -> str:
@@ -146,6 +144,27 @@ DIALECTS = [
         lambda p: "".join(part["text"] for part in p["candidates"][0]["content"]["parts"]),
     ),
     Dialect("ollama", "ndjson", ollama, lambda p: str(p["message"]["content"])),
+    # Reasoning a client joins too (a model may think a key through before it answers).
+    Dialect("chat-reasoning", "sse", chat("reasoning_content"), chat_read),
+    Dialect("chat-reasoning-or", "sse", chat("reasoning"), chat_read),
+    Dialect(
+        "responses-reasoning-summary",
+        "sse",
+        responses("response.reasoning_summary_text.delta"),
+        lambda p: str(p["delta"]),
+    ),
+    Dialect(
+        "responses-mcp-arguments",
+        "sse",
+        responses("response.mcp_call_arguments.delta"),
+        lambda p: str(p["delta"]),
+    ),
+    Dialect(
+        "ollama-thinking",
+        "ndjson",
+        lambda pieces: ollama(pieces, "thinking"),
+        lambda p: str(p["message"]["thinking"]),
+    ),
 ]
 
 

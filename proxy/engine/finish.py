@@ -38,6 +38,7 @@ from tapeproxy.exchange.model import Exchange
 from tapeproxy.providers.base import Provider
 from tapeproxy.redaction.scrubber import Scrubber
 from tapeproxy.redaction.secrets import is_secret_header
+from tapeproxy.redaction.streams import windowed
 from tapeproxy.upstream.hopheaders import answer_headers
 
 # A larger frame is not parsed for its meaning: one json.loads of it would hold the GIL,
@@ -84,8 +85,8 @@ def settle(capture: Capture, cut: bool, scrubber: Scrubber, keep_failures: bool)
     if outcome is not Outcome.COMPLETE and not keep_failures:
         return f"not recorded ({outcome.value})"
     if finished.middle is not None and scrubber:
-        # Too large to hold, and only the key formats to scrub: frame by frame (or piece by
-        # piece), as it is written. Its skeleton holds nothing of the answer.
+        # Too large to hold, and only the key formats to scrub: a window of frames at a time
+        # (or piece by piece), as it is written. Its skeleton holds nothing of the answer.
         text = "text" in (finished.exchange.response.body or {})
         return Finished(finished.exchange, _scrubbed_middle(capture, scrubber, text))
     if scrubber:  # the request was scrubbed when keyed; the answer is scrubbed here
@@ -99,7 +100,11 @@ def _scrubbed_middle(
     """A spooled answer's frames or body (`text`: kept as text) as `finish` writes them,
     each frame or piece scrubbed alone; a binary body as it is."""
     if capture.splitter is not None:
-        frames = scrubber.each(_frames(capture), capture.splitter.dialect)
+        dialect = capture.splitter.dialect
+        if dialect == "json":  # (a document's items are parsed, so joined, only whole)
+            frames = scrubber.each(_frames(capture), dialect)
+        else:  # a window of frames at a time: a key split across two is matched whole
+            frames = windowed(_frames(capture), partial(scrubber.frames, dialect=dialect))
         return partial(frames_json, frames)
     if text:
         return partial(string_json, map(scrubber.text, _text_pieces(capture)))

@@ -22,6 +22,10 @@ Patterns = Sequence[re.Pattern[str]]
 LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"(\s*:)?')
 LINE = re.compile(r"(\r\n|\r|\n)")
 ROUNDS = 8  # a replacement may make a new match (`x` + `[redacted]`): scrub again, a bit
+# A stream too large to hold is scrubbed a window of frames at a time, each window starting
+# with the end of the one before: a key split across frames at a window's edge is whole in one.
+WINDOW_BYTES = 1024 * 1024
+CARRY_BYTES = 64 * 1024
 
 
 def scrub_pieces(pieces: list[str], patterns: Patterns) -> list[str]:
@@ -223,3 +227,32 @@ def frame_text(
             start = 6 if line.startswith("data: ") else 5
             pieces[index] = line[:start] + json_text(line[start:])
     return "".join(pieces)
+
+
+def windowed(
+    frames: Iterable[Record], scrub: Callable[[list[Record]], list[Record]]
+) -> Iterator[Record]:
+    """The frames of a stream too large to hold, scrubbed by `scrub` about WINDOW_BYTES at a
+    time. A window's last CARRY_BYTES of frames (at most half of them) start the next one,
+    scrubbed again (scrubbing is idempotent), so a text that runs across a window's edge is
+    matched whole in the next window."""
+    window: list[Record] = []
+    size = 0
+    for frame in frames:
+        window.append(frame)
+        size += _size(frame)
+        if size < WINDOW_BYTES:
+            continue
+        window = scrub(window)
+        keep = size = 0
+        while keep < len(window) // 2 and size < CARRY_BYTES:
+            keep += 1
+            size += _size(window[-keep])
+        yield from window[: len(window) - keep]
+        window = window[len(window) - keep :]
+    if window:
+        yield from scrub(window)
+
+
+def _size(frame: Record) -> int:
+    return len(frame.get("text") or frame.get("base64") or "")

@@ -302,14 +302,16 @@ def test_a_well_known_key_is_scrubbed_with_no_option_and_kept_when_opted_out(
     assert bool(leftovers(cassettes, key)) == bool(keep)
 
 
-def test_a_key_in_a_stream_too_large_to_hold_is_scrubbed_frame_by_frame(
+def test_a_key_in_a_stream_too_large_to_hold_is_scrubbed_a_window_at_a_time(
     make_proxy: MakeProxy, cassettes: Path
 ) -> None:
-    """Past SPOOL_AFTER, with only the key formats to scrub, each frame is scrubbed alone as
-    it is written (the answer is not read back whole): a key within one frame is caught."""
+    """Past SPOOL_AFTER, with only the key formats to scrub, the frames are scrubbed a window
+    at a time as they are written (the answer is not read back whole): a key within one
+    frame is caught, and one split across two frames."""
     key = a_key()
     texts = ["filler " * 60] * 3_000
     texts[1_500] = f"here: {key} "
+    texts[2_000], texts[2_001] = f"split: {key[:20]}", f"{key[20:]} there"
     with RawUpstream() as raw:
         raw.answer(chat_answer(texts))
         recorder = make_proxy(mode="record", upstream={"openai": raw.url})
@@ -322,6 +324,7 @@ def test_a_key_in_a_stream_too_large_to_hold_is_scrubbed_frame_by_frame(
     player = make_proxy(mode="replay")
     answer = ask(player.url, "long", stream=True)
     assert f"here: {MARKER} " in answer and len(answer) > SPOOL_AFTER
+    assert f"split: {MARKER} there" in answer
 
 
 def test_redact_with_no_rule_scrubs_the_key_formats_and_rekeys_an_older_cassette(

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from tapeproxy.errors import ConfigError
 from tapeproxy.exchange.framing import frame_payload
+from tapeproxy.redaction import streams
 from tapeproxy.redaction.formats import FORMATS, check_keep, may_hold_key
 from tapeproxy.redaction.memo import Memo
 from tapeproxy.redaction.scrubber import Scrubber
@@ -397,3 +398,20 @@ def test_a_key_right_after_a_key_character_is_part_of_that_word(before: str) -> 
     for name in ("openai", "jwt"):
         assert DEFAULTS.text(before + keys()[name]) == before + keys()[name]
         assert DEFAULTS.text("=" + keys()[name]) == "=" + MARKER
+
+
+@pytest.mark.parametrize("dialect", [d for d in DIALECTS if d.wire != "json"], ids=lambda d: d.name)
+def test_a_stream_too_large_to_hold_is_scrubbed_in_windows_that_cut_no_key(
+    dialect: Dialect, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Windows of a few frames: every frame boundary splits a key, so every window's edge
+    does, and none is left."""
+    monkeypatch.setattr(streams, "WINDOW_BYTES", 1_000)
+    monkeypatch.setattr(streams, "CARRY_BYTES", 300)
+    key = keys()["openai"]
+    texts = [f"{key[20:] if n else ''} text {n} {key[:20] if n < 29 else ''}" for n in range(30)]
+    frames = [{"ms": n, "text": text} for n, text in enumerate(dialect.frames(texts))]
+    scrubbed = list(streams.windowed(frames, lambda window: DEFAULTS.frames(window, dialect.wire)))
+    assert [f["ms"] for f in scrubbed] == list(range(30))
+    assert not leftovers(key, json.dumps(scrubbed))
+    assert client_text(dialect, [f["text"] for f in scrubbed]).count(MARKER) == 29

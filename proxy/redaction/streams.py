@@ -7,6 +7,7 @@ Then each frame's raw text is scrubbed alone, as before."""
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
@@ -44,19 +45,21 @@ def scrub_pieces(pieces: list[str], patterns: Patterns) -> list[str]:
 
 
 def _laid(pieces: list[str], spans: list[tuple[int, int]]) -> list[str]:
-    bounds, at = [], 0
+    starts, at = [], 0
     for piece in pieces:
-        bounds.append((at, at + len(piece)))
+        starts.append(at)
         at += len(piece)
     new = list(pieces)
     for start, end in reversed(spans):  # from the right: earlier offsets stay true
         first = True
-        for index, (a, b) in enumerate(bounds):
-            if b <= start or a >= end or a == b:
-                continue
-            low, high = max(a, start) - a, min(b, end) - a
-            new[index] = new[index][:low] + (MARKER if first else "") + new[index][high:]
-            first = False
+        index = max(bisect.bisect_right(starts, start) - 1, 0)  # (not every piece: a stream
+        while index < len(pieces) and starts[index] < end:  # of keys was quadratic)
+            a, b = starts[index], starts[index] + len(pieces[index])
+            if b > start and a != b:
+                low, high = max(a, start) - a, min(b, end) - a
+                new[index] = new[index][:low] + (MARKER if first else "") + new[index][high:]
+                first = False
+            index += 1
     return new
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -415,3 +416,14 @@ def test_a_stream_too_large_to_hold_is_scrubbed_in_windows_that_cut_no_key(
     assert [f["ms"] for f in scrubbed] == list(range(30))
     assert not leftovers(key, json.dumps(scrubbed))
     assert client_text(dialect, [f["text"] for f in scrubbed]).count(MARKER) == 29
+
+
+def test_a_stream_of_many_split_keys_is_laid_back_in_linear_time() -> None:
+    """Each match is laid back over the pieces it touches only (every piece for each match
+    took minutes for 20,000 of them)."""
+    key = keys()["openai"]
+    pieces = [f"{key[20:] if n else ''} {key[:20] if n < 19_999 else ''}" for n in range(20_000)]
+    started = time.perf_counter()
+    scrubbed = streams.scrub_pieces(pieces, [re.compile(FORMATS["openai"][0])])
+    assert time.perf_counter() - started < 2.0
+    assert "".join(scrubbed).count(MARKER) == 19_999 and not leftovers(key, "".join(scrubbed))

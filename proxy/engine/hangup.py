@@ -63,6 +63,11 @@ class Watch:
         if self._watcher is not None:
             self._owner = asyncio.current_task()
 
+    def left(self) -> bool:
+        """Whether the client was seen to hang up (its work may be in its grace)."""
+        watcher = self._watcher
+        return watcher is not None and watcher.done() and not watcher.cancelled()
+
     def close(self) -> None:
         """The request is over: stop watching its client."""
         if self._watcher is not None:

@@ -83,6 +83,8 @@ class Relay:
                     if recording.feed(chunk):  # a large answer: to its scratch file, off the loop
                         with guard:
                             await recording.spill()
+                    if self._watch is not None and recording.over() and self._watch.left():
+                        raise ClientGone("read on after the client left: past --max-record")
                     if answer.ended:
                         held = chunk
                     else:

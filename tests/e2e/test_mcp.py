@@ -272,3 +272,50 @@ def test_the_typescript_sdk_replays_what_the_python_sdk_recorded(make_proxy: Mak
     assert node["added"]["structuredContent"] == added["structured_content"] == {"result": 3}
     assert node["weather"]["content"][0]["text"] == weather["content"][0]["text"] == OSLO
     assert proxy.stats["misses"] == 0  # its initialize, its GET (405) and DELETE included
+
+
+def endless_after_response(stop: threading.Event) -> Answer:
+    """An SSE answer that sends its JSON-RPC response, then, a moment later, data without end
+    (100 KB at a time)."""
+    response = {"jsonrpc": "2.0", "id": 5, "result": {"content": [], "isError": False}}
+    event = b"event: message\r\ndata: %s\r\n\r\n" % json.dumps(response).encode()
+    noise = b"event: message\r\ndata: {}\r\n\r\n" * 4_000
+
+    def answer(conn: socket.socket) -> None:
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+        )
+        conn.sendall(b"%x\r\n%s\r\n" % (len(event), event))
+        time.sleep(0.5)  # the client leaves meanwhile, its response in hand: the read-on begins
+        while not stop.is_set():
+            conn.sendall(b"%x\r\n%s\r\n" % (len(noise), noise))
+            time.sleep(0.05)
+
+    return answer
+
+
+def test_reading_on_after_the_client_left_stops_once_the_answer_passes_max_record(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    """The read-on after a client that had its response is for a recording: once the answer
+    passes --max-record there is none to keep, and the upstream is closed (not read, at its
+    pace, for the whole read timeout)."""
+    stop = threading.Event()
+    call = {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "slow"}}
+    with SocketUpstream(endless_after_response(stop)) as upstream:
+        proxy = make_proxy(
+            mode="record",
+            upstream={"tools": upstream.url},
+            max_record=4 * 1024 * 1024,
+            read_timeout=60,
+        )
+        with httpx.stream("POST", proxy.url + "/tools/mcp", json=call, headers=ACCEPT) as answer:
+            for piece in answer.iter_raw():
+                if b'"result"' in piece:
+                    break
+        try:
+            wait_for(lambda: proxy.stats["aborted"] == 1, timeout=10)
+        finally:
+            stop.set()
+    assert (proxy.stats["recorded"], stored(cassettes)) == (0, [])

@@ -60,6 +60,8 @@ class Faults:
         relayed = isinstance(answer, Live) and isinstance(answer.chunks, Relay)
         status = answer.replay.status if isinstance(answer, Serve) else answer.status
         if fault.kind not in STAND_INS:
+            if isinstance(answer, Serve):  # a recording spoiled is used (not up): prune keeps it
+                run.served.add((keyed.key, answer.ordinal))
             answer = spoiled(fault, answer, keyed.inbound.gone)
         self.counters.faults += 1
         by_kind = self.counters.faults_by_kind

@@ -320,3 +320,17 @@ def test_a_slow_fault_ends_its_wait_when_the_client_leaves(
         time.sleep(0.02)
     assert proxy.stats["aborted"] == 1  # the answer was closed, not left waiting
     assert proxy.stats["faults_by_kind"] == {"slow": 1}
+
+
+def test_a_recording_served_under_a_fault_that_spoils_it_is_not_pruned_as_unused(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    """A slow, cut or malformed answer is its recording's: the run used it (`prune` must not
+    delete what the same faulted test serves next time), though not up (a retry gets it)."""
+    record_chat(make_proxy, fake)
+    proxy = make_proxy(mode="replay", fault=("slow:ttfb=1",))
+    chat(proxy.url).chat.completions.create(model="gpt-4o-mini", messages=MESSAGES)  # type: ignore[arg-type]
+    proxy.stop()
+    note = FileStore(cassettes).read_last_run("default")
+    assert note is not None and note.faults == {"slow": 1}
+    assert (len(note.used), note.unused) == (1, [])

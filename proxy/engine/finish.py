@@ -36,6 +36,7 @@ from tapeproxy.exchange.layout import (
 )
 from tapeproxy.exchange.model import Exchange
 from tapeproxy.providers.base import Provider
+from tapeproxy.redaction.formats import may_hold_key
 from tapeproxy.redaction.scrubber import Scrubber
 from tapeproxy.redaction.secrets import is_secret_header
 from tapeproxy.redaction.streams import windowed
@@ -89,9 +90,18 @@ def settle(capture: Capture, cut: bool, scrubber: Scrubber, keep_failures: bool)
         # (or piece by piece), as it is written. Its skeleton holds nothing of the answer.
         text = "text" in (finished.exchange.response.body or {})
         return Finished(finished.exchange, _scrubbed_middle(capture, scrubber, text))
-    if scrubber:  # the request was scrubbed when keyed; the answer is scrubbed here
+    if scrubber and (scrubber.whole or not _holds_no_key(finished.exchange)):
+        # The request was scrubbed when keyed; the answer is scrubbed here.
         return Finished(scrubber.exchange(finished.exchange), finished.middle)
     return finished
+
+
+def _holds_no_key(exchange: Exchange) -> bool:
+    """An answer in one piece (no frames or chunks: no key split across two) holding none of
+    the key formats' hints, as most do: with only the key formats to scrub, it is written as
+    it is, not rebuilt (some 50 us instead of 500, while the client waits for its last byte)."""
+    response = exchange.response
+    return response.frames is None and not may_hold_key(response.model_dump_json())
 
 
 def _scrubbed_middle(

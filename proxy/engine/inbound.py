@@ -44,10 +44,18 @@ class HeaderView:
     `items()` every pair as sent (so a key header sent twice keys on both, as it always has)."""
 
     def __init__(self, raw: RawHeaders) -> None:
-        self._pairs = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in raw]
-        self._first: dict[str, str] = {}
+        self._raw = raw  # decoded when first asked: a replayed request mostly never is
+
+    @cached_property
+    def _pairs(self) -> list[tuple[str, str]]:
+        return [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in self._raw]
+
+    @cached_property
+    def _first(self) -> dict[str, str]:
+        first: dict[str, str] = {}
         for name, value in self._pairs:
-            self._first.setdefault(name, value)
+            first.setdefault(name, value)
+        return first
 
     def items(self) -> list[tuple[str, str]]:
         return self._pairs

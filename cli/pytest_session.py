@@ -16,6 +16,7 @@ import pytest
 from tapeproxy.cli.background import BackgroundServer
 from tapeproxy.cli.pytest_clock import SPENT, Clock
 from tapeproxy.cli.pytest_usage import USAGE, write_usage
+from tapeproxy.engine.run import Run
 from tapeproxy.engine.stats import RunSummary
 from tapeproxy.errors import BadCassetteName, BadFault, ConfigError
 from tapeproxy.faults.spec import parse_faults
@@ -197,13 +198,13 @@ class Plugin:
         tape, engine, before = watch.tape, self.server.engine, watch.misses_before
         prune = passed and tape.mode is Mode.RECORD and watch.own
 
-        async def finish() -> tuple[RunSummary | None, int, list[dict[str, Any]]]:
-            failed = not passed
-            summary = await engine.end_run(tape.cassette, prune, watch.own, failed)
+        async def take() -> tuple[list[tuple[str, Run | None]], int, list[dict[str, Any]]]:
+            taken = await engine.take_run(tape.cassette)
             misses = engine.counters.misses
-            return summary, misses, list(engine.misses) if misses > before else []
+            return taken, misses, list(engine.misses) if misses > before else []
 
-        summary, misses, journal = self.server.call(finish)
+        taken, misses, journal = self.server.call(take)
+        summary = engine.close_run(taken, prune, watch.own, not passed)
         count = misses - before
         messages = [entry["message"] for entry in reversed(journal[: min(count, len(journal))])]
         messages += ["(a miss no longer in the journal: see the log)"] * (count - len(messages))

@@ -68,13 +68,9 @@ class Engine:
         self.misses: deque[dict[str, Any]] = deque(maxlen=MAX_MISSES)
         self.upstream: Upstream | None = None  # set while the server runs
         self.faults = Faults(settings.fault, settings.fault_seed, store, self.counters)
+        failures = settings.record_failures
         self.keeper = Keeper(
-            store,
-            self.runs.ledger,
-            self.replays,
-            self.counters,
-            self.scrubber,
-            settings.record_failures,
+            store, self.runs.ledger, self.replays, self.counters, self.scrubber, failures
         )
 
     async def exchange(self, inbound: Inbound) -> Answer:
@@ -83,7 +79,7 @@ class Engine:
             keyed = self.keyer.key(inbound, self.current)
             run = self.runs.loaded(keyed.cassette)
             if run is None:
-                run = await self.runs.get(keyed.cassette)
+                run = await self.runs.get(keyed.cassette, keyed.mode is not Mode.RECORD)
             if jsonrpc.standalone_stream(keyed.parts.method, inbound.header_map):
                 if not stream_goes_live(keyed.mode, keyed.runs_live, run.held):
                     return Serve(jsonrpc.NO_STREAM, 0, None)
@@ -130,18 +126,20 @@ class Engine:
             self.counters.misses += 1
             run.misses += 1
             raise wrong
-        replay = await self._replay(keyed, ordinal)
+        replay = await self._replay(keyed, run, ordinal)
         run.served.add((keyed.key, ordinal))
         self.counters.replayed += 1
         keyed.trace.log("replayed", replay.status)
         return Serve(replay, ordinal, keyed.timing)
 
-    async def _replay(self, keyed: Keyed, ordinal: int) -> Replay:
+    async def _replay(self, keyed: Keyed, run: Run, ordinal: int) -> Replay:
         cached = (keyed.cassette, keyed.key, ordinal)
         replay = self.replays.get(cached)
-        if replay is None:
-            exchange = await asyncio.to_thread(self.store.read, keyed.cassette, keyed.key, ordinal)
-            replay = jsonrpc.prepared(Replay.of(exchange, keyed.key), exchange.request.body)
+        if replay is None:  # read as the run began (a small cassette), else now
+            replay = run.ahead.pop((keyed.key, ordinal), None)
+            if replay is None:
+                exchange = await asyncio.to_thread(self.store.read, *cached)
+                replay = jsonrpc.ready(exchange, keyed.key)
             self.replays.put(cached, replay)
         return jsonrpc.answer(replay, keyed.parts.body, keyed.inbound.header_map)
 
@@ -157,7 +155,7 @@ class Engine:
             if step.action is Action.REFUSE:
                 return await self._refuse(keyed, run, ask)
             if step.action is Action.SERVE and ordinal is not None:
-                answer = Serve(await self._replay(keyed, ordinal), ordinal, None)
+                answer = Serve(await self._replay(keyed, run, ordinal), ordinal, None)
             else:
                 answer = await self._forward(keyed, None)
         return self.faults.served(fault, answer, keyed, run)
@@ -247,15 +245,21 @@ class Engine:
         """A new run of faults, of `specs` (BadFault, and nothing changed, for a bad one)."""
         self.faults.restart(specs)
 
-    async def end_run(
-        self, cassette: str, prune: bool = False, supersede: bool = True, failed: bool = False
+    async def take_run(self, cassette: str) -> list[tuple[str, Run | None]]:
+        """End the runs of `cassette`'s derived cassette and of `cassette`: each, settled,
+        for `close_run`. The next request to either starts a new run."""
+        names = [derived_name(cassette), check_cassette_name(cassette)]
+        return [(name, await self.runs.take(name)) for name in names]
+
+    def close_run(
+        self, taken: list[tuple[str, Run | None]], prune: bool, supersede: bool, failed: bool
     ) -> RunSummary | None:
-        """End the run of `cassette` and of its derived cassette: the summary of the first
-        (None when it had no run). `prune` deletes the recordings the run did not use;
-        without `supersede` a record run keeps the repeats it did not ask for; `failed` (a
-        test that failed) leaves a note that `tapeproxy prune` will not act on."""
-        await self.runs.end(derived_name(cassette), failed=failed)
-        return await self.runs.end(check_cassette_name(cassette), prune, supersede, failed)
+        """Close the runs `take_run` ended (`prune`, `supersede`, `failed`: see `Runs.close`):
+        the cassette's summary, None when it had no run. Blocking: the pytest plugin calls it
+        from its own thread, which waits anyway (a trip to a worker thread and back saved)."""
+        (derived, derived_run), (cassette, run) = taken
+        self.runs.close(derived, derived_run, failed=failed)
+        return self.runs.close(cassette, run, prune, supersede, failed)
 
     async def snapshot(self) -> Snapshot:
         runs = await self.runs.summaries()
@@ -277,11 +281,7 @@ class Engine:
         PUT named, and the start-up one (`--cassette`) while no request reached any cassette
         (clients that pick theirs by header never meant to use it)."""
         touched = self.runs.touched
-        return sorted(
-            name
-            for name in self.told
-            if name not in touched and (name in self.named or not touched)
-        )
+        return sorted(n for n in self.told if n not in touched and (n in self.named or not touched))
 
     async def close(self) -> Snapshot:
         """End every run (dropping what record runs superseded); count the recordings of every

@@ -16,6 +16,7 @@ from tapeproxy.engine.replay import Replay
 from tapeproxy.errors import CassetteMiss
 from tapeproxy.exchange.bodies import Payload
 from tapeproxy.exchange.framing import AnyOf, FrameSigns, FrameTest, frame_data
+from tapeproxy.exchange.model import Exchange
 
 SESSION_HEADER = "mcp-session-id"
 _SESSION = SESSION_HEADER.encode()
@@ -109,6 +110,11 @@ def frame_signs(base: FrameSigns) -> FrameSigns:
     return FrameSigns(
         final=AnyOf((base.final, _answer_frame)), error=_UnlessMessage(base.error), idle=base.idle
     )
+
+
+def ready(exchange: Exchange, key: str) -> Replay:
+    """A recording made ready to send: `Replay.of`, then `prepared`."""
+    return prepared(Replay.of(exchange, key), exchange.request.body)
 
 
 def prepared(replay: Replay, request_body: dict[str, Any] | None) -> Replay:

@@ -55,6 +55,11 @@ class Replay:
     rpc_ids: tuple[Any, ...] = ()
 
     @cached_property
+    def size(self) -> int:
+        """The bytes it holds, about: what the caches of replays count."""
+        return sum(len(data) for _, data in self.frames) + 512
+
+    @cached_property
     def whole(self) -> bytes:
         """The body in one piece: what a replay with no timing sends, in one write."""
         if len(self.frames) == 1:
@@ -101,7 +106,7 @@ class ReplayCache:
 
     def put(self, key: CacheKey, replay: Replay) -> None:
         self.discard(key)
-        size = sum(len(data) for _, data in replay.frames) + 512
+        size = replay.size
         if size > self.limit // 8:
             return  # one huge answer would evict everything else; read it from disk each time
         self._entries[key] = (replay, size)

@@ -7,12 +7,19 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from tapeproxy.engine import jsonrpc
 from tapeproxy.engine.ledger import Ledger
 from tapeproxy.engine.matching import Recorded
+from tapeproxy.engine.replay import Replay
 from tapeproxy.engine.run import Run
 from tapeproxy.engine.stats import RunSummary
 from tapeproxy.store.protocol import CassetteStore
 
+# A cassette of at most READ_AHEAD recordings (a test's) is read whole as its run begins, in
+# the same trip off the event loop as its listing: a trip per recording costs more than the
+# read (two thread wake-ups, ~0.3 ms on a busy machine). At most READ_AHEAD_BYTES are held.
+READ_AHEAD = 16
+READ_AHEAD_BYTES = 1024 * 1024
 MAX_OPEN_RUNS = 256  # cassettes under way at once; the least recently asked ends past that
 # Cassettes a request reached (by header) before the server was told to serve them, the
 # newest kept: a later PUT of one of them finds it touched even once its run has ended.
@@ -82,14 +89,16 @@ class Runs:
         self.touched.add(cassette)
         return self._runs.get(cassette)
 
-    async def get(self, cassette: str) -> Run:
+    async def get(self, cassette: str, read_ahead: bool = False) -> Run:
+        """The run of `cassette`, loaded if need be; `read_ahead` (a replaying mode) reads a
+        small cassette's recordings with its listing."""
         self.touched.add(cassette)
         run = self._runs.get(cassette)
         if run is not None:
             return run
         task = self._loading.get(cassette)
         if task is None:
-            task = asyncio.create_task(self._load(cassette))
+            task = asyncio.create_task(self._load(cassette, read_ahead))
             self._loading[cassette] = task
         try:
             run = await asyncio.shield(task)
@@ -114,8 +123,8 @@ class Runs:
             del self._runs[idle.cassette]
             await self._end([idle], carry=True)
 
-    async def _load(self, cassette: str) -> Run:
-        ordinals = await asyncio.to_thread(self._store.entries, cassette)
+    async def _load(self, cassette: str, read_ahead: bool) -> Run:
+        ordinals, ahead = await asyncio.to_thread(self._open, cassette, read_ahead)
         order = None
         if self._strict_order:
             order = await asyncio.to_thread(self._recorded_order, cassette, ordinals)
@@ -131,8 +140,29 @@ class Runs:
                 numbering=numbering,
                 held=bool(ordinals),
                 inherited=self.ledger.inherited(cassette),
+                ahead=ahead,
             )
         return run
+
+    def _open(
+        self, cassette: str, read_ahead: bool
+    ) -> tuple[dict[str, list[int]], dict[tuple[str, int], Replay]]:
+        """The cassette's recordings (key -> ordinals) and, for a small one, each made ready
+        to send. One that cannot be read is left to be read when asked for: its error then."""
+        ordinals = self._store.entries(cassette)
+        ahead: dict[tuple[str, int], Replay] = {}
+        if not read_ahead or sum(map(len, ordinals.values())) > READ_AHEAD:
+            return ordinals, ahead
+        held = 0
+        for key, ordinal in ((k, o) for k, numbers in ordinals.items() for o in numbers):
+            try:
+                replay = jsonrpc.ready(self._store.read(cassette, key, ordinal), key)
+            except Exception:  # read again when asked for, and its error told then
+                continue
+            if held + replay.size <= READ_AHEAD_BYTES:  # a large one is read when asked for
+                held += replay.size
+                ahead[(key, ordinal)] = replay
+        return ordinals, ahead
 
     def _recorded_order(self, cassette: str, ordinals: dict[str, list[int]]) -> list[Recorded]:
         """Every recording by its position in the recording run (reads every file once)."""
@@ -168,24 +198,34 @@ class Runs:
         for run in runs:
             await asyncio.to_thread(self.ledger.finish, run, carry=carry)
 
-    async def end(
-        self, cassette: str, prune: bool = False, supersede: bool = True, failed: bool = False
-    ) -> RunSummary | None:
-        """End the run of one cassette, if it has one: its summary. `prune` also deletes the
-        recordings the run neither served nor wrote, so a record run leaves the cassette
-        holding exactly what it recorded (the pytest plugin's `record` mode). Without
-        `supersede` a record run leaves the repeats it did not ask for (a cassette shared by
-        several tests: another one asked for them). A `failed` run (its test failed) leaves
-        a note prune will not act on."""
+    async def take(self, cassette: str) -> Run | None:
+        """End the run of `cassette`, if it has one: the run, settled (no recording of it
+        still being written), for `close` to close off the event loop. The next request to
+        the cassette starts a new run."""
         run = self._runs.pop(cassette, None)
+        if run is not None:
+            await run.settle()
+        return run
+
+    def close(
+        self,
+        cassette: str,
+        run: Run | None,
+        prune: bool = False,
+        supersede: bool = True,
+        failed: bool = False,
+    ) -> RunSummary | None:
+        """Close a run `take` gave (None: the cassette had none): its summary. `prune` also
+        deletes the recordings the run neither served nor wrote, so a record run leaves the
+        cassette holding exactly what it recorded (the pytest plugin's `record` mode).
+        Without `supersede` a record run leaves the repeats it did not ask for (a cassette
+        shared by several tests: another one asked for them). A `failed` run (its test
+        failed) leaves a note prune will not act on. Blocking: call it off the event loop."""
         if run is None:
             if failed:
-                await asyncio.to_thread(self.ledger.fail_note, cassette)
+                self.ledger.fail_note(cassette)
             return None
-        await run.settle()
-        return await asyncio.to_thread(
-            self.ledger.finish, run, prune, supersede=supersede, failed=failed
-        )
+        return self.ledger.finish(run, prune, supersede=supersede, failed=failed)
 
     async def summaries(self) -> list[RunSummary]:
         return await asyncio.to_thread(lambda: [self.ledger.summary(run) for run in self.all()])

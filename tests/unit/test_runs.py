@@ -6,9 +6,10 @@ import asyncio
 import tracemalloc
 from pathlib import Path
 
+from tapeproxy.engine import jsonrpc
 from tapeproxy.engine.replay import Replay, ReplayCache
 from tapeproxy.engine.run import Run
-from tapeproxy.engine.runs import MAX_REACHED_UNTOLD, Runs, Touched
+from tapeproxy.engine.runs import MAX_REACHED_UNTOLD, READ_AHEAD, READ_AHEAD_BYTES, Runs, Touched
 from tapeproxy.exchange.model import Exchange, StoredRequest, StoredResponse
 from tapeproxy.store.files import FileStore
 
@@ -158,3 +159,31 @@ def test_a_cassette_told_while_a_request_already_runs_it_counts_as_touched(
         return "early" in runs.touched, "later" in runs.touched
 
     assert asyncio.run(scenario()) == (True, False)
+
+
+def test_a_small_cassette_is_read_ahead_as_its_run_begins_and_a_large_one_is_not(
+    tmp_path: Path,
+) -> None:
+    store = FileStore(tmp_path)
+    keys = [f"{n:064x}" for n in range(READ_AHEAD + 1)]
+    for key in keys[:3]:
+        store.write("small", stored("openai", key))
+    for key in keys:
+        store.write("large", stored("openai", key))
+    big = stored("openai", MODEL).model_copy(
+        update={"response": StoredResponse(status=200, body={"text": "x" * READ_AHEAD_BYTES})}
+    )
+    store.write("big", big)
+    store.write("big", stored("openai", TOOL))
+    (tmp_path / "small" / f"{keys[2]}.json").write_text("{ torn")  # read when asked: its error
+
+    async def ahead(cassette: str, read_ahead: bool = True) -> set[tuple[str, int]]:
+        return set((await Runs(store).get(cassette, read_ahead)).ahead)
+
+    assert asyncio.run(ahead("small")) == {(keys[0], 1), (keys[1], 1)}
+    assert asyncio.run(ahead("small", read_ahead=False)) == set(), "record mode reads nothing"
+    assert asyncio.run(ahead("large")) == set(), f"over {READ_AHEAD} recordings: read as asked"
+    assert asyncio.run(ahead("big")) == {(TOOL, 1)}, "never more than READ_AHEAD_BYTES held"
+    run = asyncio.run(Runs(store).get("small", read_ahead=True))
+    expected = jsonrpc.ready(store.read("small", keys[0], 1), keys[0])
+    assert run.ahead[(keys[0], 1)] == expected

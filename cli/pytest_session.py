@@ -9,14 +9,12 @@ from collections import Counter
 from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tapeproxy.cli.background import BackgroundServer
 from tapeproxy.cli.pytest_clock import SPENT, Clock
 from tapeproxy.cli.pytest_usage import USAGE, write_usage
-from tapeproxy.engine.run import Run
 from tapeproxy.engine.stats import RunSummary
 from tapeproxy.errors import BadCassetteName, BadFault, ConfigError
 from tapeproxy.faults.spec import parse_faults
@@ -24,6 +22,10 @@ from tapeproxy.settings import Mode, Settings, env_name
 from tapeproxy.sources import DEFAULT_CONFIG_FILE, load_settings
 from tapeproxy.store import anchored, split_location
 from tapeproxy.store.names import cassette_for_test, check_cassette_name
+
+if TYPE_CHECKING:
+    from tapeproxy.cli.background import BackgroundServer
+    from tapeproxy.engine.run import Run
 
 DEFAULT_CASSETTES = "tests/cassettes"
 SDK_PATHS = {"openai": "/v1"}  # what an SDK's base URL adds after the upstream's prefix
@@ -99,6 +101,11 @@ class Plugin:
     @property
     def server(self) -> BackgroundServer:
         if self._server is None:
+            # Imported by the first test that needs the server, not when pytest loads the
+            # plugin: the server's libraries take ~0.6 s to import, which a pytest run (or an
+            # xdist worker) that uses no tapeproxy should not pay.
+            from tapeproxy.cli.background import BackgroundServer
+
             self._server = BackgroundServer(self._settings()).start()
         return self._server
 

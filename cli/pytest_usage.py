@@ -7,10 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from tapeproxy.errors import TapeproxyError
-from tapeproxy.store import open_store
-from tapeproxy.tools.listing import summarize
-from tapeproxy.tools.prices import load_prices
-from tapeproxy.tools.report import usd
 
 USAGE = "tapeproxy_usage"  # the user property that names a test's cassette (across xdist too)
 
@@ -20,6 +16,11 @@ def write_usage(terminalreporter: Any, cassettes: str, used: dict[str, str]) -> 
     they ran; each cassette of the library at `cassettes` read once."""
     if not used:
         return
+    from tapeproxy.store import open_store  # here: a pytest run that used no tapeproxy
+    from tapeproxy.tools.listing import summarize  # does not import them
+    from tapeproxy.tools.prices import load_prices
+    from tapeproxy.tools.report import usd
+
     try:
         store, prices = open_store(cassettes), load_prices()
     except TapeproxyError as exc:

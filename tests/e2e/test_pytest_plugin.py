@@ -373,3 +373,16 @@ def test_xdist_workers_each_run_their_own_server(
     second.stdout.fnmatch_lines(["tapeproxy: 5 replayed, 0 recorded, 0 missed*"])
     second.stdout.fnmatch_lines(["  *test_chat.py::test_3: ? in / ? out, $*"])  # from a worker
     second.stdout.fnmatch_lines(["tapeproxy: the plugin added * 5 test(s)*"])  # all workers'
+
+
+def test_a_run_that_uses_no_tapeproxy_never_imports_its_server(project: pytest.Pytester) -> None:
+    write_test(
+        project,
+        "import sys\n\n"
+        "def test_plain():\n"
+        "    assert 'tapeproxy.cli.pytest_plugin' in sys.modules, 'the plugin is loaded'\n"
+        "    assert 'tapeproxy.cli.background' not in sys.modules\n"
+        "    assert 'aiohttp' not in sys.modules and 'uvicorn' not in sys.modules\n",
+    )
+    result = project.runpytest_subprocess()
+    result.assert_outcomes(passed=1)

@@ -54,9 +54,11 @@ def progress(started: float, text: str) -> None:
 
 
 def run_once(project: Project, mode: str, workers: int, fake_url: str) -> tuple[float, str]:
-    """One pytest run's session time as pytest gives it (the interpreter's start and the
-    plugins' imports, the same for every tool, left out: they only add noise); its output.
-    Every test must pass."""
+    """One pytest run's session time as pytest gives it; its output. Every test must pass.
+    Left out at -n 0: the interpreter's start and the plugins' imports (each run loads only
+    its own tool's plugin; tapeproxy's imports its server when the first test needs it, so
+    that import is counted). At -n 2 the session time holds the workers' start, each with
+    its own plugin imports."""
     done = subprocess.run(
         project.argv(mode, workers),
         cwd=project.folder,

@@ -15,6 +15,7 @@ from bench.procs import clean_env
 STREAM_FRAMES = 20  # the stream's chunks, `data: [DONE]` included
 TESTS_PER_FILE = 50
 TOOLS = ("none", "tapeproxy", "vcr")
+OTHER_PLUGINS = {"tapeproxy": "tapeproxy", "vcr": "recording"}  # tool -> its pytest11 name
 KEY = "sk-bench-not-a-real-key"
 
 HEAD = """import openai
@@ -74,6 +75,11 @@ class Project:
         """pytest in a fresh interpreter, replaying or recording (`mode`) on `workers`."""
         argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"]
         argv += ["-n", str(workers)] if workers else []
+        # Each run loads only its own tool's plugin, as a user's suite would: the other's
+        # import (at start, and in each xdist worker) is no cost of this tool.
+        for tool, plugin in OTHER_PLUGINS.items():
+            if tool != self.tool:
+                argv += ["-p", f"no:{plugin}"]
         if self.tool == "tapeproxy":
             argv += ["--tapeproxy-mode", "replay" if mode == "replay" else "record"]
         elif self.tool == "vcr":

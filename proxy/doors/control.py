@@ -102,8 +102,9 @@ def current(engine: Engine) -> JSONResponse:
     return JSONResponse({"cassette": engine.current.cassette, "mode": engine.current.mode.value})
 
 
-async def switch(engine: Engine, request: Request) -> JSONResponse:
-    """PUT /__tapeproxy/cassette: a new current cassette or mode, and a new run."""
+async def _guarded_body(engine: Engine, request: Request) -> bytes | JSONResponse:
+    """A control PUT's body, or the answer that refuses it: not allowed from where it came
+    (see `refusal`), or past MAX_CONTROL_BODY (413)."""
     refused = refusal(request, engine.settings)
     if refused is not None:
         return refused
@@ -114,6 +115,14 @@ async def switch(engine: Engine, request: Request) -> JSONResponse:
             "request_too_large",
             f"a control request body is at most {MAX_CONTROL_BODY:,} bytes",
         )
+    return body
+
+
+async def switch(engine: Engine, request: Request) -> JSONResponse:
+    """PUT /__tapeproxy/cassette: a new current cassette or mode, and a new run."""
+    body = await _guarded_body(engine, request)
+    if isinstance(body, JSONResponse):
+        return body
     try:
         change = CassetteSwitch.model_validate(json.loads(body or b"{}"))
     except (ValueError, ValidationError) as exc:
@@ -132,12 +141,9 @@ def faults_now(engine: Engine) -> JSONResponse:
 
 async def put_faults(engine: Engine, request: Request) -> JSONResponse:
     """PUT /__tapeproxy/faults: the faults in force, and a new run of them."""
-    refused = refusal(request, engine.settings)
-    if refused is not None:
-        return refused
-    body = await capped_body(request, MAX_CONTROL_BODY)
-    if body is None:
-        return _error(413, "request_too_large", f"at most {MAX_CONTROL_BODY:,} bytes")
+    body = await _guarded_body(engine, request)
+    if isinstance(body, JSONResponse):
+        return body
     try:
         change = FaultsChange.model_validate(json.loads(body or b"{}"))
         engine.set_faults(change.faults)

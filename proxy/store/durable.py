@@ -15,16 +15,8 @@ def write_atomic(path: Path, data: bytes | Iterable[bytes], durable: bool = True
     exchange too large to hold). The temp name is one that `is_leftover` knows. Without
     `durable` there is no fsync at all: still renamed into place whole, but a power cut may
     lose the new file (or, on some file systems, leave it empty): for state that may be lost."""
-    fd, temp = create_temp(path)
+    temp = _written_aside(path, data, durable)
     try:
-        with open(fd, "wb", closefd=True) as handle:
-            for piece in [data] if isinstance(data, bytes) else data:
-                handle.write(piece)
-            handle.flush()
-            # The bytes and what reading them back needs (the size): a new file's times are
-            # not worth a second write to the disk's journal.
-            if durable:
-                datasync(handle.fileno())
         os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
@@ -39,13 +31,8 @@ def create_atomic(path: Path, data: bytes | Iterable[bytes]) -> bool:
     On a filesystem without hard links (FAT, exFAT, some network and FUSE mounts) the temp
     file is renamed into place when no file is there: still whole or not at all, though two
     processes creating the same file at the same instant may then both succeed."""
-    fd, temp = create_temp(path)
+    temp = _written_aside(path, data, durable=True)
     try:
-        with open(fd, "wb", closefd=True) as handle:
-            for piece in [data] if isinstance(data, bytes) else data:
-                handle.write(piece)
-            handle.flush()
-            datasync(handle.fileno())
         try:
             os.link(temp, path)
         except FileExistsError:
@@ -60,6 +47,25 @@ def create_atomic(path: Path, data: bytes | Iterable[bytes]) -> bool:
         Path(temp).unlink(missing_ok=True)
     fsync_folder(path.parent)
     return True
+
+
+def _written_aside(path: Path, data: bytes | Iterable[bytes], durable: bool) -> str:
+    """A temp file beside `path` holding `data`, synced when `durable`: its name. Nothing is
+    left behind when writing it fails."""
+    fd, temp = create_temp(path)
+    try:
+        with open(fd, "wb", closefd=True) as handle:
+            for piece in [data] if isinstance(data, bytes) else data:
+                handle.write(piece)
+            handle.flush()
+            # The bytes and what reading them back needs (the size): a new file's times are
+            # not worth a second write to the disk's journal.
+            if durable:
+                datasync(handle.fileno())
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    return temp
 
 
 # What link() answers on a filesystem that has no hard links.

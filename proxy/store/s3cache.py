@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from tapeproxy.store.durable import create_temp
+from tapeproxy.store.durable import write_atomic
 
 DIGEST = 64  # hex characters of the SHA-256 that heads each cached object
 
@@ -87,13 +87,7 @@ class ObjectCache:
         """Written aside and renamed (a reader sees the old entry or the new one), not
         synced: a torn entry is caught by its digest."""
         with contextlib.suppress(OSError):
-            fd, temp = create_temp(path)
-            try:
-                with open(fd, "wb", closefd=True) as handle:
-                    handle.writelines(pieces)
-                os.replace(temp, path)
-            except OSError:
-                Path(temp).unlink(missing_ok=True)
+            write_atomic(path, pieces, durable=False)
 
 
 def _hash(text: str) -> str:

@@ -1,5 +1,6 @@
 """create_app(settings): the engine, the ASGI front and the control API, and a lifespan that owns
-the upstream client (its aiohttp session, made in the running loop). Wiring only."""
+the upstream client (its aiohttp session, made in the running loop at the first request that
+goes upstream). Wiring only."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from tapeproxy.sources import load_tool_settings
 from tapeproxy.store import open_store
 from tapeproxy.store.protocol import CassetteStore
 from tapeproxy.tools.prices import load_prices
-from tapeproxy.upstream.client import AiohttpUpstream
+from tapeproxy.upstream.lazy import LazyUpstream
 from tapeproxy.viewer.app import Live, viewer_app
 
 log = logging.getLogger("tapeproxy")
@@ -48,7 +49,7 @@ class Server:
 
         @asynccontextmanager
         async def lifespan(app: Starlette) -> AsyncIterator[None]:
-            upstream = AiohttpUpstream(settings.connect_timeout, settings.read_timeout)
+            upstream = LazyUpstream(settings.connect_timeout, settings.read_timeout)
             engine.upstream = upstream
             try:
                 yield

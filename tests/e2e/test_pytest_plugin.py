@@ -386,3 +386,17 @@ def test_a_run_that_uses_no_tapeproxy_never_imports_its_server(project: pytest.P
     )
     result = project.runpytest_subprocess()
     result.assert_outcomes(passed=1)
+
+
+def test_a_replaying_server_never_imports_the_upstream_client(project: pytest.Pytester) -> None:
+    write_test(
+        project,
+        "import json, sys, urllib.request\n\n"
+        "def test_replaying(tapeproxy):\n"
+        "    with urllib.request.urlopen(tapeproxy.url + '/__tapeproxy/health') as answer:\n"
+        "        assert json.load(answer)['status'] == 'ok'\n"
+        "    assert 'tapeproxy.cli.background' in sys.modules, 'the server runs'\n"
+        "    assert 'aiohttp' not in sys.modules, 'made at the first request that goes live'\n",
+    )
+    result = project.runpytest_subprocess()
+    result.assert_outcomes(passed=1)

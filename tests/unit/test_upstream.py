@@ -15,6 +15,7 @@ import pytest
 
 from tapeproxy.errors import UpstreamCut, UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from tapeproxy.upstream.client import AiohttpResponse, AiohttpUpstream
+from tapeproxy.upstream.lazy import LazyUpstream
 from tapeproxy.upstream.protocol import Outbound
 from tests.support import closed_port
 
@@ -218,3 +219,33 @@ def test_ended_and_whole_say_when_the_answer_is_all_in() -> None:
             assert await body(inflated) == b'{"a": 1}' and not inflated.ended
 
     run(main)
+
+
+def test_the_lazy_client_is_made_once_by_concurrent_first_requests_and_closed_with_them() -> None:
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+        await writer.drain()
+
+    async def main() -> None:
+        lazy = LazyUpstream(5, 5)
+        async with server(answer) as url:
+            answers = await asyncio.gather(*(lazy.open(get(url + "/x")) for _ in range(5)))
+            made = lazy._client
+            assert made is not None
+            assert [await body(a) for a in answers] == [b"ok"] * 5  # type: ignore[arg-type]
+            await lazy.open(get(url + "/y"))
+            assert lazy._client is made, "one client for the server's life"
+        await lazy.close()
+        assert made._session.closed
+
+    asyncio.run(main())
+
+
+def test_a_lazy_client_never_asked_is_never_made() -> None:
+    async def main() -> None:
+        lazy = LazyUpstream(5, 5)
+        await lazy.close()
+        assert lazy._client is None
+
+    asyncio.run(main())

@@ -1,0 +1,48 @@
+"""The upstream client made when the first request goes upstream, not when the server starts:
+a replay-only run (most test suites, and every pytest worker that only replays) never
+imports aiohttp (~0.25 s here, most of it the TLS contexts aiohttp builds as it is imported)
+nor opens a session. The import runs in a worker thread, never on the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from tapeproxy.upstream.protocol import Outbound, UpstreamResponse
+
+if TYPE_CHECKING:
+    from tapeproxy.upstream.client import AiohttpUpstream
+
+
+class LazyUpstream:
+    """An `Upstream` that makes its AiohttpUpstream at its first `open`, in the running loop."""
+
+    def __init__(self, connect_timeout: float, read_timeout: float) -> None:
+        self._timeouts = (connect_timeout, read_timeout)
+        self._client: AiohttpUpstream | None = None
+        self._making = asyncio.Lock()
+        self._closed = False
+
+    async def open(self, request: Outbound) -> UpstreamResponse:
+        client = self._client or await self._make()
+        return await client.open(request)
+
+    async def _make(self) -> AiohttpUpstream:
+        async with self._making:  # concurrent first requests make one client
+            if self._client is None:
+                made = await asyncio.to_thread(_client_class)
+                self._client = made(*self._timeouts)
+                if self._closed:  # a request that raced the server's shutdown
+                    await self.close()
+        return self._client
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._client is not None:
+            await self._client.close()
+
+
+def _client_class() -> type[AiohttpUpstream]:
+    from tapeproxy.upstream.client import AiohttpUpstream
+
+    return AiohttpUpstream

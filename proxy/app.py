@@ -22,7 +22,7 @@ from tapeproxy.engine.core import Engine
 from tapeproxy.engine.stats import Snapshot
 from tapeproxy.errors import BadCassetteName, ConfigError
 from tapeproxy.providers import provider_table
-from tapeproxy.settings import Settings, is_loopback
+from tapeproxy.settings import Mode, Settings, is_loopback
 from tapeproxy.sources import load_tool_settings
 from tapeproxy.store import open_store
 from tapeproxy.store.protocol import CassetteStore
@@ -51,6 +51,8 @@ class Server:
         async def lifespan(app: Starlette) -> AsyncIterator[None]:
             upstream = LazyUpstream(settings.connect_timeout, settings.read_timeout)
             engine.upstream = upstream
+            if settings.mode is not Mode.REPLAY:  # it will go live: made now, not then
+                await upstream.make()
             try:
                 yield
                 self.final = await engine.close()

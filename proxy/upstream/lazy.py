@@ -24,10 +24,12 @@ class LazyUpstream:
         self._closed = False
 
     async def open(self, request: Outbound) -> UpstreamResponse:
-        client = self._client or await self._make()
+        client = self._client or await self.make()
         return await client.open(request)
 
-    async def _make(self) -> AiohttpUpstream:
+    async def make(self) -> AiohttpUpstream:
+        """The client, made now if it is not yet (a server that starts in a mode that goes
+        live makes it as it starts, so its first request waits for no import)."""
         async with self._making:  # concurrent first requests make one client
             if self._client is None:
                 made = await asyncio.to_thread(_client_class)

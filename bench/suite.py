@@ -5,7 +5,8 @@ and with no tool, in interleaved rounds, at -n 0 and -n 2, replaying and recordi
 gives the ms per test each tool adds over no tool (the median over rounds of the paired
 difference) and the issue-29 target.
 
-    .venv/bin/python bench/suite.py [--tests 200] [--rounds 5] [--workers 0,2] [--json FILE]
+    .venv/bin/python bench/suite.py [--tests 200] [--rounds 5] [--workers 0,2]
+                                    [--modes replay,record] [--json FILE]
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--tests", type=int, default=200, metavar="N", help="tests in the suite")
     parser.add_argument("--rounds", type=int, default=5, metavar="R", help="interleaved rounds")
     parser.add_argument("--workers", default="0,2", help="xdist workers to run at (0: no xdist)")
+    parser.add_argument("--modes", default="replay,record", help="replay, record or both")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the times as JSON")
     return parser.parse_args(argv)
 
@@ -87,7 +89,7 @@ def rounds(projects: list[Project], args: argparse.Namespace, fake_url: str) -> 
     for number in range(args.rounds):
         progress(started, f"round {number + 1} of {args.rounds}")
         turn = projects[number % len(projects) :] + projects[: number % len(projects)]
-        for mode in MODES:
+        for mode in [m for m in MODES if m in args.modes.split(",")]:
             for n in workers:
                 for project in turn:
                     took, output = run_once(project, mode, n, fake_url)

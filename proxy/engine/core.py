@@ -17,7 +17,7 @@ from tapeproxy.engine.hangup import Watch
 from tapeproxy.engine.inbound import Answer, Inbound, Live, Refuse, Serve
 from tapeproxy.engine.keeper import Keeper, Target
 from tapeproxy.engine.keyed import Current, Keyed, Keyer
-from tapeproxy.engine.plan import Action, Step, plan, stream_goes_live
+from tapeproxy.engine.plan import SERVES_RECORDINGS, Action, Step, plan, stream_goes_live
 from tapeproxy.engine.recorder import Recording
 from tapeproxy.engine.refusals import miss_report, out_of_order, refusal
 from tapeproxy.engine.relay import Relay
@@ -62,9 +62,9 @@ class Engine:
         self.named: set[str] = set()  # the cassettes a PUT named
         self.counters = Counters()
         self.keyer = Keyer(settings, providers, self.rules, self.scrubber)
-        self.runs = Runs(store, strict_order=settings.strict_order, live=self.keyer.live)
-        self.runs.watch(settings.cassette)
         self.replays = ReplayCache()
+        self.runs = Runs(store, self.replays, settings.strict_order, self.keyer.live)
+        self.runs.watch(settings.cassette)
         self.misses: deque[dict[str, Any]] = deque(maxlen=MAX_MISSES)
         self.upstream: Upstream | None = None  # set while the server runs
         self.faults = Faults(settings.fault, settings.fault_seed, store, self.counters)
@@ -79,7 +79,7 @@ class Engine:
             keyed = self.keyer.key(inbound, self.current)
             run = self.runs.loaded(keyed.cassette)
             if run is None:
-                run = await self.runs.get(keyed.cassette, keyed.mode is not Mode.RECORD)
+                run = await self.runs.get(keyed.cassette, keyed.mode in SERVES_RECORDINGS)
             if jsonrpc.standalone_stream(keyed.parts.method, inbound.header_map):
                 if not stream_goes_live(keyed.mode, keyed.runs_live, run.held):
                     return Serve(jsonrpc.NO_STREAM, 0, None)
@@ -126,20 +126,18 @@ class Engine:
             self.counters.misses += 1
             run.misses += 1
             raise wrong
-        replay = await self._replay(keyed, run, ordinal)
+        replay = await self._replay(keyed, ordinal)
         run.served.add((keyed.key, ordinal))
         self.counters.replayed += 1
         keyed.trace.log("replayed", replay.status)
         return Serve(replay, ordinal, keyed.timing)
 
-    async def _replay(self, keyed: Keyed, run: Run, ordinal: int) -> Replay:
+    async def _replay(self, keyed: Keyed, ordinal: int) -> Replay:
         cached = (keyed.cassette, keyed.key, ordinal)
-        replay = self.replays.get(cached)
-        if replay is None:  # read as the run began (a small cassette), else now
-            replay = run.ahead.pop((keyed.key, ordinal), None)
-            if replay is None:
-                exchange = await asyncio.to_thread(self.store.read, *cached)
-                replay = jsonrpc.ready(exchange, keyed.key)
+        replay = self.replays.get(cached)  # a small cassette's were read as its run began
+        if replay is None:
+            exchange = await asyncio.to_thread(self.store.read, *cached)
+            replay = jsonrpc.ready(exchange, keyed.key)
             self.replays.put(cached, replay)
         return jsonrpc.answer(replay, keyed.parts.body, keyed.inbound.header_map)
 
@@ -155,7 +153,7 @@ class Engine:
             if step.action is Action.REFUSE:
                 return await self._refuse(keyed, run, ask)
             if step.action is Action.SERVE and ordinal is not None:
-                answer = Serve(await self._replay(keyed, run, ordinal), ordinal, None)
+                answer = Serve(await self._replay(keyed, ordinal), ordinal, None)
             else:
                 answer = await self._forward(keyed, None)
         return self.faults.served(fault, answer, keyed, run)
@@ -292,7 +290,7 @@ class Engine:
         await self.keeper.close()
         self.replays.clear()
         for name in self.untouched():
-            replaying = bool(self.told[name] & {Mode.REPLAY, Mode.AUTO, Mode.ONCE})
+            replaying = bool(self.told[name] & SERVES_RECORDINGS)
             try:
                 await asyncio.to_thread(self.runs.ledger.untouched, name, replaying)
             except TapeproxyError as exc:

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 from tapeproxy.engine.matching import Recorded, pick_ordinal
 from tapeproxy.engine.misses import Candidate
-from tapeproxy.engine.replay import Replay
 from tapeproxy.settings import RepeatPolicy
 
 _ASKS = itertools.count(1)  # orders runs by their last request
@@ -52,8 +51,6 @@ class Run:
     # under way) ended: one run as far as the last-run note goes, see Ledger.finish.
     inherited: set[tuple[str, int]] = field(default_factory=set)
     faults: Counter[str] = field(default_factory=Counter)  # faults served in it, by kind
-    # A small cassette's recordings, read as the run began; each taken when first served.
-    ahead: dict[tuple[str, int], Replay] = field(default_factory=dict)
     note_dropped: bool = False  # the cassette's last-run note was removed at the first write
     # Writer threads number recordings (next_ordinal) while the event loop adds them (add):
     # one lock, shared like `pending`, around both.

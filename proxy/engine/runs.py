@@ -10,7 +10,7 @@ import threading
 from tapeproxy.engine import jsonrpc
 from tapeproxy.engine.ledger import Ledger
 from tapeproxy.engine.matching import Recorded
-from tapeproxy.engine.replay import Replay
+from tapeproxy.engine.replay import Replay, ReplayCache
 from tapeproxy.engine.run import Run
 from tapeproxy.engine.stats import RunSummary
 from tapeproxy.store.protocol import CassetteStore
@@ -67,9 +67,14 @@ class Runs:
     (its `ledger`) what the runs that ended left behind."""
 
     def __init__(
-        self, store: CassetteStore, strict_order: bool = False, live: frozenset[str] = frozenset()
+        self,
+        store: CassetteStore,
+        replays: ReplayCache | None = None,
+        strict_order: bool = False,
+        live: frozenset[str] = frozenset(),
     ) -> None:
         self._store = store
+        self._replays = ReplayCache() if replays is None else replays  # where reads ahead go
         self._strict_order = strict_order
         self.ledger = Ledger(store, live)
         self._runs: dict[str, Run] = {}
@@ -90,8 +95,8 @@ class Runs:
         return self._runs.get(cassette)
 
     async def get(self, cassette: str, read_ahead: bool = False) -> Run:
-        """The run of `cassette`, loaded if need be; `read_ahead` (a replaying mode) reads a
-        small cassette's recordings with its listing."""
+        """The run of `cassette`, loaded if need be; `read_ahead` (a mode that serves
+        recordings) puts a small cassette's into the replay cache as it loads."""
         self.touched.add(cassette)
         run = self._runs.get(cassette)
         if run is not None:
@@ -125,6 +130,8 @@ class Runs:
 
     async def _load(self, cassette: str, read_ahead: bool) -> Run:
         ordinals, ahead = await asyncio.to_thread(self._open, cassette, read_ahead)
+        for (key, ordinal), replay in ahead.items():
+            self._replays.put((cassette, key, ordinal), replay)
         order = None
         if self._strict_order:
             order = await asyncio.to_thread(self._recorded_order, cassette, ordinals)
@@ -140,7 +147,6 @@ class Runs:
                 numbering=numbering,
                 held=bool(ordinals),
                 inherited=self.ledger.inherited(cassette),
-                ahead=ahead,
             )
         return run
 
@@ -159,9 +165,10 @@ class Runs:
                 replay = jsonrpc.ready(self._store.read(cassette, key, ordinal), key)
             except Exception:  # read again when asked for, and its error told then
                 continue
-            if held + replay.size <= READ_AHEAD_BYTES:  # a large one is read when asked for
-                held += replay.size
-                ahead[(key, ordinal)] = replay
+            held += replay.size
+            if held > READ_AHEAD_BYTES:  # this one and the rest are read when asked for
+                break
+            ahead[(key, ordinal)] = replay
         return ordinals, ahead
 
     def _recorded_order(self, cassette: str, ordinals: dict[str, list[int]]) -> list[Recorded]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from tapeproxy.errors import UpstreamError
 from tapeproxy.upstream.protocol import Outbound, UpstreamResponse
 
 if TYPE_CHECKING:
@@ -24,8 +25,15 @@ class LazyUpstream:
         self._closed = False
 
     async def open(self, request: Outbound) -> UpstreamResponse:
-        client = self._client or await self.make()
+        client = self._client or await self._made_unless_closed()
+        if self._closed:  # a request that raced the server's shutdown
+            raise UpstreamError("tapeproxy is stopping: no request goes upstream now")
         return await client.open(request)
+
+    async def _made_unless_closed(self) -> AiohttpUpstream:
+        if self._closed:
+            raise UpstreamError("tapeproxy is stopping: no request goes upstream now")
+        return await self.make()
 
     async def make(self) -> AiohttpUpstream:
         """The client, made now if it is not yet (a server that starts in a mode that goes
@@ -34,8 +42,8 @@ class LazyUpstream:
             if self._client is None:
                 made = await asyncio.to_thread(_client_class)
                 self._client = made(*self._timeouts)
-                if self._closed:  # a request that raced the server's shutdown
-                    await self.close()
+                if self._closed:  # made as the server stopped: closed at once
+                    await self._client.close()
         return self._client
 
     async def close(self) -> None:

@@ -177,13 +177,18 @@ def test_a_small_cassette_is_read_ahead_as_its_run_begins_and_a_large_one_is_not
     store.write("big", stored("openai", TOOL))
     (tmp_path / "small" / f"{keys[2]}.json").write_text("{ torn")  # read when asked: its error
 
-    async def ahead(cassette: str, read_ahead: bool = True) -> set[tuple[str, int]]:
-        return set((await Runs(store).get(cassette, read_ahead)).ahead)
+    def ahead(cassette: str, read_ahead: bool = True) -> ReplayCache:
+        cache = ReplayCache()
+        asyncio.run(Runs(store, cache).get(cassette, read_ahead))
+        return cache
 
-    assert asyncio.run(ahead("small")) == {(keys[0], 1), (keys[1], 1)}
-    assert asyncio.run(ahead("small", read_ahead=False)) == set(), "record mode reads nothing"
-    assert asyncio.run(ahead("large")) == set(), f"over {READ_AHEAD} recordings: read as asked"
-    assert asyncio.run(ahead("big")) == {(TOOL, 1)}, "never more than READ_AHEAD_BYTES held"
-    run = asyncio.run(Runs(store).get("small", read_ahead=True))
-    expected = jsonrpc.ready(store.read("small", keys[0], 1), keys[0])
-    assert run.ahead[(keys[0], 1)] == expected
+    small = ahead("small")
+    assert small.get(("small", keys[0], 1)) == jsonrpc.ready(
+        store.read("small", keys[0], 1), keys[0]
+    )
+    assert small.get(("small", keys[1], 1)) is not None
+    assert small.get(("small", keys[2], 1)) is None, "unreadable: read (and refused) when asked"
+    assert ahead("small", read_ahead=False).size == 0, "record mode reads nothing ahead"
+    assert ahead("large").size == 0, f"over {READ_AHEAD} recordings: each read when asked for"
+    held = ahead("big")
+    assert held.get(("big", MODEL, 1)) is None and held.size <= READ_AHEAD_BYTES

@@ -249,3 +249,14 @@ def test_a_lazy_client_never_asked_is_never_made() -> None:
         assert lazy._client is None
 
     asyncio.run(main())
+
+
+def test_a_request_that_races_the_servers_shutdown_gets_a_clear_error() -> None:
+    async def main() -> None:
+        lazy = LazyUpstream(5, 5)
+        await lazy.close()
+        with pytest.raises(UpstreamError, match="stopping"):
+            await lazy.open(get("http://127.0.0.1:9/x"))
+        assert lazy._client is None, "no client made for a server that has stopped"
+
+    asyncio.run(main())

@@ -1,6 +1,6 @@
 """create_app(settings): the engine, the ASGI front and the control API, and a lifespan that owns
-the upstream client (its aiohttp session, made in the running loop at the first request that
-goes upstream). Wiring only."""
+the upstream client (its aiohttp session, made in the running loop: as the server starts in a
+mode that goes live, else at the first request that goes upstream). Wiring only."""
 
 from __future__ import annotations
 

@@ -28,9 +28,10 @@ class Step:
     anew: bool = False
 
 
-# The steps plan() gives, built once: it runs for every request.
 # The modes that serve recordings (and so read them): not record, not passthrough.
 SERVES_RECORDINGS = frozenset({Mode.REPLAY, Mode.AUTO, Mode.ONCE})
+
+# The steps plan() gives, built once: it runs for every request.
 SERVE = Step(Action.SERVE)
 REFUSE = Step(Action.REFUSE)
 FORWARD = Step(Action.FORWARD)

@@ -103,10 +103,10 @@ def test_the_library_leads_to_an_exchange_shown_as_a_conversation(browser: Any, 
     names = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#library a.cassette")]
     assert {"example", "examples/python-agent", "examples/anthropic-agent"} <= set(names)
     shot(browser, "library")
-    browser.find_element(By.LINK_TEXT, "example").click()
+    click_and_wait(browser, browser.find_element(By.LINK_TEXT, "example"), "#exchanges")
     links = browser.find_elements(By.CSS_SELECTOR, "#exchanges a.exchange")
     assert len(links) == 3
-    next(a for a in links if OPENAI in a.get_attribute("href")).click()
+    click_and_wait(browser, next(a for a in links if OPENAI in a.get_attribute("href")), "#answer")
     conversation = browser.find_element(By.ID, "conversation").text
     answer = browser.find_element(By.ID, "answer").text
     assert "What is the capital of France?" in conversation
@@ -124,11 +124,20 @@ def test_the_diff_page_highlights_the_changed_field(browser: Any, view: View) ->
     browser.get(view.url)
     Select(browser.find_element(By.NAME, "a")).select_by_visible_text("example")
     Select(browser.find_element(By.NAME, "b")).select_by_visible_text("example-xss")
-    browser.find_element(By.CSS_SELECTOR, "form.compare button").click()
+    click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "form.compare button"), "#diff")
     marked = [m.text for m in browser.find_elements(By.CSS_SELECTOR, "#diff mark")]
     assert "response.body.choices[0].message.content" in marked
     assert "echo: What is the capital of France?" in browser.find_element(By.ID, "diff").text
     shot(browser, "diff")
+
+
+def click_and_wait(browser: Any, element: Any, arrived: str) -> None:
+    """Click a link or button that loads another page, and wait for that page: a click does
+    not always wait for the navigation it starts (a form's submit, on a busy machine)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    element.click()
+    WebDriverWait(browser, 20).until(lambda b: b.find_elements(By.CSS_SELECTOR, arrived))
 
 
 def test_a_recorded_answer_with_markup_runs_nothing_and_shows_as_text(

@@ -4,8 +4,9 @@ mode that goes live, else at the first request that goes upstream). Wiring only.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
@@ -26,9 +27,7 @@ from tapeproxy.settings import Mode, Settings, is_loopback
 from tapeproxy.sources import load_tool_settings
 from tapeproxy.store import open_store
 from tapeproxy.store.protocol import CassetteStore
-from tapeproxy.tools.prices import load_prices
 from tapeproxy.upstream.lazy import LazyUpstream
-from tapeproxy.viewer.app import Live, viewer_app
 
 log = logging.getLogger("tapeproxy")
 
@@ -98,26 +97,52 @@ UI = CONTROL_PREFIX + "ui"
 
 def ui_routes(engine: Engine, settings: Settings) -> list[BaseRoute]:
     """The cassette viewer at /__tapeproxy/ui/, with this server's misses, refreshed as its
-    exchanges happen; guarded off loopback as the control API is."""
-    try:
-        prices = load_prices(load_tool_settings({}).prices)
-    except ConfigError as exc:
-        log.warning("the page at %s/ shows the shipped prices: %s", UI, exc.message)
-        prices = load_prices()
+    exchanges happen; guarded off loopback as the control API is. Built at its first request
+    (`Later`): a server whose page no one opens never imports it."""
 
-    def stamp() -> int:
-        c = engine.counters
-        return c.upstream_calls + c.replayed + c.recorded + c.misses + c.errors
+    def page() -> ASGIApp:
+        from tapeproxy.tools.prices import load_prices
+        from tapeproxy.viewer.app import Live, viewer_app
 
-    live = Live(misses=lambda: list(engine.misses), stamp=stamp)
-    # Open without a token on a loopback server: then only for a Host of this machine.
-    local_only = is_loopback(settings.host) and settings.admin_token is None
-    page = OffLoopback(viewer_app(engine.store, prices, live, local_only), settings)
+        try:
+            prices = load_prices(load_tool_settings({}).prices)
+        except ConfigError as exc:
+            log.warning("the page at %s/ shows the shipped prices: %s", UI, exc.message)
+            prices = load_prices()
+
+        def stamp() -> int:
+            c = engine.counters
+            return c.upstream_calls + c.replayed + c.recorded + c.misses + c.errors
+
+        live = Live(misses=lambda: list(engine.misses), stamp=stamp)
+        # Open without a token on a loopback server: then only for a Host of this machine.
+        local_only = is_loopback(settings.host) and settings.admin_token is None
+        return viewer_app(engine.store, prices, live, local_only)
 
     async def slash(request: Request) -> Response:
         return RedirectResponse(UI + "/")
 
-    return [Route(UI, slash), Mount(UI, app=page)]
+    return [Route(UI, slash), Mount(UI, app=OffLoopback(Later(page), settings))]
+
+
+class Later:
+    """An ASGI app made by `build` at its first request, in a worker thread (the import of
+    the viewer and Jinja2, ~80 ms here, and the read of the prices): every pytest worker
+    starts a server, and few servers' pages are ever opened."""
+
+    def __init__(self, build: Callable[[], ASGIApp]) -> None:
+        self._build = build
+        self._app: ASGIApp | None = None
+        self._making = asyncio.Lock()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        app = self._app
+        if app is None:
+            async with self._making:  # concurrent first requests build it once
+                if self._app is None:
+                    self._app = await asyncio.to_thread(self._build)
+                app = self._app
+        await app(scope, receive, send)
 
 
 def create_app(settings: Settings) -> ASGIApp:

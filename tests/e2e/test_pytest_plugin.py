@@ -388,6 +388,20 @@ def test_a_run_that_uses_no_tapeproxy_never_imports_its_server(project: pytest.P
     result.assert_outcomes(passed=1)
 
 
+def test_a_server_builds_its_page_at_the_first_request_for_it(project: pytest.Pytester) -> None:
+    write_test(
+        project,
+        "import sys, urllib.request\n\n"
+        "def test_page(tapeproxy):\n"
+        "    assert 'jinja2' not in sys.modules, 'no one asked for the page yet'\n"
+        "    with urllib.request.urlopen(tapeproxy.url + '/__tapeproxy/ui/') as answer:\n"
+        "        assert answer.status == 200 and b'</html>' in answer.read()\n"
+        "    assert 'tapeproxy.viewer.app' in sys.modules\n",
+    )
+    result = project.runpytest_subprocess()
+    result.assert_outcomes(passed=1)
+
+
 def test_a_replaying_server_never_imports_the_upstream_client(project: pytest.Pytester) -> None:
     write_test(
         project,

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tapeproxy.cli.pytest_session import DEFAULT_CASSETTES, PLUGIN, WATCH, Plugin, Tape
+from tapeproxy.cli.pytest_session import DEFAULT_CASSETTES, PLUGIN, WATCH, Plugin
+from tapeproxy.cli.pytest_tape import Tape
 from tapeproxy.settings import Mode
 
 BASE_URL_VARIABLES = {"OPENAI_BASE_URL": "openai", "ANTHROPIC_BASE_URL": "anthropic"}

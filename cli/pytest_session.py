@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tapeproxy.cli.pytest_clock import SPENT, Clock
+from tapeproxy.cli.pytest_tape import Tape
 from tapeproxy.cli.pytest_usage import USAGE, write_usage
+from tapeproxy.engine.plan import SERVES_RECORDINGS
 from tapeproxy.engine.stats import RunSummary
-from tapeproxy.errors import BadCassetteName, BadFault, ConfigError
+from tapeproxy.errors import BadCassetteName, BadFault, ConfigError, TapeproxyError
 from tapeproxy.faults.spec import parse_faults
 from tapeproxy.settings import Mode, Settings, env_name
 from tapeproxy.sources import DEFAULT_CONFIG_FILE, load_settings
@@ -25,36 +27,12 @@ from tapeproxy.store.names import cassette_for_test, check_cassette_name
 
 if TYPE_CHECKING:
     from tapeproxy.cli.background import BackgroundServer
+    from tapeproxy.engine.core import Engine
     from tapeproxy.engine.run import Run
+    from tapeproxy.engine.runs import Opened
 
 DEFAULT_CASSETTES = "tests/cassettes"
-SDK_PATHS = {"openai": "/v1"}  # what an SDK's base URL adds after the upstream's prefix
 MISSES_SHOWN = 5
-
-
-@dataclass(frozen=True)
-class Tape:
-    """What the `tapeproxy` fixture gives a test: the server's URL and this test's cassette."""
-
-    url: str
-    cassette: str
-    mode: Mode
-    cassettes: str  # the library: a folder, or a URL
-    upstreams: tuple[str, ...]
-    where: str  # the cassette's place, as its store names it: a folder, or a URL
-
-    def base_url(self, upstream: str) -> str:
-        """The base URL an SDK of `upstream` takes: `.../openai/v1`, `.../anthropic`, ..."""
-        if upstream not in self.upstreams:
-            raise ValueError(
-                f"no upstream named {upstream!r}; known upstreams: {', '.join(self.upstreams)}"
-            )
-        return f"{self.url}/{upstream}{SDK_PATHS.get(upstream, '')}"
-
-    @property
-    def path(self) -> Path:
-        """The cassette's folder (in a folder library; `where` names the place in any)."""
-        return Path(self.where)
 
 
 @dataclass
@@ -129,9 +107,10 @@ class Plugin:
         server = self.server
         engine = server.engine
         faults = self._faults(item, engine.settings.fault)
+        opened = self._open(engine, cassette, mode)
 
         async def switch() -> int:
-            await engine.switch(cassette, mode)
+            await engine.switch(cassette, mode, opened)
             engine.set_faults(faults)  # a new run of faults with every test
             return engine.counters.misses
 
@@ -142,6 +121,16 @@ class Plugin:
         )
         watch = item.stash[WATCH] = Watch(tape, misses, own=own)
         return watch
+
+    @staticmethod
+    def _open(engine: Engine, cassette: str, mode: Mode) -> Opened | None:
+        """What the test's run starts from, read in this thread, which waits anyway: its first
+        request then waits for no trip to a worker thread. If it cannot be read, the first
+        request reads it and the test gets the error the way a client would."""
+        try:
+            return engine.runs.open(cassette, mode in SERVES_RECORDINGS)
+        except (TapeproxyError, OSError):
+            return None
 
     def _choose(self, item: pytest.Item) -> tuple[str, Mode, bool]:
         """The test's cassette and mode, and whether the cassette is its own (not one a

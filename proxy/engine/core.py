@@ -23,7 +23,7 @@ from tapeproxy.engine.refusals import miss_report, out_of_order, refusal
 from tapeproxy.engine.relay import Relay
 from tapeproxy.engine.replay import Replay, ReplayCache
 from tapeproxy.engine.run import Run
-from tapeproxy.engine.runs import Runs
+from tapeproxy.engine.runs import Opened, Runs
 from tapeproxy.engine.spool import Spool
 from tapeproxy.engine.stats import Counters, RunSummary, Snapshot
 from tapeproxy.errors import ClientGone, TapeproxyError, UpstreamError
@@ -216,12 +216,14 @@ class Engine:
         relay = Relay(answer, recording, watch, self.settings.read_timeout)
         return Live(answer.status, raw, relay, held=recording.writes and answer.whole)
 
-    async def switch(self, cassette: str | None, mode: Mode | None) -> None:
+    async def switch(
+        self, cassette: str | None, mode: Mode | None, opened: Opened | None = None
+    ) -> None:
         """Make `cassette` and `mode` current (None keeps either). It ends the run of the
-        cassette it leaves and starts a new one of the cassette it names: replay positions and
-        used/unused accounting start afresh. A new mode starts a new run of every cassette
-        (those picked by header too), since a run does not carry from one mode into another;
-        otherwise other clients' header-picked runs are left alone."""
+        cassette it leaves and starts a new one of the one it names (from `opened`, if given:
+        see Runs.open): replay positions and used/unused accounting start afresh. A new mode
+        starts a new run of every cassette (those picked by header too), since a run does not
+        carry from one mode into another; other clients' header-picked runs are left alone."""
         before = self.current.cassette
         if cassette is not None:
             self.current.cassette = check_cassette_name(cassette)
@@ -238,6 +240,8 @@ class Engine:
         await (self.runs.restart_all if new_mode else self.runs.restart)(*names)
         self.replays.clear()  # another tapeproxy may have re-recorded what the new runs read
         self.faults.restart()
+        if opened is not None and opened.cassette == self.current.cassette:
+            self.runs.offer(opened)
 
     def set_faults(self, specs: list[str]) -> None:
         """A new run of faults, of `specs` (BadFault, and nothing changed, for a bad one)."""
@@ -262,9 +266,7 @@ class Engine:
     async def snapshot(self) -> Snapshot:
         runs = await self.runs.summaries()
         return Snapshot(
-            counters=Counters(
-                **{**vars(self.counters), "faults_by_kind": dict(self.counters.faults_by_kind)}
-            ),
+            counters=self.counters.copy(),
             cassette=self.current.cassette,
             mode=self.current.mode.value,
             runs=runs,

@@ -95,6 +95,7 @@ class ReplayCache:
     def __init__(self, limit: int = REPLAY_CACHE_BYTES) -> None:
         self.limit = limit
         self.size = 0
+        self.discards = 0  # recordings written since start (see Runs.open)
         self._entries: OrderedDict[CacheKey, tuple[Replay, int]] = OrderedDict()
 
     def get(self, key: CacheKey) -> Replay | None:
@@ -105,7 +106,7 @@ class ReplayCache:
         return entry[0]
 
     def put(self, key: CacheKey, replay: Replay) -> None:
-        self.discard(key)
+        self._drop(key)
         size = replay.size
         if size > self.limit // 8:
             return  # one huge answer would evict everything else; read it from disk each time
@@ -116,6 +117,11 @@ class ReplayCache:
             self.size -= evicted
 
     def discard(self, key: CacheKey) -> None:
+        """Forget `key`'s recording: one was just written there (counted)."""
+        self.discards += 1
+        self._drop(key)
+
+    def _drop(self, key: CacheKey) -> None:
         entry = self._entries.pop(key, None)
         if entry is not None:
             self.size -= entry[1]

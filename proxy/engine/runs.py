@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from dataclasses import dataclass
 
 from tapeproxy.engine import jsonrpc
 from tapeproxy.engine.ledger import Ledger
@@ -13,6 +14,7 @@ from tapeproxy.engine.matching import Recorded
 from tapeproxy.engine.replay import Replay, ReplayCache
 from tapeproxy.engine.run import Run
 from tapeproxy.engine.stats import RunSummary
+from tapeproxy.exchange.model import Exchange
 from tapeproxy.store.protocol import CassetteStore
 
 # A cassette of at most READ_AHEAD recordings (a test's) is read whole as its run begins, in
@@ -62,6 +64,18 @@ class Touched:
         return self._any
 
 
+@dataclass(frozen=True)
+class Opened:
+    """What a new run of a cassette starts from (see `Runs.open`). `discards`: the replay
+    cache's count of recordings written over when it was read."""
+
+    cassette: str
+    ordinals: dict[str, list[int]]
+    ahead: dict[tuple[str, int], Replay]
+    order: list[Recorded] | None
+    discards: int
+
+
 class Runs:
     """The runs of every cassette touched since start, loaded lazily off the event loop, and
     (its `ledger`) what the runs that ended left behind."""
@@ -81,6 +95,7 @@ class Runs:
         self._loading: dict[str, asyncio.Task[Run]] = {}
         self._pending: dict[str, dict[str, set[int]]] = {}  # per cassette, see Run.pending
         self._numbering: dict[str, threading.Lock] = {}  # per cassette, see Run.numbering
+        self._offered: Opened | None = None  # see `offer`
         self.touched = Touched()  # which told cassettes a request reached since start
 
     def watch(self, cassette: str) -> None:
@@ -102,6 +117,10 @@ class Runs:
         if run is not None:
             return run
         task = self._loading.get(cassette)
+        if task is None and (offered := self._take_offer(cassette)) is not None:
+            run = self._begin(offered)
+            await self._end_idle(keep=run)
+            return run
         if task is None:
             task = asyncio.create_task(self._load(cassette, read_ahead))
             self._loading[cassette] = task
@@ -129,54 +148,81 @@ class Runs:
             await self._end([idle], carry=True)
 
     async def _load(self, cassette: str, read_ahead: bool) -> Run:
-        ordinals, ahead = await asyncio.to_thread(self._open, cassette, read_ahead)
-        for (key, ordinal), replay in ahead.items():
-            self._replays.put((cassette, key, ordinal), replay)
-        order = None
-        if self._strict_order:
-            order = await asyncio.to_thread(self._recorded_order, cassette, ordinals)
+        return self._begin(await asyncio.to_thread(self.open, cassette, read_ahead))
+
+    def open(self, cassette: str, read_ahead: bool = False) -> Opened:
+        """What a new run of `cassette` starts from: its recordings (key -> ordinals); for a
+        small one with `read_ahead`, each made ready to send; with --strict-order, the order
+        they were recorded in (the files read ahead are not read again). One that cannot be
+        read ahead is left to be read when asked for: its error then. Blocking: the pytest
+        plugin calls it from its own thread, which waits anyway, and `offer`s what it gives."""
+        discards = self._replays.discards
+        ordinals = self._store.entries(cassette)
+        ahead: dict[tuple[str, int], Replay] = {}
+        read: dict[tuple[str, int], Exchange] = {}
+        if read_ahead and sum(map(len, ordinals.values())) <= READ_AHEAD:
+            held = 0
+            for key, ordinal in ((k, o) for k, numbers in ordinals.items() for o in numbers):
+                try:
+                    exchange = self._store.read(cassette, key, ordinal)
+                    replay = jsonrpc.ready(exchange, key)
+                except Exception:  # read again when asked for, and its error told then
+                    continue
+                held += replay.size
+                if held > READ_AHEAD_BYTES:  # this one and the rest are read when asked for
+                    break
+                ahead[(key, ordinal)] = replay
+                read[(key, ordinal)] = exchange
+        order = self._recorded_order(cassette, ordinals, read) if self._strict_order else None
+        return Opened(cassette, ordinals, ahead, order, discards)
+
+    def offer(self, opened: Opened) -> None:
+        """Keep what `open` gave for the next run of its cassette: its first request starts
+        the run from it, with no trip off the event loop. Only the latest is kept, and only
+        while no recording is written (then the cassette is listed again)."""
+        self._offered = opened
+
+    def _take_offer(self, cassette: str) -> Opened | None:
+        offered = self._offered
+        if offered is None or offered.cassette != cassette:
+            return None
+        self._offered = None
+        return offered if offered.discards == self._replays.discards else None
+
+    def _begin(self, opened: Opened) -> Run:
+        cassette = opened.cassette
+        # What was read ahead goes to the replay cache, unless a recording was written since
+        # (the keeper discards the one it replaced): then it is read again when asked for.
+        if self._replays.discards == opened.discards:
+            for (key, ordinal), replay in opened.ahead.items():
+                self._replays.put((cassette, key, ordinal), replay)
         pending = self._pending.setdefault(cassette, {})
         numbering = self._numbering.setdefault(cassette, threading.Lock())
         run = self._runs.get(cassette)
         if run is None:
             run = self._runs[cassette] = Run(
                 cassette,
-                ordinals,
-                order=order,
+                opened.ordinals,
+                order=opened.order,
                 pending=pending,
                 numbering=numbering,
-                held=bool(ordinals),
+                held=bool(opened.ordinals),
                 inherited=self.ledger.inherited(cassette),
             )
         return run
 
-    def _open(
-        self, cassette: str, read_ahead: bool
-    ) -> tuple[dict[str, list[int]], dict[tuple[str, int], Replay]]:
-        """The cassette's recordings (key -> ordinals) and, for a small one, each made ready
-        to send. One that cannot be read is left to be read when asked for: its error then."""
-        ordinals = self._store.entries(cassette)
-        ahead: dict[tuple[str, int], Replay] = {}
-        if not read_ahead or sum(map(len, ordinals.values())) > READ_AHEAD:
-            return ordinals, ahead
-        held = 0
-        for key, ordinal in ((k, o) for k, numbers in ordinals.items() for o in numbers):
-            try:
-                replay = jsonrpc.ready(self._store.read(cassette, key, ordinal), key)
-            except Exception:  # read again when asked for, and its error told then
-                continue
-            held += replay.size
-            if held > READ_AHEAD_BYTES:  # this one and the rest are read when asked for
-                break
-            ahead[(key, ordinal)] = replay
-        return ordinals, ahead
-
-    def _recorded_order(self, cassette: str, ordinals: dict[str, list[int]]) -> list[Recorded]:
-        """Every recording by its position in the recording run (reads every file once)."""
+    def _recorded_order(
+        self,
+        cassette: str,
+        ordinals: dict[str, list[int]],
+        read: dict[tuple[str, int], Exchange],
+    ) -> list[Recorded]:
+        """Every recording by its position in the recording run (each file not `read` is
+        read once)."""
         placed = []
         for key, numbers in ordinals.items():
             for ordinal in numbers:
-                exchange = self._store.read(cassette, key, ordinal)
+                exchange = read.get((key, ordinal)) or self._store.read(cassette, key, ordinal)
                 request = exchange.request
                 summary = f"{request.method} {request.upstream} {request.path}"
                 placed.append((exchange.seq, Recorded(key, ordinal, request.upstream, summary)))
@@ -185,19 +231,21 @@ class Runs:
 
     async def restart(self, *cassettes: str) -> None:
         """End these cassettes' runs: the next request to one reloads it and starts afresh."""
+        for name in cassettes:
+            self._take_offer(name)
         await self._end([run for name in cassettes if (run := self._runs.pop(name, None))])
 
     async def restart_all(self, *named: str) -> None:
         """End every run (a new mode). Only the runs of the `named` cassettes are over for
         `tapeproxy prune`: each other one (picked by header, its client never asked for this)
         leaves no note, and the next run of its cassette carries on from what it used."""
-        runs, self._runs = list(self._runs.values()), {}
+        runs, self._runs, self._offered = list(self._runs.values()), {}, None
         await self._end([run for run in runs if run.cassette in named])
         await self._end([run for run in runs if run.cassette not in named], carry=True)
 
     async def end_all(self) -> None:
         """End every run for good (the server stops): each leaves its note."""
-        runs, self._runs = list(self._runs.values()), {}
+        runs, self._runs, self._offered = list(self._runs.values()), {}, None
         await self._end(runs)
 
     async def _end(self, runs: list[Run], carry: bool = False) -> None:
@@ -209,6 +257,7 @@ class Runs:
         """End the run of `cassette`, if it has one: the run, settled (no recording of it
         still being written), for `close` to close off the event loop. The next request to
         the cassette starts a new run."""
+        self._take_offer(cassette)
         run = self._runs.pop(cassette, None)
         if run is not None:
             await run.settle()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from tapeproxy.logs import fast_info
@@ -28,6 +28,9 @@ class Counters:
     bombs: int = 0  # compressed answers cut past the inflation caps, not recorded (in errors)
     faults: int = 0  # answers a fault stood in for or spoiled (tapeproxy.faults)
     faults_by_kind: dict[str, int] = field(default_factory=dict)
+
+    def copy(self) -> Counters:
+        return replace(self, faults_by_kind=dict(self.faults_by_kind))
 
 
 @dataclass(frozen=True)

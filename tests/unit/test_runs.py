@@ -192,3 +192,78 @@ def test_a_small_cassette_is_read_ahead_as_its_run_begins_and_a_large_one_is_not
     assert ahead("large").size == 0, f"over {READ_AHEAD} recordings: each read when asked for"
     held = ahead("big")
     assert held.get(("big", MODEL, 1)) is None and held.size <= READ_AHEAD_BYTES
+
+
+class CountingStore(FileStore):
+    """A folder store that counts its reads."""
+
+    reads = 0
+
+    def read(self, cassette: str, key: str, ordinal: int) -> Exchange:
+        self.reads += 1
+        return super().read(cassette, key, ordinal)
+
+
+def test_a_run_opened_in_another_thread_starts_whole_and_its_requests_read_nothing(
+    tmp_path: Path,
+) -> None:
+    store = CountingStore(tmp_path)
+    store.write("c", stored("openai", MODEL))
+    store.write("c", stored("openai", TOOL))
+    cache = ReplayCache()
+    runs = Runs(store, cache, strict_order=True)
+    opened = runs.open("c", read_ahead=True)  # the pytest plugin's thread, off the loop
+    assert store.reads == 2, "each file read once, for the read-ahead and the order both"
+    runs.offer(opened)
+    assert runs.loaded("c") is None, "no run until a request reaches the cassette"
+
+    store.reads = 0
+    run = asyncio.run(runs.get("c", read_ahead=True))
+    assert store.reads == 0 and run.ordinals == {MODEL: [1], TOOL: [1]}
+    assert [recorded.key for recorded in run.order or []] == [MODEL, TOOL]
+    assert cache.get(("c", MODEL, 1)) is not None and cache.get(("c", TOOL, 1)) is not None
+
+
+def test_an_offer_is_dropped_once_a_recording_is_written_and_the_cassette_listed_again(
+    tmp_path: Path,
+) -> None:
+    store = FileStore(tmp_path)
+    store.write("c", stored("openai", MODEL))
+    cache = ReplayCache()
+    runs = Runs(store, cache)
+    runs.offer(runs.open("c", read_ahead=True))
+    store.write("c", stored("openai", TOOL))  # the keeper wrote a recording since
+    cache.discard(("c", TOOL, 1))
+    run = asyncio.run(runs.get("c", read_ahead=True))
+    assert run.ordinals == {MODEL: [1], TOOL: [1]}, "listed again, the new recording in it"
+
+
+def test_what_a_thread_read_ahead_is_not_cached_if_a_recording_was_written_meanwhile(
+    tmp_path: Path,
+) -> None:
+    cache = ReplayCache()
+
+    class WrittenAsRead(FileStore):
+        def read(self, cassette: str, key: str, ordinal: int) -> Exchange:
+            cache.discard((cassette, key, ordinal))  # the keeper writes it as it is read
+            return super().read(cassette, key, ordinal)
+
+    store = WrittenAsRead(tmp_path)
+    store.write("c", stored("openai", MODEL))
+    asyncio.run(Runs(store, cache).get("c", read_ahead=True))
+    assert cache.get(("c", MODEL, 1)) is None, "read again when asked for, not the stale one"
+
+
+def test_an_offer_ends_with_the_run_it_was_for(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    store.write("c", stored("openai", MODEL))
+    runs = Runs(store, ReplayCache())
+
+    async def scenario() -> tuple[Run | None, Run]:
+        runs.offer(runs.open("c"))
+        taken = await runs.take("c")  # a test that made no request: no run, nor an offer left
+        store.write("c", stored("openai", TOOL))
+        return taken, await runs.get("c")
+
+    taken, run = asyncio.run(scenario())
+    assert taken is None and run.ordinals == {MODEL: [1], TOOL: [1]}

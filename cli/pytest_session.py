@@ -3,6 +3,7 @@ test's run of its cassette and mode, and what the run came to (misses, unused re
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections import Counter
@@ -15,7 +16,7 @@ import pytest
 
 from tapeproxy.cli.pytest_clock import SPENT, Clock
 from tapeproxy.cli.pytest_tape import Tape
-from tapeproxy.cli.pytest_usage import USAGE, write_usage
+from tapeproxy.cli.pytest_usage import USAGE, WORKER_LINES, usage_lines, write_usage
 from tapeproxy.engine.plan import SERVES_RECORDINGS
 from tapeproxy.engine.stats import RunSummary
 from tapeproxy.errors import BadCassetteName, BadFault, ConfigError, TapeproxyError
@@ -72,6 +73,7 @@ class Plugin:
         self.fail_on_unused: bool = config.getoption("tapeproxy_fail_on_unused")
         self.tally: Counter[str] = Counter()
         self.usage: dict[str, str] = {}  # node id -> its cassette, for tokens and cost
+        self.lines: dict[str, str] = {}  # cassette -> its tokens and cost, from xdist workers
         self.clock = Clock()  # the time the plugin took, measured
         self._prefix = self._library_prefix()  # a path resolved once, not per test
         self._server: BackgroundServer | None = None
@@ -281,8 +283,16 @@ class Plugin:
                 f"tapeproxy: {counts['replayed']} replayed, {counts['recorded']} recorded, "
                 f"{counts['missed']} missed (cassettes in {self.cassettes})"
             )
-        write_usage(terminalreporter, self.cassettes, self.usage)
+        write_usage(terminalreporter, self.cassettes, self.usage, self.lines)
         self.clock.write(terminalreporter)
 
     def pytest_sessionfinish(self) -> None:
         self.stop()
+        output = getattr(self.config, "workeroutput", None)  # an xdist worker's, to send
+        if output is not None and self.usage:
+            with contextlib.suppress(TapeproxyError):  # the controller tells it
+                output[WORKER_LINES] = usage_lines(self.cassettes, set(self.usage.values()))
+
+    @pytest.hookimpl(optionalhook=True)  # pytest-xdist's: a worker finished
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        self.lines.update(getattr(node, "workeroutput", {}).get(WORKER_LINES, {}))

@@ -367,12 +367,21 @@ def test_xdist_workers_each_run_their_own_server(
     first.assert_outcomes(passed=5)
     first.stdout.fnmatch_lines(["tapeproxy: 0 replayed, 5 recorded, 0 missed*"])
     fake.stop()
+    project.makeconftest(
+        "import sys\n\n"
+        "def pytest_unconfigure(config):\n"
+        "    if not hasattr(config, 'workerinput'):  # the controller\n"
+        "        read = 'tapeproxy.tools.listing' in sys.modules\n"
+        "        (config.rootpath / 'controller-read.txt').write_text(str(read))\n"
+    )
 
     second = project.runpytest_subprocess("-p", "xdist", "-n", "2")
     second.assert_outcomes(passed=5)
     second.stdout.fnmatch_lines(["tapeproxy: 5 replayed, 0 recorded, 0 missed*"])
     second.stdout.fnmatch_lines(["  *test_chat.py::test_3: ? in / ? out, $*"])  # from a worker
     second.stdout.fnmatch_lines(["tapeproxy: the plugin added * 5 test(s)*"])  # all workers'
+    # Each worker read its tests' cassettes for tokens and cost; the controller read none.
+    assert (project.path / "controller-read.txt").read_text() == "False"
 
 
 def test_a_run_that_uses_no_tapeproxy_never_imports_its_server(project: pytest.Pytester) -> None:

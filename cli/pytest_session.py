@@ -290,7 +290,7 @@ class Plugin:
         self.stop()
         output = getattr(self.config, "workeroutput", None)  # an xdist worker's, to send
         if output is not None and self.usage:
-            with contextlib.suppress(TapeproxyError):  # the controller tells it
+            with contextlib.suppress(TapeproxyError, OSError):  # the controller tells it
                 output[WORKER_LINES] = usage_lines(self.cassettes, set(self.usage.values()))
 
     @pytest.hookimpl(optionalhook=True)  # pytest-xdist's: a worker finished

@@ -34,6 +34,8 @@ def usage_lines(cassettes: str, names: Iterable[str]) -> dict[str, str]:
             found = summarize(store, name, prices)
         except TapeproxyError as exc:
             lines[name] = exc.message
+        except OSError as exc:
+            lines[name] = f"cannot read cassette {name!r}: {exc}"
         else:
             cost = usd(found.cost_usd, found.unpriced)
             lines[name] = f"{found.input_tokens:,} in / {found.output_tokens:,} out, {cost}"

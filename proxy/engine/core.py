@@ -219,11 +219,11 @@ class Engine:
     async def switch(
         self, cassette: str | None, mode: Mode | None, opened: Opened | None = None
     ) -> None:
-        """Make `cassette` and `mode` current (None keeps either). It ends the run of the
-        cassette it leaves and starts a new one of the one it names (from `opened`, if given:
-        see Runs.open): replay positions and used/unused accounting start afresh. A new mode
-        starts a new run of every cassette (those picked by header too), since a run does not
-        carry from one mode into another; other clients' header-picked runs are left alone."""
+        """Make `cassette` and `mode` current (None keeps either), end the run of the one it
+        leaves and start a new one of the one it names (from `opened`, read while no run of it
+        was under way: see Runs.open). A new mode starts a new run of every cassette (those
+        picked by header too); otherwise other clients' header-picked runs are left alone."""
+        fresh = opened is not None and not self.runs.under_way(opened.cassette)
         before = self.current.cassette
         if cassette is not None:
             self.current.cassette = check_cassette_name(cassette)
@@ -240,7 +240,7 @@ class Engine:
         await (self.runs.restart_all if new_mode else self.runs.restart)(*names)
         self.replays.clear()  # another tapeproxy may have re-recorded what the new runs read
         self.faults.restart()
-        if opened is not None and opened.cassette == self.current.cassette:
+        if opened is not None and fresh and opened.cassette == self.current.cassette:
             self.runs.offer(opened)
 
     def set_faults(self, specs: list[str]) -> None:

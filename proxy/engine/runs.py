@@ -176,11 +176,17 @@ class Runs:
         order = self._recorded_order(cassette, ordinals, read) if self._strict_order else None
         return Opened(cassette, ordinals, ahead, order, discards)
 
+    def under_way(self, cassette: str) -> bool:
+        """Whether `cassette` has a run under way, or one loading."""
+        return cassette in self._runs or cassette in self._loading
+
     def offer(self, opened: Opened) -> None:
-        """Keep what `open` gave for the next run of its cassette: its first request starts
-        the run from it, with no trip off the event loop. Only the latest is kept, and only
-        while no recording is written (then the cassette is listed again)."""
-        self._offered = opened
+        """Keep what `open` gave for the next run of its cassette, unless one is under way:
+        its first request starts the run from it, with no trip off the event loop. Only the
+        latest is kept, and only while no recording is written (then the cassette is listed
+        again) and no run of its cassette ends (its end may delete recordings)."""
+        if not self.under_way(opened.cassette):
+            self._offered = opened
 
     def _take_offer(self, cassette: str) -> Opened | None:
         offered = self._offered
@@ -249,6 +255,8 @@ class Runs:
         await self._end(runs)
 
     async def _end(self, runs: list[Run], carry: bool = False) -> None:
+        for run in runs:
+            self._take_offer(run.cassette)
         await asyncio.gather(*(run.settle() for run in runs))
         for run in runs:
             await asyncio.to_thread(self.ledger.finish, run, carry=carry)

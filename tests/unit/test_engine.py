@@ -423,3 +423,27 @@ def test_a_door_may_send_the_answer_from_another_task_than_the_one_that_asked(
     asyncio.run(scenario())
     assert stream.closed and not exchanges(tmp_path)
     assert (engine.counters.aborted, engine.counters.recorded) == (1, 0)
+
+
+def test_a_switch_offers_no_listing_made_while_a_run_of_its_cassette_was_under_way(
+    tmp_path: Path,
+) -> None:
+    upstream = ScriptedUpstream(json_answer(), json_answer(), json_answer())
+    engine = engine_for(tmp_path, Mode.RECORD, upstream)
+
+    async def scenario() -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+        for _ in range(2):  # a first run records the request twice: #1 and #2
+            await pass_through(await engine.exchange(chat("hi")))
+        await engine.switch("default", None)
+        # A second record run (another client, say) asks it once: #1 anew, #2 superseded,
+        # deleted as this run ends. The plugin lists the cassette before that end.
+        await pass_through(await engine.exchange(chat("hi")))
+        opened = engine.runs.open("default", read_ahead=True)
+        await engine.switch("default", Mode.REPLAY, opened)
+        run = await engine.runs.get("default", read_ahead=True)
+        return opened.ordinals, run.ordinals
+
+    listed_early, started_from = asyncio.run(scenario())
+    (key,) = listed_early
+    assert listed_early == {key: [1, 2]}
+    assert started_from == {key: [1]} == engine.store.entries("default")

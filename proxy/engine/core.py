@@ -220,10 +220,9 @@ class Engine:
         self, cassette: str | None, mode: Mode | None, opened: Opened | None = None
     ) -> None:
         """Make `cassette` and `mode` current (None keeps either), end the run of the one it
-        leaves and start a new one of the one it names (from `opened`, read while no run of it
-        was under way: see Runs.open). A new mode starts a new run of every cassette (those
-        picked by header too); otherwise other clients' header-picked runs are left alone."""
-        fresh = opened is not None and not self.runs.under_way(opened.cassette)
+        leaves and start a new one of the one it names (from `opened`, if nothing changed
+        since: see Runs.offer). A new mode starts a new run of every cassette (those picked
+        by header too); otherwise other clients' header-picked runs are left alone."""
         before = self.current.cassette
         if cassette is not None:
             self.current.cassette = check_cassette_name(cassette)
@@ -240,7 +239,7 @@ class Engine:
         await (self.runs.restart_all if new_mode else self.runs.restart)(*names)
         self.replays.clear()  # another tapeproxy may have re-recorded what the new runs read
         self.faults.restart()
-        if opened is not None and fresh and opened.cassette == self.current.cassette:
+        if opened is not None and opened.cassette == self.current.cassette:
             self.runs.offer(opened)
 
     def set_faults(self, specs: list[str]) -> None:

@@ -95,7 +95,7 @@ class ReplayCache:
     def __init__(self, limit: int = REPLAY_CACHE_BYTES) -> None:
         self.limit = limit
         self.size = 0
-        self.discards = 0  # recordings written since start (see Runs.open)
+        self.discards = 0  # recordings written since start (see Runs.changes)
         self._entries: OrderedDict[CacheKey, tuple[Replay, int]] = OrderedDict()
 
     def get(self, key: CacheKey) -> Replay | None:

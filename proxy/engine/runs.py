@@ -66,14 +66,14 @@ class Touched:
 
 @dataclass(frozen=True)
 class Opened:
-    """What a new run of a cassette starts from (see `Runs.open`). `discards`: the replay
-    cache's count of recordings written over when it was read."""
+    """What a new run of a cassette starts from (see `Runs.open`). `changes`: the count of
+    recordings written and runs ended (whose end may delete some) when it was read."""
 
     cassette: str
     ordinals: dict[str, list[int]]
     ahead: dict[tuple[str, int], Replay]
     order: list[Recorded] | None
-    discards: int
+    changes: int
 
 
 class Runs:
@@ -96,6 +96,7 @@ class Runs:
         self._pending: dict[str, dict[str, set[int]]] = {}  # per cassette, see Run.pending
         self._numbering: dict[str, threading.Lock] = {}  # per cassette, see Run.numbering
         self._offered: Opened | None = None  # see `offer`
+        self._ended = 0  # runs ended since start (see `changes`)
         self.touched = Touched()  # which told cassettes a request reached since start
 
     def watch(self, cassette: str) -> None:
@@ -156,7 +157,7 @@ class Runs:
         they were recorded in (the files read ahead are not read again). One that cannot be
         read ahead is left to be read when asked for: its error then. Blocking: the pytest
         plugin calls it from its own thread, which waits anyway, and `offer`s what it gives."""
-        discards = self._replays.discards
+        changes = self.changes()
         ordinals = self._store.entries(cassette)
         ahead: dict[tuple[str, int], Replay] = {}
         read: dict[tuple[str, int], Exchange] = {}
@@ -174,32 +175,31 @@ class Runs:
                 ahead[(key, ordinal)] = replay
                 read[(key, ordinal)] = exchange
         order = self._recorded_order(cassette, ordinals, read) if self._strict_order else None
-        return Opened(cassette, ordinals, ahead, order, discards)
+        return Opened(cassette, ordinals, ahead, order, changes)
 
-    def under_way(self, cassette: str) -> bool:
-        """Whether `cassette` has a run under way, or one loading."""
-        return cassette in self._runs or cassette in self._loading
+    def changes(self) -> int:
+        """Recordings written and runs ended since start: what `open` read holds while this
+        stays the same (a run's end may delete recordings it superseded or did not use)."""
+        return self._replays.discards + self._ended
 
     def offer(self, opened: Opened) -> None:
-        """Keep what `open` gave for the next run of its cassette, unless one is under way:
-        its first request starts the run from it, with no trip off the event loop. Only the
-        latest is kept, and only while no recording is written (then the cassette is listed
-        again) and no run of its cassette ends (its end may delete recordings)."""
-        if not self.under_way(opened.cassette):
-            self._offered = opened
+        """Keep what `open` gave for the next run of its cassette: its first request starts
+        the run from it, with no trip off the event loop. Only the latest is kept, and only
+        while nothing `changes` (else the cassette is listed again)."""
+        self._offered = opened
 
     def _take_offer(self, cassette: str) -> Opened | None:
         offered = self._offered
         if offered is None or offered.cassette != cassette:
             return None
         self._offered = None
-        return offered if offered.discards == self._replays.discards else None
+        return offered if offered.changes == self.changes() else None
 
     def _begin(self, opened: Opened) -> Run:
         cassette = opened.cassette
-        # What was read ahead goes to the replay cache, unless a recording was written since
-        # (the keeper discards the one it replaced): then it is read again when asked for.
-        if self._replays.discards == opened.discards:
+        # What was read ahead goes to the replay cache, unless something changed since (a
+        # recording written, a run ended): then it is read again when asked for.
+        if opened.changes == self.changes():
             for (key, ordinal), replay in opened.ahead.items():
                 self._replays.put((cassette, key, ordinal), replay)
         pending = self._pending.setdefault(cassette, {})
@@ -237,26 +237,23 @@ class Runs:
 
     async def restart(self, *cassettes: str) -> None:
         """End these cassettes' runs: the next request to one reloads it and starts afresh."""
-        for name in cassettes:
-            self._take_offer(name)
         await self._end([run for name in cassettes if (run := self._runs.pop(name, None))])
 
     async def restart_all(self, *named: str) -> None:
         """End every run (a new mode). Only the runs of the `named` cassettes are over for
         `tapeproxy prune`: each other one (picked by header, its client never asked for this)
         leaves no note, and the next run of its cassette carries on from what it used."""
-        runs, self._runs, self._offered = list(self._runs.values()), {}, None
+        runs, self._runs = list(self._runs.values()), {}
         await self._end([run for run in runs if run.cassette in named])
         await self._end([run for run in runs if run.cassette not in named], carry=True)
 
     async def end_all(self) -> None:
         """End every run for good (the server stops): each leaves its note."""
-        runs, self._runs, self._offered = list(self._runs.values()), {}, None
+        runs, self._runs = list(self._runs.values()), {}
         await self._end(runs)
 
     async def _end(self, runs: list[Run], carry: bool = False) -> None:
-        for run in runs:
-            self._take_offer(run.cassette)
+        self._ended += len(runs)
         await asyncio.gather(*(run.settle() for run in runs))
         for run in runs:
             await asyncio.to_thread(self.ledger.finish, run, carry=carry)
@@ -265,9 +262,10 @@ class Runs:
         """End the run of `cassette`, if it has one: the run, settled (no recording of it
         still being written), for `close` to close off the event loop. The next request to
         the cassette starts a new run."""
-        self._take_offer(cassette)
+        self._take_offer(cassette)  # a test that made no request leaves no offer behind
         run = self._runs.pop(cassette, None)
         if run is not None:
+            self._ended += 1
             await run.settle()
         return run
 

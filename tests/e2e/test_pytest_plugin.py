@@ -384,8 +384,15 @@ def test_xdist_workers_each_run_their_own_server(
     assert (project.path / "controller-read.txt").read_text() == "False"
 
 
+def passes_alone(project: pytest.Pytester, source: str) -> None:
+    """`source` as the project's one test file, run in a fresh interpreter (what it imports
+    is what pytest and the plugin import): its one test passes."""
+    write_test(project, source)
+    project.runpytest_subprocess().assert_outcomes(passed=1)
+
+
 def test_a_run_that_uses_no_tapeproxy_never_imports_its_server(project: pytest.Pytester) -> None:
-    write_test(
+    passes_alone(
         project,
         "import sys\n\n"
         "def test_plain():\n"
@@ -393,12 +400,10 @@ def test_a_run_that_uses_no_tapeproxy_never_imports_its_server(project: pytest.P
         "    assert 'tapeproxy.cli.background' not in sys.modules\n"
         "    assert 'aiohttp' not in sys.modules and 'uvicorn' not in sys.modules\n",
     )
-    result = project.runpytest_subprocess()
-    result.assert_outcomes(passed=1)
 
 
 def test_a_server_builds_its_page_at_the_first_request_for_it(project: pytest.Pytester) -> None:
-    write_test(
+    passes_alone(
         project,
         "import sys, urllib.request\n\n"
         "def test_page(tapeproxy):\n"
@@ -407,12 +412,10 @@ def test_a_server_builds_its_page_at_the_first_request_for_it(project: pytest.Py
         "        assert answer.status == 200 and b'</html>' in answer.read()\n"
         "    assert 'tapeproxy.viewer.app' in sys.modules\n",
     )
-    result = project.runpytest_subprocess()
-    result.assert_outcomes(passed=1)
 
 
 def test_a_replaying_server_never_imports_the_upstream_client(project: pytest.Pytester) -> None:
-    write_test(
+    passes_alone(
         project,
         "import json, sys, urllib.request\n\n"
         "def test_replaying(tapeproxy):\n"
@@ -421,5 +424,3 @@ def test_a_replaying_server_never_imports_the_upstream_client(project: pytest.Py
         "    assert 'tapeproxy.cli.background' in sys.modules, 'the server runs'\n"
         "    assert 'aiohttp' not in sys.modules, 'made at the first request that goes live'\n",
     )
-    result = project.runpytest_subprocess()
-    result.assert_outcomes(passed=1)

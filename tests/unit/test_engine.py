@@ -17,6 +17,7 @@ from tapeproxy.engine.core import Engine
 from tapeproxy.engine.inbound import Inbound, Live, Refuse, Serve
 from tapeproxy.engine.keying import request_key, request_parts
 from tapeproxy.errors import AnswerRefused, ClientGone, UpstreamCut
+from tapeproxy.exchange.model import Exchange
 from tapeproxy.providers import provider_table
 from tapeproxy.settings import Mode, Settings
 from tapeproxy.store.files import FileStore
@@ -447,3 +448,45 @@ def test_a_switch_offers_no_listing_made_while_a_run_of_its_cassette_was_under_w
     (key,) = listed_early
     assert listed_early == {key: [1, 2]}
     assert started_from == {key: [1]} == engine.store.entries("default")
+
+
+class Watched(FileStore):
+    """A folder store that notes its listings and reads."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.seen: list[str] = []
+
+    def entries(self, cassette: str) -> dict[str, list[int]]:
+        self.seen.append("list")
+        return super().entries(cassette)
+
+    def read(self, cassette: str, key: str, ordinal: int) -> Exchange:
+        self.seen.append("read")
+        return super().read(cassette, key, ordinal)
+
+
+def test_in_the_plugins_sequence_each_tests_first_request_reads_nothing(tmp_path: Path) -> None:
+    upstream = ScriptedUpstream(json_answer(), json_answer())
+    store = Watched(tmp_path)
+    settings = Settings.model_validate({"mode": Mode.RECORD, "cassettes": tmp_path})
+    engine = Engine(settings, provider_table({}), store)
+    engine.upstream = upstream
+
+    async def scenario() -> list[list[str]]:
+        for name in ("t1", "t2"):  # recorded once each
+            await engine.switch(name, None)
+            await pass_through(await engine.exchange(chat(name)))
+        await engine.switch("default", Mode.REPLAY)  # the plugin's server replays from start
+        first_requests = []
+        for name in ("t1", "t2"):  # as the plugin: open in its thread, switch, ask, take
+            opened = engine.runs.open(name, read_ahead=True)
+            await engine.switch(name, Mode.REPLAY, opened)
+            store.seen = []
+            answer = await engine.exchange(chat(name))
+            assert isinstance(answer, Serve)
+            first_requests.append(list(store.seen))
+            engine.close_run(await engine.take_run(name), False, True, False)
+        return first_requests
+
+    assert asyncio.run(scenario()) == [[], []]

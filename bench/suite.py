@@ -4,6 +4,10 @@ pytest under the tapeproxy plugin, under pytest-recording (VCR.py, matching on t
 and with no tool, in interleaved rounds, at -n 0 and -n 2, replaying and recording. Each row
 gives the ms per test each tool adds over no tool and tapeproxy's over VCR.py's (each the
 median over rounds of the paired difference), and the issue-29 target, judged on the latter.
+It also gives tapeproxy's CPU time over VCR.py's, per test: the pytest process and its xdist
+workers, from start to end (imports included), not the fake provider's. On a shared machine
+CPU time swings less than wall time; at -n 2, with both cores busy, it is what wall time
+follows.
 
     .venv/bin/python bench/suite.py [--tests 200] [--rounds 5] [--workers 0,2]
                                     [--modes replay,record] [--json FILE]
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -55,12 +60,14 @@ def progress(started: float, text: str) -> None:
     print(f"[{time.monotonic() - started:6.1f} s] {text}", file=sys.stderr, flush=True)
 
 
-def run_once(project: Project, mode: str, workers: int, fake_url: str) -> tuple[float, str]:
-    """One pytest run's session time as pytest gives it; its output. Every test must pass.
+def run_once(project: Project, mode: str, workers: int, fake_url: str) -> tuple[float, float, str]:
+    """One pytest run's session time as pytest gives it; the CPU time it and its workers
+    used; its output. Every test must pass.
     Left out at -n 0: the interpreter's start and the plugins' imports (each run loads only
     its own tool's plugin; tapeproxy's imports its server when the first test needs it, so
     that import is counted). At -n 2 the session time holds the workers' start, each with
     its own plugin imports."""
+    before = _children_cpu()
     done = subprocess.run(
         project.argv(mode, workers),
         cwd=project.folder,
@@ -73,7 +80,14 @@ def run_once(project: Project, mode: str, workers: int, fake_url: str) -> tuple[
     if done.returncode != 0 or passed is None or int(passed.group(1)) != project.tests:
         tail = "\n".join((done.stdout + done.stderr).splitlines()[-30:])
         raise BenchError(f"{project.tool} {mode} -n {workers} did not pass:\n{tail}")
-    return float(passed.group(2)), done.stdout
+    return float(passed.group(2)), _children_cpu() - before, done.stdout
+
+
+def _children_cpu() -> float:
+    """User and system CPU seconds of every child process waited for so far (their own
+    waited-for children included: pytest waits for its xdist workers)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def rounds(projects: list[Project], args: argparse.Namespace, fake_url: str) -> Times:
@@ -92,8 +106,9 @@ def rounds(projects: list[Project], args: argparse.Namespace, fake_url: str) -> 
         for mode in [m for m in MODES if m in args.modes.split(",")]:
             for n in workers:
                 for project in turn:
-                    took, output = run_once(project, mode, n, fake_url)
+                    took, cpu, output = run_once(project, mode, n, fake_url)
                     times[(mode, n, project.tool)].append(took)
+                    times[(mode, n, f"{project.tool} cpu")].append(cpu)
                     if project.tool == "tapeproxy" and (said := ADDED.search(output)):
                         times[(mode, n, "said")].append(float(said.group(1)))
     return times
@@ -110,8 +125,8 @@ def per_test_ms(
 def render(times: Times, args: argparse.Namespace, title: str) -> list[dict[str, object]]:
     table = Table(title=title, title_justify="left")
     for name in ("run", "no tool s", "tapeproxy s", "VCR.py s", "tapeproxy ms/test",
-                 "VCR.py ms/test", "tapeproxy - VCR.py", "plugin's own ms/test", "target",
-                 "met"):  # fmt: skip
+                 "VCR.py ms/test", "tapeproxy - VCR.py", "CPU: tapeproxy - VCR.py",
+                 "plugin's own ms/test", "target", "met"):  # fmt: skip
         table.add_column(name, justify="left" if name in ("run", "target") else "right")
     rows = []
     for mode, n in sorted({(m, w) for m, w, _ in times}, key=lambda k: (MODES.index(k[0]), k[1])):
@@ -120,19 +135,21 @@ def render(times: Times, args: argparse.Namespace, title: str) -> list[dict[str,
         # The target is judged on the two tools' own paired difference: pairing each with no
         # tool first adds that run's noise twice (a round's time swings by seconds here).
         apart = per_test_ms(times, mode, n, "tapeproxy", args.tests, other="vcr")
+        cpu = per_test_ms(times, mode, n, "tapeproxy cpu", args.tests, other="vcr cpu")
         said = times.get((mode, n, "said"))
         own = statistics.median(said) * 1000 / args.tests if said else None
         bound = TARGETS.get((mode, n), 0.0)
         seconds = [statistics.median(times[(mode, n, tool)]) for tool in TOOLS]
         rows.append({"mode": mode, "workers": n, "seconds": dict(zip(TOOLS, seconds, strict=True)),
                      "tapeproxy_ms": ours, "vcr_ms": vcr, "apart_ms": apart,
-                     "plugin_said_ms": own})  # fmt: skip
+                     "apart_cpu_ms": cpu, "plugin_said_ms": own})  # fmt: skip
         table.add_row(
             f"{mode} -n {n}",
             *(f"{s:.2f}" for s in seconds),
             f"{ours:+.1f}",
             f"{vcr:+.1f}",
             f"{apart:+.1f}",
+            f"{cpu:+.1f}",
             "" if own is None else f"{own:.1f}",
             f"<= {bound:+.0f}",
             "yes" if apart <= bound else "NO",

@@ -21,7 +21,11 @@ from bench.procs import clean_env
 STREAM_FRAMES = 20  # the stream's chunks, `data: [DONE]` included
 TESTS_PER_FILE = 50
 TOOLS = ("none", "tapeproxy", "vcr")
-OTHER_PLUGINS = {"tapeproxy": "tapeproxy", "vcr": "recording"}  # tool -> its pytest11 name
+# tool -> its pytest plugin's module. A run loads only its tool's plugin (and xdist's): the
+# plugins this venv holds besides (hypothesis's session summary alone costs ~1.7 s of CPU in
+# every process) would be the same for every tool and swing more than the tools differ.
+PLUGINS = {"none": (), "tapeproxy": ("tapeproxy.cli.pytest_plugin",),
+           "vcr": ("pytest_recording.plugin",)}  # fmt: skip
 KEY = "sk-bench-not-a-real-key"
 
 HEAD = """import ssl
@@ -87,12 +91,9 @@ class Project:
     def argv(self, mode: str, workers: int) -> list[str]:
         """pytest in a fresh interpreter, replaying or recording (`mode`) on `workers`."""
         argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"]
-        argv += ["-n", str(workers)] if workers else []
-        # Each run loads only its own tool's plugin, as a user's suite would: the other's
-        # import (at start, and in each xdist worker) is no cost of this tool.
-        for tool, plugin in OTHER_PLUGINS.items():
-            if tool != self.tool:
-                argv += ["-p", f"no:{plugin}"]
+        argv += ["-p", "xdist.plugin", "-n", str(workers)] if workers else []
+        for plugin in PLUGINS[self.tool]:
+            argv += ["-p", plugin]
         if self.tool == "tapeproxy":
             argv += ["--tapeproxy-mode", "replay" if mode == "replay" else "record"]
         elif self.tool == "vcr":
@@ -100,7 +101,7 @@ class Project:
         return argv
 
     def env(self, fake_url: str) -> dict[str, str]:
-        env = {**clean_env(), "OPENAI_API_KEY": KEY}
+        env = {**clean_env(), "OPENAI_API_KEY": KEY, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
         for name in ("OPENAI_BASE_URL", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
             env.pop(name, None)
         if self.tool == "tapeproxy":

@@ -59,8 +59,12 @@ def readers(upstream: str) -> list[Provider]:
     return [known] if known is not None else list(BUILTIN.values())
 
 
-def _first(exchange: Exchange, read: Callable[[Provider, list[Any]], T | None]) -> T | None:
-    found = payloads(exchange)
+def _first(
+    exchange: Exchange,
+    read: Callable[[Provider, list[Any]], T | None],
+    decoded: list[Any] | None = None,
+) -> T | None:
+    found = payloads(exchange) if decoded is None else decoded
     for provider in readers(exchange.request.upstream):
         value = read(provider, found)
         if value:
@@ -68,25 +72,29 @@ def _first(exchange: Exchange, read: Callable[[Provider, list[Any]], T | None]) 
     return None
 
 
-def tokens(exchange: Exchange) -> Tokens | None:
+# Each reader below takes `decoded`, the exchange's payloads() where the caller has them: a
+# stream's frames are then decoded once for all it asks, not once for each (tapeproxy ls).
+
+
+def tokens(exchange: Exchange, decoded: list[Any] | None = None) -> Tokens | None:
     """The answer's token counts from its provider's usage block (a stream's last one); the
     file's own `usage` where the answer holds none that a provider reads."""
-    found = _first(exchange, lambda provider, payloads: provider.tokens(payloads))
+    found = _first(exchange, lambda provider, payloads: provider.tokens(payloads), decoded)
     stored = exchange.usage
     if found is None and stored:
         return Tokens(stored.get("input_tokens", 0), stored.get("output_tokens", 0))
     return found
 
 
-def text(exchange: Exchange) -> str:
+def text(exchange: Exchange, decoded: list[Any] | None = None) -> str:
     """The assistant's text: a whole answer's, or a stream's pieces joined."""
-    return _first(exchange, lambda provider, found: provider.text(found)) or ""
+    return _first(exchange, lambda provider, payloads: provider.text(payloads), decoded) or ""
 
 
-def model(exchange: Exchange) -> str | None:
+def model(exchange: Exchange, decoded: list[Any] | None = None) -> str | None:
     """The model that answered: the answer's own `model` (`modelVersion` for Gemini), which
     names the dated snapshot an alias resolved to; else the request's, or its model path."""
-    for payload in payloads(exchange):
+    for payload in payloads(exchange) if decoded is None else decoded:
         found = _named_model(payload)
         if found:
             return found
@@ -109,9 +117,10 @@ def _named_model(payload: Any) -> str | None:
     return None
 
 
-def tool_call(exchange: Exchange) -> dict[str, Any] | None:
+def tool_call(exchange: Exchange, decoded: list[Any] | None = None) -> dict[str, Any] | None:
     """An MCP tool call's name, arguments and result; None for any other exchange."""
-    return jsonrpc.tool_call((exchange.request.body or {}).get("json"), payloads(exchange))
+    found = payloads(exchange) if decoded is None else decoded
+    return jsonrpc.tool_call((exchange.request.body or {}).get("json"), found)
 
 
 def joined_frames(exchange: Exchange) -> str:

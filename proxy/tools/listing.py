@@ -68,9 +68,10 @@ def row_of(exchange: Exchange, prices: PriceTable) -> Row:
         kind = f"{response.dialect}: {len(response.frames)} frames"
     else:
         kind = next(iter(response.body or {"empty": None}))
-    found = answers.tokens(exchange)
+    decoded = answers.payloads(exchange)  # once: a stream's every frame is JSON to decode
+    found = answers.tokens(exchange, decoded)
     tokens = found or Tokens()
-    model = answers.model(exchange)
+    model = answers.model(exchange, decoded)
     return Row(
         file=exchange_file(exchange.key, exchange.ordinal),
         key=exchange.key,
@@ -92,7 +93,7 @@ def row_of(exchange: Exchange, prices: PriceTable) -> Row:
         cache_write_tokens=tokens.cache_write_tokens,
         cost_usd=prices.cost(model, found) if found is not None else None,
         usage_known=found is not None or model is None,
-        tool=answers.tool_call(exchange),
+        tool=answers.tool_call(exchange, decoded),
     )
 
 

@@ -176,7 +176,7 @@ def answer_messages(exchange: Exchange, reader: Reader) -> list[Message]:
         found = _answer_of(payloads[0], reader)
         if found:
             return found
-    text = answers.text(exchange)
+    text = answers.text(exchange, payloads)
     parts = ([Part("text", text)] if text else []) + stream_tool_calls(payloads)
     return [Message("assistant", parts)] if parts else []
 

@@ -11,7 +11,8 @@ import typer
 from tapeproxy.cli import looking, maintenance, tools
 from tapeproxy.cli.library import fail, option
 from tapeproxy.errors import ConfigError
-from tapeproxy.settings import Mode, RepeatPolicy, Settings
+from tapeproxy.modes import Mode
+from tapeproxy.settings import RepeatPolicy, Settings
 from tapeproxy.sources import load_settings, parse_pairs
 
 

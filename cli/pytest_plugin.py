@@ -13,7 +13,7 @@ import pytest
 
 from tapeproxy.cli.pytest_session import DEFAULT_CASSETTES, PLUGIN, WATCH, Plugin
 from tapeproxy.cli.pytest_tape import Tape
-from tapeproxy.settings import Mode
+from tapeproxy.modes import Mode
 
 BASE_URL_VARIABLES = {"OPENAI_BASE_URL": "openai", "ANTHROPIC_BASE_URL": "anthropic"}
 REPLAY_KEYS = {

@@ -17,20 +17,19 @@ import pytest
 from tapeproxy.cli.pytest_clock import SPENT, Clock
 from tapeproxy.cli.pytest_tape import Tape
 from tapeproxy.cli.pytest_usage import USAGE, WORKER_LINES, usage_lines, write_usage
-from tapeproxy.engine.plan import SERVES_RECORDINGS
-from tapeproxy.engine.stats import RunSummary
 from tapeproxy.errors import BadCassetteName, BadFault, ConfigError, TapeproxyError
 from tapeproxy.faults.spec import parse_faults
-from tapeproxy.settings import Mode, Settings, env_name
-from tapeproxy.sources import DEFAULT_CONFIG_FILE, load_settings
+from tapeproxy.modes import SERVES_RECORDINGS, Mode
 from tapeproxy.store import anchored, split_location
 from tapeproxy.store.names import cassette_for_test, check_cassette_name
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the server's side: imported by the first test that needs it (`server`)
     from tapeproxy.cli.background import BackgroundServer
     from tapeproxy.engine.core import Engine
     from tapeproxy.engine.run import Run
     from tapeproxy.engine.runs import Opened
+    from tapeproxy.engine.stats import RunSummary
+    from tapeproxy.settings import Settings
 
 DEFAULT_CASSETTES = "tests/cassettes"
 MISSES_SHOWN = 5
@@ -81,9 +80,8 @@ class Plugin:
     @property
     def server(self) -> BackgroundServer:
         if self._server is None:
-            # Imported by the first test that needs the server, not when pytest loads the
-            # plugin: the server's libraries take ~0.6 s to import, which a pytest run (or an
-            # xdist worker) that uses no tapeproxy should not pay.
+            # Imported here, not as pytest loads the plugin: the server's side (settings,
+            # pydantic, engine) takes ~0.35 s, unpaid by a run or xdist controller not using it.
             from tapeproxy.cli.background import BackgroundServer
 
             self._server = BackgroundServer(self._settings()).start()
@@ -91,6 +89,9 @@ class Plugin:
 
     def _settings(self) -> Settings:
         """Upstreams and match rules as `tapeproxy serve` reads them; the plugin picks where."""
+        from tapeproxy.settings import env_name
+        from tapeproxy.sources import DEFAULT_CONFIG_FILE, load_settings
+
         config = None
         root_file = self.config.rootpath / DEFAULT_CONFIG_FILE
         if env_name("config") not in os.environ and root_file.is_file():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tapeproxy.settings import Mode
+from tapeproxy.modes import Mode
 
 SDK_PATHS = {"openai": "/v1"}  # what an SDK's base URL adds after the upstream's prefix
 

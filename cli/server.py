@@ -21,7 +21,8 @@ from tapeproxy.engine.rules import rule_warnings
 from tapeproxy.engine.stats import Snapshot
 from tapeproxy.errors import ConfigError
 from tapeproxy.logs import configure_logging
-from tapeproxy.settings import Mode, Settings, is_loopback
+from tapeproxy.modes import Mode
+from tapeproxy.settings import Settings, is_loopback
 from tapeproxy.store import open_store
 from tapeproxy.store.names import derived_name
 from tapeproxy.store.protocol import CassetteStore

@@ -22,8 +22,9 @@ from tapeproxy.doors.sending import QuietCuts
 from tapeproxy.engine.core import Engine
 from tapeproxy.engine.stats import Snapshot
 from tapeproxy.errors import BadCassetteName, ConfigError
+from tapeproxy.modes import Mode
 from tapeproxy.providers import provider_table
-from tapeproxy.settings import Mode, Settings, is_loopback
+from tapeproxy.settings import Settings, is_loopback
 from tapeproxy.sources import load_tool_settings
 from tapeproxy.store import open_store
 from tapeproxy.store.protocol import CassetteStore

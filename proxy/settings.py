@@ -17,6 +17,7 @@ from tapeproxy.engine.rules import parse_rule
 from tapeproxy.engine.timing import parse_timing
 from tapeproxy.errors import BadCassetteName, ConfigError
 from tapeproxy.faults.spec import parse_fault
+from tapeproxy.modes import Mode
 from tapeproxy.providers import BUILTIN
 from tapeproxy.redaction.formats import check_keep
 from tapeproxy.redaction.scrubber import check_field, check_pattern
@@ -28,14 +29,6 @@ _SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"k": 1024, "m": MIB, "g": 1024 * MIB}
 UPSTREAM_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 RESERVED_NAMES = frozenset({"v1", "__tapeproxy"})
-
-
-class Mode(StrEnum):
-    RECORD = "record"
-    REPLAY = "replay"
-    AUTO = "auto"
-    ONCE = "once"
-    PASSTHROUGH = "passthrough"
 
 
 class RepeatPolicy(StrEnum):

@@ -14,7 +14,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tapeproxy.engine.core import Engine
 from tapeproxy.errors import BadFault
-from tapeproxy.settings import Mode, Settings, is_loopback
+from tapeproxy.modes import Mode
+from tapeproxy.settings import Settings, is_loopback
 
 CONTROL_PREFIX = "/__tapeproxy/"
 ENDPOINTS = ("health", "stats", "misses", "cassette", "faults", "ui/")

@@ -17,7 +17,7 @@ from tapeproxy.engine.hangup import Watch
 from tapeproxy.engine.inbound import Answer, Inbound, Live, Refuse, Serve
 from tapeproxy.engine.keeper import Keeper, Target
 from tapeproxy.engine.keyed import Current, Keyed, Keyer
-from tapeproxy.engine.plan import SERVES_RECORDINGS, Action, Step, plan, stream_goes_live
+from tapeproxy.engine.plan import Action, Step, plan, stream_goes_live
 from tapeproxy.engine.recorder import Recording
 from tapeproxy.engine.refusals import miss_report, out_of_order, refusal
 from tapeproxy.engine.relay import Relay
@@ -29,10 +29,11 @@ from tapeproxy.engine.stats import Counters, RunSummary, Snapshot
 from tapeproxy.errors import ClientGone, TapeproxyError, UpstreamError
 from tapeproxy.faults.layer import Faults
 from tapeproxy.faults.spec import FaultSpec
+from tapeproxy.modes import SERVES_RECORDINGS, Mode
 from tapeproxy.providers import Rulebook
 from tapeproxy.providers.base import Provider
 from tapeproxy.redaction.scrubber import Scrubber
-from tapeproxy.settings import Mode, Settings
+from tapeproxy.settings import Settings
 from tapeproxy.store.names import check_cassette_name, derived_name
 from tapeproxy.store.protocol import CassetteStore
 from tapeproxy.upstream.hopheaders import answer_headers

@@ -14,10 +14,11 @@ from tapeproxy.engine.rules import MatchRules
 from tapeproxy.engine.stats import Trace
 from tapeproxy.engine.timing import TIMING_HEADER, parse_timing
 from tapeproxy.errors import BadBody, ConfigError, UnknownUpstream
+from tapeproxy.modes import Mode
 from tapeproxy.providers import Rulebook
 from tapeproxy.providers.base import Provider
 from tapeproxy.redaction.scrubber import Scrubber
-from tapeproxy.settings import Mode, Settings
+from tapeproxy.settings import Settings
 from tapeproxy.store.names import check_cassette_name
 
 LIVE_HEADER = "x-tapeproxy-live"  # upstreams that run live for one request (partial replay)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from tapeproxy.settings import Mode
+from tapeproxy.modes import Mode
 
 
 class Action(Enum):
@@ -27,9 +27,6 @@ class Step:
     derived: bool = False
     anew: bool = False
 
-
-# The modes that serve recordings (and so read them): not record, not passthrough.
-SERVES_RECORDINGS = frozenset({Mode.REPLAY, Mode.AUTO, Mode.ONCE})
 
 # The steps plan() gives, built once: it runs for every request.
 SERVE = Step(Action.SERVE)

@@ -1,21 +1,32 @@
 """Cassette storage: the table of backends that implement the CassetteStore protocol, one row
-per URL scheme, and `open_store`, the one way in."""
+per URL scheme, and `open_store`, the one way in. Light to import: each backend (and the
+exchange model it reads with) is imported when a library of its kind is opened, so the
+pytest plugin can name its library in a run, or an xdist controller, that opens none."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tapeproxy.errors import ConfigError
-from tapeproxy.store.files import FileStore
-from tapeproxy.store.protocol import CassetteStore
+
+if TYPE_CHECKING:
+    from tapeproxy.store.protocol import CassetteStore
 
 
 # A new backend is one file in store/ and one row here: `scheme://location` opens
 # BACKENDS[scheme](location), and a location with no scheme is a folder. Typed as the
 # protocol, so mypy checks each row implements it; tests/unit/test_store_conformance.py runs
 # its suite on each row.
+def open_folder(location: str) -> CassetteStore:
+    """A folder (store/files.py)."""
+    from tapeproxy.store.files import FileStore
+
+    return FileStore(location)
+
+
 def open_s3(location: str) -> CassetteStore:
     """`s3://BUCKET/PREFIX` (store/s3.py), whose client, obstore, is the `s3` extra: imported
     only for such a library, and one line when it is not installed."""
@@ -30,7 +41,7 @@ def open_s3(location: str) -> CassetteStore:
     return S3Store(location)
 
 
-BACKENDS: dict[str, Callable[[str], CassetteStore]] = {"file": FileStore, "s3": open_s3}
+BACKENDS: dict[str, Callable[[str], CassetteStore]] = {"file": open_folder, "s3": open_s3}
 FOLDER = "file"  # the backend of a location given with no scheme
 
 

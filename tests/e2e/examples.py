@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tapeproxy.cli.background import BackgroundServer
+from tapeproxy.modes import Mode
 from tapeproxy.providers import BUILTIN
-from tapeproxy.settings import Mode, Settings
+from tapeproxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,8 +12,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tapeproxy.cli.background import BackgroundServer
+from tapeproxy.modes import Mode
 from tapeproxy.providers import BUILTIN
-from tapeproxy.settings import Mode, Settings
+from tapeproxy.settings import Settings
 from tests.e2e.examples import WEATHER
 from tests.fakes.upstream import FakeUpstream
 

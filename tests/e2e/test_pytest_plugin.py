@@ -372,7 +372,8 @@ def test_xdist_workers_each_run_their_own_server(
         "def pytest_unconfigure(config):\n"
         "    if not hasattr(config, 'workerinput'):  # the controller\n"
         "        read = 'tapeproxy.tools.listing' in sys.modules\n"
-        "        (config.rootpath / 'controller-read.txt').write_text(str(read))\n"
+        "        served = 'tapeproxy.settings' in sys.modules\n"
+        "        (config.rootpath / 'controller-read.txt').write_text(f'{read} {served}')\n"
     )
 
     second = project.runpytest_subprocess("-p", "xdist", "-n", "2")
@@ -380,8 +381,9 @@ def test_xdist_workers_each_run_their_own_server(
     second.stdout.fnmatch_lines(["tapeproxy: 5 replayed, 0 recorded, 0 missed*"])
     second.stdout.fnmatch_lines(["  *test_chat.py::test_3: ? in / ? out, $*"])  # from a worker
     second.stdout.fnmatch_lines(["tapeproxy: the plugin added * 5 test(s)*"])  # all workers'
-    # Each worker read its tests' cassettes for tokens and cost; the controller read none.
-    assert (project.path / "controller-read.txt").read_text() == "False"
+    # Each worker read its tests' cassettes for tokens and cost; the controller read none,
+    # and did not import the server's side (the settings, pydantic) at all.
+    assert (project.path / "controller-read.txt").read_text() == "False False"
 
 
 def passes_alone(project: pytest.Pytester, source: str) -> None:
@@ -398,7 +400,9 @@ def test_a_run_that_uses_no_tapeproxy_never_imports_its_server(project: pytest.P
         "def test_plain():\n"
         "    assert 'tapeproxy.cli.pytest_plugin' in sys.modules, 'the plugin is loaded'\n"
         "    assert 'tapeproxy.cli.background' not in sys.modules\n"
-        "    assert 'aiohttp' not in sys.modules and 'uvicorn' not in sys.modules\n",
+        "    assert 'aiohttp' not in sys.modules and 'uvicorn' not in sys.modules\n"
+        "    assert 'tapeproxy.settings' not in sys.modules, 'nor the settings, nor pydantic'\n"
+        "    assert 'pydantic' not in sys.modules\n",
     )
 
 

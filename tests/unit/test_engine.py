@@ -18,8 +18,9 @@ from tapeproxy.engine.inbound import Inbound, Live, Refuse, Serve
 from tapeproxy.engine.keying import request_key, request_parts
 from tapeproxy.errors import AnswerRefused, ClientGone, UpstreamCut
 from tapeproxy.exchange.model import Exchange
+from tapeproxy.modes import Mode
 from tapeproxy.providers import provider_table
-from tapeproxy.settings import Mode, Settings
+from tapeproxy.settings import Settings
 from tapeproxy.store.files import FileStore
 from tapeproxy.upstream.protocol import Outbound, UpstreamResponse
 

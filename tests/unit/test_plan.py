@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tapeproxy.engine.plan import Action, Step, plan, stream_goes_live
-from tapeproxy.settings import Mode
+from tapeproxy.modes import Mode
 
 SERVE = Step(Action.SERVE)
 REFUSE = Step(Action.REFUSE)

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from tapeproxy.cli import main as cli_main
 from tapeproxy.cli import server as cli_server
 from tapeproxy.errors import ConfigError
-from tapeproxy.settings import Mode, RepeatPolicy, Settings, env_name, option_name
+from tapeproxy.modes import Mode
+from tapeproxy.settings import RepeatPolicy, Settings, env_name, option_name
 from tapeproxy.sources import load_settings, parse_pairs
 
 # field -> (TAPEPROXY_* value, command-line arguments, the value both must give). Every field of

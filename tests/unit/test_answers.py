@@ -118,6 +118,32 @@ def test_ollama_and_an_upstream_of_the_users_are_read_by_the_dialect_they_speak(
     assert answers.tokens(gateway) == Tokens(3, 0) and answers.text(gateway) == "ok"
 
 
+def test_readers_given_the_decoded_payloads_read_what_they_read_alone() -> None:
+    """`tapeproxy ls` decodes a recording's payloads once and hands them to every reader."""
+    usage = {"prompt_tokens": 7, "completion_tokens": 2}
+    chunks = [{"model": "gpt-x", "choices": [{"delta": {"content": w}}]} for w in ("a", "b")]
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "add", "arguments": {"a": 1}}}  # fmt: skip
+    result = {"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": "2"}]}}
+    recorded = [
+        exchange("openai", frames=sse(*chunks, {"choices": [], "usage": usage}), dialect="sse"),
+        exchange("openai", {"json": {"model": "gpt-y", "choices": [], "usage": usage}}),
+        exchange("mcp", {"json": result}, request=call),
+        exchange("gemini", {"json": {"candidates": []}}, path="/v1beta/models/g-1:generateContent"),
+    ]
+    for one in recorded:
+        decoded = answers.payloads(one)
+        alone = (answers.tokens(one), answers.model(one), answers.text(one), answers.tool_call(one))
+        assert any(alone)
+        shared = (
+            answers.tokens(one, decoded),
+            answers.model(one, decoded),
+            answers.text(one, decoded),
+            answers.tool_call(one, decoded),
+        )
+        assert shared == alone and decoded == answers.payloads(one)
+
+
 @pytest.mark.parametrize("upstream", ["openai", "anthropic", "gemini", "ollama", "mistral"])
 def test_no_usage_block_is_no_tokens_but_a_stored_usage_is_kept(upstream: str) -> None:
     assert answers.tokens(exchange(upstream, {"json": {"id": "x"}})) is None

@@ -27,19 +27,45 @@ def remote(url: str, timeout: float = 5.0) -> Live:
     base = check_server(url)
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
-    def get(path: str) -> Any:
+    def get(path: str) -> dict[str, Any]:
         try:
             with opener.open(base + path, timeout=timeout) as answer:
-                return json.loads(answer.read(MAX_ANSWER))
+                found = json.loads(answer.read(MAX_ANSWER))
         except (OSError, ValueError) as exc:  # URLError and HTTPError are OSErrors
             raise ConfigError(f"cannot read {base}{path}: {exc}") from exc
+        if not isinstance(found, dict):
+            raise ConfigError(f"cannot read {base}{path}: not a tapeproxy server's answer")
+        return found
 
     def misses() -> list[dict[str, Any]]:
         found = get("/__tapeproxy/misses").get("misses")
-        return [m for m in found if isinstance(m, dict)] if isinstance(found, list) else []
+        return [_shaped(m) for m in found if isinstance(m, dict)] if isinstance(found, list) else []
 
     def stamp() -> int:
         stats = get("/__tapeproxy/stats")
-        return sum(int(stats.get(name, 0)) for name in COUNTS)
+        counts = [stats.get(name) for name in COUNTS]
+        return sum(n for n in counts if isinstance(n, int) and not isinstance(n, bool))
 
     return Live(misses, stamp)
+
+
+def _shaped(miss: dict[str, Any]) -> dict[str, Any]:
+    """A remote miss as the misses page reads it: text where it shows text, and a closest
+    recording only where it names its file and lists its differences. The server may be
+    another version of tapeproxy, or no tapeproxy at all: what does not fit is left out."""
+    shaped: dict[str, Any] = {
+        name: value if isinstance(value := miss.get(name), str) else ""
+        for name in ("cassette", "request", "key", "message")
+    }
+    closest = miss.get("closest")
+    if isinstance(closest, dict) and isinstance(closest.get("file"), str):
+        differences = closest.get("differences")
+        shaped["closest"] = {
+            "file": closest["file"],
+            "differences": [
+                d for d in differences if isinstance(d, dict) and isinstance(d.get("path"), str)
+            ]
+            if isinstance(differences, list)
+            else [],
+        }
+    return shaped

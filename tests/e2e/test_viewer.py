@@ -6,8 +6,11 @@ tests/e2e/test_viewer_browser.py looks at the same pages in Chromium."""
 from __future__ import annotations
 
 import html
+import http.server
+import json
 import shutil
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -154,6 +157,64 @@ def test_view_with_server_shows_that_servers_misses(tmp_path: Path) -> None:
     bad = [*TAPEPROXY, "view", "--cassettes", str(library), "--server", "localhost:8787"]
     done = subprocess.run(bad, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--server" in done.stderr
+
+
+class OddServer:
+    """Not a tapeproxy: answers the control API's two GETs with what `answers` holds (JSON
+    of any shape), on 127.0.0.1, until stopped."""
+
+    def __init__(self, answers: dict[str, object]) -> None:
+        self.answers = answers
+
+        class Answer(http.server.BaseHTTPRequestHandler):
+            def do_GET(handler) -> None:
+                body = json.dumps(answers.get(handler.path, {})).encode()
+                handler.send_response(200)
+                handler.send_header("content-type", "application/json")
+                handler.send_header("content-length", str(len(body)))
+                handler.end_headers()
+                handler.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                return None
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+
+def test_view_with_a_server_that_answers_oddly_shows_what_fits_and_never_fails(
+    tmp_path: Path,
+) -> None:
+    odd = {
+        "cassette": 3,
+        "key": None,
+        "request": "POST openai /v1/odd",
+        "closest": {"file": "x.json", "differences": "not a list"},
+    }
+    answers: dict[str, object] = {
+        "/__tapeproxy/misses": {"misses": ["junk", odd, {"closest": [1], "message": "m2"}]},
+        "/__tapeproxy/stats": {"upstream_calls": "many", "replayed": 2, "misses": True},
+    }
+    remote = OddServer(answers)
+    view = View(make_library(tmp_path), tmp_path, "--server", remote.url)
+    try:
+        page = httpx.get(view.url + "misses")
+        assert page.status_code == 200 and "POST openai /v1/odd" in page.text and "m2" in page.text
+        assert "x.json" in page.text  # the closest file, with no differences to list
+        assert httpx.get(view.url + "stamp").json()["stamp"] == 2  # only the counts that are
+        answers["/__tapeproxy/misses"] = ["a list, not an object"]
+        page = httpx.get(view.url + "misses")
+        assert page.status_code == 404 and "not a tapeproxy server&#39;s answer" in page.text
+    finally:
+        remote.stop()
+        assert view.stop()[0] == 0
 
 
 def test_off_loopback_the_page_follows_the_admin_token_rules(tmp_path: Path) -> None:

@@ -59,21 +59,23 @@ def readers(upstream: str) -> list[Provider]:
     return [known] if known is not None else list(BUILTIN.values())
 
 
+# Each reader below takes `decoded`, the exchange's payloads() where the caller has them: a
+# stream's frames are then decoded once for all it asks, not once for each (tapeproxy ls).
+def _payloads(exchange: Exchange, decoded: list[Any] | None) -> list[Any]:
+    return payloads(exchange) if decoded is None else decoded
+
+
 def _first(
     exchange: Exchange,
     read: Callable[[Provider, list[Any]], T | None],
     decoded: list[Any] | None = None,
 ) -> T | None:
-    found = payloads(exchange) if decoded is None else decoded
+    found = _payloads(exchange, decoded)
     for provider in readers(exchange.request.upstream):
         value = read(provider, found)
         if value:
             return value
     return None
-
-
-# Each reader below takes `decoded`, the exchange's payloads() where the caller has them: a
-# stream's frames are then decoded once for all it asks, not once for each (tapeproxy ls).
 
 
 def tokens(exchange: Exchange, decoded: list[Any] | None = None) -> Tokens | None:
@@ -94,7 +96,7 @@ def text(exchange: Exchange, decoded: list[Any] | None = None) -> str:
 def model(exchange: Exchange, decoded: list[Any] | None = None) -> str | None:
     """The model that answered: the answer's own `model` (`modelVersion` for Gemini), which
     names the dated snapshot an alias resolved to; else the request's, or its model path."""
-    for payload in payloads(exchange) if decoded is None else decoded:
+    for payload in _payloads(exchange, decoded):
         found = _named_model(payload)
         if found:
             return found
@@ -119,7 +121,7 @@ def _named_model(payload: Any) -> str | None:
 
 def tool_call(exchange: Exchange, decoded: list[Any] | None = None) -> dict[str, Any] | None:
     """An MCP tool call's name, arguments and result; None for any other exchange."""
-    found = payloads(exchange) if decoded is None else decoded
+    found = _payloads(exchange, decoded)
     return jsonrpc.tool_call((exchange.request.body or {}).get("json"), found)
 
 

@@ -50,9 +50,10 @@ def remote(url: str, timeout: float = 5.0) -> Live:
 
 
 def _shaped(miss: dict[str, Any]) -> dict[str, Any]:
-    """A remote miss as the misses page reads it: text where it shows text, and a closest
-    recording only where it names its file and lists its differences. The server may be
-    another version of tapeproxy, or no tapeproxy at all: what does not fit is left out."""
+    """A remote miss as the misses page reads it: text where it shows text, a closest
+    recording only where it names its file, differences only where they name their field.
+    The server may be another version of tapeproxy, or no tapeproxy at all: what does not
+    fit is left out."""
     shaped: dict[str, Any] = {
         name: value if isinstance(value := miss.get(name), str) else ""
         for name in ("cassette", "request", "key", "message")
@@ -60,12 +61,7 @@ def _shaped(miss: dict[str, Any]) -> dict[str, Any]:
     closest = miss.get("closest")
     if isinstance(closest, dict) and isinstance(closest.get("file"), str):
         differences = closest.get("differences")
-        shaped["closest"] = {
-            "file": closest["file"],
-            "differences": [
-                d for d in differences if isinstance(d, dict) and isinstance(d.get("path"), str)
-            ]
-            if isinstance(differences, list)
-            else [],
-        }
+        listed = differences if isinstance(differences, list) else []
+        named = [d for d in listed if isinstance(d, dict) and isinstance(d.get("path"), str)]
+        shaped["closest"] = {"file": closest["file"], "differences": named}
     return shaped

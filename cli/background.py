@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
+
+import uvicorn
 
 from tapeproxy.app import Server
 from tapeproxy.cli.server import ReadyServer, uvicorn_config
@@ -17,6 +20,44 @@ from tapeproxy.settings import Settings
 T = TypeVar("T")
 START_SECONDS = 20.0
 CALL_SECONDS = 60.0  # ending a run waits up to 5 s for recordings; reading misses is instant
+
+
+class ThreadServer(ReadyServer):
+    """uvicorn as the plugin runs it, stopped without uvicorn's fixed waits. uvicorn looks for
+    a stop every 0.1 s, and its graceful shutdown then sleeps 0.1 s before it waits for the
+    connections: ~0.15 s at the end of every pytest session and of every xdist worker, when
+    every test's run is already ended. Here `stop_soon` wakes the loop at once, and the
+    shutdown waits only for the requests still being answered (up to the graceful timeout,
+    then they are cancelled, as uvicorn does); then the app's own shutdown runs."""
+
+    def __init__(self, config: uvicorn.Config, on_ready: Callable[[str], None]) -> None:
+        super().__init__(config, on_ready)
+        self._stop = asyncio.Event()  # bound to the loop that first waits on it
+
+    async def main_loop(self) -> None:
+        if not await self.on_tick(0):  # the default headers, as uvicorn's loop sets them
+            await self._stop.wait()
+
+    def stop_soon(self) -> None:
+        """Called on the server's loop: end `main_loop` now."""
+        self.should_exit = True
+        self._stop.set()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()
+        for connection in list(self.server_state.connections):
+            connection.shutdown()  # an idle one closes now; a busy one after its answer
+        if self.server_state.tasks:  # the requests still being answered
+            await asyncio.wait(
+                set(self.server_state.tasks), timeout=self.config.timeout_graceful_shutdown
+            )
+        for task in self.server_state.tasks:
+            task.cancel(msg="Task cancelled, timeout graceful shutdown exceeded")
+        await asyncio.sleep(0)  # the closed connections say so
+        for server in self.servers:
+            await server.wait_closed()
+        await self.lifespan.shutdown()
 
 
 class BackgroundServer:
@@ -28,7 +69,7 @@ class BackgroundServer:
         self.url = ""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
-        self._uvicorn = ReadyServer(uvicorn_config(self.server.app, settings), self._on_ready)
+        self._uvicorn = ThreadServer(uvicorn_config(self.server.app, settings), self._on_ready)
         self._thread = threading.Thread(target=self._run, name="tapeproxy-pytest", daemon=True)
 
     def _on_ready(self, url: str) -> None:
@@ -57,5 +98,8 @@ class BackgroundServer:
         return asyncio.run_coroutine_threadsafe(work(), self._loop).result(CALL_SECONDS)
 
     def stop(self) -> None:
+        if self._loop is not None and self._thread.is_alive():
+            with contextlib.suppress(RuntimeError):  # the loop closed as we asked
+                self._loop.call_soon_threadsafe(self._uvicorn.stop_soon)
         self._uvicorn.should_exit = True
         self._thread.join(CALL_SECONDS)

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import pytest
 
-from tests.support import ProxyServer
-
 USER: Any = [{"role": "user", "content": "What is the weather in Paris today?"}]
 
 
+class Stoppable(Protocol):
+    """A server in this process: the test harness's, or the pytest plugin's."""
+
+    url: str
+
+    def stop(self) -> None: ...
+
+
 def stream_through_shutdown(
-    proxy: ProxyServer, caplog: pytest.LogCaptureFixture, timing: str = "none"
+    proxy: Stoppable, caplog: pytest.LogCaptureFixture, timing: str = "none"
 ) -> list[str | None]:
     """Stop the server while a client reads a chat stream; how the client's stream ended.
     The server's own log (uvicorn's) is captured too, where a traceback would show."""

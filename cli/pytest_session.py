@@ -15,13 +15,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tapeproxy.cli.pytest_clock import SPENT, Clock
+from tapeproxy.cli.pytest_marker import choose, marked_faults
 from tapeproxy.cli.pytest_tape import Tape
-from tapeproxy.cli.pytest_usage import USAGE, WORKER_LINES, usage_lines, write_usage
-from tapeproxy.errors import BadCassetteName, BadFault, ConfigError, TapeproxyError
-from tapeproxy.faults.spec import parse_faults
+from tapeproxy.cli.pytest_usage import USAGE, WORKER_LINES, Usage
+from tapeproxy.errors import ConfigError, TapeproxyError
 from tapeproxy.modes import SERVES_RECORDINGS, Mode
 from tapeproxy.store import anchored, split_location
-from tapeproxy.store.names import cassette_for_test, check_cassette_name
 
 if TYPE_CHECKING:  # the server's side: imported by the first test that needs it (`server`)
     from tapeproxy.cli.background import BackgroundServer
@@ -42,6 +41,7 @@ class Watch:
 
     tape: Tape
     misses_before: int
+    opened: Opened | None  # what its server read ahead as it began
     ended: bool = False
     own: bool = True  # the cassette is the test's own (from its node id), not a marker's
     spent: float = 0.0  # seconds
@@ -71,8 +71,7 @@ class Plugin:
         self.mode: str | None = config.getoption("tapeproxy_mode")
         self.fail_on_unused: bool = config.getoption("tapeproxy_fail_on_unused")
         self.tally: Counter[str] = Counter()
-        self.usage: dict[str, str] = {}  # node id -> its cassette, for tokens and cost
-        self.lines: dict[str, str] = {}  # cassette -> its tokens and cost, from xdist workers
+        self.usage = Usage(self.cassettes)  # each test's tokens and cost
         self.clock = Clock()  # the time the plugin took, measured
         self._prefix = self._library_prefix()  # a path resolved once, not per test
         self._server: BackgroundServer | None = None
@@ -106,10 +105,10 @@ class Plugin:
 
     def begin(self, item: pytest.Item) -> Watch:
         """Switch the server to this test's cassette and mode: a fresh run of the cassette."""
-        cassette, mode, own = self._choose(item)
+        cassette, mode, own = choose(item, self.mode, self._prefix)
         server = self.server
         engine = server.engine
-        faults = self._faults(item, engine.settings.fault)
+        faults = marked_faults(item, engine.settings.fault)
         opened = self._open(engine, cassette, mode)
 
         async def switch() -> int:
@@ -122,7 +121,7 @@ class Plugin:
         tape = Tape(
             server.url, cassette, mode, self.cassettes, upstreams, engine.store.where(cassette)
         )
-        watch = item.stash[WATCH] = Watch(tape, misses, own=own)
+        watch = item.stash[WATCH] = Watch(tape, misses, opened, own=own)
         return watch
 
     @staticmethod
@@ -134,47 +133,6 @@ class Plugin:
             return engine.runs.open(cassette, mode in SERVES_RECORDINGS)
         except (TapeproxyError, OSError):
             return None
-
-    def _choose(self, item: pytest.Item) -> tuple[str, Mode, bool]:
-        """The test's cassette and mode, and whether the cassette is its own (not one a
-        marker named, which other tests may share)."""
-        marker = item.get_closest_marker("tapeproxy")
-        args: dict[str, Any] = dict(marker.kwargs) if marker else {}
-        if marker and marker.args:
-            args.setdefault("cassette", marker.args[0])
-        unknown = set(args) - {"cassette", "mode", "faults"}
-        if unknown or (marker and len(marker.args) > 1):
-            pytest.fail(
-                f"@pytest.mark.tapeproxy takes cassette=, mode= and faults=, not {sorted(unknown)}",
-                pytrace=False,
-            )
-        mode = self.mode or args.get("mode") or Mode.REPLAY.value
-        try:
-            named = args.get("cassette")
-            cassette = check_cassette_name(named or cassette_for_test(item.nodeid, self._prefix))
-            return cassette, Mode(mode), not named
-        except BadCassetteName as exc:
-            pytest.fail(f"@pytest.mark.tapeproxy: {exc.message}", pytrace=False)
-        except ValueError:
-            pytest.fail(
-                f"@pytest.mark.tapeproxy(mode={mode!r}): use one of "
-                f"{', '.join(m.value for m in Mode)}",
-                pytrace=False,
-            )
-
-    def _faults(self, item: pytest.Item, default: tuple[str, ...]) -> list[str]:
-        """The marker's `faults=` (a list of specs), else the ones the settings give."""
-        marker = item.get_closest_marker("tapeproxy")
-        given = marker.kwargs.get("faults") if marker else None
-        if given is None:
-            return list(default)
-        if isinstance(given, str) or not all(isinstance(spec, str) for spec in given):
-            pytest.fail("@pytest.mark.tapeproxy(faults=...) takes a list of specs", pytrace=False)
-        try:
-            parse_faults(given)
-        except BadFault as exc:
-            pytest.fail(f"@pytest.mark.tapeproxy: {exc.message}", pytrace=False)
-        return list(given)
 
     def _library_prefix(self) -> str | None:
         """The folder that holds the cassette library, relative to the rootdir (`tests` for
@@ -215,8 +173,19 @@ class Plugin:
         elif summary is not None and summary.served:
             kind = "replayed"
         unused = summary if summary is not None and summary.unused_count else None
+        self._learn(watch, kind)
         watch.spent += time.perf_counter() - started
         return Verdict(kind, messages, unused)
+
+    def _learn(self, watch: Watch, kind: str | None) -> None:
+        """A replaying test's tokens and cost, from what its server read ahead (a replay
+        writes nothing: that is what the cassette holds); any other test's cassette is read
+        at the session's end."""
+        opened, watch.opened = watch.opened, None
+        if watch.tape.mode is not Mode.REPLAY:
+            self.usage.forget(watch.tape.cassette)
+        elif kind and opened is not None and opened.read and opened.whole:
+            self.usage.learn(watch.tape.cassette, opened.read.values())
 
     def stop(self) -> None:
         if self._server is not None:
@@ -273,7 +242,7 @@ class Plugin:
                 if name == "tapeproxy":
                     self.tally[str(value)] += 1
                 elif name == USAGE:
-                    self.usage[report.nodeid] = str(value)
+                    self.usage.used[report.nodeid] = str(value)
                 elif name == SPENT:
                     self.clock.add(value)
 
@@ -284,16 +253,16 @@ class Plugin:
                 f"tapeproxy: {counts['replayed']} replayed, {counts['recorded']} recorded, "
                 f"{counts['missed']} missed (cassettes in {self.cassettes})"
             )
-        write_usage(terminalreporter, self.cassettes, self.usage, self.lines)
+        self.usage.write(terminalreporter)
         self.clock.write(terminalreporter)
 
     def pytest_sessionfinish(self) -> None:
         self.stop()
         output = getattr(self.config, "workeroutput", None)  # an xdist worker's, to send
-        if output is not None and self.usage:
+        if output is not None and self.usage.used:
             with contextlib.suppress(TapeproxyError, OSError):  # the controller tells it
-                output[WORKER_LINES] = usage_lines(self.cassettes, set(self.usage.values()))
+                output[WORKER_LINES] = self.usage.lines()
 
     @pytest.hookimpl(optionalhook=True)  # pytest-xdist's: a worker finished
     def pytest_testnodedown(self, node: Any, error: object) -> None:
-        self.lines.update(getattr(node, "workeroutput", {}).get(WORKER_LINES, {}))
+        self.usage.known.update(getattr(node, "workeroutput", {}).get(WORKER_LINES, {}))

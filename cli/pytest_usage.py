@@ -1,15 +1,21 @@
 """Tokens and cost per test for the pytest plugin's terminal summary: what each test's
-cassette holds, as `tapeproxy ls` adds it up. Read once per cassette, at the session's end: a
-test only notes which cassette it used, so no test pays for reading recordings (issue 29).
-Under pytest-xdist each worker reads the cassettes of its own tests as it finishes (in
-parallel), and the controller writes the lines they sent."""
+cassette holds, as `tapeproxy ls` adds it up. A replaying test's line is summed from the
+recordings its server read ahead as it began (a replay writes nothing, so they are what the
+cassette holds); any other cassette is read once, at the session's end. No recording is read
+twice for it (issue 29). Under pytest-xdist each worker sends the lines of its own tests as it
+finishes, and the controller writes them."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tapeproxy.errors import TapeproxyError
+
+if TYPE_CHECKING:
+    from tapeproxy.exchange.model import Exchange
+    from tapeproxy.tools.listing import Summary
+    from tapeproxy.tools.prices import PriceTable
 
 USAGE = "tapeproxy_usage"  # the user property that names a test's cassette (across xdist too)
 WORKER_LINES = "tapeproxy_usage_lines"  # an xdist worker's output: cassette -> its line
@@ -25,35 +31,67 @@ def usage_lines(cassettes: str, names: Iterable[str]) -> dict[str, str]:
     from tapeproxy.store import open_store  # here: a pytest run that used no tapeproxy
     from tapeproxy.tools.listing import summarize  # does not import them
     from tapeproxy.tools.prices import load_prices
-    from tapeproxy.tools.report import usd
 
     store, prices = open_store(cassettes), load_prices()
     lines: dict[str, str] = {}
     for name in names:
         try:
-            found = summarize(store, name, prices)
+            lines[name] = line_of(summarize(store, name, prices))
         except TapeproxyError as exc:
             lines[name] = exc.message
         except OSError as exc:
             lines[name] = f"cannot read cassette {name!r}: {exc}"
-        else:
-            cost = usd(found.cost_usd, found.unpriced)
-            lines[name] = f"{found.input_tokens:,} in / {found.output_tokens:,} out, {cost}"
     return lines
 
 
-def write_usage(
-    terminalreporter: Any, cassettes: str, used: dict[str, str], known: dict[str, str]
-) -> None:
-    """One line per test that used tapeproxy (`used`: node id -> its cassette), in the order
-    they ran; the lines of the cassettes not `known` (sent by a worker) read here."""
-    if not used:
-        return
-    try:
-        lines = {**usage_lines(cassettes, set(used.values()) - set(known)), **known}
-    except TapeproxyError as exc:
-        terminalreporter.write_line(f"tapeproxy tokens and cost per test: {exc.message}")
-        return
-    terminalreporter.write_line("tapeproxy tokens and cost per test:")
-    for nodeid, cassette in used.items():
-        terminalreporter.write_line(f"  {nodeid}: {lines[cassette]}")
+def line_of(found: Summary) -> str:
+    from tapeproxy.tools.report import usd
+
+    cost = usd(found.cost_usd, found.unpriced)
+    return f"{found.input_tokens:,} in / {found.output_tokens:,} out, {cost}"
+
+
+class Usage:
+    """Which cassette each test that used tapeproxy ran on (`used`, node id -> cassette, in
+    the order they ran), and the lines `known` before the session's end: summed from a
+    replaying test's recordings as its server read them ahead, or sent by xdist workers."""
+
+    def __init__(self, cassettes: str) -> None:
+        self.cassettes = cassettes
+        self.used: dict[str, str] = {}
+        self.known: dict[str, str] = {}
+        self._prices: PriceTable | None = None
+
+    def learn(self, cassette: str, exchanges: Iterable[Exchange]) -> None:
+        """The line of `cassette`, whose every recording is in `exchanges`, read already."""
+        from tapeproxy.tools.listing import row_of, summary_of
+        from tapeproxy.tools.prices import load_prices
+
+        if self._prices is None:
+            self._prices = load_prices()
+        rows = [row_of(exchange, self._prices) for exchange in exchanges]
+        self.known[cassette] = line_of(summary_of(cassette, rows))
+
+    def forget(self, cassette: str) -> None:
+        """`cassette` may change (a test records into it): read it at the session's end."""
+        self.known.pop(cassette, None)
+
+    def lines(self) -> dict[str, str]:
+        """The line of every cassette used: known, else read now. TapeproxyError: no library
+        opens at `cassettes`."""
+        names = set(self.used.values())
+        known = {name: self.known[name] for name in names if name in self.known}
+        return {**usage_lines(self.cassettes, names - set(known)), **known}
+
+    def write(self, terminalreporter: Any) -> None:
+        """One line per test that used tapeproxy."""
+        if not self.used:
+            return
+        try:
+            lines = self.lines()
+        except TapeproxyError as exc:
+            terminalreporter.write_line(f"tapeproxy tokens and cost per test: {exc.message}")
+            return
+        terminalreporter.write_line("tapeproxy tokens and cost per test:")
+        for nodeid, cassette in self.used.items():
+            terminalreporter.write_line(f"  {nodeid}: {lines[cassette]}")

@@ -67,13 +67,19 @@ class Touched:
 @dataclass(frozen=True)
 class Opened:
     """What a new run of a cassette starts from (see `Runs.open`). `changes`: the count of
-    recordings written and runs ended (whose end may delete some) when it was read."""
+    recordings written and runs ended (whose end may delete some) when it was read. `read`:
+    the recordings read ahead (all when `whole`), for the pytest plugin's tokens and cost."""
 
     cassette: str
     ordinals: dict[str, list[int]]
     ahead: dict[tuple[str, int], Replay]
     order: list[Recorded] | None
     changes: int
+    read: dict[tuple[str, int], Exchange]
+
+    @property
+    def whole(self) -> bool:
+        return len(self.read) == sum(map(len, self.ordinals.values()))
 
 
 class Runs:
@@ -175,7 +181,7 @@ class Runs:
                 ahead[(key, ordinal)] = replay
                 read[(key, ordinal)] = exchange
         order = self._recorded_order(cassette, ordinals, read) if self._strict_order else None
-        return Opened(cassette, ordinals, ahead, order, changes)
+        return Opened(cassette, ordinals, ahead, order, changes, read)
 
     def changes(self) -> int:
         """Recordings written and runs ended since start: what `open` read holds while this
@@ -218,10 +224,7 @@ class Runs:
         return run
 
     def _recorded_order(
-        self,
-        cassette: str,
-        ordinals: dict[str, list[int]],
-        read: dict[tuple[str, int], Exchange],
+        self, cassette: str, ordinals: dict[str, list[int]], read: dict[tuple[str, int], Exchange]
     ) -> list[Recorded]:
         """Every recording by its position in the recording run (each file not `read` is
         read once)."""

@@ -53,9 +53,9 @@ def report(
     try:
         library = open_library(cassettes, None, None, config, rules=False)
         table = price_table(prices, config)
-        total = count_files(library.store, library.store.cassettes())
-        with progress(total, "reading cassettes") as tick:
-            entries = build(library.store, table, tick)
+        names = library.store.cassettes()
+        with progress(count_files(library.store, names), "reading cassettes") as tick:
+            entries = build(library.store, table, tick, names)
         if junit is not None:
             _write(junit, junit_xml(entries))
     except TapeproxyError as exc:

@@ -13,7 +13,7 @@ from tapeproxy.exchange.model import Exchange, dump_exchange
 from tapeproxy.store import state, upkeep
 from tapeproxy.store.durable import create_atomic, fsync_folder, write_atomic
 from tapeproxy.store.lastrun import dump_last_run, read_note, unreadable_note
-from tapeproxy.store.names import check_folder_name
+from tapeproxy.store.names import check_folder_name, named_cassettes
 from tapeproxy.store.protocol import (
     entries_of,
     exchange_file,
@@ -35,13 +35,14 @@ class FileStore:
         self._root = Path(root)
 
     def cassettes(self) -> list[str]:
-        """Every folder holding exchange files, or what an interrupted write left behind."""
+        """Every folder holding exchange files, or what an interrupted write left behind, whose
+        name a cassette may have (see `named_cassettes`)."""
         names = []
         for folder, dirs, files in os.walk(self._root):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
             if any(parse_exchange_file(name) or is_leftover(name) for name in files):
                 names.append(Path(folder).relative_to(self._root).as_posix())
-        return sorted(names)
+        return named_cassettes(names, str(self._root))
 
     def entries(self, cassette: str) -> dict[str, list[int]]:
         return entries_of(self._names(cassette))

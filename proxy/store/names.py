@@ -4,9 +4,13 @@ name of a test's cassette (the pytest plugin)."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
+from collections.abc import Iterable
 
 from tapeproxy.errors import BadCassetteName
+
+log = logging.getLogger("tapeproxy")
 
 _SEGMENT = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -24,6 +28,19 @@ def check_folder_name(name: str) -> str:
     base = name.removesuffix(DERIVED) if name.endswith(DERIVED) and name != DERIVED else name
     check_cassette_name(base)
     return name
+
+
+def named_cassettes(found: Iterable[str], where: str) -> list[str]:
+    """The folders of exchange files `found` in the library at `where` whose names a cassette
+    may have, sorted. Each other one is left out with a warning: no request can name it, and
+    a tool that met it would stop on it (`tapeproxy ls` for the whole library)."""
+    kept = []
+    for name in sorted(found):
+        try:
+            kept.append(check_folder_name(name))
+        except BadCassetteName as exc:
+            log.warning("skipped %s/%s: %s; rename the folder to use it", where, name, exc.message)
+    return kept
 
 
 def check_cassette_name(name: str) -> str:

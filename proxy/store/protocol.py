@@ -111,7 +111,8 @@ class CassetteStore(Protocol):
 
     def cassettes(self) -> list[str]:
         """Every cassette holding exchanges, or what an interrupted write left; sorted, nested
-        names with `/`."""
+        names with `/`. A folder of them whose name no cassette may have is left out, with a
+        warning (`names.named_cassettes`)."""
         ...
 
     def entries(self, cassette: str) -> dict[str, list[int]]:

@@ -18,7 +18,7 @@ import obstore
 from tapeproxy.errors import ConfigError, StoreUnreachable
 from tapeproxy.exchange.model import Exchange, dump_exchange
 from tapeproxy.store.lastrun import NOTES, dump_last_run, note_name, read_note, unreadable_note
-from tapeproxy.store.names import check_folder_name
+from tapeproxy.store.names import check_folder_name, named_cassettes
 from tapeproxy.store.protocol import (
     entries_of,
     exchange_file,
@@ -74,7 +74,7 @@ class S3Store:
                 hidden = any(part.startswith(".") for part in folder.split("/"))
                 if folder and not hidden and (parse_exchange_file(name) or is_leftover(name)):
                     found.add(folder)
-        return sorted(found)
+        return named_cassettes(found, self._url)
 
     def entries(self, cassette: str) -> dict[str, list[int]]:
         return entries_of(self._listed(cassette))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -197,3 +199,23 @@ def test_ls_of_an_empty_library_says_so_and_passes(tmp_path: Path) -> None:
     assert code == 0 and "no cassettes yet" in out
     code, out = run("ls", "--cassettes", str(tmp_path), "--json")
     assert code == 0 and json.loads(out) == []
+
+
+@pytest.mark.parametrize("command", [("ls", "--json"), ("report", "--json"), ("verify",)])
+def test_a_folder_no_cassette_may_be_named_is_skipped_with_one_warning(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    root = library(tmp_path)
+    shutil.copytree(root / "example", root / "has space")  # copied by hand, say
+    done = subprocess.run(
+        [sys.executable, "-m", "tapeproxy", *command, "--cassettes", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    [warning] = done.stderr.splitlines()
+    assert warning.startswith(f"skipped {root}/has space: cassette name 'has space' is not")
+    assert warning.endswith("rename the folder to use it")
+    assert "example" in done.stdout and "suite/copy" in done.stdout
+    assert "has space" not in done.stdout

@@ -32,6 +32,7 @@ TOKEN = "an-admin-token-0123456789"
 def view(tmp_path_factory: pytest.TempPathFactory) -> Iterator[View]:
     tmp = tmp_path_factory.mktemp("viewer")
     library = make_library(tmp)
+    shutil.copytree(library / "example", library / "has space")  # no cassette's name: skipped
     before = sorted(p.relative_to(library) for p in library.rglob("*"))
     started = View(library, tmp)
     assert started.url.startswith("http://127.0.0.1:"), started.ready
@@ -56,6 +57,7 @@ def test_every_page_is_html_under_the_content_security_policy(view: View) -> Non
         assert answer.headers["content-security-policy"] == POLICY, page
         assert answer.headers["x-content-type-options"] == "nosniff", page
     assert "examples/vercel-agent" in httpx.get(view.url).text
+    assert "has space" not in httpx.get(view.url).text
     assert "<script" not in httpx.get(view.url).text.replace(
         '<script src="static/viewer.js" defer></script>', ""
     )

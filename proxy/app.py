@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tapeproxy.doors.control import CONTROL_PREFIX, OffLoopback, control_routes
+from tapeproxy.doors.control import CONTROL_PREFIX, LocalOnly, OffLoopback, control_routes
 from tapeproxy.doors.front import Front
 from tapeproxy.doors.sending import QuietCuts
 from tapeproxy.engine.core import Engine
@@ -74,6 +74,8 @@ class Server:
                 ClientDisconnect: gone,
             },
         )
+        if is_loopback(settings.host) and settings.admin_token is None:
+            return Doors(LocalOnly(control), Front(engine))  # open: to this machine only
         return Doors(control, Front(engine))
 
 

@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from tapeproxy.doors.hosts import local_host
 from tapeproxy.engine.core import Engine
 from tapeproxy.errors import BadFault
 from tapeproxy.modes import Mode
@@ -19,6 +20,7 @@ from tapeproxy.settings import Settings, is_loopback
 
 CONTROL_PREFIX = "/__tapeproxy/"
 ENDPOINTS = ("health", "stats", "misses", "cassette", "faults", "ui/")
+HEALTH = CONTROL_PREFIX + "health"
 
 
 MAX_CONTROL_BODY = 64 * 1024  # {"cassette": NAME, "mode": MODE} is far smaller
@@ -92,6 +94,27 @@ class OffLoopback:
             if refused is not None:
                 await refused(scope, receive, send)
                 return
+        await self.app(scope, receive, send)
+
+
+class LocalOnly:
+    """The control API (and page) of a loopback server without an admin token: open to the
+    processes of this machine, so taken only from a request whose Host names it (see
+    doors/hosts.py); the health check answers anyone."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] != HEALTH and not local_host(scope):
+            refused = _error(
+                403,
+                "forbidden",
+                "this loopback tapeproxy takes control requests only at 127.0.0.1 or localhost "
+                "(the Host header); give it --admin-token TOKEN to take them under any name",
+            )
+            await refused(scope, receive, send)
+            return
         await self.app(scope, receive, send)
 
 
@@ -190,7 +213,7 @@ def control_routes(engine: Engine) -> list[BaseRoute]:
         )
 
     return [
-        Route("/__tapeproxy/health", health, methods=["GET"]),
+        Route(HEALTH, health, methods=["GET"]),
         Route("/__tapeproxy/stats", stats, methods=["GET"]),
         Route("/__tapeproxy/misses", misses, methods=["GET"]),
         Route("/__tapeproxy/cassette", get_cassette, methods=["GET"]),

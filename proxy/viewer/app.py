@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tapeproxy.doors.hosts import local_host
 from tapeproxy.errors import ConfigError, TapeproxyError
 from tapeproxy.store.protocol import CassetteStore
 from tapeproxy.tools.prices import PriceTable
@@ -56,23 +56,6 @@ class Policy:
             await refused(scope, receive, sending)
             return
         await self.app(scope, receive, sending)
-
-
-def local_host(scope: Scope) -> bool:
-    """Whether the request's Host names this machine: localhost, or a loopback address."""
-    host = next((v for k, v in scope.get("headers", []) if k == b"host"), b"")
-    name = host.decode("latin-1").strip().lower()
-    if name.startswith("["):
-        name = name[1 : name.find("]")] if "]" in name else ""
-    elif name.count(":") == 1:
-        name = name.partition(":")[0]
-    name = name.rstrip(".")
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True)

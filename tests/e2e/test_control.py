@@ -156,7 +156,7 @@ def test_a_client_that_hangs_up_mid_upload_is_one_quiet_line(
     for path in ("/openai/v1/embeddings", "/__tapeproxy/cassette"):
         with socket.create_connection((host, int(port))) as sock:
             sock.sendall(
-                f"PUT {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n"
+                f"PUT {path} HTTP/1.1\r\nhost: {host}\r\ncontent-length: 100000\r\n"
                 'content-type: application/json\r\n\r\n{"a": 1'.encode()
             )
     wait_for(lambda: proxy.stats["aborted"] >= 2)
@@ -218,3 +218,34 @@ def test_a_loopback_client_sending_x_forwarded_for_is_still_seen_at_its_own_addr
         server.should_exit = True
         thread.join(timeout=30)
     assert clients == ["127.0.0.1"]
+
+
+def test_a_loopback_server_without_a_token_takes_control_requests_only_at_its_own_names(
+    make_proxy: MakeProxy,
+) -> None:
+    """A web page elsewhere whose host name now points at 127.0.0.1 (DNS rebinding) sends
+    its own name as the Host: it may not switch the cassette or read the misses."""
+    proxy = make_proxy(mode="replay")
+    port = proxy.url.rsplit(":", 1)[1]
+    rebound = {"Host": f"evil.example:{port}"}
+    switch = {"cassette": "theirs", "mode": "record"}
+    for method, path in [("PUT", "cassette"), ("GET", "misses"), ("GET", "stats"), ("GET", "ui/")]:
+        answer = httpx.request(
+            method, f"{proxy.url}/__tapeproxy/{path}", json=switch, headers=rebound
+        )
+        assert answer.status_code == 403, (method, path)
+        message = answer.json()["error"]["message"]
+        assert "\n" not in message and "--admin-token" in message
+    assert httpx.get(proxy.url + "/__tapeproxy/health", headers=rebound).status_code == 200
+    assert httpx.get(proxy.url + "/__tapeproxy/cassette").json()["mode"] == "replay"
+    for name in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}"):
+        answer = httpx.put(proxy.url + "/__tapeproxy/cassette", json=switch, headers={"Host": name})
+        assert answer.status_code == 200, name
+
+
+def test_with_an_admin_token_the_token_decides_whatever_the_host(make_proxy: MakeProxy) -> None:
+    proxy = make_proxy(mode="replay", admin_token="a-token-0123456789abcdef")
+    other = {"Host": "tapeproxy.internal", "Authorization": "Bearer a-token-0123456789abcdef"}
+    answer = httpx.put(proxy.url + "/__tapeproxy/cassette", json={"cassette": "x"}, headers=other)
+    assert answer.status_code == 200
+    assert httpx.get(proxy.url + "/__tapeproxy/misses", headers=other).status_code == 200

@@ -1,6 +1,8 @@
-"""The S3 store's local read-through cache: each object's bytes as last read, under its name and
-ETag, with the SHA-256 of its content checked on every read; and each cassette's last listing,
-so that a replay that cannot reach the store still serves what this machine has read before.
+"""The S3 store's local read-through cache: each object's bytes as last read, one entry per
+object name holding its ETag (a newer version replaces it: the cache never grows past the
+objects read), with the SHA-256 of its content checked on every read; and each cassette's
+last listing, so that a replay that cannot reach the store still serves what this machine has
+read before.
 
 It lives in `$XDG_CACHE_HOME/tapeproxy/s3/` (else `~/.cache/...`), one folder per store
 location, never in a cassette. A cache that cannot be written is no error: it is a cache."""
@@ -19,6 +21,9 @@ from pathlib import Path
 from tapeproxy.store.durable import write_atomic
 
 DIGEST = 64  # hex characters of the SHA-256 that heads each cached object
+# The objects' folder. Before, `objects/` held one entry per name and ETag, and every version
+# of an object read stayed: it is left alone (a tapeproxy of then may still use it).
+OBJECTS = "objects-by-name"
 
 
 def cache_root(location: str) -> Path:
@@ -37,7 +42,8 @@ def cache_root(location: str) -> Path:
 
 
 class ObjectCache:
-    """Objects by name and ETag, and listings by cassette, in one local folder."""
+    """Objects by name (each with its ETag), and listings by cassette, in one local folder.
+    An entry is `digest\netag\ncontent`: the digest covers the ETag and the content."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -45,21 +51,24 @@ class ObjectCache:
     def get(self, name: str, etag: str) -> bytes | None:
         """The object's bytes as cached for that ETag, or None (none cached, or its content
         does not match its digest: a damaged entry is dropped)."""
-        path = self._object(name, etag)
+        path = self._object(name)
         try:
             raw = path.read_bytes()
         except OSError:
             return None
-        digest, data = raw[:DIGEST], raw[DIGEST + 1 :]
-        if digest.decode("ascii", "replace") != hashlib.sha256(data).hexdigest():
+        digest, body = raw[:DIGEST], raw[DIGEST + 1 :]
+        if digest.decode("ascii", "replace") != hashlib.sha256(body).hexdigest():
             with contextlib.suppress(OSError):
                 path.unlink()
             return None
-        return data
+        kept, _, data = body.partition(b"\n")
+        return data if kept == etag.encode("utf-8") else None  # else another version
 
     def put(self, name: str, etag: str, data: bytes) -> None:
-        digest = hashlib.sha256(data).hexdigest().encode("ascii")
-        self._keep(self._object(name, etag), [digest, b"\n", data])
+        """Keep `data` as the object's version `etag`, in place of any other version."""
+        body = [etag.encode("utf-8"), b"\n", data]
+        digest = hashlib.sha256(b"".join(body)).hexdigest().encode("ascii")
+        self._keep(self._object(name), [digest, b"\n", *body])
 
     def listing(self, cassette: str) -> dict[str, str] | None:
         """A cassette's last listing (file name -> ETag), or None when there is none."""
@@ -76,9 +85,9 @@ class ObjectCache:
                 return
         self._keep(self._listing(cassette), [data])
 
-    def _object(self, name: str, etag: str) -> Path:
-        hashed = _hash(f"{name}\0{etag}")
-        return self.root / "objects" / hashed[:2] / hashed
+    def _object(self, name: str) -> Path:
+        hashed = _hash(name)
+        return self.root / OBJECTS / hashed[:2] / hashed
 
     def _listing(self, cassette: str) -> Path:
         return self.root / "listings" / f"{_hash(cassette)}.json"

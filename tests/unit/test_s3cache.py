@@ -1,5 +1,6 @@
 """The S3 store's local cache: an object comes back only under its name and ETag and only
-while its content matches the digest it was kept with; a listing round-trips."""
+while its content matches the digest it was kept with; a newer version replaces the older;
+a listing round-trips."""
 
 from __future__ import annotations
 
@@ -16,6 +17,17 @@ def test_an_object_comes_back_under_its_name_and_etag_only(tmp_path: Path) -> No
     assert cache.get("default/a.json", '"etag-1"') == b'{"a": 1}\n'
     assert cache.get("default/a.json", '"etag-2"') is None, "another version of the object"
     assert cache.get("default/b.json", '"etag-1"') is None
+
+
+def test_a_newer_version_of_an_object_takes_the_place_of_the_older(tmp_path: Path) -> None:
+    """A cassette recorded anew over weeks: the cache holds each name once, not each version."""
+    cache = ObjectCache(tmp_path)
+    for version in range(5):
+        cache.put("default/a.json", f'"etag-{version}"', b"x" * 1000 + str(version).encode())
+    cache.put("default/b.json", '"etag-0"', b"{}")
+    assert len([path for path in tmp_path.rglob("*") if path.is_file()]) == 2
+    assert cache.get("default/a.json", '"etag-4"') == b"x" * 1000 + b"4"
+    assert cache.get("default/a.json", '"etag-3"') is None
 
 
 @pytest.mark.parametrize("damage", [b"x", b""], ids=["changed-byte", "truncated"])

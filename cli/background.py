@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import threading
 from collections.abc import Callable, Coroutine
@@ -20,6 +21,8 @@ from tapeproxy.settings import Settings
 T = TypeVar("T")
 START_SECONDS = 20.0
 CALL_SECONDS = 60.0  # ending a run waits up to 5 s for recordings; reading misses is instant
+DRAIN_POLL_SECONDS = 0.002
+uvicorn_log = logging.getLogger("uvicorn.error")  # where uvicorn says what a shutdown cut
 
 
 class ThreadServer(ReadyServer):
@@ -27,8 +30,9 @@ class ThreadServer(ReadyServer):
     a stop every 0.1 s, and its graceful shutdown then sleeps 0.1 s before it waits for the
     connections: ~0.15 s at the end of every pytest session and of every xdist worker, when
     every test's run is already ended. Here `stop_soon` wakes the loop at once, and the
-    shutdown waits only for the requests still being answered (up to the graceful timeout,
-    then they are cancelled, as uvicorn does); then the app's own shutdown runs."""
+    shutdown waits only while an answer is still being sent or its connection has not closed
+    (up to the graceful timeout, then the requests are cancelled, as uvicorn does); then the
+    app's own shutdown runs."""
 
     def __init__(self, config: uvicorn.Config, on_ready: Callable[[str], None]) -> None:
         super().__init__(config, on_ready)
@@ -44,19 +48,22 @@ class ThreadServer(ReadyServer):
         self._stop.set()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        state, loop = self.server_state, asyncio.get_running_loop()
+        deadline = loop.time() + self.config.timeout_graceful_shutdown
         for server in self.servers:
             server.close()
-        for connection in list(self.server_state.connections):
-            connection.shutdown()  # an idle one closes now; a busy one after its answer
-        if self.server_state.tasks:  # the requests still being answered
-            await asyncio.wait(
-                set(self.server_state.tasks), timeout=self.config.timeout_graceful_shutdown
+        for connection in list(state.connections):
+            connection.shutdown()  # an idle one closes now; a busy one once its answer is out
+        # Until every answer has left its buffers and its connection is closed (uvicorn's
+        # wait, polled more often: nothing signals a connection's end).
+        while (state.connections or state.tasks) and loop.time() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(DRAIN_POLL_SECONDS)
+        if state.tasks:
+            uvicorn_log.error(
+                "Cancel %s running task(s), timeout graceful shutdown exceeded", len(state.tasks)
             )
-        for task in self.server_state.tasks:
-            task.cancel(msg="Task cancelled, timeout graceful shutdown exceeded")
-        await asyncio.sleep(0)  # the closed connections say so
-        for server in self.servers:
-            await server.wait_closed()
+            for task in state.tasks:
+                task.cancel(msg="Task cancelled, timeout graceful shutdown exceeded")
         await self.lifespan.shutdown()
 
 
@@ -98,8 +105,10 @@ class BackgroundServer:
         return asyncio.run_coroutine_threadsafe(work(), self._loop).result(CALL_SECONDS)
 
     def stop(self) -> None:
+        # First: a server still starting finds it before its loop waits (uvicorn looks before
+        # main_loop, and main_loop as it begins); one already waiting is woken.
+        self._uvicorn.should_exit = True
         if self._loop is not None and self._thread.is_alive():
             with contextlib.suppress(RuntimeError):  # the loop closed as we asked
                 self._loop.call_soon_threadsafe(self._uvicorn.stop_soon)
-        self._uvicorn.should_exit = True
         self._thread.join(CALL_SECONDS)

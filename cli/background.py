@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import socket
 import threading
 from collections.abc import Callable, Coroutine
@@ -49,7 +50,8 @@ class ThreadServer(ReadyServer):
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         state, loop = self.server_state, asyncio.get_running_loop()
-        deadline = loop.time() + self.config.timeout_graceful_shutdown
+        grace = self.config.timeout_graceful_shutdown  # None: as long as it takes
+        deadline = math.inf if grace is None else loop.time() + grace
         for server in self.servers:
             server.close()
         for connection in list(state.connections):

@@ -74,8 +74,8 @@ class Server:
                 ClientDisconnect: gone,
             },
         )
-        if is_loopback(settings.host) and settings.admin_token is None:
-            return Doors(LocalOnly(control), Front(engine))  # open: to this machine only
+        if is_loopback(settings.host):  # open to this machine: not to a rebound host name
+            return Doors(LocalOnly(control, settings.admin_token), Front(engine))
         return Doors(control, Front(engine))
 
 

@@ -68,15 +68,20 @@ def refusal(request: Request, settings: Settings) -> JSONResponse | None:
             "requests that change state are off: start it with --admin-token TOKEN (or "
             "TAPEPROXY_ADMIN_TOKEN) and send `Authorization: Bearer TOKEN`",
         )
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    sent = given.strip().encode("latin-1", "replace")
-    if scheme.lower() == "bearer" and hmac.compare_digest(sent, token.encode()):
+    if _bears(request, token):
         return None
     return _error(
         401,
         "unauthorized",
         "this control request needs `Authorization: Bearer TOKEN` with the server's --admin-token",
     )
+
+
+def _bears(request: Request, token: str) -> bool:
+    """Whether the request carries `Authorization: Bearer TOKEN`."""
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    sent = given.strip().encode("latin-1", "replace")
+    return scheme.lower() == "bearer" and hmac.compare_digest(sent, token.encode())
 
 
 class OffLoopback:
@@ -98,20 +103,27 @@ class OffLoopback:
 
 
 class LocalOnly:
-    """The control API (and page) of a loopback server without an admin token: open to the
-    processes of this machine, so taken only from a request whose Host names it (see
-    doors/hosts.py); the health check answers anyone."""
+    """The control API (and page) of a loopback server: open to the processes of this
+    machine, so taken only from a request whose Host names it (see doors/hosts.py), or that
+    carries the admin token when there is one; the health check answers anyone."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
         self.app = app
+        self.token = token
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] != HEALTH and not local_host(scope):
+        if (
+            scope["type"] == "http"
+            and scope["path"] != HEALTH
+            and not local_host(scope)
+            and not (self.token and _bears(Request(scope), self.token))
+        ):
+            fix = "send `Authorization: Bearer TOKEN`" if self.token else "give it --admin-token"
             refused = _error(
                 403,
                 "forbidden",
                 "this loopback tapeproxy takes control requests only at 127.0.0.1 or localhost "
-                "(the Host header); give it --admin-token TOKEN to take them under any name",
+                f"(the Host header); to take them under another name, {fix}",
             )
             await refused(scope, receive, send)
             return

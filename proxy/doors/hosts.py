@@ -1,7 +1,10 @@
-"""Whether a request's Host names this machine. A server on a loopback address without an
-admin token is open to every process of this machine, and only to requests that name it: a
-web page elsewhere that points its own host name at 127.0.0.1 (DNS rebinding) reaches the
-port with that name as the Host, and must not read the cassettes or switch them."""
+"""Whether a request's Host names this machine. A server on a loopback address is open to
+every process of this machine: its control API and page answer only requests that name it
+(or carry its admin token). A web page elsewhere that points its own host name at 127.0.0.1
+(DNS rebinding) reaches the port with that name as the Host, and must not switch the
+cassette, set faults, or read the misses and the page. The proxy's own routes answer any
+Host, as a local server does: a container reaches a loopback tapeproxy as
+`host.docker.internal`."""
 
 from __future__ import annotations
 

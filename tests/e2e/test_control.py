@@ -243,9 +243,23 @@ def test_a_loopback_server_without_a_token_takes_control_requests_only_at_its_ow
         assert answer.status_code == 200, name
 
 
-def test_with_an_admin_token_the_token_decides_whatever_the_host(make_proxy: MakeProxy) -> None:
-    proxy = make_proxy(mode="replay", admin_token="a-token-0123456789abcdef")
-    other = {"Host": "tapeproxy.internal", "Authorization": "Bearer a-token-0123456789abcdef"}
-    answer = httpx.put(proxy.url + "/__tapeproxy/cassette", json={"cassette": "x"}, headers=other)
+def test_with_an_admin_token_a_rebound_host_needs_the_token_for_reads_too(
+    make_proxy: MakeProxy,
+) -> None:
+    token = "a-token-0123456789abcdef"
+    proxy = make_proxy(mode="replay", admin_token=token)
+    rebound = {"Host": "tapeproxy.internal"}
+    assert httpx.get(proxy.url + "/__tapeproxy/misses", headers=rebound).status_code == 403
+    assert httpx.get(proxy.url + "/__tapeproxy/misses").status_code == 200  # its own name
+    bearer = {**rebound, "Authorization": f"Bearer {token}"}
+    answer = httpx.put(proxy.url + "/__tapeproxy/cassette", json={"cassette": "x"}, headers=bearer)
     assert answer.status_code == 200
-    assert httpx.get(proxy.url + "/__tapeproxy/misses", headers=other).status_code == 200
+    assert httpx.get(proxy.url + "/__tapeproxy/misses", headers=bearer).status_code == 200
+
+
+def test_the_proxy_routes_answer_any_host(make_proxy: MakeProxy, fake: FakeUpstream) -> None:
+    """A container reaches a loopback tapeproxy as host.docker.internal."""
+    proxy = make_proxy(mode="record")
+    headers = {"Host": "host.docker.internal:8787", "authorization": "Bearer sk-test-fake"}
+    answer = httpx.post(proxy.url + "/openai/v1/embeddings", json=EMBED, headers=headers)
+    assert answer.status_code == 200

@@ -67,16 +67,21 @@ def verify(
     Each file must parse under the schema, carry the key and ordinal its name says, and have
     that key under today's match rules. Leftover temporary files are reported too. Files of
     an older schema_version are read fine and listed; --upgrade rewrites them."""
+    from tapeproxy.tools.verify import misnamed
     from tapeproxy.tools.verify import verify as verify_cassette
 
     try:
         library = open_library(cassettes, upstream, ignore, config)
+        skipped: list[str] = []
         names = (
-            [existing(library, name, folder_will_do=True)] if name else (library.store.cassettes())
+            [existing(library, name, folder_will_do=True)]
+            if name
+            else library.store.cassettes(skipped)
         )
-        if not names:
+        if not names and not skipped:
             raise ConfigError(f"no cassettes under {library.store.where()} to verify")
         verdicts = [verify_cassette(library.store, n, library.rules, upgrade) for n in names]
+        verdicts += [misnamed(folder) for folder in skipped]
     except TapeproxyError as exc:
         raise fail(exc, as_json) from exc
     print_verdicts(verdicts, as_json)

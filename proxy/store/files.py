@@ -34,7 +34,7 @@ class FileStore:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self._root = Path(root)
 
-    def cassettes(self) -> list[str]:
+    def cassettes(self, skipped: list[str] | None = None) -> list[str]:
         """Every folder holding exchange files, or what an interrupted write left behind, whose
         name a cassette may have (see `named_cassettes`)."""
         names = []
@@ -42,7 +42,7 @@ class FileStore:
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
             if any(parse_exchange_file(name) or is_leftover(name) for name in files):
                 names.append(Path(folder).relative_to(self._root).as_posix())
-        return named_cassettes(names, str(self._root))
+        return named_cassettes(names, str(self._root), skipped)
 
     def entries(self, cassette: str) -> dict[str, list[int]]:
         return entries_of(self._names(cassette))

@@ -66,7 +66,7 @@ class S3Store:
         except FAILED as exc:
             raise ConfigError(f"cannot open the cassette library {self._url}: {why(exc)}") from exc
 
-    def cassettes(self) -> list[str]:
+    def cassettes(self, skipped: list[str] | None = None) -> list[str]:
         found: set[str] = set()
         for chunk in obstore.list(self._client):
             for meta in chunk:
@@ -74,7 +74,7 @@ class S3Store:
                 hidden = any(part.startswith(".") for part in folder.split("/"))
                 if folder and not hidden and (parse_exchange_file(name) or is_leftover(name)):
                     found.add(folder)
-        return named_cassettes(found, self._url)
+        return named_cassettes(found, self._url, skipped)
 
     def entries(self, cassette: str) -> dict[str, list[int]]:
         return entries_of(self._listed(cassette))

@@ -108,8 +108,9 @@ def _routes(
     render: Callable[..., HTMLResponse],
 ) -> list[tuple[str, Callable[[Request], Response]]]:
     def library(request: Request) -> Response:
-        summaries = pages.library(store, prices)
-        return render(request, "library.html", summaries=summaries, where=store.where())
+        summaries, skipped = pages.library(store, prices)
+        where = store.where()
+        return render(request, "library.html", summaries=summaries, skipped=skipped, where=where)
 
     def cassette(request: Request) -> Response:
         name = _given(request, "name")

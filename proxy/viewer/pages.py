@@ -46,8 +46,12 @@ class ExchangeView:
     response_body: str | None
 
 
-def library(store: CassetteStore, prices: PriceTable) -> list[Summary]:
-    return [summarize(store, name, prices) for name in store.cassettes()]
+def library(store: CassetteStore, prices: PriceTable) -> tuple[list[Summary], list[str]]:
+    """Every cassette's summary, and the folders of recordings no cassette may be named for
+    (shown on the page, not logged at each view)."""
+    skipped: list[str] = []
+    names = store.cassettes(skipped)
+    return [summarize(store, name, prices) for name in names], skipped
 
 
 @dataclass(frozen=True)

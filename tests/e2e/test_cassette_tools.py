@@ -201,21 +201,40 @@ def test_ls_of_an_empty_library_says_so_and_passes(tmp_path: Path) -> None:
     assert code == 0 and json.loads(out) == []
 
 
-@pytest.mark.parametrize("command", [("ls", "--json"), ("report", "--json"), ("verify",)])
-def test_a_folder_no_cassette_may_be_named_is_skipped_with_one_warning(
-    tmp_path: Path, command: tuple[str, ...]
-) -> None:
+def misnamed_library(tmp_path: Path, *command: str) -> subprocess.CompletedProcess[str]:
+    """`command` run on a library holding a folder of recordings copied in by hand under a
+    name no cassette may have."""
     root = library(tmp_path)
-    shutil.copytree(root / "example", root / "has space")  # copied by hand, say
-    done = subprocess.run(
+    shutil.copytree(root / "example", root / "has space")
+    return subprocess.run(
         [sys.executable, "-m", "tapeproxy", *command, "--cassettes", str(root)],
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+@pytest.mark.parametrize("command", [("ls", "--json"), ("report", "--json")])
+def test_a_folder_no_cassette_may_be_named_is_skipped_with_one_warning(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    done = misnamed_library(tmp_path, *command)
+    root = tmp_path / "cassettes"
     assert done.returncode == 0, done.stderr
     [warning] = done.stderr.splitlines()
     assert warning.startswith(f"skipped {root}/has space: cassette name 'has space' is not")
     assert warning.endswith("rename the folder to use it")
     assert "example" in done.stdout and "suite/copy" in done.stdout
     assert "has space" not in done.stdout
+
+
+def test_verify_flags_a_folder_no_cassette_may_be_named_and_checks_the_rest(
+    tmp_path: Path,
+) -> None:
+    done = misnamed_library(tmp_path, "verify", "--json")
+    assert done.returncode == 1, done.stderr
+    verdicts = {v["cassette"]: v for v in json.loads(done.stdout)}
+    assert verdicts["example"]["problems"] == [] and verdicts["example"]["checked"] == 3
+    [problem] = verdicts["has space"]["problems"]
+    assert "is not allowed" in problem["problem"] and "rename the folder" in problem["problem"]
+    assert done.stderr == ""

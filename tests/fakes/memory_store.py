@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from tapeproxy.errors import CassetteCorrupt
 from tapeproxy.exchange.model import Exchange, dump_exchange
 from tapeproxy.store.lastrun import LastRun, dump_last_run, note_name, read_note
-from tapeproxy.store.names import check_folder_name
+from tapeproxy.store.names import check_folder_name, named_cassettes
 from tapeproxy.store.protocol import (
     entries_of,
     exchange_file,
@@ -28,12 +28,13 @@ class MemoryStore:
         self.data: dict[str, dict[str, bytes]] = {}
         self.notes: dict[str, bytes] = {}
 
-    def cassettes(self) -> list[str]:
-        return sorted(
+    def cassettes(self, skipped: list[str] | None = None) -> list[str]:
+        found = [
             name
             for name, files in self.data.items()
             if any(parse_exchange_file(file) or is_leftover(file) for file in files)
-        )
+        ]
+        return named_cassettes(found, "memory:", skipped)
 
     def entries(self, cassette: str) -> dict[str, list[int]]:
         return entries_of(self._files(cassette))

@@ -140,6 +140,8 @@ class S3Store:
             return
         except FAILED as exc:
             raise OSError(f"cannot delete {self._url}/{path}: {why(exc)}") from exc
+        folder, _, name = path.rpartition("/")
+        self._cache.listed(folder, name, None)
 
     def read_last_run(self, cassette: str) -> LastRun | None:
         path = note_name(cassette)
@@ -267,6 +269,7 @@ class S3Store:
         if put["e_tag"]:
             self._cache.put(path, put["e_tag"], data)
             folder, _, name = path.rpartition("/")
+            self._cache.listed(folder, name, put["e_tag"])
             with self._lock:
                 if folder in self._etags:
                     self._etags[folder][name] = put["e_tag"]

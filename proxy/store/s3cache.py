@@ -85,6 +85,19 @@ class ObjectCache:
                 return
         self._keep(self._listing(cassette), [data])
 
+    def listed(self, cassette: str, name: str, etag: str | None) -> None:
+        """Keep a cassette's cached listing in step with a write made here (`etag`, the
+        object's new version) or a delete (None), so that a replay that cannot reach the store
+        asks for what is cached (the entry holds only the newest version)."""
+        found = self.listing(cassette)
+        if found is None or found.get(name) == etag:
+            return
+        if etag is None:
+            found.pop(name, None)
+        else:
+            found[name] = etag
+        self.keep_listing(cassette, found)
+
     def _object(self, name: str) -> Path:
         hashed = _hash(name)
         return self.root / OBJECTS / hashed[:2] / hashed

@@ -17,7 +17,7 @@ import pytest
 
 from tapeproxy.errors import ConfigError
 from tapeproxy.store import open_store
-from tests.fakes.upstream import FakeUpstream
+from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import SECRET_OPENAI
 from tests.support.cutoff import Cutoff
 from tests.support.seaweed import SeaweedFS, free_port
@@ -160,3 +160,28 @@ def test_a_store_that_refuses_conditional_puts_fails_the_write_check(
     monkeypatch.setattr(obstore, "put", no_conditional_put)
     problem = store.unwritable("default")
     assert problem is not None and "501" in problem
+
+
+def test_a_replay_that_loses_the_store_serves_what_this_machine_recorded_anew(
+    seaweed: SeaweedFS, s3_library: str, fake: FakeUpstream, tmp_path: Path
+) -> None:
+    """A record run here puts a new version of an object under the same name: the cached
+    listing follows it, so a replay cut from the store asks for the version the cache holds
+    (it keeps one a name)."""
+    cutoff = via(seaweed)
+    endpoint = {"AWS_ENDPOINT_URL": cutoff.url}
+    record = ["--mode", "record", "--cassettes", s3_library, "--upstream", f"openai={fake.url}"]
+    for word in ("old", "new"):
+        fake.script("/v1/chat/completions", Reply(body={"answer": word}))
+        recorder = Serve(record, tmp_path, env=endpoint)
+        assert ask(recorder.url, "which?").json() == {"answer": word}
+        assert recorder.stop()[0] == 0
+    replay = Serve(
+        ["--cassettes", s3_library, "--upstream", "openai=http://127.0.0.1:9"],
+        tmp_path,
+        env=endpoint,
+    )
+    cutoff.cut()  # before the replay's first request lists the cassette
+    assert ask(replay.url, "which?").json() == {"answer": "new"}
+    code, err = replay.stop()
+    assert code == 0 and "replaying from the local cache" in err, err

@@ -72,3 +72,14 @@ def test_a_user_without_a_home_gets_a_private_folder(monkeypatch: pytest.MonkeyP
     assert private.is_dir() and private.stat().st_mode & 0o077 == 0
     ObjectCache(root).put("default/a.json", "e", b"{}")
     assert ObjectCache(root).get("default/a.json", "e") == b"{}"
+
+
+def test_a_cached_listing_follows_a_write_and_a_delete_made_here(tmp_path: Path) -> None:
+    cache = ObjectCache(tmp_path)
+    cache.listed("default", "a.json", "e2")
+    assert cache.listing("default") is None, "no listing cached: none is made"
+    cache.keep_listing("default", {"a.json": "e1", "b.json": "e1"})
+    cache.listed("default", "a.json", "e2")
+    cache.listed("default", "b.json", None)
+    cache.listed("default", "c.json", "e1")
+    assert cache.listing("default") == {"a.json": "e2", "c.json": "e1"}

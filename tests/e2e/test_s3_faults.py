@@ -122,8 +122,14 @@ def test_a_replay_that_loses_the_store_serves_what_it_read_and_says_so_for_the_r
         env=endpoint,
     )
     answers = {text: ask(recorder.url, text).json() for text in ("first", "second")}
-    assert ask(recorder.url, "elsewhere", cassette="other").status_code == 200
     assert recorder.stop()[0] == 0
+    elsewhere = Serve(  # another machine: a cache of its own
+        ["--mode", "record", "--cassettes", s3_library, "--upstream", f"openai={fake.url}"],
+        tmp_path,
+        env={**endpoint, "XDG_CACHE_HOME": str(tmp_path / "elsewhere")},
+    )
+    assert ask(elsewhere.url, "elsewhere", cassette="other").status_code == 200
+    assert elsewhere.stop()[0] == 0
     replay = Serve(
         ["--cassettes", s3_library, "--upstream", "openai=http://127.0.0.1:9"],
         tmp_path,

@@ -142,6 +142,7 @@ class S3Store:
             raise OSError(f"cannot delete {self._url}/{path}: {why(exc)}") from exc
         folder, _, name = path.rpartition("/")
         self._cache.listed(folder, name, None)
+        self._cache.drop(path)
 
     def read_last_run(self, cassette: str) -> LastRun | None:
         path = note_name(cassette)

@@ -85,6 +85,11 @@ class ObjectCache:
                 return
         self._keep(self._listing(cassette), [data])
 
+    def drop(self, name: str) -> None:
+        """Forget an object deleted from the store here."""
+        with contextlib.suppress(OSError):
+            self._object(name).unlink()
+
     def listed(self, cassette: str, name: str, etag: str | None) -> None:
         """Keep a cassette's cached listing in step with a write made here (`etag`, the
         object's new version) or a delete (None), so that a replay that cannot reach the store

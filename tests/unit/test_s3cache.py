@@ -83,3 +83,12 @@ def test_a_cached_listing_follows_a_write_and_a_delete_made_here(tmp_path: Path)
     cache.listed("default", "b.json", None)
     cache.listed("default", "c.json", "e1")
     assert cache.listing("default") == {"a.json": "e2", "c.json": "e1"}
+
+
+def test_a_dropped_object_leaves_no_entry(tmp_path: Path) -> None:
+    cache = ObjectCache(tmp_path)
+    cache.put("default/a.json", "e1", b"{}")
+    cache.drop("default/a.json")
+    cache.drop("default/never.json")
+    assert cache.get("default/a.json", "e1") is None
+    assert not [path for path in tmp_path.rglob("*") if path.is_file()]

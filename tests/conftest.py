@@ -17,8 +17,19 @@ from tapeproxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream
 from tests.support import ProxyServer
 from tests.support.seaweed import SeaweedFS
+from tests.support.serve import STARTED, stop_started
 
 MakeProxy = Callable[..., ProxyServer]
+
+
+@pytest.fixture(autouse=True)
+def _no_server_left_running() -> Iterator[None]:
+    """A test that fails before it stops the `tapeproxy serve` it started leaves no process
+    behind: stopped here by its pid. A server a wider fixture started (set up before this
+    one) is that fixture's to stop."""
+    since = len(STARTED)
+    yield
+    stop_started(since)
 
 
 def pytest_configure(config: pytest.Config) -> None:

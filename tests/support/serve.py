@@ -15,6 +15,21 @@ from tests.fakes.upstream import FakeUpstream, Reply
 
 TAPEPROXY = [sys.executable, "-m", "tapeproxy"]
 ROOT = Path(__file__).resolve().parents[2]  # the repository
+STARTED: list[subprocess.Popen[str]] = []  # every process Serve started, oldest first
+
+
+def stop_started(since: int) -> None:
+    """Stop the processes Serve started after the first `since` that still run: those a test
+    left behind (it failed before its `stop`). SIGTERM, then SIGKILL past 10 s."""
+    while len(STARTED) > since:
+        process = STARTED.pop()
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate(timeout=10)
 
 
 class Serve:
@@ -35,6 +50,7 @@ class Serve:
             stderr=subprocess.PIPE,
             text=True,
         )
+        STARTED.append(self.process)
         assert self.process.stdout is not None
         self.ready = self.process.stdout.readline()
         self.url = self.ready.split(" on ")[-1].strip()

@@ -72,7 +72,7 @@ def verify(
 
     try:
         library = open_library(cassettes, upstream, ignore, config)
-        skipped: list[str] = []
+        skipped: dict[str, str] = {}
         names = (
             [existing(library, name, folder_will_do=True)]
             if name
@@ -81,7 +81,7 @@ def verify(
         if not names and not skipped:
             raise ConfigError(f"no cassettes under {library.store.where()} to verify")
         verdicts = [verify_cassette(library.store, n, library.rules, upgrade) for n in names]
-        verdicts += [misnamed(folder) for folder in skipped]
+        verdicts += [misnamed(folder, why) for folder, why in skipped.items()]
     except TapeproxyError as exc:
         raise fail(exc, as_json) from exc
     print_verdicts(verdicts, as_json)

@@ -21,29 +21,6 @@ USAGE = "tapeproxy_usage"  # the user property that names a test's cassette (acr
 WORKER_LINES = "tapeproxy_usage_lines"  # an xdist worker's output: cassette -> its line
 
 
-def usage_lines(cassettes: str, names: Iterable[str]) -> dict[str, str]:
-    """Each cassette's line (tokens in and out, cost), read from the library at `cassettes`;
-    a cassette that cannot be read gets the reason instead. TapeproxyError: no library
-    opens there."""
-    names = set(names)
-    if not names:
-        return {}
-    from tapeproxy.store import open_store  # here: a pytest run that used no tapeproxy
-    from tapeproxy.tools.listing import summarize  # does not import them
-    from tapeproxy.tools.prices import load_prices
-
-    store, prices = open_store(cassettes), load_prices()
-    lines: dict[str, str] = {}
-    for name in names:
-        try:
-            lines[name] = line_of(summarize(store, name, prices))
-        except TapeproxyError as exc:
-            lines[name] = exc.message
-        except OSError as exc:
-            lines[name] = f"cannot read cassette {name!r}: {exc}"
-    return lines
-
-
 def line_of(found: Summary) -> str:
     from tapeproxy.tools.report import usd
 
@@ -62,14 +39,19 @@ class Usage:
         self.known: dict[str, str] = {}
         self._prices: PriceTable | None = None
 
+    @property
+    def prices(self) -> PriceTable:
+        if self._prices is None:  # imported here: a run that used no tapeproxy never does
+            from tapeproxy.tools.prices import load_prices
+
+            self._prices = load_prices()
+        return self._prices
+
     def learn(self, cassette: str, exchanges: Iterable[Exchange]) -> None:
         """The line of `cassette`, whose every recording is in `exchanges`, read already."""
         from tapeproxy.tools.listing import row_of, summary_of
-        from tapeproxy.tools.prices import load_prices
 
-        if self._prices is None:
-            self._prices = load_prices()
-        rows = [row_of(exchange, self._prices) for exchange in exchanges]
+        rows = [row_of(exchange, self.prices) for exchange in exchanges]
         self.known[cassette] = line_of(summary_of(cassette, rows))
 
     def forget(self, cassette: str) -> None:
@@ -81,7 +63,25 @@ class Usage:
         opens at `cassettes`."""
         names = set(self.used.values())
         known = {name: self.known[name] for name in names if name in self.known}
-        return {**usage_lines(self.cassettes, names - set(known)), **known}
+        return {**self._read(names - set(known)), **known}
+
+    def _read(self, names: set[str]) -> dict[str, str]:
+        """Each cassette's line, read from the library; a cassette that cannot be read gets
+        the reason instead. TapeproxyError: no library opens at `cassettes`."""
+        if not names:
+            return {}
+        from tapeproxy.store import open_store
+        from tapeproxy.tools.listing import summarize
+
+        store, lines = open_store(self.cassettes), {}
+        for name in names:
+            try:
+                lines[name] = line_of(summarize(store, name, self.prices))
+            except TapeproxyError as exc:
+                lines[name] = exc.message
+            except OSError as exc:
+                lines[name] = f"cannot read cassette {name!r}: {exc}"
+        return lines
 
     def write(self, terminalreporter: Any) -> None:
         """One line per test that used tapeproxy."""

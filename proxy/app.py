@@ -118,9 +118,8 @@ def ui_routes(engine: Engine, settings: Settings) -> list[BaseRoute]:
             return c.upstream_calls + c.replayed + c.recorded + c.misses + c.errors
 
         live = Live(misses=lambda: list(engine.misses), stamp=stamp)
-        # Open without a token on a loopback server: then only for a Host of this machine.
-        local_only = is_loopback(settings.host) and settings.admin_token is None
-        return viewer_app(engine.store, prices, live, local_only)
+        # Its Host is checked with every control request's (LocalOnly), not here again.
+        return viewer_app(engine.store, prices, live, local_only=False)
 
     async def slash(request: Request) -> Response:
         return RedirectResponse(UI + "/")

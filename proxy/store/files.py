@@ -34,7 +34,7 @@ class FileStore:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self._root = Path(root)
 
-    def cassettes(self, skipped: list[str] | None = None) -> list[str]:
+    def cassettes(self, skipped: dict[str, str] | None = None) -> list[str]:
         """Every folder holding exchange files, or what an interrupted write left behind, whose
         name a cassette may have (see `named_cassettes`)."""
         names = []

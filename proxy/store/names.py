@@ -11,7 +11,6 @@ from collections.abc import Iterable
 from tapeproxy.errors import BadCassetteName
 
 log = logging.getLogger("tapeproxy")
-STRAY = "skipped %s/%s: %s; rename the folder to use it"
 
 _SEGMENT = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -32,22 +31,24 @@ def check_folder_name(name: str) -> str:
 
 
 def named_cassettes(
-    found: Iterable[str], where: str, skipped: list[str] | None = None
+    found: Iterable[str], where: str, skipped: dict[str, str] | None = None
 ) -> list[str]:
     """The folders of exchange files `found` in the library at `where` whose names a cassette
     may have, sorted. Each other one is left out: no request can name it, and a tool that met
-    it would stop on it (`tapeproxy ls` for the whole library). It goes into `skipped` when
-    the caller says what it does with it (verify flags it, the viewer shows it), else it is
-    logged as a warning."""
+    it would stop on it (`tapeproxy ls` for the whole library). It goes into `skipped`, with
+    why, when the caller says what it does with it (verify flags it, the viewer shows it),
+    else it is logged as a warning."""
     kept = []
     for name in sorted(found):
         try:
             kept.append(check_folder_name(name))
         except BadCassetteName as exc:
             if skipped is not None:
-                skipped.append(name)
+                skipped[name] = exc.message
             else:
-                log.warning(STRAY, where, name, exc.message)
+                log.warning(
+                    "skipped %s/%s: %s; rename the folder to use it", where, name, exc.message
+                )
     return kept
 
 

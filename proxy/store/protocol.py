@@ -109,10 +109,10 @@ class CassetteStore(Protocol):
     back raises CassetteCorrupt (`read_exchange` and `unreadable` word it); a cassette name
     that `names.check_folder_name` refuses raises BadCassetteName."""
 
-    def cassettes(self, skipped: list[str] | None = None) -> list[str]:
+    def cassettes(self, skipped: dict[str, str] | None = None) -> list[str]:
         """Every cassette holding exchanges, or what an interrupted write left; sorted, nested
         names with `/`. A folder of them whose name no cassette may have is left out: put in
-        `skipped` when given, else logged as a warning (`names.named_cassettes`)."""
+        `skipped` (with why) when given, else logged as a warning (`names.named_cassettes`)."""
         ...
 
     def entries(self, cassette: str) -> dict[str, list[int]]:

@@ -66,7 +66,7 @@ class S3Store:
         except FAILED as exc:
             raise ConfigError(f"cannot open the cassette library {self._url}: {why(exc)}") from exc
 
-    def cassettes(self, skipped: list[str] | None = None) -> list[str]:
+    def cassettes(self, skipped: dict[str, str] | None = None) -> list[str]:
         found: set[str] = set()
         for chunk in obstore.list(self._client):
             for meta in chunk:

@@ -59,17 +59,12 @@ def entry_of(summary: Summary, note: LastRun | None) -> Entry:
 
 
 def report(
-    store: CassetteStore,
-    prices: PriceTable,
-    tick: Tick = no_tick,
-    names: list[str] | None = None,
+    store: CassetteStore, names: list[str], prices: PriceTable, tick: Tick = no_tick
 ) -> list[Entry]:
-    """Every cassette of the library (or those `names`, listed already), by name. A note that
-    cannot be read raises CassetteCorrupt (a report that skipped it could call a failed run
-    passed)."""
+    """The cassettes `names` (the library's, listed), by name. A note that cannot be read
+    raises CassetteCorrupt (a report that skipped it could call a failed run passed)."""
     return [
-        entry_of(summarize(store, name, prices, tick), store.read_last_run(name))
-        for name in (store.cassettes() if names is None else names)
+        entry_of(summarize(store, name, prices, tick), store.read_last_run(name)) for name in names
     ]
 
 

@@ -8,10 +8,9 @@ from typing import Any
 
 from tapeproxy.engine.keying import request_key, stored_request
 from tapeproxy.engine.rules import MatchRules, unstored_headers
-from tapeproxy.errors import BadCassetteName, CassetteCorrupt
+from tapeproxy.errors import CassetteCorrupt
 from tapeproxy.exchange.model import Exchange
 from tapeproxy.providers import default_rules
-from tapeproxy.store.names import check_folder_name
 from tapeproxy.store.protocol import (
     LIKE_EXCHANGE_FILE,
     CassetteStore,
@@ -39,14 +38,11 @@ class Verdict:
         self.problems.append({"file": file, "problem": problem})
 
 
-def misnamed(folder: str) -> Verdict:
-    """A folder of recordings whose name no cassette may have: no request can name it, and
-    no other tool reads it (they skip it)."""
+def misnamed(folder: str, why: str) -> Verdict:
+    """A folder of recordings whose name no cassette may have (`why`): no request can name
+    it, and no other tool reads it (they skip it)."""
     found = Verdict(folder)
-    try:
-        check_folder_name(folder)
-    except BadCassetteName as exc:
-        found.flag("(the folder)", f"{exc.message}; rename the folder to use it")
+    found.flag("(the folder)", f"{why}; rename the folder to use it")
     return found
 
 

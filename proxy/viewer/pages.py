@@ -49,9 +49,9 @@ class ExchangeView:
 def library(store: CassetteStore, prices: PriceTable) -> tuple[list[Summary], list[str]]:
     """Every cassette's summary, and the folders of recordings no cassette may be named for
     (shown on the page, not logged at each view)."""
-    skipped: list[str] = []
+    skipped: dict[str, str] = {}
     names = store.cassettes(skipped)
-    return [summarize(store, name, prices) for name in names], skipped
+    return [summarize(store, name, prices) for name in names], list(skipped)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ class MemoryStore:
         self.data: dict[str, dict[str, bytes]] = {}
         self.notes: dict[str, bytes] = {}
 
-    def cassettes(self, skipped: list[str] | None = None) -> list[str]:
+    def cassettes(self, skipped: dict[str, str] | None = None) -> list[str]:
         found = [
             name
             for name, files in self.data.items()

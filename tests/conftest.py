@@ -35,7 +35,7 @@ def _no_server_left_running() -> Iterator[None]:
 def pytest_configure(config: pytest.Config) -> None:
     """Build (and close) the openai SDK's HTTP client before any test runs, which imports
     the whole stack under the SDKs (httpx2 and httpcore2, which `import openai` alone does
-    not reach). pytester's inline runs (the pytest plugin and README tests) drop every
+    not reach). pytester's inline runs (the pytest plugin and guide recipe tests) drop every
     module first imported inside them. When httpcore2 was one, httpx2 kept a map of its
     exception classes from the dropped copy, and a cut stream later raised a bare httpcore2
     error where the openai SDK raises APIConnectionError: two test_streaming tests failed

@@ -1,5 +1,5 @@
 """`tapeproxy report`: what each cassette holds and what its last finished run came to, as
-Markdown (shown in the README), JSON and JUnit XML."""
+Markdown (shown in the guide, docs/looking.md), JSON and JUnit XML."""
 
 from __future__ import annotations
 
@@ -27,15 +27,15 @@ def examples(tmp_path: Path) -> Path:
     return library
 
 
-def test_the_readme_shows_what_report_markdown_prints_for_the_examples(tmp_path: Path) -> None:
+def test_the_guide_shows_what_report_markdown_prints_for_the_examples(tmp_path: Path) -> None:
     result = runner.invoke(app, ["report", "--markdown", "--cassettes", str(examples(tmp_path))])
     assert result.exit_code == 0, result.output
     assert "| `example` | 3 | 18 | 21 | $0.000010 + unknown | 0 | none | no run yet |" in (
         result.output
     )
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    shown = re.search(r"<!-- report: examples -->\n```markdown\n(.*?)```\n", readme, re.S)
-    assert shown is not None, "README.md shows no `report --markdown` output"
+    page = (ROOT / "docs" / "looking.md").read_text(encoding="utf-8")
+    shown = re.search(r"<!-- report: examples -->\n```markdown\n(.*?)```\n", page, re.S)
+    assert shown is not None, "docs/looking.md shows no `report --markdown` output"
     assert shown.group(1) == result.output
 
 

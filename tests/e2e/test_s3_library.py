@@ -226,19 +226,19 @@ def test_the_pytest_plugin_records_into_s3_then_replays_from_it(
     assert fake.count() == 1
 
 
-def test_the_readme_recipe_serves_and_lists_an_s3_library(
+def test_the_guide_recipe_serves_and_lists_an_s3_library(
     seaweed: SeaweedFS, s3_library: str, fake: FakeUpstream, tmp_path: Path
 ) -> None:
     """Each `tapeproxy` line of the recipe, run as written against this machine's SeaweedFS
     (its endpoint and key pair for the recipe's)."""
-    from tests.e2e.test_readme import recipe
+    from tests.e2e.test_guide_recipes import recipe
 
     lines = [line for line in recipe("s3-library").splitlines() if line.startswith("tapeproxy ")]
     serve_line, ls_line = lines
     assert "s3://cassettes/ci" in serve_line and BUCKET == "cassettes"
     server = Serve([*serve_line.split()[2:], "--upstream", f"openai={fake.url}"], tmp_path)
     assert "auto ready on" in server.ready, server.stop()
-    chat(server.url, "from the README")
+    chat(server.url, "from the guide")
     code, err = server.stop()
     assert code == 0, err
     listed = cli(*ls_line.split()[1:], "--json")

@@ -1,8 +1,10 @@
-"""The README's recipes are the code that works: each snippet is read out of README.md (the
-fenced block after its `<!-- recipe: NAME -->` comment) and run as a user would, offline."""
+"""The guide's recipes are the code that works: each snippet is read out of its page under
+docs/ (or README.md: the fenced block after its `<!-- recipe: NAME -->` comment) and run as a
+user would, offline, with no API key in the environment."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -18,20 +20,25 @@ from tests.support import SECRET_OPENAI, closed_port, copy_committed
 from tests.support.serve import Serve
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
+PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")))
 NODE_DIR = ROOT / "examples" / "node"
-README_URL = "http://127.0.0.1:8787"
+RECIPE_URL = "http://127.0.0.1:8787"
 ANSWER = "echo: What is the capital of France?"
 
 pytest_plugins = ["pytester"]
 
 
 def recipe(name: str) -> str:
-    """The fenced code block right after `<!-- recipe: name -->` in README.md."""
-    text = README.read_text(encoding="utf-8")
-    found = re.search(rf"<!-- recipe: {name} -->\n```\w*\n(.*?)\n```", text, re.DOTALL)
-    assert found is not None, f"README.md has no recipe {name!r}"
-    return found.group(1) + "\n"
+    """The fenced code block right after `<!-- recipe: name -->`, in the one page that has it."""
+    pattern = re.compile(rf"<!-- recipe: {re.escape(name)} -->\n```\w*\n(.*?)\n```", re.DOTALL)
+    found = [
+        (page, match.group(1))
+        for page in PAGES
+        for match in pattern.finditer(page.read_text(encoding="utf-8"))
+    ]
+    where = ", ".join(str(page.relative_to(ROOT)) for page, _ in found)
+    assert len(found) == 1, f"recipe {name!r}: want it in one page, found in [{where}]"
+    return found[0][1] + "\n"
 
 
 @pytest.fixture
@@ -56,16 +63,19 @@ def example_server(tmp_path: Path) -> Iterator[Serve]:
 
 
 def client_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TAPEPROXY_"))}
-    env["OPENAI_API_KEY"] = SECRET_OPENAI
-    return env
+    """The environment a newcomer runs a recipe in: no OPENAI_API_KEY, no base URL, no
+    TAPEPROXY_* (the snippet must work as written)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TAPEPROXY_"))}
 
 
-def test_the_python_recipe_replays_the_example_cassette(example_server: Serve) -> None:
-    code = recipe("python")
-    assert README_URL in code
+@pytest.mark.parametrize("name", ["python", "quickstart"])
+def test_the_python_recipe_replays_the_example_cassette_with_no_key_set(
+    example_server: Serve, name: str
+) -> None:
+    code = recipe(name)
+    assert RECIPE_URL in code
     result = subprocess.run(
-        [sys.executable, "-c", code.replace(README_URL, example_server.url)],
+        [sys.executable, "-c", code.replace(RECIPE_URL, example_server.url)],
         capture_output=True,
         text=True,
         env=client_env(),
@@ -79,11 +89,11 @@ def test_the_python_recipe_replays_the_example_cassette(example_server: Serve) -
     shutil.which("node") is None or not (NODE_DIR / "node_modules" / "openai").is_dir(),
     reason="needs node and `npm ci --prefix examples/node` (.ci/run does it)",
 )
-def test_the_node_recipe_replays_the_same_cassette(example_server: Serve) -> None:
+def test_the_node_recipe_replays_the_same_cassette_with_no_key_set(example_server: Serve) -> None:
     code = recipe("node")
-    assert README_URL in code
+    assert RECIPE_URL in code
     result = subprocess.run(  # --eval resolves `openai` from the working directory
-        ["node", "--input-type=module", "--eval", code.replace(README_URL, example_server.url)],
+        ["node", "--input-type=module", "--eval", code.replace(RECIPE_URL, example_server.url)],
         cwd=NODE_DIR,
         capture_output=True,
         text=True,
@@ -92,6 +102,21 @@ def test_the_node_recipe_replays_the_same_cassette(example_server: Serve) -> Non
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == ANSWER + "\n"
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
+def test_the_curl_recipe_replays_the_same_cassette(example_server: Serve) -> None:
+    code = recipe("curl")
+    assert RECIPE_URL in code
+    result = subprocess.run(
+        ["sh", "-c", "set -e\n" + code.replace(RECIPE_URL, example_server.url)],
+        capture_output=True,
+        text=True,
+        env=client_env(),
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["choices"][0]["message"]["content"] == ANSWER
 
 
 def test_the_faults_recipe_survives_a_rate_limit_recording_then_replaying(
@@ -149,9 +174,9 @@ def test_the_mcp_recipe_replays_a_tool_call_from_the_agent_cassette(tmp_path: Pa
     server = Serve([*args, "--upstream", f"tools={dead}", "--upstream", f"openai={dead}"], ROOT)
     try:
         code = recipe("mcp")
-        assert README_URL in code
+        assert RECIPE_URL in code
         result = subprocess.run(
-            [sys.executable, "-c", code.replace(README_URL, server.url)],
+            [sys.executable, "-c", code.replace(RECIPE_URL, server.url)],
             capture_output=True,
             text=True,
             env=client_env(),

@@ -75,7 +75,7 @@ class Settings(BaseModel):
         False, description="Exit non-zero at shutdown if recordings went unused in replay."
     )
     ignore: tuple[str, ...] = Field(
-        (), description="A match rule, e.g. openai:body:user (see README); repeatable."
+        (), description="A match rule, e.g. openai:body:user (docs/matching.md); repeatable."
     )
     connect_timeout: float = Field(10.0, gt=0, description="Seconds to connect upstream.")
     read_timeout: float = Field(
@@ -129,7 +129,7 @@ class Settings(BaseModel):
     fault: tuple[str, ...] = Field(
         (),
         description="A fault some requests get instead of their answer: KIND[:NAME=VALUE][@WHEN], "
-        "e.g. rate_limit@1 or cut:after=2@p=0.1 (README: Faults; [faults] specs in "
+        "e.g. rate_limit@1 or cut:after=2@p=0.1 (docs/faults.md; [faults] specs in "
         "tapeproxy.toml; one per line in the variable); repeatable.",
     )
     fault_seed: int | None = Field(

@@ -20,7 +20,7 @@ from tapeproxy.settings import Settings, ToolSettings, env_name, option_name
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATOR = ROOT / "docs" / "gen_reference.py"
-REGENERATE = f"{Path(sys.executable).name} docs/gen_reference.py"
+REGENERATE = "python docs/gen_reference.py"
 
 
 def generator() -> ModuleType:

@@ -2,7 +2,7 @@
 command line (`tapeproxy --help` and every command's help, from the Typer app) and the
 settings (every `Settings` and `ToolSettings` field: its flag, variable, tapeproxy.toml key,
 default and help). Run `python docs/gen_reference.py` after changing a command or an option;
-tests/unit/test_guide_reference.py fails while a committed page differs from what this
+tests/e2e/test_guide_reference.py fails while a committed page differs from what this
 renders."""
 
 from __future__ import annotations

@@ -254,8 +254,7 @@ def test_a_corrupt_exchange_file_is_a_4xx_the_sdk_does_not_retry_naming_file_and
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
 ) -> None:
     recorder = make_proxy(mode="record")
-    asked = {"model": "text-embedding-3-small", "input": "x"}
-    openai_client(recorder.url).embeddings.create(**asked)  # type: ignore[call-overload]
+    openai_client(recorder.url).embeddings.create(model="text-embedding-3-small", input="x")
     recorder.stop()
     [stored] = (cassettes / "default").glob("*.json")
     stored.write_text(stored.read_text()[:40])
@@ -264,7 +263,7 @@ def test_a_corrupt_exchange_file_is_a_4xx_the_sdk_does_not_retry_naming_file_and
     # The SDK's default retries (2): a 5xx would be asked three times, each after a back-off.
     client = openai_client(replayer.url)
     with pytest.raises(openai.UnprocessableEntityError) as caught:
-        client.embeddings.create(**asked)  # type: ignore[call-overload]
+        client.embeddings.create(model="text-embedding-3-small", input="x")
     assert caught.value.status_code == 422
     error = caught.value.body
     assert isinstance(error, dict)  # the SDK hands over the provider shape's `error` object

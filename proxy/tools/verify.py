@@ -17,6 +17,7 @@ from tapeproxy.store.protocol import (
     exchange_file,
     is_leftover,
     parse_exchange_file,
+    why_unreadable,
 )
 
 RulesFor = Callable[[str], MatchRules]
@@ -72,10 +73,8 @@ def verify(
         try:
             exchange = store.read(cassette, *parsed)
         except CassetteCorrupt as exc:
-            # The backend's own error says what is wrong; the message around it says to verify.
-            cause = exc.__cause__ or exc
-            first = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
-            verdict.flag(name, f"unreadable: {first}")
+            # The cause says what is wrong (a field by its JSON path); not where, nor to verify.
+            verdict.flag(name, f"unreadable: {why_unreadable(exc)}")
             continue
         if exchange.read_as != exchange.schema_version:
             if upgrade and (exchange.key, exchange.ordinal) == parsed:

@@ -115,6 +115,23 @@ def test_bad_input_is_a_404_page_with_one_clear_line(view: View) -> None:
         assert said in html.unescape(answer.text), page
 
 
+def test_an_unreadable_file_is_a_row_saying_why_not_made_up_numbers(tmp_path: Path) -> None:
+    library = tmp_path / "cassettes"
+    shutil.copytree(ROOT / "cassettes" / "example", library / "example")
+    edited = sorted((library / "example").glob("*.json"))[0]
+    data = json.loads(edited.read_text())
+    data["response"]["status"] = "two hundred"
+    edited.write_text(json.dumps(data))
+    view = View(library, tmp_path)
+    try:
+        page = html.unescape(httpx.get(view.url + "cassette?name=example").text)
+    finally:
+        view.stop()
+    row = next(line for line in page.split("<tr") if edited.name in line)
+    assert "unreadable: response.status: Input should be a valid integer" in row
+    assert ">-1<" not in row and "0/0" not in row
+
+
 def test_view_refuses_a_missing_library_in_one_line(tmp_path: Path) -> None:
     args = ["view", "--port", "0", "--cassettes", str(tmp_path / "none")]
     done = subprocess.run([*TAPEPROXY, *args], capture_output=True, text=True, timeout=60)

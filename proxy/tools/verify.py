@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,6 +94,12 @@ def _check_file(
 ) -> str | None:
     if (exchange.key, exchange.ordinal) != parsed:
         return f"names {exchange_file(exchange.key, exchange.ordinal)} inside; renamed by hand?"
+    for side, body in (("request", exchange.request.body), ("response", exchange.response.body)):
+        if body and "json" in body and not _finite(body["json"]):
+            return (
+                f"{side}.body.json holds NaN or Infinity, which is not JSON (jq reads null): "
+                "record it again (tapeproxy now keeps such a body as text)"
+            )
     parts = stored_request(exchange.request)
     rules = rules_for(parts.upstream)
     missing = unstored_headers(
@@ -112,3 +119,12 @@ def _check_file(
         f"its request does not hash to its key: run `tapeproxy rekey {cassette}` (an older "
         "tapeproxy keyed some requests differently), or record it again if it was edited by hand"
     )
+
+
+def _finite(value: Any) -> bool:
+    """Whether `value` is JSON as RFC 8259 has it: no NaN, Infinity or -Infinity in it."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
+        return False
+    return True

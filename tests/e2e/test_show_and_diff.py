@@ -191,6 +191,16 @@ def test_verify_names_the_field_that_failed_validation(recorded: Path) -> None:
     assert problems[torn.name].startswith("unreadable: Unterminated string")
 
 
+def test_verify_flags_a_body_stored_with_nan_by_an_older_tapeproxy(recorded: Path) -> None:
+    older = sorted((recorded / "default").glob("*.json"))[0]
+    data = json.loads(older.read_text())
+    data["request"]["body"] = {"json": {"model": "m", "temperature": float("nan")}}
+    older.write_text(json.dumps(data, indent=2))  # as json.dumps writes it: `NaN`
+    done = cli("verify", "default", "--cassettes", str(recorded))
+    assert done.returncode == 1
+    assert f"{older.name}: request.body.json holds NaN or Infinity" in done.stdout, done.stdout
+
+
 @pytest.mark.parametrize("command", [("ls",), ("show", "nope"), ("diff", "a", "b"), ("verify",)])
 def test_errors_are_json_under_json_and_plain_text_without_colour_otherwise(
     tmp_path: Path, command: tuple[str, ...]

@@ -120,6 +120,25 @@ def _last_agent_file() -> str:
     return sorted(p.name for p in (ROOT / "cassettes/examples/python-agent").glob("*.json"))[0]
 
 
+def test_an_svg_thumbnail_shows_and_opened_alone_runs_no_script(browser: Any, view: View) -> None:
+    browser.get(view.url + f"exchange?cassette=example-xss&file={IMAGE_FILE}")
+    thumbs = browser.find_elements(By.CSS_SELECTOR, "#main img.thumb")
+    assert [t.get_attribute("alt") for t in thumbs] == [
+        "image 0 (image/png)",
+        "image 1 (image/svg+xml)",
+    ]
+    svg = thumbs[1]
+    assert browser.execute_script("return arguments[0].complete", svg) is True
+    assert browser.execute_script("return arguments[0].naturalWidth", svg) == 16, "it shows"
+    assert browser.execute_script("return window.__pwned === undefined") is True
+    shot(browser, "svg-thumbnail")
+    # Its link opens the picture as a document of its own, where an SVG could run script.
+    browser.get(svg.find_element(By.XPATH, "..").get_attribute("href"))
+    assert browser.execute_script("return window.__pwned === undefined") is True
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert.text  # noqa: B018 - asking is the check
+
+
 def test_the_diff_page_highlights_the_changed_field(browser: Any, view: View) -> None:
     browser.get(view.url)
     Select(browser.find_element(By.NAME, "a")).select_by_visible_text("example")

@@ -26,7 +26,7 @@ from tapeproxy.errors import ConfigError, TapeproxyError
 from tapeproxy.store.protocol import CassetteStore
 from tapeproxy.tools.prices import PriceTable
 from tapeproxy.viewer import pages
-from tapeproxy.viewer.conversation import IMAGE_TYPES, SVG
+from tapeproxy.viewer.conversation import IMAGE_TYPES, SVG, Image
 
 CSP = b"content-security-policy"
 POLICY = [
@@ -133,15 +133,7 @@ def _routes(
 
     def image(request: Request) -> Response:
         name, file = _given(request, "cassette"), _given(request, "file")
-        found = pages.image(store, name, file, _number(request.query_params.get("n")))
-        if found is None or found.media_type not in (*IMAGE_TYPES, SVG):
-            return Response(status_code=404)
-        try:
-            data = base64.b64decode(found.data, validate=True)
-        except (binascii.Error, ValueError):
-            return Response(status_code=404)
-        policy = {"content-security-policy": SVG_POLICY} if found.media_type == SVG else None
-        return Response(data, media_type=found.media_type, headers=policy)
+        return _picture(pages.image(store, name, file, _number(request.query_params.get("n"))))
 
     def diff(request: Request) -> Response:
         a, b = _given(request, "a"), _given(request, "b")
@@ -163,6 +155,18 @@ def _routes(
         ("/misses", misses),
         ("/stamp", stamp),
     ]
+
+
+def _picture(found: Image | None) -> Response:
+    """An inline image as its own answer; 404 for none, a type not shown, or bad base64."""
+    if found is None or found.media_type not in (*IMAGE_TYPES, SVG):
+        return Response(status_code=404)
+    try:
+        data = base64.b64decode(found.data, validate=True)
+    except (binascii.Error, ValueError):
+        return Response(status_code=404)
+    policy = {"content-security-policy": SVG_POLICY} if found.media_type == SVG else None
+    return Response(data, media_type=found.media_type, headers=policy)
 
 
 def _given(request: Request, name: str) -> str:

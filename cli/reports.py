@@ -106,9 +106,13 @@ def print_rows(cassette: str, rows: Sequence[Row], as_json: bool) -> None:
         print_json({"cassette": cassette, "exchanges": [asdict(r) for r in rows]})
         return
     table = Table(box=None, pad_edge=False)
-    for name in (*SHOW_COLUMNS, "tokens in/out", "cost", "key"):
+    columns = (*SHOW_COLUMNS, "tokens in/out", "cost", "key")
+    for name in columns:
         table.add_column(name, no_wrap=True)
     for r in rows:
+        if r.unreadable:  # nothing in it was read: no number is made up
+            table.add_row("-", "unreadable", *("-" for _ in columns[2:-1]), r.key[:12])
+            continue
         table.add_row(
             str(r.seq),
             r.method,
@@ -122,18 +126,37 @@ def print_rows(cassette: str, rows: Sequence[Row], as_json: bool) -> None:
             usd(r.cost_usd),
             r.key[:12],
         )
+    console = make_console()
     if not print_table(table):  # a narrow terminal: one block per exchange, nothing cut
-        console = make_console()
         for r in rows:
             console.print(headline(r), highlight=False, soft_wrap=True)
             console.print("    " + details(r), highlight=False, soft_wrap=True)
+    print_unreadable(console, cassette, rows)
+
+
+def print_unreadable(console: Console, cassette: str, rows: Sequence[Row]) -> None:
+    """A line per file that cannot be read, with why, and what to run next."""
+    bad = [r for r in rows if r.unreadable]
+    for r in bad:
+        console.print(f"{r.file}: unreadable: {r.problem}", highlight=False, soft_wrap=True)
+    if bad:
+        console.print(
+            f"{len(bad)} unreadable file(s); `tapeproxy verify {cassette}` checks every file",
+            highlight=False,
+            soft_wrap=True,
+            style="red",
+        )
 
 
 def headline(row: Row) -> str:
+    if row.unreadable:
+        return f"{row.file}: unreadable: {row.problem}"
     return f"#{row.seq} {row.method} {row.upstream} {row.path}"
 
 
 def details(row: Row) -> str:
+    if row.unreadable:
+        return f"nothing in it was read | key {row.key[:12]}"
     stream = f"stream, {row.frames} frames" if row.streamed else "not streamed"
     tokens = tokens_text(row.tokens) if row.usage_known else "tokens unknown"
     return (
@@ -167,6 +190,8 @@ def print_full(cassette: str, items: Sequence[Listed], frames: bool, as_json: bo
         print("   " + details(item.row))
         if item.exchange is not None:
             _print_bodies(item.exchange, frames)
+    if any(item.row.unreadable for item in items):
+        print(f"\n`tapeproxy verify {cassette}` checks every file")
 
 
 def _print_bodies(exchange: Exchange, frames: bool) -> None:

@@ -70,7 +70,10 @@ def show(
     as_json: JsonOption = False,
 ) -> None:
     """List the exchanges of one cassette in recorded order: method, upstream, path, model,
-    status, streamed, frames, tokens, cost and key."""
+    status, streamed, frames, tokens, cost and key.
+
+    A file that cannot be read is listed as unreadable, with why, and the exit status is 1
+    (`tapeproxy verify NAME` checks every file)."""
     from tapeproxy.cli.reports import print_full, print_rows
     from tapeproxy.tools.listing import count_files, listed, pick, read_all
 
@@ -91,6 +94,8 @@ def show(
         print_full(name, items, frames, as_json)
     else:
         print_rows(name, [item.row for item in items], as_json)
+    if any(item.row.unreadable for item in items):
+        raise typer.Exit(1)
 
 
 def diff(

@@ -10,7 +10,7 @@
      +-- CassetteMiss         replay found no recording for a request (422)
      |    +-- OutOfOrder      --strict-order: a request came out of the recorded order (422)
      |    +-- StoreUnreachable  the cassette store cannot be reached, and no local copy (422)
-     +-- CassetteCorrupt      an exchange file that cannot be read back (500)
+     +-- CassetteCorrupt      an exchange file that cannot be read back (422)
  +-- ClientGone           the client left before its answer was whole (499, never seen)
      +-- UpstreamError        the upstream did not answer properly
           +-- UpstreamUnreachable   connection refused, reset, DNS (502)
@@ -92,7 +92,12 @@ class StoreUnreachable(CassetteMiss):
 
 
 class CassetteCorrupt(TapeproxyError):
-    status = 500
+    """A recording (or a cassette) that cannot be read back. 422, as a miss: the OpenAI and
+    Anthropic SDKs retry a 5xx, and a retry can only read the same file again (and, the
+    first try having used the recording up, be told of a miss instead). Counted in
+    `errors`: the fault is the library's, not the request's."""
+
+    status = 422
     error_type = "cassette_corrupt"
 
 

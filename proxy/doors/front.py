@@ -49,7 +49,7 @@ class Front:
                 query=scope.get("query_string", b"").decode("latin-1"),
                 headers=headers,
                 body=body,
-                cassette=text(first, CASSETTE_HEADER),
+                cassette=named(first, CASSETTE_HEADER),
                 live=live_names(text(first, LIVE_HEADER) or ""),
                 timing=text(first, TIMING_HEADER),
                 fault=text(first, FAULT_HEADER),
@@ -80,6 +80,19 @@ def text(first: dict[bytes, bytes], name: str) -> str | None:
     """Header `name`'s first value as latin-1 text, or None when the request has none."""
     value = first.get(name.encode("latin-1"))
     return None if value is None else value.decode("latin-1")
+
+
+def named(first: dict[bytes, bytes], name: str) -> str | None:
+    """Header `name`'s first value as a name the user typed: UTF-8 (as curl and most clients
+    send it), else latin-1. It is refused if it is not ASCII, but echoed as it was typed
+    (`café`, not `cafÃ©`)."""
+    value = first.get(name.encode("latin-1"))
+    if value is None:
+        return None
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return value.decode("latin-1")
 
 
 async def read_body(receive: Receive, length: str | None, limit: int) -> bytes | None:

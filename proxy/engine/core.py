@@ -26,7 +26,7 @@ from tapeproxy.engine.run import Run
 from tapeproxy.engine.runs import Opened, Runs
 from tapeproxy.engine.spool import Spool
 from tapeproxy.engine.stats import Counters, RunSummary, Snapshot
-from tapeproxy.errors import ClientGone, TapeproxyError, UpstreamError
+from tapeproxy.errors import CassetteCorrupt, ClientGone, TapeproxyError, UpstreamError
 from tapeproxy.faults.layer import Faults
 from tapeproxy.faults.spec import FaultSpec
 from tapeproxy.modes import SERVES_RECORDINGS, Mode
@@ -98,7 +98,7 @@ class Engine:
                 return await self._refuse(keyed, run, ask)
             return await self._forward(keyed, await self._target(keyed, step, run, seq))
         except TapeproxyError as exc:
-            if exc.status >= 500:
+            if exc.status >= 500 or isinstance(exc, CassetteCorrupt):
                 self.counters.errors += 1
             raise
 

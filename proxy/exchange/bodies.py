@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import zlib
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -171,14 +172,34 @@ def _inflated(data: bytes, wbits: int, limit: int) -> bytes | None:
     return b"".join(out)
 
 
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"{text[:20]} is too large for a float: read back, it would be Infinity")
+    return value
+
+
+def strict_json(raw: bytes) -> Any:
+    """`raw` as JSON, refusing what is not JSON but Python's json reads: NaN, Infinity and
+    -Infinity, and numbers too large for a float (read as infinite). Stored as JSON, such a
+    value would be written as `NaN` or `Infinity`, and the exchange file would be no JSON for
+    any other reader (`jq` reads null); a body that holds one is kept as text, as sent."""
+    return json.loads(raw, parse_constant=_not_json, parse_float=_finite)
+
+
 def request_payload(raw: bytes, content_type: str) -> Payload:
-    """A request body for the key: JSON whenever it parses (canonical form is applied later)."""
+    """A request body for the key: JSON whenever it parses as strict JSON (canonical form is
+    applied later)."""
     if not raw:
         return EMPTY
     raw = _fixed_boundary(raw, content_type)
     if looks_json(content_type) or raw[:1] in (b"{", b"["):
         try:
-            return Payload("json", json.loads(raw))
+            return Payload("json", strict_json(raw))
         except ValueError:
             pass
     text = _text(raw, content_type)
@@ -194,7 +215,10 @@ def response_payload(raw: bytes, content_type: str) -> Payload:
         return EMPTY
     if looks_json(content_type):
         try:
-            value = json.loads(raw)
+            # NaN and Infinity are refused (kept as text); a number too large for a float is
+            # read as infinite, but only renders back to the bytes as `Infinity`: refused too.
+            # (No parse_float here: an answer may hold a million floats.)
+            value = json.loads(raw, parse_constant=_not_json)
         except (ValueError, RecursionError):  # kept as text, byte for byte
             value = None
         style = _json_style(value, raw) if value is not None else None

@@ -55,12 +55,12 @@ def named_cassettes(
 def check_cassette_name(name: str) -> str:
     """Return `name` if it is a safe relative cassette name, else raise BadCassetteName.
 
-    Letters, digits and `._-`, with `/` between segments; no empty, `.` or `..` segment,
+    ASCII letters, digits and `._-`, with `/` between segments; no empty, `.` or `..` segment,
     no leading dot (temporary files start with one) and no absolute path."""
     segments = name.split("/")
     if not name or len(name) > MAX_NAME or any(not _SEGMENT.fullmatch(s) for s in segments):
         raise BadCassetteName(
-            f"cassette name {name!r} is not allowed: use letters, digits and ._- "
+            f"cassette name {name!r} is not allowed: use ASCII letters, digits and ._- "
             f"(not starting with a dot), with / between segments, at most {MAX_NAME} characters"
         )
     return name

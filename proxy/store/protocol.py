@@ -72,14 +72,32 @@ def unreadable(where: str, cassette: str, exc: BaseException) -> CassetteCorrupt
 
 
 def reason(exc: BaseException) -> str:
-    """An error in one line: a pydantic error's first problem (and how many more), else the
-    first line of its text."""
+    """An error in one line: a pydantic error's first problem at its JSON path, with what was
+    found there when that is short (and how many more problems), else the first line of its
+    text."""
     if isinstance(exc, ValidationError):
         first, more = exc.errors()[0], exc.error_count() - 1
-        at = ".".join(str(part) for part in first["loc"]) or "the file"
-        return f"{at}: {first['msg']}" + (f" (and {more} more problem(s))" if more else "")
+        found = first.get("input")
+        shown = repr(found) if isinstance(found, str | int | float | bool) else ""
+        got = f" (found {shown})" if shown and len(shown) <= 60 else ""
+        at = json_path(first["loc"]) or "the file"
+        return f"{at}: {first['msg']}{got}" + (f" (and {more} more problem(s))" if more else "")
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__
+
+
+def json_path(loc: Iterable[int | str]) -> str:
+    """A pydantic error's location as `tapeproxy diff` names fields: `response.frames[0].ms`."""
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else str(part)
+    return path
+
+
+def why_unreadable(exc: CassetteCorrupt) -> str:
+    """What is wrong with a recording that cannot be read back, in one line, without where it
+    is or what to do (the caller says that): its cause's own `reason`."""
+    return reason(exc.__cause__ or exc)
 
 
 def holds_same(raw: bytes | None, exchange: Exchange) -> bool:

@@ -11,7 +11,7 @@ from tapeproxy.errors import CassetteCorrupt, ConfigError
 from tapeproxy.exchange import answers
 from tapeproxy.exchange.model import Exchange
 from tapeproxy.exchange.tokens import Tokens
-from tapeproxy.store.protocol import CassetteStore, exchange_file
+from tapeproxy.store.protocol import CassetteStore, exchange_file, why_unreadable
 from tapeproxy.tools.prices import DIGITS, NO_PRICES, PriceTable
 
 Tick = Callable[[], None]  # called once per file read, for a progress bar
@@ -47,6 +47,11 @@ class Row:
     cost_usd: float | None
     usage_known: bool = True  # False: the answer of a model holds no usage block (tokens 0)
     tool: dict[str, Any] | None = None  # an MCP tool call: its name, arguments and result
+    problem: str | None = None  # a file that cannot be read: why, in one line
+
+    @property
+    def unreadable(self) -> bool:
+        return self.problem is not None
 
     @property
     def what(self) -> str:
@@ -97,13 +102,15 @@ def row_of(exchange: Exchange, prices: PriceTable) -> Row:
     )
 
 
-def unreadable_row(key: str, ordinal: int) -> Row:
+def unreadable_row(key: str, ordinal: int, problem: str) -> Row:
+    """A file that cannot be read: its name, key and `problem`; no number in it was read (its
+    seq, -1, lists it first; status, tokens and cost are 0 and None)."""
     return Row(
         file=exchange_file(key, ordinal),
         key=key,
         ordinal=ordinal,
         seq=-1,
-        request="(unreadable: run `tapeproxy verify`)",
+        request=f"(unreadable: {problem})",
         method="-",
         upstream="-",
         path="-",
@@ -118,6 +125,7 @@ def unreadable_row(key: str, ordinal: int) -> Row:
         cached_tokens=0,
         cache_write_tokens=0,
         cost_usd=None,
+        problem=problem,
     )
 
 
@@ -147,8 +155,8 @@ def listed(
 ) -> Listed:
     try:
         exchange = store.read(cassette, key, ordinal)
-    except CassetteCorrupt:
-        return Listed(unreadable_row(key, ordinal), None)
+    except CassetteCorrupt as exc:
+        return Listed(unreadable_row(key, ordinal, why_unreadable(exc)), None)
     return Listed(row_of(exchange, prices), exchange)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ from tapeproxy.store.protocol import (
     exchange_file,
     is_leftover,
     parse_exchange_file,
+    why_unreadable,
 )
 
 RulesFor = Callable[[str], MatchRules]
@@ -72,10 +74,8 @@ def verify(
         try:
             exchange = store.read(cassette, *parsed)
         except CassetteCorrupt as exc:
-            # The backend's own error says what is wrong; the message around it says to verify.
-            cause = exc.__cause__ or exc
-            first = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
-            verdict.flag(name, f"unreadable: {first}")
+            # The cause says what is wrong (a field by its JSON path); not where, nor to verify.
+            verdict.flag(name, f"unreadable: {why_unreadable(exc)}")
             continue
         if exchange.read_as != exchange.schema_version:
             if upgrade and (exchange.key, exchange.ordinal) == parsed:
@@ -94,6 +94,12 @@ def _check_file(
 ) -> str | None:
     if (exchange.key, exchange.ordinal) != parsed:
         return f"names {exchange_file(exchange.key, exchange.ordinal)} inside; renamed by hand?"
+    for side, body in (("request", exchange.request.body), ("response", exchange.response.body)):
+        if body and "json" in body and not _finite(body["json"]):
+            return (
+                f"{side}.body.json holds NaN or Infinity, which is not JSON (jq reads null): "
+                "record it again (tapeproxy now keeps such a body as text)"
+            )
     parts = stored_request(exchange.request)
     rules = rules_for(parts.upstream)
     missing = unstored_headers(
@@ -113,3 +119,12 @@ def _check_file(
         f"its request does not hash to its key: run `tapeproxy rekey {cassette}` (an older "
         "tapeproxy keyed some requests differently), or record it again if it was edited by hand"
     )
+
+
+def _finite(value: Any) -> bool:
+    """Whether `value` is JSON as RFC 8259 has it: no NaN, Infinity or -Infinity in it."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
+        return False
+    return True

@@ -1,7 +1,8 @@
 """The viewer as an ASGI app: read-only pages rendered on the server by Jinja2 with autoescape
 (whatever a cassette holds reaches the browser as text), its CSS and JavaScript served from
-the package, and `Content-Security-Policy: default-src 'self'` on every answer. `tapeproxy
-view` serves it alone; a running server mounts it at /__tapeproxy/ui/ with its misses."""
+the package, and `Content-Security-Policy: default-src 'self'` on every answer (an SVG
+picture's is stricter: no script, sandboxed). `tapeproxy view` serves it alone; a running
+server mounts it at /__tapeproxy/ui/ with its misses."""
 
 from __future__ import annotations
 
@@ -25,14 +26,22 @@ from tapeproxy.errors import ConfigError, TapeproxyError
 from tapeproxy.store.protocol import CassetteStore
 from tapeproxy.tools.prices import PriceTable
 from tapeproxy.viewer import pages
-from tapeproxy.viewer.conversation import IMAGE_TYPES
+from tapeproxy.viewer.conversation import IMAGE_TYPES, SVG, Image
 
+CSP = b"content-security-policy"
 POLICY = [
-    (b"content-security-policy", b"default-src 'self'"),
+    (CSP, b"default-src 'self'"),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
     (b"x-frame-options", b"DENY"),
 ]
+# An SVG picture can hold script, which runs where it is opened as a document (the
+# thumbnail's link): it is served under this policy instead of the pages', which would let
+# it load a same-origin script. No script, nothing loaded but inline styles and data: images,
+# and a sandbox (an origin of its own). As an <img> (the thumbnail) it runs none anyway.
+SVG_POLICY = (
+    "default-src 'none'; script-src 'none'; style-src 'unsafe-inline'; img-src data:; sandbox"
+)
 
 
 class Policy:
@@ -48,7 +57,9 @@ class Policy:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def sending(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *POLICY]
+                headers = list(message.get("headers", []))
+                own = any(name.lower() == CSP for name, _ in headers)  # stricter: an SVG's
+                message["headers"] = [*headers, *(h for h in POLICY if not own or h[0] != CSP)]
             await send(message)
 
         if self.local_only and scope["type"] == "http" and not local_host(scope):
@@ -122,14 +133,7 @@ def _routes(
 
     def image(request: Request) -> Response:
         name, file = _given(request, "cassette"), _given(request, "file")
-        found = pages.image(store, name, file, _number(request.query_params.get("n")))
-        if found is None or found.media_type not in IMAGE_TYPES:
-            return Response(status_code=404)
-        try:
-            data = base64.b64decode(found.data, validate=True)
-        except (binascii.Error, ValueError):
-            return Response(status_code=404)
-        return Response(data, media_type=found.media_type)
+        return _picture(pages.image(store, name, file, _number(request.query_params.get("n"))))
 
     def diff(request: Request) -> Response:
         a, b = _given(request, "a"), _given(request, "b")
@@ -151,6 +155,18 @@ def _routes(
         ("/misses", misses),
         ("/stamp", stamp),
     ]
+
+
+def _picture(found: Image | None) -> Response:
+    """An inline image as its own answer; 404 for none, a type not shown, or bad base64."""
+    if found is None or found.media_type not in (*IMAGE_TYPES, SVG):
+        return Response(status_code=404)
+    try:
+        data = base64.b64decode(found.data, validate=True)
+    except (binascii.Error, ValueError):
+        return Response(status_code=404)
+    policy = {"content-security-policy": SVG_POLICY} if found.media_type == SVG else None
+    return Response(data, media_type=found.media_type, headers=policy)
 
 
 def _given(request: Request, name: str) -> str:

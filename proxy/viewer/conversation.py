@@ -5,15 +5,19 @@ escapes (the templates do) and no image is fetched (only inline ones are shown).
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from tapeproxy.exchange import answers
 from tapeproxy.exchange.model import Exchange
 
-# Image types a browser shows as pictures that can hold no script (no SVG).
+# Image types a browser shows as pictures that can hold no script.
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+# A picture that can hold script: served only under a policy that runs none (viewer/app.py).
+SVG = "image/svg+xml"
 
 
 @dataclass(frozen=True)
@@ -118,10 +122,18 @@ class Reader:
         url = url.get("url") if isinstance(url, dict) else url
         if not isinstance(url, str):
             return None
-        head, _, data = url.partition(",")
-        if url.startswith("data:") and head.endswith(";base64"):
-            return self.keep(head[5:].removesuffix(";base64"), data)
+        if url.startswith("data:"):
+            return self.data_url(url)
         return Part("link", url, "image")
+
+    def data_url(self, url: str) -> Part:
+        """An inline `data:` image: base64, or percent-encoded text (as an SVG often is); its
+        media type without its parameters (`;charset=utf-8`), lower case."""
+        head, _, data = url.partition(",")
+        media = head[5:].split(";")[0].strip().lower()
+        if head.endswith(";base64"):
+            return self.keep(media, data)
+        return self.keep(media, base64.b64encode(unquote_to_bytes(data)).decode("ascii"))
 
     def keep(self, media_type: str, data: str) -> Part:
         self.images.append(Image(media_type, data))

@@ -3,6 +3,7 @@ still reaching its client whole. Through a real server, a raw socket upstream an
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -10,7 +11,7 @@ import pytest
 
 from tests.conftest import MakeProxy
 from tests.fakes.raw import RawUpstream
-from tests.fakes.upstream import FakeUpstream
+from tests.fakes.upstream import FakeUpstream, Reply
 
 MIB = 2**20
 
@@ -95,3 +96,43 @@ def test_an_answer_whose_write_fails_still_reaches_the_client_whole(
     assert live.content == direct.content
     stats = proxy.stats
     assert (stats["recorded"], stats["write_failures"]) == (0, 1)
+
+
+def strict_json(raw: bytes) -> object:
+    """`raw` read as JSON is (RFC 8259, `jq`): no NaN, Infinity or -Infinity."""
+
+    def refuse(name: str) -> object:
+        raise ValueError(f"{name} is not JSON")
+
+    return json.loads(raw, parse_constant=refuse)
+
+
+# What Python's json module (and so many a fake or a quick server) writes for a float that is
+# not finite, and numbers too large for a float, which Python reads as infinite.
+NOT_FINITE = [
+    b'{"score": NaN, "n": 1}',
+    b'{"max":Infinity,"min":-Infinity}',
+    b'{"big": 1e999999}',
+    b"[1e400, -1" + b"0" * 400 + b".5]",
+]
+
+
+@pytest.mark.parametrize("raw", NOT_FINITE)
+def test_nan_and_infinity_in_bodies_are_kept_as_text_strict_json_and_replay_byte_exact(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path, raw: bytes
+) -> None:
+    json_type = {"content-type": "application/json"}
+    fake.script("/v1/scores", Reply(body=raw, headers=json_type))
+    recorder = make_proxy(mode="record")
+    live = httpx.post(recorder.url + "/openai/v1/scores", content=raw, headers=json_type)
+    assert live.content == raw
+    recorder.stop()
+    [stored] = (cassettes / "default").glob("*.json")
+    data = strict_json(stored.read_bytes())  # the file stays JSON that jq reads as written
+    assert isinstance(data, dict)
+    assert data["request"]["body"] == {"text": raw.decode()}
+    assert data["response"]["body"] == {"text": raw.decode()}
+    replayer = make_proxy(mode="replay")
+    again = httpx.post(replayer.url + "/openai/v1/scores", content=raw, headers=json_type)
+    assert (again.status_code, again.content) == (200, raw)
+    assert (replayer.stats["replayed"], replayer.stats["upstream_calls"]) == (1, 0)

@@ -182,15 +182,24 @@ def test_the_door_reads_its_headers_in_any_case_and_the_first_of_two(
     assert replay.stats["replayed"] == 1
 
 
-def test_a_non_ascii_cassette_header_is_a_clear_400(make_proxy: MakeProxy, cassettes: Path) -> None:
+@pytest.mark.parametrize("sent", [b"caf\xc3\xa9", b"caf\xe9"], ids=["utf-8", "latin-1"])
+def test_a_non_ascii_cassette_header_is_a_clear_400_that_echoes_the_name_as_sent(
+    make_proxy: MakeProxy, cassettes: Path, sent: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
     proxy = make_proxy(mode="record")
     head = (
         b"POST /openai/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-        b"content-type: application/json\r\nx-tapeproxy-cassette: caf\xc3\xa9\r\n"
+        b"content-type: application/json\r\nx-tapeproxy-cassette: " + sent + b"\r\n"
     )
-    answer = raw_request(proxy.url, head, CHAT_BYTES)
+    with caplog.at_level(logging.WARNING, logger="tapeproxy"):
+        answer = raw_request(proxy.url, head, CHAT_BYTES)
     assert answer.startswith(b"HTTP/1.1 400"), answer[:300]
-    assert b"not allowed" in answer
+    error = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
+    assert error["type"] == "bad_cassette_name"
+    # Echoed as the user typed it (UTF-8, as curl sends it; else latin-1), not as mojibake.
+    assert "'café' is not allowed" in error["message"] and "ASCII" in error["message"]
+    assert "Ã" not in error["message"]
+    assert "'café' is not allowed" in caplog.text and "Ã" not in caplog.text
     proxy.stop()
     assert files_under(cassettes) == {}
 

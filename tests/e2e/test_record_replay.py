@@ -250,21 +250,30 @@ def test_failure_answers_pass_through_but_are_recorded_only_with_record_failures
     assert json.loads(stored.read_text())["outcome"] == "failure_status"
 
 
-def test_a_corrupt_exchange_file_is_a_clear_error_naming_the_file(
+def test_a_corrupt_exchange_file_is_a_4xx_the_sdk_does_not_retry_naming_file_and_fix(
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
 ) -> None:
     recorder = make_proxy(mode="record")
-    httpx.post(recorder.url + "/openai/v1/embeddings", json={"model": "m", "input": "x"})
+    openai_client(recorder.url).embeddings.create(model="text-embedding-3-small", input="x")
     recorder.stop()
     [stored] = (cassettes / "default").glob("*.json")
     stored.write_text(stored.read_text()[:40])
+    torn = stored.read_bytes()
     replayer = make_proxy(mode="replay")
-    response = httpx.post(replayer.url + "/openai/v1/embeddings", json={"model": "m", "input": "x"})
-    assert response.status_code == 500
-    error = response.json()["error"]
+    # The SDK's default retries (2): a 5xx would be asked three times, each after a back-off.
+    client = openai_client(replayer.url)
+    with pytest.raises(openai.UnprocessableEntityError) as caught:
+        client.embeddings.create(model="text-embedding-3-small", input="x")
+    assert caught.value.status_code == 422
+    error = caught.value.body
+    assert isinstance(error, dict)  # the SDK hands over the provider shape's `error` object
     assert error["type"] == "cassette_corrupt"
-    assert stored.name in error["message"] and "tapeproxy verify" in error["message"]
-    assert replayer.stats["errors"] == 1
+    message = error["message"]
+    assert stored.name in message and "`tapeproxy verify default`" in message
+    assert "\n" not in message
+    stats = replayer.stats
+    assert (stats["errors"], stats["replayed"], stats["upstream_calls"]) == (1, 0, 0), stats
+    assert stored.read_bytes() == torn  # a replay never writes into the cassette
 
 
 @pytest.mark.parametrize("mode", ["record", "auto"])

@@ -143,6 +143,64 @@ def test_the_table_never_folds_a_path_in_a_narrow_or_piped_terminal(recorded: Pa
     assert "\x1b[" not in done.stdout + done.stderr, "no colour when piped"
 
 
+def spoil(folder: Path) -> tuple[Path, Path]:
+    """Two of a cassette's files spoiled as by hand: one cut short, one with a status that is
+    no number. Which is which, by file."""
+    torn, edited = sorted(folder.glob("*.json"))[:2]
+    torn.write_text(torn.read_text()[:50])
+    data = json.loads(edited.read_text())
+    data["response"]["status"] = "two hundred"
+    edited.write_text(json.dumps(data, indent=2))
+    return torn, edited
+
+
+def test_show_says_which_files_are_unreadable_and_why_and_exits_1(recorded: Path) -> None:
+    torn, edited = spoil(recorded / "default")
+    done = cli("show", "default", "--cassettes", str(recorded))
+    assert done.returncode == 1, done.stdout + done.stderr
+    out = done.stdout
+    assert "-1" not in out and "0/0" not in out, "no made-up numbers for a file not read"
+    assert "gpt-4o-mini" in out, "the readable exchanges are still listed"
+    notes = [line for line in out.splitlines() if "unreadable:" in line]
+    assert any(torn.name in line and "Unterminated string" in line for line in notes), out
+    assert any(edited.name in line and "response.status" in line for line in notes), out
+    assert "tapeproxy verify default" in out
+    done = cli("show", "default", "--cassettes", str(recorded), "--json")
+    assert done.returncode == 1
+    rows = {row["file"]: row for row in json.loads(done.stdout)["exchanges"]}
+    assert rows[edited.name]["outcome"] == "unreadable"
+    assert rows[edited.name]["problem"].startswith("response.status: ")
+    assert rows[torn.name]["problem"].startswith("Unterminated string")
+    readable = [row for row in rows.values() if row["outcome"] != "unreadable"]
+    assert len(readable) == len(rows) - 2 and all(row["problem"] is None for row in readable)
+    done = cli("show", "default", "--full", "--cassettes", str(recorded))
+    assert done.returncode == 1 and f"{edited.name}: unreadable: response.status" in done.stdout
+
+
+def test_verify_names_the_field_that_failed_validation(recorded: Path) -> None:
+    torn, edited = spoil(recorded / "default")
+    done = cli("verify", "default", "--cassettes", str(recorded))
+    assert done.returncode == 1
+    assert f"{edited.name}: unreadable: response.status: Input should be a valid integer" in (
+        done.stdout
+    ), done.stdout
+    assert "'two hundred'" in done.stdout, "what was found there"
+    done = cli("verify", "default", "--cassettes", str(recorded), "--json")
+    problems = {p["file"]: p["problem"] for p in json.loads(done.stdout)[0]["problems"]}
+    assert problems[edited.name].startswith("unreadable: response.status: ")
+    assert problems[torn.name].startswith("unreadable: Unterminated string")
+
+
+def test_verify_flags_a_body_stored_with_nan_by_an_older_tapeproxy(recorded: Path) -> None:
+    older = sorted((recorded / "default").glob("*.json"))[0]
+    data = json.loads(older.read_text())
+    data["request"]["body"] = {"json": {"model": "m", "temperature": float("nan")}}
+    older.write_text(json.dumps(data, indent=2))  # as json.dumps writes it: `NaN`
+    done = cli("verify", "default", "--cassettes", str(recorded))
+    assert done.returncode == 1
+    assert f"{older.name}: request.body.json holds NaN or Infinity" in done.stdout, done.stdout
+
+
 @pytest.mark.parametrize("command", [("ls",), ("show", "nope"), ("diff", "a", "b"), ("verify",)])
 def test_errors_are_json_under_json_and_plain_text_without_colour_otherwise(
     tmp_path: Path, command: tuple[str, ...]

@@ -22,7 +22,7 @@ from tapeproxy.app import create_app
 from tapeproxy.settings import Settings
 from tests.conftest import MakeProxy
 from tests.support.serve import ROOT, TAPEPROXY, Serve
-from tests.support.viewer import IMAGE_FILE, OPENAI, PNG, View, make_library
+from tests.support.viewer import IMAGE_FILE, OPENAI, PNG, SVG, View, make_library
 
 POLICY = "default-src 'self'"
 TOKEN = "an-admin-token-0123456789"
@@ -102,6 +102,27 @@ def test_an_inline_image_is_served_from_the_page_and_a_remote_one_is_not_loaded(
     )
 
 
+def test_an_svg_image_is_served_under_a_policy_that_runs_no_script(view: View) -> None:
+    page = httpx.get(view.url + f"exchange?cassette=example-xss&file={IMAGE_FILE}").text
+    assert 'alt="image 1 (image/svg+xml)" src="image?cassette=example-xss&amp;file=' in page
+    image = httpx.get(
+        view.url + "image", params={"cassette": "example-xss", "file": IMAGE_FILE, "n": "1"}
+    )
+    assert (image.status_code, image.headers["content-type"], image.content) == (
+        200,
+        "image/svg+xml",
+        SVG,
+    )
+    # Its own policy, in place of the pages' (which would let a same-origin script run):
+    # opened as a document of its own (the thumbnail's link), it runs no script and is
+    # sandboxed into an origin of its own.
+    [policy] = image.headers.get_list("content-security-policy")
+    directives = {d.split()[0]: d.split()[1:] for d in policy.split("; ")}
+    assert directives["default-src"] == ["'none'"] and directives["script-src"] == ["'none'"]
+    assert "sandbox" in directives
+    assert image.headers["x-content-type-options"] == "nosniff"
+
+
 def test_bad_input_is_a_404_page_with_one_clear_line(view: View) -> None:
     for page, said in [
         ("cassette?name=../etc", "is not allowed"),
@@ -113,6 +134,23 @@ def test_bad_input_is_a_404_page_with_one_clear_line(view: View) -> None:
         answer = httpx.get(view.url + page)
         assert answer.status_code == 404, page
         assert said in html.unescape(answer.text), page
+
+
+def test_an_unreadable_file_is_a_row_saying_why_not_made_up_numbers(tmp_path: Path) -> None:
+    library = tmp_path / "cassettes"
+    shutil.copytree(ROOT / "cassettes" / "example", library / "example")
+    edited = sorted((library / "example").glob("*.json"))[0]
+    data = json.loads(edited.read_text())
+    data["response"]["status"] = "two hundred"
+    edited.write_text(json.dumps(data))
+    view = View(library, tmp_path)
+    try:
+        page = html.unescape(httpx.get(view.url + "cassette?name=example").text)
+    finally:
+        view.stop()
+    row = next(line for line in page.split("<tr") if edited.name in line)
+    assert "unreadable: response.status: Input should be a valid integer" in row
+    assert ">-1<" not in row and "0/0" not in row
 
 
 def test_view_refuses_a_missing_library_in_one_line(tmp_path: Path) -> None:

@@ -120,6 +120,67 @@ def _last_agent_file() -> str:
     return sorted(p.name for p in (ROOT / "cassettes/examples/python-agent").glob("*.json"))[0]
 
 
+def test_a_click_anywhere_on_a_row_opens_what_its_link_opens(browser: Any, view: View) -> None:
+    browser.get(view.url)
+    library_row = next(
+        row
+        for row in browser.find_elements(By.CSS_SELECTOR, "#library tbody tr")
+        if row.find_element(By.CSS_SELECTOR, "a.cassette").text == "example"
+    )
+    # A number cell, away from the link: as in mitmweb, the whole row is the target.
+    click_and_wait(browser, library_row.find_elements(By.CSS_SELECTOR, "td.n")[0], "#exchanges")
+    assert urlsplit(browser.current_url).query == "name=example"
+    row = next(
+        row
+        for row in browser.find_elements(By.CSS_SELECTOR, "#exchanges tbody tr")
+        if OPENAI[:12] in row.text
+    )
+    link = row.find_element(By.CSS_SELECTOR, "a.exchange")
+    href = link.get_attribute("href")
+    click_and_wait(browser, row.find_element(By.TAG_NAME, "code"), "#answer")
+    assert browser.current_url == href
+    assert "echo: What is the capital of France?" in browser.find_element(By.ID, "answer").text
+
+
+def test_the_rows_link_stays_and_the_keyboard_opens_it(browser: Any, view: View) -> None:
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(view.url + "cassette?name=example")
+    link = next(
+        a
+        for a in browser.find_elements(By.CSS_SELECTOR, "#exchanges a.exchange")
+        if OPENAI in (a.get_attribute("href") or "")
+    )
+    for _ in range(40):  # Tab through the page, as a keyboard user does, to the row's link
+        browser.switch_to.active_element.send_keys(Keys.TAB)
+        if browser.switch_to.active_element == link:
+            break
+    assert browser.switch_to.active_element == link
+    browser.switch_to.active_element.send_keys(Keys.ENTER)
+    WebDriverWait(browser, 20).until(lambda b: b.find_elements(By.ID, "answer"))
+    assert OPENAI in browser.current_url
+
+
+def test_an_svg_thumbnail_shows_and_opened_alone_runs_no_script(browser: Any, view: View) -> None:
+    browser.get(view.url + f"exchange?cassette=example-xss&file={IMAGE_FILE}")
+    thumbs = browser.find_elements(By.CSS_SELECTOR, "#main img.thumb")
+    assert [t.get_attribute("alt") for t in thumbs] == [
+        "image 0 (image/png)",
+        "image 1 (image/svg+xml)",
+    ]
+    svg = thumbs[1]
+    assert browser.execute_script("return arguments[0].complete", svg) is True
+    assert browser.execute_script("return arguments[0].naturalWidth", svg) == 16, "it shows"
+    assert browser.execute_script("return window.__pwned === undefined") is True
+    shot(browser, "svg-thumbnail")
+    # Its link opens the picture as a document of its own, where an SVG could run script.
+    browser.get(svg.find_element(By.XPATH, "..").get_attribute("href"))
+    assert browser.execute_script("return window.__pwned === undefined") is True
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert.text  # noqa: B018 - asking is the check
+
+
 def test_the_diff_page_highlights_the_changed_field(browser: Any, view: View) -> None:
     browser.get(view.url)
     Select(browser.find_element(By.NAME, "a")).select_by_visible_text("example")

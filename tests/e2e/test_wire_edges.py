@@ -119,7 +119,7 @@ def test_a_cassette_that_is_a_file_is_a_clear_error(
     (cassettes / "notes").write_text("not a cassette")
     proxy = make_proxy(mode="record", cassette="notes")
     response = httpx.get(proxy.url + "/openai/v1/models")
-    assert response.status_code == 500
+    assert response.status_code == 422  # not a 5xx, which an SDK would retry to no avail
     assert response.json()["error"]["type"] == "cassette_corrupt"
     assert "is a file, not a folder" in response.json()["error"]["message"]
     assert (cassettes / "notes").read_text() == "not a cassette"

@@ -24,9 +24,18 @@ PNG = base64.b64decode(
 )
 
 
+# An SVG picture that would run script wherever a browser let it: as a document of its own.
+SVG = (
+    b'<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" '
+    b'onload="window.__pwned=4"><script>window.__pwned=5</script>'
+    b'<rect width="16" height="16" fill="#1849a9"/></svg>'
+)
+
+
 def make_library(tmp_path: Path) -> Path:
     """tmp_path/cassettes: `example`, `examples/*`, and `example-xss` (the same recordings,
-    the OpenAI answer replaced by PAYLOAD, and one more exchange asking about an image)."""
+    the OpenAI answer replaced by PAYLOAD, and one more exchange asking about two inline
+    images, a PNG and an SVG (SVG), and one elsewhere)."""
     library = tmp_path / "cassettes"
     shutil.copytree(ROOT / "cassettes", library, ignore=shutil.ignore_patterns(".tapeproxy"))
     xss = library / "example-xss"
@@ -35,6 +44,7 @@ def make_library(tmp_path: Path) -> Path:
     data["response"]["body"]["json"]["choices"][0]["message"]["content"] = PAYLOAD
     (xss / OPENAI).write_text(json.dumps(data, indent=2), encoding="utf-8")
     url = "data:image/png;base64," + base64.b64encode(PNG).decode()
+    svg = "data:image/svg+xml;base64," + base64.b64encode(SVG).decode()
     data["key"], data["seq"] = IMAGE_FILE[:64], 9
     data["request"]["body"]["json"]["messages"] = [
         {
@@ -43,6 +53,7 @@ def make_library(tmp_path: Path) -> Path:
                 {"type": "text", "text": "What is in this picture?"},
                 {"type": "image_url", "image_url": {"url": url}},
                 {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
+                {"type": "image_url", "image_url": {"url": svg}},
             ],
         }
     ]

@@ -3,7 +3,9 @@ calls, tool results and images."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
+from urllib.parse import quote
 
 from tapeproxy.viewer.conversation import Part, Reader, stream_tool_calls
 
@@ -112,6 +114,30 @@ def test_inline_images_are_kept_and_remote_ones_are_only_named() -> None:
         ("image/png", "AAAA"),
         ("image/gif", "R0lG"),
     ]
+
+
+def test_a_data_url_is_an_inline_image_in_base64_or_percent_encoded_with_any_parameters() -> None:
+    svg = '<svg xmlns="http://www.w3.org/2000/svg"/>'
+    urls = [
+        "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode(),
+        "data:image/svg+xml;charset=utf-8," + quote(svg),
+        "data:image/svg+xml;utf8," + svg,
+        "data:Image/PNG;name=x.png;base64,AAAA",
+    ]
+    reader = Reader()
+    [message] = reader.messages(
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": {"url": u}} for u in urls],
+                }
+            ]
+        }
+    )
+    assert [p.kind for p in message.parts] == ["image"] * 4
+    found = [(i.media_type, base64.b64decode(i.data)) for i in reader.images]
+    assert found == [("image/svg+xml", svg.encode())] * 3 + [("image/png", b"\x00\x00\x00")]
 
 
 def test_a_body_that_is_no_conversation_is_shown_as_data() -> None:

@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from tapeproxy.errors import CassetteCorrupt
 from tapeproxy.exchange.model import Exchange, dump_exchange
+from tapeproxy.problems import one_line
 from tapeproxy.store.names import check_folder_name
-from tapeproxy.store.protocol import reason
 
 LAST_RUN_VERSION = 3  # 2: digests of the unused recordings; 3: misses, failed, faults
 # The notes, one per cassette, in the library's state folder (a dot folder: no cassette name
@@ -84,5 +84,5 @@ def read_note(raw: bytes, where: str) -> LastRun:
 
 def unreadable_note(where: str, exc: BaseException) -> CassetteCorrupt:
     return CassetteCorrupt(
-        f"cannot read {where}: {reason(exc)}; delete it, and replay the cassette again"
+        f"cannot read {where}: {one_line(exc)}; delete it, and replay the cassette again"
     )

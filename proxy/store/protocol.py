@@ -7,10 +7,9 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
-from pydantic import ValidationError
-
 from tapeproxy.errors import CassetteCorrupt
 from tapeproxy.exchange.model import NewerSchema, load_exchange
+from tapeproxy.problems import one_line
 
 if TYPE_CHECKING:
     from tapeproxy.exchange.model import Exchange
@@ -67,19 +66,8 @@ def read_exchange(raw: bytes, where: str, cassette: str) -> Exchange:
 def unreadable(where: str, cassette: str, exc: BaseException) -> CassetteCorrupt:
     """The error for a recording that cannot be read back, in one line: what, why, what next."""
     return CassetteCorrupt(
-        f"cannot read {where}: {reason(exc)}; run `tapeproxy verify {cassette}` to check it"
+        f"cannot read {where}: {one_line(exc)}; run `tapeproxy verify {cassette}` to check it"
     )
-
-
-def reason(exc: BaseException) -> str:
-    """An error in one line: a pydantic error's first problem (and how many more), else the
-    first line of its text."""
-    if isinstance(exc, ValidationError):
-        first, more = exc.errors()[0], exc.error_count() - 1
-        at = ".".join(str(part) for part in first["loc"]) or "the file"
-        return f"{at}: {first['msg']}" + (f" (and {more} more problem(s))" if more else "")
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
 
 
 def holds_same(raw: bytes | None, exchange: Exchange) -> bool:

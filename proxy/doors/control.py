@@ -16,6 +16,7 @@ from tapeproxy.doors.hosts import local_host
 from tapeproxy.engine.core import Engine
 from tapeproxy.errors import BadFault
 from tapeproxy.modes import Mode
+from tapeproxy.problems import one_line, problems
 from tapeproxy.settings import Settings, is_loopback
 
 CONTROL_PREFIX = "/__tapeproxy/"
@@ -48,6 +49,14 @@ class FaultsChange(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     faults: list[str]
+
+
+def _problems(exc: ValueError) -> str:
+    """What is wrong with a control request's body, in one line: bad JSON, or each problem
+    pydantic found, without its noise (tapeproxy.problems)."""
+    if isinstance(exc, ValidationError):
+        return "; ".join(problems(exc))
+    return one_line(exc)
 
 
 def _bad_request(message: str) -> JSONResponse:
@@ -161,10 +170,10 @@ async def switch(engine: Engine, request: Request) -> JSONResponse:
         return body
     try:
         change = CassetteSwitch.model_validate(json.loads(body or b"{}"))
-    except (ValueError, ValidationError) as exc:
+    except ValueError as exc:  # bad JSON, and pydantic's ValidationError
         return _bad_request(
             f'PUT /__tapeproxy/cassette takes {{"cassette": NAME, "mode": MODE}} with MODE one '
-            f"of {', '.join(m.value for m in Mode)}: {exc}"
+            f"of {', '.join(m.value for m in Mode)}: {_problems(exc)}"
         )
     await engine.switch(change.cassette, change.mode)
     return current(engine)
@@ -185,10 +194,10 @@ async def put_faults(engine: Engine, request: Request) -> JSONResponse:
         engine.set_faults(change.faults)
     except BadFault as exc:
         return _error(400, exc.error_type, exc.message)
-    except (ValueError, ValidationError) as exc:
+    except ValueError as exc:  # bad JSON, and pydantic's ValidationError
         return _bad_request(
             f'PUT /__tapeproxy/faults takes {{"faults": [SPEC, ...]}} ([] clears them): '
-            f"{' '.join(str(exc).split())}"
+            f"{_problems(exc)}"
         )
     return faults_now(engine)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hmac
 import json
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
@@ -46,9 +46,12 @@ class CassetteSwitch(BaseModel):
 
 
 class FaultsChange(BaseModel):
+    """The body of `PUT /__tapeproxy/faults`: a key left out keeps what is in force."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    faults: list[str]
+    faults: list[str] | None = None
+    seed: int | None = Field(None, ge=0, strict=True)  # as --fault-seed; JSON true is no seed
 
 
 def _problems(exc: ValueError) -> str:
@@ -185,18 +188,20 @@ def faults_now(engine: Engine) -> JSONResponse:
 
 
 async def put_faults(engine: Engine, request: Request) -> JSONResponse:
-    """PUT /__tapeproxy/faults: the faults in force, and a new run of them."""
+    """PUT /__tapeproxy/faults: the faults in force and the seed that draws them (either
+    left out is kept), and a new run of them."""
     body = await _guarded_body(engine, request)
     if isinstance(body, JSONResponse):
         return body
     try:
         change = FaultsChange.model_validate(json.loads(body or b"{}"))
-        engine.set_faults(change.faults)
+        engine.set_faults(change.faults, change.seed)
     except BadFault as exc:
         return _error(400, exc.error_type, exc.message)
     except ValueError as exc:  # bad JSON, and pydantic's ValidationError
         return _bad_request(
-            f'PUT /__tapeproxy/faults takes {{"faults": [SPEC, ...]}} ([] clears them): '
+            f'PUT /__tapeproxy/faults takes {{"faults": [SPEC, ...], "seed": N}} (either may be '
+            f"left out; [] clears the faults; N a whole number >= 0): "
             f"{_problems(exc)}"
         )
     return faults_now(engine)

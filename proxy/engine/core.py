@@ -243,9 +243,10 @@ class Engine:
         if opened is not None and opened.cassette == self.current.cassette:
             self.runs.offer(opened)
 
-    def set_faults(self, specs: list[str]) -> None:
-        """A new run of faults, of `specs` (BadFault, and nothing changed, for a bad one)."""
-        self.faults.restart(specs)
+    def set_faults(self, specs: list[str] | None, seed: int | None = None) -> None:
+        """A new run of faults, of `specs` (None: those in force) drawn from `seed` (None: the
+        seed in force); BadFault, and nothing changed, for a bad spec."""
+        self.faults.restart(specs, seed)
 
     async def take_run(self, cassette: str) -> list[tuple[str, Run | None]]:
         """End the runs of `cassette`'s derived cassette and of `cassette`: each, settled,

@@ -36,9 +36,10 @@ class Faults:
         self.recorded = RecordedErrors(store)
         self.counters = counters
 
-    def restart(self, specs: Iterable[str] | None = None) -> None:
-        """A new run of faults (of `specs` when given, checked whole first)."""
-        self.schedule.restart(specs)
+    def restart(self, specs: Iterable[str] | None = None, seed: int | None = None) -> None:
+        """A new run of faults (of `specs` when given, checked whole first; from `seed` when
+        given)."""
+        self.schedule.restart(specs, seed)
         self.recorded.clear()  # the cassettes may have been recorded anew since
 
     async def stand_in(self, keyed: Keyed, fault: FaultSpec) -> Serve | Live | None:

@@ -103,7 +103,7 @@ def test_a_bad_control_body_is_one_line_without_pydantics_noise(make_proxy: Make
     )
     faults = httpx.put(proxy.url + "/__tapeproxy/faults", json={"faults": "reset"})
     message = faults.json()["error"]["message"]
-    assert message.endswith("([] clears them): faults: Input should be a valid list"), message
+    assert message.endswith(">= 0): faults: Input should be a valid list"), message
     for said in (cassette, message):
         assert "\n" not in said and "[type=" not in said and "pydantic.dev" not in said
 

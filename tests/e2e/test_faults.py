@@ -183,6 +183,29 @@ def test_the_same_seed_fails_the_same_requests_in_any_order(make_proxy: MakeProx
     assert faulted_in(other.url + "/openai/v1/chat/completions", forward) != first
 
 
+def test_a_put_of_the_seed_decides_which_requests_fault_as_the_option_does(
+    make_proxy: MakeProxy,
+) -> None:
+    order = list(range(40))
+    started = make_proxy(mode="passthrough", fault=("rate_limit@p=0.3",), fault_seed=21)
+    with_21 = faulted_in(started.url + "/openai/v1/chat/completions", order)
+    proxy = make_proxy(mode="passthrough", fault=("rate_limit@p=0.3",), fault_seed=5)
+    faults, url = proxy.url + "/__tapeproxy/faults", proxy.url + "/openai/v1/chat/completions"
+    with_5 = faulted_in(url, order)
+    assert with_5 != with_21
+    put = httpx.put(faults, json={"seed": 21})  # the faults in force are kept
+    assert put.json() == {"faults": ["rate_limit@p=0.3"], "seed": 21}
+    assert faulted_in(url, order) == with_21
+    put = httpx.put(faults, json={"faults": ["rate_limit@p=0.3"], "seed": 5})
+    assert (put.status_code, faulted_in(url, order)) == (200, with_5)
+    assert httpx.get(faults).json()["seed"] == 5 == proxy.stats["fault_seed"]
+    for bad in (-1, "7", True, 1.5):
+        refused = httpx.put(faults, json={"seed": bad})
+        assert refused.status_code == 400, bad
+        assert "seed: " in refused.json()["error"]["message"]
+    assert httpx.get(faults).json() == {"faults": ["rate_limit@p=0.3"], "seed": 5}
+
+
 def test_record_mode_writes_nothing_faulted_and_the_rest(
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
 ) -> None:

@@ -17,6 +17,7 @@ from tapeproxy.cli.library import (
     fail,
     open_library,
     sweep_cassette,
+    warn,
 )
 from tapeproxy.cli.output import print_prune, print_redact, print_rekey, print_verdicts
 from tapeproxy.errors import ConfigError, TapeproxyError
@@ -38,11 +39,16 @@ def rekey(
     """Move recordings to their keys under today's match rules.
 
     Run it after changing --ignore rules or [match.*] tables, so that no recording is
-    orphaned. Requests that now match each other become ordinals in recorded order."""
+    orphaned. Requests that now match each other become ordinals in recorded order. A rule
+    that ignores a body field which changes the answer (model, messages, ...) is warned
+    about on stderr, as serve warns at its start."""
+    from tapeproxy.engine.rules import rule_warnings
     from tapeproxy.tools.rekey import rekey as rekey_cassette
 
     try:
         library = open_library(cassettes, upstream, ignore, config)
+        for warning in rule_warnings(library.ignore):  # as `serve` warns at its start
+            warn(warning)
         report = rekey_cassette(library.store, existing(library, name), library.rules, dry_run)
         if not dry_run:
             sweep_cassette(library, name)

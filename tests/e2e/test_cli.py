@@ -343,6 +343,31 @@ def test_serve_warns_at_start_about_a_rule_that_ignores_what_changes_the_answer(
     assert "metadata.run" not in err
 
 
+def test_rekey_gives_serves_warning_about_a_rule_that_ignores_what_changes_the_answer(
+    workdir: Path,
+) -> None:
+    rules = ["--ignore", "openai:body:model", "--ignore", "openai:body:metadata.run"]
+    serve = Serve(rules, workdir)
+    _, served = serve.stop()
+    [warning] = [
+        line.split("WARNING tapeproxy: ")[1] for line in served.splitlines() if "WARNING" in line
+    ]
+    assert "'openai:body:model'" in warning and "changes the answer" in warning
+    copy_committed("example", workdir / "cassettes")
+    for args, env in ((rules, {}), ([], {"TAPEPROXY_IGNORE": "openai:body:model"})):
+        result = subprocess.run(
+            [*TAPEPROXY, "rekey", "example", "--json", *args],
+            cwd=workdir,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stderr.splitlines() == [f"tapeproxy: warning: {warning}"]
+        assert json.loads(result.stdout)["cassette"] == "example"  # stdout stays JSON
+
+
 def test_a_shutdown_while_the_upstream_has_not_answered_is_quiet_and_exits_0(
     workdir: Path, hanging_upstream: tuple[str, threading.Event]
 ) -> None:

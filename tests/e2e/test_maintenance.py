@@ -107,6 +107,26 @@ def test_prune_deletes_exactly_what_the_last_replay_run_did_not_use(
     assert ask(make_proxy(mode="replay", cassette="trip").url, "one") == "echo: one"
 
 
+def test_prune_piped_writes_its_summary_on_one_line_however_long(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    """In a pipe (a script, a CI log) there is no terminal width to fit: no line is broken."""
+    name = "a-cassette-named-after-a-long-pytest-node-id"
+    record(make_proxy, name, ["one", "two"])
+    replay_some(make_proxy, name, ["one"])
+    environ = {k: v for k, v in os.environ.items() if k != "COLUMNS" and k != "LINES"}
+    result = subprocess.run(
+        [sys.executable, "-m", "tapeproxy", "prune", name, "--cassettes", str(cassettes)],
+        capture_output=True,
+        text=True,
+        env={**environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    [summary] = [line for line in result.stdout.splitlines() if line.startswith("cassette ")]
+    assert len(summary) > 80 and summary.endswith(", 1 kept"), result.stdout
+
+
 def test_a_run_that_left_many_recordings_unused_notes_a_bounded_number_for_prune(
     make_proxy: MakeProxy, cassettes: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

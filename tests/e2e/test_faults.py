@@ -313,6 +313,33 @@ def test_serve_prints_the_seed_it_drew_and_the_faults_it_served(
     assert "fault=reset@p=1" in err  # the exchange's own log line
 
 
+def test_each_dropping_or_cutting_fault_logs_what_really_happened(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    """No 504 went out for a reset or a timeout (the connection closed with nothing sent),
+    and a cut client did not go away: the fault cut its answer."""
+    fake.frame_delay = 0.05  # the stream is still coming when the fault cuts it
+    args = ["--mode", "record", "--cassettes", str(tmp_path / "c"), "--upstream"]
+    server = Serve([*args, f"openai={fake.url}"], tmp_path)
+    url = server.url + "/openai/v1/chat/completions"
+    for fault in ("reset", "timeout:after=0.2"):
+        with pytest.raises(httpx.RemoteProtocolError):
+            httpx.post(url, json={}, headers={"x-tapeproxy-fault": fault})
+    client = chat(server.url).with_options(default_headers={"x-tapeproxy-fault": "cut:after=2"})
+    with pytest.raises(openai.APIConnectionError):
+        streamed(client)
+    assert httpx.get(server.url + "/__tapeproxy/stats").json()["aborted"] == 0
+    code, err = server.stop()
+    assert code == 0, err
+    lines = {line.rpartition(" fault=")[2]: line for line in err.splitlines() if " fault=" in line}
+    assert "-> connection closed at once by the fault, nothing sent (" in lines["reset"]
+    timeout = lines["timeout:after=0.2"]
+    assert "-> connection closed after 0.2 s by the fault, nothing sent (" in timeout
+    assert int(timeout.rpartition("(")[2].split()[0]) >= 200  # logged when it happened
+    assert "-> cut by the fault after 2 frame(s), nothing recorded 200 (" in lines["cut:after=2"]
+    assert "504" not in err and "client went away" not in err
+
+
 def test_a_bad_fault_stops_the_start_with_one_line_naming_it(tmp_path: Path) -> None:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
     result = subprocess.run(

@@ -244,8 +244,7 @@ class Engine:
             self.runs.offer(opened)
 
     def set_faults(self, specs: list[str] | None, seed: int | None = None) -> None:
-        """A new run of faults, of `specs` (None: those in force) drawn from `seed` (None: the
-        seed in force); BadFault, and nothing changed, for a bad spec."""
+        """A new run of `specs` from `seed` (None: as in force); BadFault for a bad spec."""
         self.faults.restart(specs, seed)
 
     async def take_run(self, cassette: str) -> list[tuple[str, Run | None]]:

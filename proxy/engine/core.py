@@ -80,7 +80,7 @@ class Engine:
             keyed = self.keyer.key(inbound, self.current)
             run = self.runs.loaded(keyed.cassette)
             if run is None:
-                run = await self.runs.get(keyed.cassette, keyed.mode in SERVES_RECORDINGS)
+                run = await self.runs.get(keyed.cassette, keyed.mode)
             if jsonrpc.standalone_stream(keyed.parts.method, inbound.header_map):
                 if not stream_goes_live(keyed.mode, keyed.runs_live, run.held):
                     return Serve(jsonrpc.NO_STREAM, 0, None)

@@ -100,21 +100,31 @@ def prune(
     cassettes: CassettesOption = None,
     config: ConfigOption = None,
     dry_run: DryRun = False,
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes",
+            help="Delete even when the run prune goes by also recorded (an auto run): it may "
+            "not have asked for everything the cassette's tests need.",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Delete the recordings the last finished replay run of a cassette did not use.
 
-    A replay run is finished by a PUT on /__tapeproxy/cassette or by stopping the server; it
-    leaves a note of what it used in the library's state folder, .tapeproxy/runs/ (never in
-    the cassette). Recordings of upstreams that ran live are kept. With no such note, or when
-    that run did not pass (a pytest test that failed, errored or was skipped, or requests
-    that missed), nothing is deleted and the exit status is 2. --dry-run says which run it
-    relies on."""
+    A run counts when it served or refused requests from the cassette (replay, auto, once
+    replaying) and was finished by a PUT on /__tapeproxy/cassette or by stopping the server;
+    it leaves a note of what it used in the library's state folder, .tapeproxy/runs/ (never
+    in the cassette). prune names that run: its mode, start and what it served and recorded.
+    Recordings of upstreams that ran live are kept. With no such note, or when that run did
+    not pass (a pytest test that failed, errored or was skipped, or requests that missed),
+    nothing is deleted and the exit status is 2; so too after a run that also recorded (an
+    auto run), unless --yes."""
     from tapeproxy.tools.prune import prune as prune_cassette
 
     try:
         library = open_library(cassettes, None, None, config, rules=False)
-        report = prune_cassette(library.store, existing(library, name), dry_run)
+        report = prune_cassette(library.store, existing(library, name), dry_run, yes)
     except TapeproxyError as exc:
         raise fail(exc, as_json) from exc
     print_prune(report, as_json)

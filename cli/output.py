@@ -102,13 +102,12 @@ def print_prune(report: PruneReport, as_json: bool) -> None:
         return
     console = make_console()
     verb = "would delete" if report.dry_run else "deleted"
-    if report.dry_run:
-        console.print(f"relying on {report.run}", highlight=False, markup=False, soft_wrap=True)
+    console.print(f"relying on {report.run}", highlight=False, markup=False, soft_wrap=True)
     for file in report.pruned:
         console.print(f"  {file}", highlight=False, markup=False, soft_wrap=True)
     console.print(
-        f"cassette {report.cassette!r}: {verb} {len(report.pruned)} recording(s) the last "
-        f"replay run did not use, {report.kept} kept",
+        f"cassette {report.cassette!r}: {verb} {len(report.pruned)} recording(s) that run did "
+        f"not use, {report.kept} kept",
         highlight=False,
         markup=False,
     )

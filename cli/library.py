@@ -29,6 +29,7 @@ PROGRESS_FROM = 2000
 class Library:
     store: CassetteStore
     rules: Callable[[str], MatchRules]
+    ignore: tuple[str, ...] = ()  # the --ignore rules in force, from every source
 
 
 METAVARS = {
@@ -146,7 +147,19 @@ def open_library(
     if not store.exists():
         raise missing_library(store)
     book = Rulebook.build(provider_table(settings.upstream), settings.ignore)
-    return Library(store, book.for_upstream)
+    return Library(store, book.for_upstream, settings.ignore)
+
+
+def warn(message: str) -> None:
+    """A warning on stderr (yellow only on a terminal and without NO_COLOR): stdout stays
+    the command's output, --json included."""
+    make_console(stderr=True).print(
+        f"tapeproxy: warning: {message}",
+        style="yellow",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 def missing_library(store: CassetteStore) -> ConfigError:

@@ -17,6 +17,7 @@ from tapeproxy.cli.library import (
     fail,
     open_library,
     sweep_cassette,
+    warn,
 )
 from tapeproxy.cli.output import print_prune, print_redact, print_rekey, print_verdicts
 from tapeproxy.errors import ConfigError, TapeproxyError
@@ -38,11 +39,16 @@ def rekey(
     """Move recordings to their keys under today's match rules.
 
     Run it after changing --ignore rules or [match.*] tables, so that no recording is
-    orphaned. Requests that now match each other become ordinals in recorded order."""
+    orphaned. Requests that now match each other become ordinals in recorded order. A rule
+    that ignores a body field which changes the answer (model, messages, ...) is warned
+    about on stderr, as serve warns at its start."""
+    from tapeproxy.engine.rules import rule_warnings
     from tapeproxy.tools.rekey import rekey as rekey_cassette
 
     try:
         library = open_library(cassettes, upstream, ignore, config)
+        for warning in rule_warnings(library.ignore):  # as `serve` warns at its start
+            warn(warning)
         report = rekey_cassette(library.store, existing(library, name), library.rules, dry_run)
         if not dry_run:
             sweep_cassette(library, name)
@@ -94,21 +100,31 @@ def prune(
     cassettes: CassettesOption = None,
     config: ConfigOption = None,
     dry_run: DryRun = False,
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes",
+            help="Delete even when the run prune goes by also recorded (an auto run): it may "
+            "not have asked for everything the cassette's tests need.",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Delete the recordings the last finished replay run of a cassette did not use.
 
-    A replay run is finished by a PUT on /__tapeproxy/cassette or by stopping the server; it
-    leaves a note of what it used in the library's state folder, .tapeproxy/runs/ (never in
-    the cassette). Recordings of upstreams that ran live are kept. With no such note, or when
-    that run did not pass (a pytest test that failed, errored or was skipped, or requests
-    that missed), nothing is deleted and the exit status is 2. --dry-run says which run it
-    relies on."""
+    A run counts when it served or refused requests from the cassette (replay, auto, once
+    replaying) and was finished by a PUT on /__tapeproxy/cassette or by stopping the server;
+    it leaves a note of what it used in the library's state folder, .tapeproxy/runs/ (never
+    in the cassette). prune names that run: its mode, start and what it served and recorded.
+    Recordings of upstreams that ran live are kept. With no such note, or when that run did
+    not pass (a pytest test that failed, errored or was skipped, or requests that missed),
+    nothing is deleted and the exit status is 2; so too after a run that also recorded (an
+    auto run), unless --yes."""
     from tapeproxy.tools.prune import prune as prune_cassette
 
     try:
         library = open_library(cassettes, None, None, config, rules=False)
-        report = prune_cassette(library.store, existing(library, name), dry_run)
+        report = prune_cassette(library.store, existing(library, name), dry_run, yes)
     except TapeproxyError as exc:
         raise fail(exc, as_json) from exc
     print_prune(report, as_json)

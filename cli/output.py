@@ -18,11 +18,16 @@ from tapeproxy.tools.verify import Verdict
 
 
 def make_console(**options: Any) -> Console:
-    """A rich Console that, under NO_COLOR, writes no ANSI code at all: rich alone drops
-    colours but still writes bold and the like."""
+    """A rich Console that, under NO_COLOR, writes no ANSI code at all (rich alone drops
+    colours but still writes bold and the like), and that wraps no line when it writes to no
+    terminal: rich would break lines at 80 columns in a pipe, a log or a CI job, where a
+    script greps them and a reader's window is wider."""
     if os.environ.get("NO_COLOR"):
         options.setdefault("color_system", None)
-    return Console(**options)
+    console = Console(**options)
+    if not console.is_terminal:
+        console.soft_wrap = True
+    return console
 
 
 def print_json(data: object) -> None:
@@ -97,13 +102,12 @@ def print_prune(report: PruneReport, as_json: bool) -> None:
         return
     console = make_console()
     verb = "would delete" if report.dry_run else "deleted"
-    if report.dry_run:
-        console.print(f"relying on {report.run}", highlight=False, markup=False, soft_wrap=True)
+    console.print(f"relying on {report.run}", highlight=False, markup=False, soft_wrap=True)
     for file in report.pruned:
         console.print(f"  {file}", highlight=False, markup=False, soft_wrap=True)
     console.print(
-        f"cassette {report.cassette!r}: {verb} {len(report.pruned)} recording(s) the last "
-        f"replay run did not use, {report.kept} kept",
+        f"cassette {report.cassette!r}: {verb} {len(report.pruned)} recording(s) that run did "
+        f"not use, {report.kept} kept",
         highlight=False,
         markup=False,
     )

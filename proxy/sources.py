@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from tapeproxy.errors import ConfigError
+from tapeproxy.problems import RAISED, said
 from tapeproxy.settings import Settings, ToolSettings, env_name, option_name
 
 DEFAULT_CONFIG_FILE = "tapeproxy.toml"
@@ -204,16 +205,24 @@ def parse_pairs(items: Any, field: str, where: str | None = None) -> dict[str, s
 
 
 def _explain(exc: ValidationError, origin: Mapping[str, str]) -> str:
+    """Each problem in one line, without pydantic's noise (tapeproxy.problems): the option, the
+    source it came from when not the command line, and the value where the message does not
+    name it (a check of ours names it)."""
     lines = []
     for error in exc.errors():
         field = str(error["loc"][0]) if error["loc"] else "?"
-        source = origin.get(field, "default")
+        option, message = option_name(field), said(error)
         where = {
-            "environment": env_name(field),
-            "tapeproxy.toml": f"{field} in tapeproxy.toml",
-        }.get(source, option_name(field))
-        given = "(hidden)" if field == "admin_token" else error.get("input")
-        lines.append(f"{option_name(field)} (from {where}): {given!r}: {error['msg']}")
+            "environment": f"{option} (from {env_name(field)})",
+            "tapeproxy.toml": f"{option} (from {field} in tapeproxy.toml)",
+        }.get(origin.get(field, ""), option)
+        if error["type"] not in RAISED:
+            given = "(hidden)" if field == "admin_token" else error.get("input")
+            lines.append(f"{where} {given!r}: {message}")
+        elif where == option and message.startswith(option):
+            lines.append(message)
+        else:
+            lines.append(f"{where}: {message}")
     if len(lines) == 1:  # one problem, one line
         return f"invalid settings: {lines[0]}"
     return "invalid settings:\n  " + "\n  ".join(lines)

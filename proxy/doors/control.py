@@ -6,7 +6,7 @@ from __future__ import annotations
 import hmac
 import json
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
@@ -16,6 +16,7 @@ from tapeproxy.doors.hosts import local_host
 from tapeproxy.engine.core import Engine
 from tapeproxy.errors import BadFault
 from tapeproxy.modes import Mode
+from tapeproxy.problems import one_line, problems
 from tapeproxy.settings import Settings, is_loopback
 
 CONTROL_PREFIX = "/__tapeproxy/"
@@ -45,9 +46,20 @@ class CassetteSwitch(BaseModel):
 
 
 class FaultsChange(BaseModel):
+    """The body of `PUT /__tapeproxy/faults`: a key left out keeps what is in force."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    faults: list[str]
+    faults: list[str] | None = None
+    seed: int | None = Field(None, ge=0, strict=True)  # as --fault-seed; JSON true is no seed
+
+
+def _problems(exc: ValueError) -> str:
+    """What is wrong with a control request's body, in one line: bad JSON, or each problem
+    pydantic found, without its noise (tapeproxy.problems)."""
+    if isinstance(exc, ValidationError):
+        return "; ".join(problems(exc))
+    return one_line(exc)
 
 
 def _bad_request(message: str) -> JSONResponse:
@@ -161,10 +173,10 @@ async def switch(engine: Engine, request: Request) -> JSONResponse:
         return body
     try:
         change = CassetteSwitch.model_validate(json.loads(body or b"{}"))
-    except (ValueError, ValidationError) as exc:
+    except ValueError as exc:  # bad JSON, and pydantic's ValidationError
         return _bad_request(
             f'PUT /__tapeproxy/cassette takes {{"cassette": NAME, "mode": MODE}} with MODE one '
-            f"of {', '.join(m.value for m in Mode)}: {exc}"
+            f"of {', '.join(m.value for m in Mode)}: {_problems(exc)}"
         )
     await engine.switch(change.cassette, change.mode)
     return current(engine)
@@ -176,19 +188,21 @@ def faults_now(engine: Engine) -> JSONResponse:
 
 
 async def put_faults(engine: Engine, request: Request) -> JSONResponse:
-    """PUT /__tapeproxy/faults: the faults in force, and a new run of them."""
+    """PUT /__tapeproxy/faults: the faults in force and the seed that draws them (either
+    left out is kept), and a new run of them."""
     body = await _guarded_body(engine, request)
     if isinstance(body, JSONResponse):
         return body
     try:
         change = FaultsChange.model_validate(json.loads(body or b"{}"))
-        engine.set_faults(change.faults)
+        engine.set_faults(change.faults, change.seed)
     except BadFault as exc:
         return _error(400, exc.error_type, exc.message)
-    except (ValueError, ValidationError) as exc:
+    except ValueError as exc:  # bad JSON, and pydantic's ValidationError
         return _bad_request(
-            f'PUT /__tapeproxy/faults takes {{"faults": [SPEC, ...]}} ([] clears them): '
-            f"{' '.join(str(exc).split())}"
+            f'PUT /__tapeproxy/faults takes {{"faults": [SPEC, ...], "seed": N}} (either may be '
+            f"left out; [] clears the faults; N a whole number >= 0): "
+            f"{_problems(exc)}"
         )
     return faults_now(engine)
 

@@ -80,7 +80,7 @@ class Engine:
             keyed = self.keyer.key(inbound, self.current)
             run = self.runs.loaded(keyed.cassette)
             if run is None:
-                run = await self.runs.get(keyed.cassette, keyed.mode in SERVES_RECORDINGS)
+                run = await self.runs.get(keyed.cassette, keyed.mode)
             if jsonrpc.standalone_stream(keyed.parts.method, inbound.header_map):
                 if not stream_goes_live(keyed.mode, keyed.runs_live, run.held):
                     return Serve(jsonrpc.NO_STREAM, 0, None)
@@ -243,9 +243,9 @@ class Engine:
         if opened is not None and opened.cassette == self.current.cassette:
             self.runs.offer(opened)
 
-    def set_faults(self, specs: list[str]) -> None:
-        """A new run of faults, of `specs` (BadFault, and nothing changed, for a bad one)."""
-        self.faults.restart(specs)
+    def set_faults(self, specs: list[str] | None, seed: int | None = None) -> None:
+        """A new run of `specs` from `seed` (None: as in force); BadFault for a bad spec."""
+        self.faults.restart(specs, seed)
 
     async def take_run(self, cassette: str) -> list[tuple[str, Run | None]]:
         """End the runs of `cassette`'s derived cassette and of `cassette`: each, settled,

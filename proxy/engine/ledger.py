@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import deque
+from datetime import UTC, datetime
 
 from tapeproxy.engine.run import Run
 from tapeproxy.engine.stats import RunSummary
@@ -97,6 +98,10 @@ class Ledger:
                 misses=run.misses,
                 failed=failed,
                 faults=dict(run.faults),
+                mode=run.mode,
+                started=datetime.fromtimestamp(int(run.started), UTC),
+                served=len(run.served),
+                recorded=len(run.recorded),
             )
         elif run.recorded:
             note = None

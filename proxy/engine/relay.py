@@ -66,6 +66,14 @@ class Relay:
         self._stop(None)
         self._close()
 
+    def abandon(self, why: str) -> None:
+        """Stop on purpose short of the answer's end (a fault cuts it): nothing is recorded,
+        and `why` is the exchange's log line; the client did not leave. An answer whose
+        upstream already ended has had its line."""
+        if not self._done:
+            self._done = True
+            self._recording.abort(why, client_left=False)
+
     async def _relay(self) -> AsyncGenerator[bytes, None]:
         answer, recording, guard = self._answer, self._recording, self._guard
         if self._watch is not None:

@@ -7,11 +7,13 @@ import asyncio
 import contextlib
 import itertools
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
 from tapeproxy.engine.matching import Recorded, pick_ordinal
 from tapeproxy.engine.misses import Candidate
+from tapeproxy.modes import Mode
 from tapeproxy.settings import RepeatPolicy
 
 _ASKS = itertools.count(1)  # orders runs by their last request
@@ -51,6 +53,8 @@ class Run:
     # under way) ended: one run as far as the last-run note goes, see Ledger.finish.
     inherited: set[tuple[str, int]] = field(default_factory=set)
     faults: Counter[str] = field(default_factory=Counter)  # faults served in it, by kind
+    mode: Mode | None = None  # the server's mode for it (a new mode starts new runs)
+    started: float = field(default_factory=time.time)  # wall clock, for prune's messages
     note_dropped: bool = False  # the cassette's last-run note was removed at the first write
     # Writer threads number recordings (next_ordinal) while the event loop adds them (add):
     # one lock, shared like `pending`, around both.

@@ -15,6 +15,7 @@ from tapeproxy.engine.replay import Replay, ReplayCache
 from tapeproxy.engine.run import Run
 from tapeproxy.engine.stats import RunSummary
 from tapeproxy.exchange.model import Exchange
+from tapeproxy.modes import SERVES_RECORDINGS, Mode
 from tapeproxy.store.protocol import CassetteStore
 
 # A cassette of at most READ_AHEAD recordings (a test's) is read whole as its run begins, in
@@ -116,20 +117,19 @@ class Runs:
         self.touched.add(cassette)
         return self._runs.get(cassette)
 
-    async def get(self, cassette: str, read_ahead: bool = False) -> Run:
-        """The run of `cassette`, loaded if need be; `read_ahead` (a mode that serves
-        recordings) puts a small cassette's into the replay cache as it loads."""
+    async def get(self, cassette: str, mode: Mode | None = None) -> Run:
+        """The run of `cassette`, loaded if need be (read ahead in a mode that serves)."""
         self.touched.add(cassette)
         run = self._runs.get(cassette)
         if run is not None:
             return run
         task = self._loading.get(cassette)
         if task is None and (offered := self._take_offer(cassette)) is not None:
-            run = self._begin(offered)
+            run = self._begin(offered, mode)
             await self._end_idle(keep=run)
             return run
         if task is None:
-            task = asyncio.create_task(self._load(cassette, read_ahead))
+            task = asyncio.create_task(self._load(cassette, mode))
             self._loading[cassette] = task
         try:
             run = await asyncio.shield(task)
@@ -141,7 +141,7 @@ class Runs:
     async def _end_idle(self, keep: Run) -> None:
         """Past MAX_OPEN_RUNS cassettes under way (clients may name any number by header),
         end the idle ones asked longest ago (not the start-up cassette a client uses all
-        along): their summaries go to the bounded list of ended runs, and a later request to
+        along): their summaries go to the bounded list of ended runs; the next request to
         one starts a new run of it."""
         while len(self._runs) > MAX_OPEN_RUNS:
             idle = min(
@@ -154,8 +154,9 @@ class Runs:
             del self._runs[idle.cassette]
             await self._end([idle], carry=True)
 
-    async def _load(self, cassette: str, read_ahead: bool) -> Run:
-        return self._begin(await asyncio.to_thread(self.open, cassette, read_ahead))
+    async def _load(self, cassette: str, mode: Mode | None) -> Run:
+        ahead = mode in SERVES_RECORDINGS
+        return self._begin(await asyncio.to_thread(self.open, cassette, ahead), mode)
 
     def open(self, cassette: str, read_ahead: bool = False) -> Opened:
         """What a new run of `cassette` starts from: its recordings (key -> ordinals); for a
@@ -201,7 +202,7 @@ class Runs:
         self._offered = None
         return offered if offered.changes == self.changes() else None
 
-    def _begin(self, opened: Opened) -> Run:
+    def _begin(self, opened: Opened, mode: Mode | None = None) -> Run:
         cassette = opened.cassette
         # What was read ahead goes to the replay cache, unless something changed since (a
         # recording written, a run ended): then it is read again when asked for.
@@ -220,14 +221,14 @@ class Runs:
                 numbering=numbering,
                 held=bool(opened.ordinals),
                 inherited=self.ledger.inherited(cassette),
+                mode=mode,
             )
         return run
 
     def _recorded_order(
         self, cassette: str, ordinals: dict[str, list[int]], read: dict[tuple[str, int], Exchange]
     ) -> list[Recorded]:
-        """Every recording by its position in the recording run (each file not `read` is
-        read once)."""
+        """Every recording by its place in the recording run (a file not `read` is read once)."""
         placed = []
         for key, numbers in ordinals.items():
             for ordinal in numbers:

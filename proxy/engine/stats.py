@@ -88,12 +88,15 @@ class Trace:
     started: float = field(default_factory=time.monotonic)
     fault: str = ""  # the fault spec on this exchange's answer, if any
 
-    def log(self, outcome: str, status: int) -> None:
+    def log(self, outcome: str, status: int | None = None) -> None:
+        """The exchange's line: its outcome, and the status the client got (None: no answer
+        was sent)."""
         if log.isEnabledFor(logging.INFO):
             ms = (time.monotonic() - self.started) * 1000
+            sent = "" if status is None else f" {status}"
             fast_info(
                 log,
                 f"{self.mode} {self.upstream} {self.method} {self.path} key={self.key[:12]} "
-                f"-> {outcome} {status} ({ms:.0f} ms)"
+                f"-> {outcome}{sent} ({ms:.0f} ms)"
                 + (f" fault={self.fault}" if self.fault else ""),
             )

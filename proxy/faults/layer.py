@@ -36,16 +36,17 @@ class Faults:
         self.recorded = RecordedErrors(store)
         self.counters = counters
 
-    def restart(self, specs: Iterable[str] | None = None) -> None:
-        """A new run of faults (of `specs` when given, checked whole first)."""
-        self.schedule.restart(specs)
+    def restart(self, specs: Iterable[str] | None = None, seed: int | None = None) -> None:
+        """A new run of faults (of `specs` when given, checked whole first; from `seed` when
+        given)."""
+        self.schedule.restart(specs, seed)
         self.recorded.clear()  # the cassettes may have been recorded anew since
 
     async def stand_in(self, keyed: Keyed, fault: FaultSpec) -> Serve | Live | None:
         """The answer in place of the request's own, or None for a fault that spoils it."""
-        if fault.kind in DROPS:
+        if fault.kind in DROPS:  # (no status is sent: the door drops the connection)
             wait = fault["after"] if fault.kind == "timeout" else 0.0
-            return Live(504, [], Dropping(wait, keyed.inbound.gone), held=True)
+            return Live(504, [], Dropping(wait, keyed.inbound.gone, keyed.trace), held=True)
         if fault.kind not in ERRORS:
             return None
         provider = keyed.provider
@@ -57,16 +58,19 @@ class Faults:
         """`answer` (spoiled by `fault` if it is the request's own), counted and logged: one
         line, a live answer's own when it ends."""
         keyed.trace.fault = fault.text
-        relayed = isinstance(answer, Live) and isinstance(answer.chunks, Relay)
+        relay = answer.chunks if isinstance(answer, Live) else None
+        relayed = isinstance(relay, Relay)
         status = answer.replay.status if isinstance(answer, Serve) else answer.status
         if fault.kind not in STAND_INS:
             if isinstance(answer, Serve):  # a recording spoiled is used (not up): prune keeps it
                 run.served.add((keyed.key, answer.ordinal))
-            answer = spoiled(fault, answer, keyed.inbound.gone)
+            # A live answer the fault cuts ends its relay with the line saying so.
+            ended = relay.abandon if isinstance(relay, Relay) else None
+            answer = spoiled(fault, answer, keyed.inbound.gone, ended)
         self.counters.faults += 1
         by_kind = self.counters.faults_by_kind
         by_kind[fault.kind] = by_kind.get(fault.kind, 0) + 1
         run.faults[fault.kind] += 1
-        if not relayed:
-            keyed.trace.log("dropped" if fault.kind in DROPS else "faulted", status)
+        if not relayed and fault.kind not in DROPS:  # (a drop says when it happens)
+            keyed.trace.log("faulted", status)
         return answer

@@ -39,11 +39,13 @@ class Schedule:
                 "faults: %s (--fault-seed %d)", ", ".join(s.text for s in self.specs), self.seed
             )
 
-    def restart(self, specs: Iterable[str] | None = None) -> None:
+    def restart(self, specs: Iterable[str] | None = None, seed: int | None = None) -> None:
         """A new run of faults: of `specs` when given (checked whole first), else of those in
-        force."""
+        force; drawn from `seed` when given, else from the seed in force."""
         if specs is not None:
             self.specs = parse_faults(specs)
+        if seed is not None:
+            self.seed = seed
         self.requests = 0
         self.asked.clear()
 

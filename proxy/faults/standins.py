@@ -8,7 +8,8 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from tapeproxy.engine.replay import Replay
-from tapeproxy.errors import Dropped, TapeproxyError
+from tapeproxy.engine.stats import Trace
+from tapeproxy.errors import ClientGone, Dropped, TapeproxyError
 from tapeproxy.exchange.model import Exchange
 from tapeproxy.faults.spec import FaultSpec
 from tapeproxy.faults.wrappers import pause
@@ -101,20 +102,37 @@ class RecordedErrors:
 class Dropping:
     """The chunks of an answer that never comes: after `wait` seconds (0: at once) Dropped is
     raised, and the door closes the connection with nothing sent. A client that leaves
-    first ends the wait."""
+    first ends the wait. Its exchange's log line says what happened, when it happened (no
+    status: none was sent)."""
 
     last = False
 
-    def __init__(self, wait: float, gone: Callable[[], Awaitable[None]] | None) -> None:
+    def __init__(
+        self, wait: float, gone: Callable[[], Awaitable[None]] | None, trace: Trace | None = None
+    ) -> None:
         self._wait = wait
         self._gone = gone
+        self._trace = trace
 
     def __aiter__(self) -> Dropping:
         return self
 
     async def __anext__(self) -> bytes:
-        await pause(self._wait, self._gone)
+        try:
+            await pause(self._wait, self._gone)
+        except ClientGone:
+            self._log("client went away during the fault's wait, nothing sent")
+            raise
+        except BaseException:
+            self._log("cut by shutdown during the fault's wait, nothing sent")
+            raise
+        waited = f"after {self._wait:g} s" if self._wait else "at once"
+        self._log(f"connection closed {waited} by the fault, nothing sent")
         raise Dropped("a fault closed the connection before the answer")
+
+    def _log(self, outcome: str) -> None:
+        if self._trace is not None:
+            self._trace.log(outcome)
 
     async def aclose(self) -> None:
         return None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from tapeproxy.engine.hangup import Gone, Watch
@@ -18,9 +18,15 @@ from tapeproxy.faults.spec import FaultSpec
 Headers = list[tuple[bytes, bytes]]
 
 
-def spoiled(spec: FaultSpec, answer: Serve | Live, gone: Gone | None = None) -> Live:
+def spoiled(
+    spec: FaultSpec,
+    answer: Serve | Live,
+    gone: Gone | None = None,
+    ended: Callable[[str], None] | None = None,
+) -> Live:
     """`answer` with the fault `spec` on it: head as it was (a malformed body loses its
-    Content-Length), sent with the first chunk. A client that leaves (`gone`) ends a wait."""
+    Content-Length), sent with the first chunk. A client that leaves (`gone`) ends a wait.
+    A cut tells `ended` (a live answer's relay) why the answer stops there."""
     if isinstance(answer, Serve):
         status, headers, inner = answer.replay.status, list(answer.replay.headers), None
     else:
@@ -38,7 +44,8 @@ def spoiled(spec: FaultSpec, answer: Serve | Live, gone: Gone | None = None) -> 
         pieces = split(inner, FrameSplitter(dialect))
     else:
         pieces = aiter(inner)
-    return Live(status, headers, Spoiled(spec, pieces, stream, inner, cut, gone), held=True)
+    chunks = Spoiled(spec, pieces, stream, inner, cut, gone, ended)
+    return Live(status, headers, chunks, held=True)
 
 
 async def pause(seconds: float, gone: Gone | None) -> None:
@@ -102,9 +109,11 @@ class Spoiled:
         inner: Chunks | None,
         cut: bool = False,
         gone: Gone | None = None,
+        ended: Callable[[str], None] | None = None,
     ) -> None:
         self._spec = spec
         self._gone = gone
+        self._ended = ended
         self._cut_at_end = cut
         self._pieces = pieces
         self._stream = stream
@@ -125,8 +134,12 @@ class Spoiled:
     async def _run(self) -> AsyncGenerator[bytes, None]:
         kind = self._spec.kind
         if kind == "cut":
-            async for piece in self._cut(int(self._spec["after"])):
+            after = int(self._spec["after"])
+            async for piece in self._cut(after):
                 yield piece
+            if self._ended is not None:
+                unit = "frame(s)" if self._stream else "byte(s)"
+                self._ended(f"cut by the fault after {after} {unit}, nothing recorded")
             raise UpstreamCut(f"tapeproxy fault {self._spec.text}: the answer is cut here")
         if kind == "slow":
             await pause(self._spec["ttfb"] / 1000, self._gone)

@@ -1,7 +1,9 @@
 """The note of a cassette's last finished replay run: which recordings it used and which it
-left unused, each unused one with a digest of its content then. `tapeproxy prune` reads it;
-it holds no wall-clock time. Every backend keeps it at the same place, `note_name`, in the
-library's state folder `.tapeproxy/`, never beside the exchanges (see store/state.py)."""
+left unused, each unused one with a digest of its content then, and the run's mode, start
+and counts, so prune can say which run it goes by. `tapeproxy prune` reads it. Every
+backend keeps it at the same place, `note_name`, in the library's state folder
+`.tapeproxy/`, never beside the exchanges (see store/state.py): the start time in it never
+reaches a cassette."""
 
 from __future__ import annotations
 
@@ -9,14 +11,17 @@ import hashlib
 import json
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
 
 from tapeproxy.errors import CassetteCorrupt
 from tapeproxy.exchange.model import Exchange, dump_exchange
+from tapeproxy.modes import Mode
+from tapeproxy.problems import one_line
 from tapeproxy.store.names import check_folder_name
-from tapeproxy.store.protocol import reason
 
-LAST_RUN_VERSION = 3  # 2: digests of the unused recordings; 3: misses, failed, faults
+# 2: digests of the unused recordings; 3: misses, failed, faults; 4: mode, started, served,
+# recorded
+LAST_RUN_VERSION = 4
 # The notes, one per cassette, in the library's state folder (a dot folder: no cassette name
 # starts with a dot, and every walk of the library skips them).
 NOTES = ".tapeproxy/runs"
@@ -39,7 +44,9 @@ class LastRun(BaseModel):
 
     `misses` counts the run's requests that no recording answered, `failed` says the run did
     not pass (a pytest test that failed or errored), and `faults` counts the faults it served
-    by kind. A note of an older version reads with none of them."""
+    by kind. `mode` is the run's, `started` when it began (UTC, to the second), `served` and
+    `recorded` how many recordings it served from the cassette and wrote into it (an `auto`
+    run does both). A note of an older version reads with none of them."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -50,6 +57,10 @@ class LastRun(BaseModel):
     misses: int = Field(default=0, ge=0)
     failed: bool = False
     faults: dict[FaultKind, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    mode: Mode | None = None
+    started: AwareDatetime | None = None
+    served: int = Field(default=0, ge=0)
+    recorded: int = Field(default=0, ge=0)
 
 
 def recording_digest(exchange: Exchange) -> str:
@@ -59,7 +70,7 @@ def recording_digest(exchange: Exchange) -> str:
 
 
 def dump_last_run(record: LastRun) -> bytes:
-    data = record.model_dump()
+    data = record.model_dump(mode="json")
     data["used"], data["unused"] = sorted(record.used), sorted(record.unused)
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
@@ -84,5 +95,5 @@ def read_note(raw: bytes, where: str) -> LastRun:
 
 def unreadable_note(where: str, exc: BaseException) -> CassetteCorrupt:
     return CassetteCorrupt(
-        f"cannot read {where}: {reason(exc)}; delete it, and replay the cassette again"
+        f"cannot read {where}: {one_line(exc)}; delete it, and replay the cassette again"
     )

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from tapeproxy.errors import CassetteCorrupt
 from tapeproxy.exchange.model import NewerSchema, load_exchange
+from tapeproxy.problems import json_path, one_line, said
 
 if TYPE_CHECKING:
     from tapeproxy.exchange.model import Exchange
@@ -67,37 +68,23 @@ def read_exchange(raw: bytes, where: str, cassette: str) -> Exchange:
 def unreadable(where: str, cassette: str, exc: BaseException) -> CassetteCorrupt:
     """The error for a recording that cannot be read back, in one line: what, why, what next."""
     return CassetteCorrupt(
-        f"cannot read {where}: {reason(exc)}; run `tapeproxy verify {cassette}` to check it"
+        f"cannot read {where}: {one_line(exc)}; run `tapeproxy verify {cassette}` to check it"
     )
-
-
-def reason(exc: BaseException) -> str:
-    """An error in one line: a pydantic error's first problem at its JSON path, with what was
-    found there when that is short (and how many more problems), else the first line of its
-    text."""
-    if isinstance(exc, ValidationError):
-        first, more = exc.errors()[0], exc.error_count() - 1
-        found = first.get("input")
-        shown = repr(found) if isinstance(found, str | int | float | bool) else ""
-        got = f" (found {shown})" if shown and len(shown) <= 60 else ""
-        at = json_path(first["loc"]) or "the file"
-        return f"{at}: {first['msg']}{got}" + (f" (and {more} more problem(s))" if more else "")
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
-
-
-def json_path(loc: Iterable[int | str]) -> str:
-    """A pydantic error's location as `tapeproxy diff` names fields: `response.frames[0].ms`."""
-    path = ""
-    for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else str(part)
-    return path
 
 
 def why_unreadable(exc: CassetteCorrupt) -> str:
     """What is wrong with a recording that cannot be read back, in one line, without where it
-    is or what to do (the caller says that): its cause's own `reason`."""
-    return reason(exc.__cause__ or exc)
+    is or what to do (the caller says that): a pydantic error's first problem at its JSON path,
+    with what was found there when that is short, else its cause's own one line."""
+    cause = exc.__cause__ or exc
+    if not isinstance(cause, ValidationError):
+        return one_line(cause)
+    first, more = cause.errors()[0], cause.error_count() - 1
+    found = first.get("input")
+    shown = repr(found) if isinstance(found, str | int | float | bool) else ""
+    got = f" (found {shown})" if shown and len(shown) <= 60 else ""
+    at = json_path(first["loc"]) or "the file"
+    return f"{at}: {said(first)}{got}" + (f" (and {more} more problem(s))" if more else "")
 
 
 def holds_same(raw: bytes | None, exchange: Exchange) -> bool:

@@ -32,14 +32,31 @@ def unwritable(library: Path, folder: Path) -> str | None:
     except OSError as exc:
         return unwritable_message(library, exc)
     if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
-        denied = PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(folder))
-        return unwritable_message(folder, denied)
+        code = errno.EROFS if _read_only(folder) else errno.EACCES
+        return unwritable_message(folder, OSError(code, os.strerror(code), str(folder)))
     return None
 
 
+def _read_only(folder: Path) -> bool:
+    """Whether `folder` is on a file system mounted read-only (a cassette folder bind-mounted
+    `:ro` into a writable library)."""
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # (no statvfs on Windows)
+        return False
+
+
 def unwritable_message(folder: Path, exc: OSError) -> str:
-    """Who needs what: the uid tapeproxy runs as, the folder, and its owner."""
+    """Who needs what: the uid tapeproxy runs as, the folder, and its owner; or, on a file
+    system mounted read-only, that no owner or mode change can help."""
     where = folder.absolute()
+    if exc.errno == errno.EROFS:
+        return (
+            f"cannot record into the cassette library: {where} is on a read-only file system "
+            "(EROFS): it is mounted read-only, so no change of owner or permissions can make "
+            "it writable. Mount it read-write (in Docker: drop `:ro` from the volume), give "
+            "another --cassettes folder, or serve in replay mode, which never writes there."
+        )
     existing = next((p for p in (where, *where.parents) if p.exists()), where)
     uid, gid = (os.getuid(), os.getgid()) if hasattr(os, "getuid") else (None, None)
     user = f"uid {uid} (gid {gid})" if uid is not None else "the user running tapeproxy"

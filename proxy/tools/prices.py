@@ -11,10 +11,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from tapeproxy.errors import ConfigError
 from tapeproxy.exchange.tokens import Tokens
+from tapeproxy.problems import one_line
 
 PER = 1_000_000  # prices are per million tokens
 DIGITS = 9  # costs are rounded to a billionth of a dollar, so that sums print clean
@@ -108,16 +109,12 @@ NO_PRICES = PriceTable({}, ())
 def _parsed(text: str, where: str) -> PriceFile:
     try:
         return PriceFile.model_validate(json.loads(text))
-    except (ValueError, ValidationError) as exc:
+    except ValueError as exc:  # bad JSON, and pydantic's ValidationError
         raise ConfigError(
-            f"price file {where} is not a price table: {_first_line(exc)}; it takes "
+            f"price file {where} is not a price table: {one_line(exc)}; it takes "
             '{"date": ..., "source": ..., "models": {"MODEL": {"input": USD, "output": USD, '
             '"cached_input": USD, "cache_write": USD}}}, USD per million tokens'
         ) from exc
-
-
-def _first_line(exc: Exception) -> str:
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def _described(name: str, table: PriceFile) -> str:

@@ -17,6 +17,13 @@ class NoFinishedRun(ConfigError):
     error_type = "no_finished_run"
 
 
+class NeedsYes(ConfigError):
+    """The run prune would go by also recorded (an `auto` run): a run that records may not
+    have asked for everything the cassette's tests need, so deleting waits for --yes."""
+
+    error_type = "needs_yes"
+
+
 class RunNotPassed(ConfigError):
     """The last finished replay run of a cassette failed or missed: what it left unused may be
     what the fixed test needs."""
@@ -35,12 +42,19 @@ class PruneReport:
     changed: list[str] = field(default_factory=list)
     kept: int = 0  # recordings left
     run: str = ""  # the run prune relies on, in words
+    mode: str | None = None  # that run's mode, its start (UTC, ISO 8601), what it served and
+    started: str | None = None  # recorded (None, 0, 0 from a note of an older tapeproxy)
+    served: int = 0
+    recorded: int = 0
 
 
-def prune(store: CassetteStore, cassette: str, dry_run: bool = False) -> PruneReport:
+def prune(
+    store: CassetteStore, cassette: str, dry_run: bool = False, yes: bool = False
+) -> PruneReport:
     """Delete (or, with `dry_run`, list) what the last finished replay run left unused, each
-    file only while its content has the digest the note gives it. The note is rewritten with
-    nothing unused, so a second prune deletes nothing more."""
+    file only while its content has the digest the note gives it; after a run that also
+    recorded, only with `yes` (NeedsYes). The note is rewritten with nothing unused, so a
+    second prune deletes nothing more."""
     note = store.read_last_run(cassette)
     if note is None:
         raise NoFinishedRun(
@@ -62,9 +76,7 @@ def prune(store: CassetteStore, cassette: str, dry_run: bool = False) -> PruneRe
         for key, ordinals in store.entries(cassette).items()
         for ordinal in ordinals
     }
-    run = f"the last finished replay run, which passed: {len(note.used)} used, "
-    run += f"{len(note.unused)} unused (noted in {where})"
-    report = PruneReport(cassette, dry_run, run=run)
+    report = _report(cassette, dry_run, note, where)
     for name in sorted(note.unused):
         if name not in places:
             report.gone.append(name)
@@ -73,12 +85,41 @@ def prune(store: CassetteStore, cassette: str, dry_run: bool = False) -> PruneRe
         else:
             report.changed.append(name)
     report.kept = len(places) - len(report.pruned)
+    if note.recorded and report.pruned and not dry_run and not yes:
+        raise NeedsYes(
+            f"relying on {report.run}; a run that records may not have asked for everything "
+            f"the cassette's tests need, so the {len(report.pruned)} recording(s) it left "
+            f"unused are deleted only with --yes; nothing deleted. `tapeproxy prune {cassette} "
+            "--dry-run` lists them"
+        )
     if not dry_run:
         for name in report.pruned:
             store.delete(cassette, *places[name])
         if note.unused:
             store.write_last_run(cassette, note.model_copy(update={"unused": [], "digests": {}}))
     return report
+
+
+def _report(cassette: str, dry_run: bool, note: LastRun, where: str) -> PruneReport:
+    """An empty report naming the run prune goes by: its mode, start and what it did."""
+    left = f"left {len(note.unused)} unused (noted in {where})"
+    if note.mode is None or note.started is None:  # a note of an older tapeproxy
+        run = "the last finished replay run (its mode and start not noted), which passed: "
+        run += f"it used {len(note.used)} recording(s) and {left}"
+    else:
+        started = note.started.strftime("%Y-%m-%d %H:%M:%S UTC")
+        run = f"the last finished run, in {note.mode.value} mode, started {started}, which "
+        run += f"passed: it served {note.served} recording(s)"
+        run += f", recorded {note.recorded} and {left}" if note.recorded else f" and {left}"
+    return PruneReport(
+        cassette,
+        dry_run,
+        run=run,
+        mode=note.mode.value if note.mode else None,
+        started=note.started.isoformat() if note.started else None,
+        served=note.served,
+        recorded=note.recorded,
+    )
 
 
 def _why(note: LastRun) -> str:

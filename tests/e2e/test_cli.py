@@ -88,6 +88,71 @@ def test_a_bad_value_fails_at_start_naming_the_option(
     assert "Traceback" not in result.stderr
 
 
+# What pydantic wraps around a message: never shown (tapeproxy.problems takes it off).
+PYDANTIC_NOISE = ("Value error", "[type=", "errors.pydantic.dev", "validation error for", "('")
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (
+            ["--ignore", "bogus"],
+            {},
+            "invalid settings: --ignore 'bogus': expected UPSTREAM:WHAT:NAME",
+        ),
+        (
+            ["--fault", "flood"],
+            {},
+            "invalid settings: --fault: fault 'flood': unknown kind 'flood'",
+        ),
+        (
+            [],
+            {"TAPEPROXY_IGNORE": "bogus"},
+            "invalid settings: --ignore (from TAPEPROXY_IGNORE): --ignore 'bogus': expected",
+        ),
+        (
+            [],
+            {"TAPEPROXY_CONNECT_TIMEOUT": "soon"},
+            "invalid settings: --connect-timeout (from TAPEPROXY_CONNECT_TIMEOUT) 'soon': Input",
+        ),
+    ],
+)
+def test_a_bad_value_is_one_line_without_pydantics_noise(
+    workdir: Path, args: list[str], env: dict[str, str], message: str
+) -> None:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
+    result = subprocess.run(
+        [*TAPEPROXY, "serve", "--port", "0", *args],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        env={**environ, "PYTHONPATH": str(ROOT), **env},
+        timeout=30,
+    )
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"tapeproxy: {message}"), line
+    assert not [noise for noise in PYDANTIC_NOISE if noise in line], line
+
+
+def test_a_bad_price_file_says_what_is_wrong_in_it(workdir: Path) -> None:
+    (workdir / "prices.json").write_text('{"models": {"m": {"input": "cheap"}}}')
+    copy_committed("example", workdir / "cassettes")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
+    result = subprocess.run(
+        [*TAPEPROXY, "ls", "--prices", "prices.json"],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        env={**environ, "PYTHONPATH": str(ROOT)},
+        timeout=30,
+    )
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert "price file prices.json is not a price table: models.m.input: Input should be" in line
+    assert not [noise for noise in PYDANTIC_NOISE if noise in line], line
+
+
 def test_an_open_stream_cannot_hold_the_exit_forever(workdir: Path, fake: FakeUpstream) -> None:
     fake.frame_delay = 0.5
     serve = Serve(
@@ -276,6 +341,31 @@ def test_serve_warns_at_start_about_a_rule_that_ignores_what_changes_the_answer(
     assert code == 0, err
     assert "'openai:body:model'" in err and "changes the answer" in err
     assert "metadata.run" not in err
+
+
+def test_rekey_gives_serves_warning_about_a_rule_that_ignores_what_changes_the_answer(
+    workdir: Path,
+) -> None:
+    rules = ["--ignore", "openai:body:model", "--ignore", "openai:body:metadata.run"]
+    serve = Serve(rules, workdir)
+    _, served = serve.stop()
+    [warning] = [
+        line.split("WARNING tapeproxy: ")[1] for line in served.splitlines() if "WARNING" in line
+    ]
+    assert "'openai:body:model'" in warning and "changes the answer" in warning
+    copy_committed("example", workdir / "cassettes")
+    for args, env in ((rules, {}), ([], {"TAPEPROXY_IGNORE": "openai:body:model"})):
+        result = subprocess.run(
+            [*TAPEPROXY, "rekey", "example", "--json", *args],
+            cwd=workdir,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stderr.splitlines() == [f"tapeproxy: warning: {warning}"]
+        assert json.loads(result.stdout)["cassette"] == "example"  # stdout stays JSON
 
 
 def test_a_shutdown_while_the_upstream_has_not_answered_is_quiet_and_exits_0(

@@ -95,6 +95,19 @@ def test_put_with_a_bad_mode_or_body_is_a_400_that_lists_the_modes(
     assert bad_json.status_code == 400
 
 
+def test_a_bad_control_body_is_one_line_without_pydantics_noise(make_proxy: MakeProxy) -> None:
+    proxy = make_proxy()
+    cassette = proxy.put_cassette(mode="rewind").json()["error"]["message"]
+    assert cassette.endswith(
+        ": mode: Input should be 'record', 'replay', 'auto', 'once' or 'passthrough'"
+    )
+    faults = httpx.put(proxy.url + "/__tapeproxy/faults", json={"faults": "reset"})
+    message = faults.json()["error"]["message"]
+    assert message.endswith(">= 0): faults: Input should be a valid list"), message
+    for said in (cassette, message):
+        assert "\n" not in said and "[type=" not in said and "pydantic.dev" not in said
+
+
 def test_an_unknown_control_endpoint_is_a_404_listing_the_real_ones(
     make_proxy: MakeProxy,
 ) -> None:

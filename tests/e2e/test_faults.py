@@ -183,6 +183,29 @@ def test_the_same_seed_fails_the_same_requests_in_any_order(make_proxy: MakeProx
     assert faulted_in(other.url + "/openai/v1/chat/completions", forward) != first
 
 
+def test_a_put_of_the_seed_decides_which_requests_fault_as_the_option_does(
+    make_proxy: MakeProxy,
+) -> None:
+    order = list(range(40))
+    started = make_proxy(mode="passthrough", fault=("rate_limit@p=0.3",), fault_seed=21)
+    with_21 = faulted_in(started.url + "/openai/v1/chat/completions", order)
+    proxy = make_proxy(mode="passthrough", fault=("rate_limit@p=0.3",), fault_seed=5)
+    faults, url = proxy.url + "/__tapeproxy/faults", proxy.url + "/openai/v1/chat/completions"
+    with_5 = faulted_in(url, order)
+    assert with_5 != with_21
+    put = httpx.put(faults, json={"seed": 21})  # the faults in force are kept
+    assert put.json() == {"faults": ["rate_limit@p=0.3"], "seed": 21}
+    assert faulted_in(url, order) == with_21
+    put = httpx.put(faults, json={"faults": ["rate_limit@p=0.3"], "seed": 5})
+    assert (put.status_code, faulted_in(url, order)) == (200, with_5)
+    assert httpx.get(faults).json()["seed"] == 5 == proxy.stats["fault_seed"]
+    for bad in (-1, "7", True, 1.5):
+        refused = httpx.put(faults, json={"seed": bad})
+        assert refused.status_code == 400, bad
+        assert "seed: " in refused.json()["error"]["message"]
+    assert httpx.get(faults).json() == {"faults": ["rate_limit@p=0.3"], "seed": 5}
+
+
 def test_record_mode_writes_nothing_faulted_and_the_rest(
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
 ) -> None:
@@ -288,6 +311,33 @@ def test_serve_prints_the_seed_it_drew_and_the_faults_it_served(
     assert f"faults: reset@p=1, overloaded@p=0 (--fault-seed {seed})" in err
     assert f"faults served: 1 (1 reset), --fault-seed {seed}" in err
     assert "fault=reset@p=1" in err  # the exchange's own log line
+
+
+def test_each_dropping_or_cutting_fault_logs_what_really_happened(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    """No 504 went out for a reset or a timeout (the connection closed with nothing sent),
+    and a cut client did not go away: the fault cut its answer."""
+    fake.frame_delay = 0.05  # the stream is still coming when the fault cuts it
+    args = ["--mode", "record", "--cassettes", str(tmp_path / "c"), "--upstream"]
+    server = Serve([*args, f"openai={fake.url}"], tmp_path)
+    url = server.url + "/openai/v1/chat/completions"
+    for fault in ("reset", "timeout:after=0.2"):
+        with pytest.raises(httpx.RemoteProtocolError):
+            httpx.post(url, json={}, headers={"x-tapeproxy-fault": fault})
+    client = chat(server.url).with_options(default_headers={"x-tapeproxy-fault": "cut:after=2"})
+    with pytest.raises(openai.APIConnectionError):
+        streamed(client)
+    assert httpx.get(server.url + "/__tapeproxy/stats").json()["aborted"] == 0
+    code, err = server.stop()
+    assert code == 0, err
+    lines = {line.rpartition(" fault=")[2]: line for line in err.splitlines() if " fault=" in line}
+    assert "-> connection closed at once by the fault, nothing sent (" in lines["reset"]
+    timeout = lines["timeout:after=0.2"]
+    assert "-> connection closed after 0.2 s by the fault, nothing sent (" in timeout
+    assert int(timeout.rpartition("(")[2].split()[0]) >= 200  # logged when it happened
+    assert "-> cut by the fault after 2 frame(s), nothing recorded 200 (" in lines["cut:after=2"]
+    assert "504" not in err and "client went away" not in err
 
 
 def test_a_bad_fault_stops_the_start_with_one_line_naming_it(tmp_path: Path) -> None:

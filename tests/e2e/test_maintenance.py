@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,78 @@ def test_prune_deletes_exactly_what_the_last_replay_run_did_not_use(
     assert ask(make_proxy(mode="replay", cassette="trip").url, "one") == "echo: one"
 
 
+def test_prune_piped_writes_its_summary_on_one_line_however_long(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    """In a pipe (a script, a CI log) there is no terminal width to fit: no line is broken."""
+    name = "a-cassette-named-after-a-long-pytest-node-id"
+    record(make_proxy, name, ["one", "two"])
+    replay_some(make_proxy, name, ["one"])
+    environ = {k: v for k, v in os.environ.items() if k != "COLUMNS" and k != "LINES"}
+    result = subprocess.run(
+        [sys.executable, "-m", "tapeproxy", "prune", name, "--cassettes", str(cassettes)],
+        capture_output=True,
+        text=True,
+        env={**environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    [summary] = [line for line in result.stdout.splitlines() if line.startswith("cassette ")]
+    assert len(summary) > 80 and summary.endswith(", 1 kept"), result.stdout
+
+
+def test_prune_after_an_auto_run_names_it_and_deletes_only_with_yes(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    """An auto run serves what the cassette holds and records what it lacks: prune says so
+    (mode, start, what it served and recorded), and a run that recorded may not have asked
+    for everything the cassette's tests need, so it deletes only with --yes."""
+    record(make_proxy, "trip", ["one", "two", "three"])
+    folder = cassettes / "trip"
+    before = exchange_files(folder)
+    ahead = datetime.now(UTC).replace(microsecond=0)
+    auto = make_proxy(mode="auto", cassette="trip")
+    ask(auto.url, "one")  # served
+    ask(auto.url, "four")  # recorded
+    auto.stop()
+    behind = datetime.now(UTC)
+    with_new = exchange_files(folder)
+    assert len(with_new) == 4
+
+    code, out = cli("prune", "trip", "--cassettes", str(cassettes))
+    assert code == 2, out
+    [line] = out.strip().splitlines()
+    assert line.startswith("tapeproxy: relying on the last finished run, in auto mode, started ")
+    assert "which passed: it served 1 recording(s), recorded 1 and left 2 unused" in line
+    assert "deleted only with --yes; nothing deleted" in line
+    started = datetime.strptime(line.split("started ")[1][:23], "%Y-%m-%d %H:%M:%S UTC")
+    assert ahead <= started.replace(tzinfo=UTC) <= behind
+    assert exchange_files(folder) == with_new
+
+    code, out = cli("prune", "trip", "--cassettes", str(cassettes), "--dry-run", "--json")
+    assert code == 0, out
+    report = json.loads(out)
+    assert (report["mode"], report["served"], report["recorded"]) == ("auto", 1, 1)
+    assert len(report["pruned"]) == 2 and exchange_files(folder) == with_new
+
+    code, out = cli("prune", "trip", "--cassettes", str(cassettes), "--yes")
+    assert code == 0, out
+    assert "in auto mode" in out and "deleted 2 recording(s) that run did not use, 2 kept" in out
+    assert exchange_files(folder) == with_new - set(report["pruned"])
+    assert len(before & exchange_files(folder)) == 1
+
+
+def test_prune_after_a_replay_run_needs_no_yes_and_names_the_run(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    record(make_proxy, "trip", ["one", "two"])
+    replay_some(make_proxy, "trip", ["one"])
+    code, out = cli("prune", "trip", "--cassettes", str(cassettes))
+    assert code == 0, out
+    assert "relying on the last finished run, in replay mode, started " in out
+    assert "it served 1 recording(s) and left 1 unused" in out and "deleted 1 recording(s)" in out
+
+
 def test_a_run_that_left_many_recordings_unused_notes_a_bounded_number_for_prune(
     make_proxy: MakeProxy, cassettes: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -174,7 +247,8 @@ def test_prune_deletes_nothing_after_a_replay_run_that_missed(
     ask(replayer.url, "one")
     replayer.stop()  # a run that passed: prune goes by it
     code, out = cli("prune", "trip", "--cassettes", str(cassettes), "--dry-run")
-    assert code == 0 and "relying on the last finished replay run, which passed: 1 used" in out
+    assert code == 0 and "relying on the last finished run, in replay mode, started " in out
+    assert "which passed: it served 1 recording(s) and left 1 unused" in out
     code, out = cli("prune", "trip", "--cassettes", str(cassettes))
     assert code == 0 and "deleted 1 recording(s)" in out
     assert len(files_under(cassettes / "trip")) == 1

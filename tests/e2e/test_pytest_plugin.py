@@ -231,7 +231,8 @@ def test_prune_deletes_nothing_after_a_failing_test_and_then_only_what_it_did_no
         ["tapeproxy: the plugin added * s over 1 test(s) (* ms a test), measured in its hooks*"]
     )
     code, out = prune(project, "--dry-run")
-    assert code == 0 and "relying on the last finished replay run, which passed: 1 used, 1 " in out
+    assert code == 0 and "relying on the last finished run, in replay mode, started " in out
+    assert "which passed: it served 1 recording(s) and left 1 unused" in out
     code, out = prune(project)
     assert code == 0 and "deleted 1 recording(s)" in out
     assert len(recordings(cassette)) == 1 and set(recordings(cassette)) < set(recorded)

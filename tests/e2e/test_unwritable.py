@@ -4,6 +4,7 @@ recording lost during the run makes the shutdown fail; the --ready-file a health
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -66,6 +67,61 @@ def test_a_read_only_library_is_refused_naming_the_uid_and_the_owner(tmp_path: P
     assert f"uid {os.getuid()}" in result.stderr and f"belongs to uid {os.getuid()}" in (
         result.stderr
     )
+
+
+def mounts_work() -> bool:
+    """Whether this machine lets a test mount file systems in a mount namespace of its own
+    (root, or CAP_SYS_ADMIN, and util-linux's `unshare`): nothing is mounted outside it."""
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "mount", "-t", "tmpfs", "tmpfs", "/mnt"],
+        capture_output=True,
+        timeout=30,
+    )
+    return probe.returncode == 0
+
+
+def serve_in_own_mounts(
+    mounts: str, args: list[str], cwd: Path
+) -> subprocess.CompletedProcess[str]:
+    """`tapeproxy serve ARGS` after the shell commands `mounts`, in a mount namespace of its
+    own: the read-only mounts vanish with it, whatever happens."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
+    own = ["unshare", "--mount", "--propagation", "private", "sh", "-ec", f'{mounts}\nexec "$@"']
+    return subprocess.run(
+        [*own, "sh", *TAPEPROXY, "serve", "--port", "0", *args],
+        cwd=cwd,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.skipif(not mounts_work(), reason="cannot mount a read-only file system here")
+@pytest.mark.parametrize("read_only", ["library", "cassette"])
+def test_a_library_on_a_read_only_mount_is_refused_saying_so_not_asking_for_chown(
+    tmp_path: Path, read_only: str
+) -> None:
+    """A real read-only mount (a tmpfs mounted ro; a cassette folder bind-mounted and
+    remounted ro in a writable library, as Docker's `:ro` does): no owner or mode change
+    can help, so the message says EROFS and gives no chown advice."""
+    library = tmp_path / "cassettes"
+    cassette = library / "default"
+    cassette.mkdir(parents=True)
+    mounts = {
+        "library": f"mount -t tmpfs -o ro tmpfs {library}",
+        "cassette": f"mount --bind {cassette} {cassette}\nmount -o remount,bind,ro {cassette}",
+    }[read_only]
+    result = serve_in_own_mounts(
+        mounts, ["--mode", "record", "--cassettes", str(library)], tmp_path
+    )
+    assert result.returncode == 1, result.stderr
+    assert "ready on" not in result.stdout
+    where = library if read_only == "library" else cassette
+    assert f"{where} is on a read-only file system (EROFS)" in result.stderr
+    assert "chown" not in result.stderr and "--user" not in result.stderr
 
 
 def test_replay_never_writes_so_it_starts_on_any_library(tmp_path: Path) -> None:

@@ -442,7 +442,7 @@ def test_a_switch_offers_no_listing_made_while_a_run_of_its_cassette_was_under_w
         await pass_through(await engine.exchange(chat("hi")))
         opened = engine.runs.open("default", read_ahead=True)
         await engine.switch("default", Mode.REPLAY, opened)
-        run = await engine.runs.get("default", read_ahead=True)
+        run = await engine.runs.get("default", Mode.REPLAY)
         return opened.ordinals, run.ordinals
 
     listed_early, started_from = asyncio.run(scenario())

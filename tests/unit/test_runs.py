@@ -11,6 +11,7 @@ from tapeproxy.engine.replay import Replay, ReplayCache
 from tapeproxy.engine.run import Run
 from tapeproxy.engine.runs import MAX_REACHED_UNTOLD, READ_AHEAD, READ_AHEAD_BYTES, Runs, Touched
 from tapeproxy.exchange.model import Exchange, StoredRequest, StoredResponse
+from tapeproxy.modes import Mode
 from tapeproxy.store.files import FileStore
 
 MODEL, TOOL = "a" * 64, "b" * 64
@@ -179,7 +180,7 @@ def test_a_small_cassette_is_read_ahead_as_its_run_begins_and_a_large_one_is_not
 
     def ahead(cassette: str, read_ahead: bool = True) -> ReplayCache:
         cache = ReplayCache()
-        asyncio.run(Runs(store, cache).get(cassette, read_ahead))
+        asyncio.run(Runs(store, cache).get(cassette, Mode.REPLAY if read_ahead else Mode.RECORD))
         return cache
 
     small = ahead("small")
@@ -218,7 +219,7 @@ def test_a_run_opened_in_another_thread_starts_whole_and_its_requests_read_nothi
     assert runs.loaded("c") is None, "no run until a request reaches the cassette"
 
     store.reads = 0
-    run = asyncio.run(runs.get("c", read_ahead=True))
+    run = asyncio.run(runs.get("c", Mode.REPLAY))
     assert store.reads == 0 and run.ordinals == {MODEL: [1], TOOL: [1]}
     assert [recorded.key for recorded in run.order or []] == [MODEL, TOOL]
     assert cache.get(("c", MODEL, 1)) is not None and cache.get(("c", TOOL, 1)) is not None
@@ -234,7 +235,7 @@ def test_an_offer_is_dropped_once_a_recording_is_written_and_the_cassette_listed
     runs.offer(runs.open("c", read_ahead=True))
     store.write("c", stored("openai", TOOL))  # the keeper wrote a recording since
     cache.discard(("c", TOOL, 1))
-    run = asyncio.run(runs.get("c", read_ahead=True))
+    run = asyncio.run(runs.get("c", Mode.REPLAY))
     assert run.ordinals == {MODEL: [1], TOOL: [1]}, "listed again, the new recording in it"
 
 
@@ -250,7 +251,7 @@ def test_what_a_thread_read_ahead_is_not_cached_if_a_recording_was_written_meanw
 
     store = WrittenAsRead(tmp_path)
     store.write("c", stored("openai", MODEL))
-    asyncio.run(Runs(store, cache).get("c", read_ahead=True))
+    asyncio.run(Runs(store, cache).get("c", Mode.REPLAY))
     assert cache.get(("c", MODEL, 1)) is None, "read again when asked for, not the stale one"
 
 

@@ -267,7 +267,7 @@ def test_an_unknown_config_key_lists_the_known_ones(tmp_path: Path) -> None:
     ("cli_given", "environ", "file", "expected"),
     [
         ({}, {"TAPEPROXY_MODE": "bogus"}, "", ["--mode", "TAPEPROXY_MODE", "'bogus'", "record"]),
-        ({"mode": "bogus"}, {}, "", ["--mode (from --mode)", "passthrough"]),
+        ({"mode": "bogus"}, {}, "", ["--mode 'bogus': Input should be", "passthrough"]),
         ({}, {}, 'mode = "bogus"', ["--mode", "mode in tapeproxy.toml", "replay"]),
         ({}, {"TAPEPROXY_PORT": "http"}, "", ["--port", "TAPEPROXY_PORT", "'http'"]),
         ({}, {"TAPEPROXY_PORT": "70000"}, "", ["--port", "TAPEPROXY_PORT", "65535"]),

@@ -1,0 +1,111 @@
+"""A well-known key (each format of tapeproxy.redaction.formats) in a request's path, query,
+headers or body, or in an answer's header, through a real `tapeproxy serve` and a real fake
+upstream: it reaches no cassette file, no log line, no error body (404, 422), not the misses
+journal and not the viewer; `verify` flags a file an older tapeproxy wrote with one (issue 38)."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+from pathlib import Path
+
+import httpx
+from typer.testing import CliRunner
+
+from tapeproxy.cli.main import app
+from tapeproxy.engine.spool import SPOOL_AFTER
+from tapeproxy.redaction.formats import FORMATS
+from tapeproxy.redaction.secrets import MARKER
+from tests.fakes.upstream import FakeUpstream, Reply
+from tests.support import library_files
+from tests.support.serve import Serve, record_in_serve
+
+# Built here, not written whole: a secret scanner looking at the repository finds no key.
+PIECE = "Fake0Key" * 5
+FAKE_KEYS = {
+    "openai": "sk-" + "proj-" + PIECE,
+    "anthropic": "sk-" + "ant-" + "api03-" + PIECE,
+    "google": "AIza" + PIECE[:35],
+    "github": "ghp" + "_" + PIECE[:36],
+    "aws": "AKIA" + "FAKEKEY234567ABC",
+    "slack": "xox" + "b-" + "123456789012-" + PIECE[:12],
+    "jwt": "eyJ" + "hbGciOiJub25lIn0" + "." + "eyJ" + "zdWIiOiJmYWtlIn0" + "." + "fakesig0",
+}
+GITHUB = FAKE_KEYS["github"]
+
+
+def leaks(text: str) -> list[str]:
+    """The formats whose fake key, or its last 12 characters (a key cut short), is in `text`."""
+    return [name for name, key in FAKE_KEYS.items() if key in text or key[-12:] in text]
+
+
+def stop(server: Serve) -> str:
+    """Stop the server; everything it printed, stdout and stderr."""
+    server.process.send_signal(signal.SIGTERM)
+    out, err = server.process.communicate(timeout=30)
+    assert server.process.returncode == 0, err
+    return server.ready + out + err
+
+
+def serve(mode: str, cassettes: Path, fake: FakeUpstream, cwd: Path, *extra: str) -> Serve:
+    args = ["--mode", mode, "--cassettes", str(cassettes), "--upstream", f"tools={fake.url}"]
+    return Serve([*args, *extra], cwd)
+
+
+def cli(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+def on_disk(cassettes: Path) -> str:
+    return "\n".join(path.read_text() for path in library_files(cassettes))
+
+
+KEY_HEADER = ["--ignore", "tools:key-header:x-echo-key"]  # so a request header is stored too
+
+
+def send(url: str, method: str, path: str, body: dict[str, str] | None, key: str) -> httpx.Response:
+    return httpx.request(method, url + path, headers={"x-echo-key": key}, json=body, timeout=30)
+
+
+def test_every_key_format_has_a_fake_key_of_its_shape() -> None:
+    assert set(FAKE_KEYS) == set(FORMATS)
+    for name, key in FAKE_KEYS.items():
+        assert re.fullmatch(FORMATS[name][0], key), name
+
+
+def test_a_key_in_a_header_is_stored_scrubbed(fake: FakeUpstream, tmp_path: Path) -> None:
+    """Item 2: an answer header that is no credential by name (`x-echo-key`) carrying a key
+    was stored as it came, and `verify` said ok; so was a request header a match rule keys
+    on. Both are stored as the marker, and the answer's is replayed so."""
+    cassettes = tmp_path / "cassettes"
+    server = serve("record", cassettes, fake, tmp_path, *KEY_HEADER)
+    live = send(server.url, "GET", "/tools/echo", None, GITHUB)
+    stop(server)
+    assert live.headers["x-echo-key"] == GITHUB  # a live answer reaches its client as it came
+    assert leaks(on_disk(cassettes)) == []
+    [path] = library_files(cassettes)
+    stored = json.loads(path.read_text())
+    assert stored["request"]["headers"]["x-echo-key"] == MARKER
+    assert stored["response"]["headers"]["x-echo-key"] == MARKER
+    server = serve("replay", cassettes, fake, tmp_path, *KEY_HEADER)
+    replayed = send(server.url, "GET", "/tools/echo", None, GITHUB)
+    stop(server)
+    assert replayed.status_code == 200
+    assert replayed.headers["x-echo-key"] == MARKER
+    rules = ["--upstream", f"tools={fake.url}", *KEY_HEADER]
+    assert cli("verify", "--cassettes", str(cassettes), *rules)[0] == 0
+
+
+def test_a_key_in_the_header_of_an_answer_too_large_to_hold_is_stored_scrubbed(
+    fake: FakeUpstream, tmp_path: Path
+) -> None:
+    """Past SPOOL_AFTER an answer is written a piece at a time under its head, which holds
+    its headers: their values are scrubbed too."""
+    reply = Reply(body="x" * (SPOOL_AFTER + 1024), headers={"x-echo-key": GITHUB}, chunked=True)
+    received, _ = record_in_serve(fake, tmp_path, "/big", reply)
+    assert received == SPOOL_AFTER + 1024
+    stored = on_disk(tmp_path / "cassettes")
+    assert f'"x-echo-key": "{MARKER}"' in stored
+    assert leaks(stored) == []

@@ -22,6 +22,7 @@ from tapeproxy.doors.sending import QuietCuts
 from tapeproxy.engine.core import Engine
 from tapeproxy.engine.stats import Snapshot
 from tapeproxy.errors import BadCassetteName, ConfigError
+from tapeproxy.logs import scrub_lines
 from tapeproxy.modes import Mode
 from tapeproxy.providers import provider_table
 from tapeproxy.settings import Settings, is_loopback
@@ -41,6 +42,8 @@ class Server:
     def __init__(self, settings: Settings, store: CassetteStore | None = None) -> None:
         store = open_store(settings.cassettes) if store is None else store
         self.engine = Engine(settings, provider_table(settings.upstream), store)
+        # Its log lines get the scrubbing its cassettes get: a request path may hold a key.
+        scrub_lines(self.engine.scrubber.text)
         self.final: Snapshot | None = None
         self.app = self._app(settings)
 
@@ -119,7 +122,7 @@ def ui_routes(engine: Engine, settings: Settings) -> list[BaseRoute]:
 
         live = Live(misses=lambda: list(engine.misses), stamp=stamp)
         # Its Host is checked with every control request's (LocalOnly), not here again.
-        return viewer_app(engine.store, prices, live, local_only=False)
+        return viewer_app(engine.store, prices, live, local_only=False, scrub=engine.scrubber.text)
 
     async def slash(request: Request) -> Response:
         return RedirectResponse(UI + "/")

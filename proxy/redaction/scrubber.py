@@ -128,6 +128,13 @@ class Scrubber:
         """A JSON value with its fields and every matching string (or number) scrubbed."""
         for path in self.fields:
             value = at_path(value, path)
+        return self.strings(value)
+
+    def strings(self, value: Any) -> Any:
+        """A JSON value with every matching string (or number) scrubbed, no field path
+        applied: what leaves as a message rather than as a recorded body (a miss report, for
+        its 422, the misses journal, the viewer and the log: its closest recording may be one
+        an older tapeproxy wrote with a key in it)."""
         # Nothing to change (most requests): nothing copied.
         if not any(map(self.holds, leaves(value, numbers=True))):
             return value

@@ -109,3 +109,54 @@ def test_a_key_in_the_header_of_an_answer_too_large_to_hold_is_stored_scrubbed(
     stored = on_disk(tmp_path / "cassettes")
     assert f'"x-echo-key": "{MARKER}"' in stored
     assert leaks(stored) == []
+
+
+def test_a_key_in_a_request_path_is_in_no_log_line_and_no_404(
+    fake: FakeUpstream, tmp_path: Path
+) -> None:
+    """Item 1: the path was stored scrubbed, but the INFO line of the exchange printed it
+    whole, in record and in replay, and so did the 404 of an unknown upstream and its
+    WARNING."""
+    cassettes = tmp_path / "cassettes"
+    server = serve("record", cassettes, fake, tmp_path)
+    assert httpx.get(f"{server.url}/tools/keys/{GITHUB}", timeout=30).status_code == 200
+    printed = stop(server)
+    assert "record tools GET /keys/[redacted]" in printed
+    server = serve("replay", cassettes, fake, tmp_path)
+    assert httpx.get(f"{server.url}/tools/keys/{GITHUB}", timeout=30).status_code == 200
+    unknown = httpx.get(f"{server.url}/nope/{GITHUB}", timeout=30)
+    printed += stop(server)
+    assert unknown.status_code == 404
+    assert unknown.json()["error"]["type"] == "unknown_upstream"
+    assert "/nope/[redacted]" in unknown.json()["error"]["message"]
+    assert "replay tools GET /keys/[redacted]" in printed
+    assert leaks(printed) == []
+    assert leaks(unknown.text) == []
+    assert leaks(on_disk(cassettes)) == []
+
+
+def test_a_miss_shows_no_key_an_older_tapeproxy_stored_in_its_closest_recording(
+    fake: FakeUpstream, tmp_path: Path
+) -> None:
+    """A recording whose keyed request header an older tapeproxy stored with a key in it: a
+    miss that comes closest to it names that header among the differences, and its 422, the
+    misses journal, the viewer's misses page and the WARNING line show the marker instead."""
+    cassettes = tmp_path / "cassettes"
+    server = serve("record", cassettes, fake, tmp_path, *KEY_HEADER)
+    send(server.url, "POST", "/tools/body/a", {"note": "a"}, GITHUB)
+    stop(server)
+    [path] = library_files(cassettes)
+    stored = json.loads(path.read_text())
+    assert stored["request"]["headers"]["x-echo-key"] == MARKER
+    stored["request"]["headers"]["x-echo-key"] = GITHUB
+    path.write_text(json.dumps(stored, indent=2, sort_keys=True))
+    server = serve("replay", cassettes, fake, tmp_path, *KEY_HEADER)
+    missed = send(server.url, "POST", "/tools/body/a", {"note": "b"}, GITHUB)
+    journal = httpx.get(f"{server.url}/__tapeproxy/misses", timeout=30).text
+    page = httpx.get(f"{server.url}/__tapeproxy/ui/misses", timeout=30).text
+    printed = stop(server)
+    assert missed.status_code == 422
+    assert "x-echo-key" in missed.json()["error"]["message"]
+    assert "x-echo-key" in journal
+    assert "x-echo-key" in page
+    assert leaks(missed.text + journal + page + printed) == []

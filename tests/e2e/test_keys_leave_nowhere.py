@@ -160,3 +160,44 @@ def test_a_miss_shows_no_key_an_older_tapeproxy_stored_in_its_closest_recording(
     assert "x-echo-key" in journal
     assert "x-echo-key" in page
     assert leaks(missed.text + journal + page + printed) == []
+
+
+def test_verify_flags_a_key_an_older_tapeproxy_stored_and_redact_mends_it(
+    fake: FakeUpstream, tmp_path: Path
+) -> None:
+    """A file written before answer headers were scrubbed (or with a key put back by hand, in
+    its answer's header and body) holds the key: `verify` fails with one line naming the file
+    and the field, the viewer shows the body without it, and `redact` (the key formats only)
+    scrubs it, after which `verify` passes."""
+    cassettes = tmp_path / "cassettes"
+    server = serve("record", cassettes, fake, tmp_path)
+    headers = {"x-echo-key": GITHUB}
+    httpx.get(f"{server.url}/tools/keys/{GITHUB}", headers=headers, timeout=30)
+    stop(server)
+    [path] = library_files(cassettes)
+    stored = json.loads(path.read_text())
+    answer = stored["response"]
+    assert answer["headers"]["x-echo-key"] == MARKER
+    assert answer["body"]["json"]["path"] == f"/keys/{MARKER}"
+    answer["headers"]["x-echo-key"] = GITHUB
+    answer["body"]["json"]["path"] = f"/keys/{GITHUB}"
+    path.write_text(json.dumps(stored, indent=2, sort_keys=True))
+    code, out = cli("verify", "--cassettes", str(cassettes))
+    assert code == 1
+    [line] = [line for line in out.splitlines() if "key format" in line]
+    assert path.name in line
+    assert "(github) in response.headers.x-echo-key" in line
+    assert "--keep github" in line
+    assert "tapeproxy redact default" in line
+    assert leaks(out) == []
+    server = serve("replay", cassettes, fake, tmp_path)
+    where = {"cassette": "default", "file": path.name}
+    page = httpx.get(f"{server.url}/__tapeproxy/ui/exchange", params=where, timeout=30)
+    stop(server)
+    assert page.status_code == 200
+    assert "response body" in page.text
+    assert leaks(page.text) == []
+    assert cli("verify", "--cassettes", str(cassettes), "--keep", "github")[0] == 0
+    assert cli("redact", "default", "--cassettes", str(cassettes))[0] == 0
+    assert leaks(on_disk(cassettes)) == []
+    assert cli("verify", "--cassettes", str(cassettes))[0] == 0

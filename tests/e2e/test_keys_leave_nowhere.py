@@ -201,3 +201,60 @@ def test_verify_flags_a_key_an_older_tapeproxy_stored_and_redact_mends_it(
     assert cli("redact", "default", "--cassettes", str(cassettes))[0] == 0
     assert leaks(on_disk(cassettes)) == []
     assert cli("verify", "--cassettes", str(cassettes))[0] == 0
+
+
+def requests_for(name: str, key: str) -> list[tuple[str, str, dict[str, str] | None]]:
+    """Every way a request may carry `key`: its path, its query, a JSON body; and each sends
+    it in a (keyed) header, which the fake upstream echoes back as an answer header."""
+    return [
+        ("GET", f"/tools/keys/{key}/tail", None),
+        ("GET", f"/tools/query/{name}?q={key}", None),
+        ("POST", f"/tools/body/{name}", {"note": key}),
+    ]
+
+
+def test_no_key_format_leaves_by_any_way_out(fake: FakeUpstream, tmp_path: Path) -> None:
+    """The scan: every key format, sent every way, through record, replay, a miss (422) and an
+    unknown upstream (404); then the cassettes, everything the server printed at its default
+    log level, every error body, the misses journal and the viewer's pages hold none."""
+    cassettes = tmp_path / "cassettes"
+    server = serve("record", cassettes, fake, tmp_path, *KEY_HEADER)
+    errors: list[str] = []
+    for name, key in FAKE_KEYS.items():
+        for method, path, body in requests_for(name, key):
+            assert send(server.url, method, path, body, key).status_code == 200, (name, path)
+        unknown = httpx.get(f"{server.url}/nope/{key}?q={key}", timeout=30)
+        assert unknown.status_code == 404
+        errors.append(unknown.text)
+    printed = stop(server)
+    server = serve("replay", cassettes, fake, tmp_path, *KEY_HEADER)
+    pages: list[str] = []
+    for name, key in FAKE_KEYS.items():
+        for method, path, body in requests_for(name, key):
+            replayed = send(server.url, method, path, body, key)
+            assert replayed.status_code == 200, (name, path, replayed.text)
+            assert replayed.headers["x-echo-key"] == MARKER
+            assert leaks(replayed.text) == [], (name, path)
+        again = {"note": f"{key} again"}  # no recording: a miss, its body differs
+        missed = send(server.url, "POST", f"/tools/body/{name}?q={key}", again, key)
+        assert missed.status_code == 422
+        errors.append(missed.text)
+        errors.append(httpx.get(f"{server.url}/nope/{key}?q={key}", timeout=30).text)
+    journal = httpx.get(f"{server.url}/__tapeproxy/misses", timeout=30)
+    assert len(journal.json()["misses"]) == len(FAKE_KEYS)
+    ui = f"{server.url}/__tapeproxy/ui"
+    pages += [httpx.get(f"{ui}/misses", timeout=30).text, httpx.get(f"{ui}/", timeout=30).text]
+    pages.append(httpx.get(f"{ui}/cassette", params={"name": "default"}, timeout=30).text)
+    for file in library_files(cassettes):
+        where = {"cassette": "default", "file": file.name}
+        pages.append(httpx.get(f"{ui}/exchange", params=where, timeout=30).text)
+    printed += stop(server)
+    assert len(library_files(cassettes)) == 3 * len(FAKE_KEYS)
+    assert "[redacted]" in journal.text
+    assert leaks(on_disk(cassettes)) == []
+    assert leaks(printed) == []
+    assert leaks("\n".join(errors)) == []
+    assert leaks(journal.text) == []
+    assert leaks("\n".join(pages)) == []
+    upstream = ["--upstream", f"tools={fake.url}", *KEY_HEADER]
+    assert cli("verify", "--cassettes", str(cassettes), *upstream)[0] == 0

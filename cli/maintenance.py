@@ -152,15 +152,16 @@ def redact(
     dry_run: DryRun = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Scrub request and response bodies (stream frames too): each --field, each match of a
-    --pattern and each well-known key (unless --keep) becomes [redacted]. Without --field or
+    """Scrub request and response bodies (stream frames too), paths, queries and header
+    values: each --field, each match of a --pattern and each well-known key (unless --keep)
+    becomes [redacted]. Without --field or
     --pattern, the [redact] rules of tapeproxy.toml apply. A pattern is matched in the text
     a stream's client joins across frames, and a match is scrubbed from every frame it spans.
 
     Files are rewritten atomically; a recording whose request changed moves to its new key,
     so replay it with the same rules in [redact] (they apply when requests are keyed). Exit
-    1 when a pattern still matches a file where scrubbing cannot reach (a header, a binary
-    body, frames whose bytes hold a match the joined text does not)."""
+    1 when a pattern still matches a file where scrubbing cannot reach (a header's name, a
+    binary body, frames whose bytes hold a match the joined text does not)."""
     from tapeproxy.tools.redact import redact as redact_cassette
 
     try:

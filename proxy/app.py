@@ -8,6 +8,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -16,7 +17,13 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tapeproxy.doors.control import CONTROL_PREFIX, LocalOnly, OffLoopback, control_routes
+from tapeproxy.doors.control import (
+    CONTROL_PREFIX,
+    LocalOnly,
+    OffLoopback,
+    control_routes,
+    scrubbed,
+)
 from tapeproxy.doors.front import Front
 from tapeproxy.doors.sending import QuietCuts
 from tapeproxy.engine.core import Engine
@@ -72,7 +79,7 @@ class Server:
             routes=[*ui_routes(engine, settings), *control_routes(engine)],
             lifespan=lifespan,
             exception_handlers={
-                BadCassetteName: _bad_name,
+                BadCassetteName: partial(_bad_name, engine.scrubber.text),
                 HTTPException: _http_error,
                 ClientDisconnect: gone,
             },
@@ -155,9 +162,10 @@ def create_app(settings: Settings) -> ASGIApp:
     return Server(settings).app
 
 
-async def _bad_name(request: Request, exc: Exception) -> JSONResponse:
+async def _bad_name(scrub: Callable[[str], str], request: Request, exc: Exception) -> JSONResponse:
     message = exc.message if isinstance(exc, BadCassetteName) else str(exc)
-    return JSONResponse({"error": {"type": "bad_cassette_name", "message": message}}, 400)
+    answer = JSONResponse({"error": {"type": "bad_cassette_name", "message": message}}, 400)
+    return scrubbed(scrub, answer)  # the name it quotes may hold a key
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:

@@ -258,3 +258,21 @@ def test_no_key_format_leaves_by_any_way_out(fake: FakeUpstream, tmp_path: Path)
     assert leaks("\n".join(pages)) == []
     upstream = ["--upstream", f"tools={fake.url}", *KEY_HEADER]
     assert cli("verify", "--cassettes", str(cassettes), *upstream)[0] == 0
+
+
+def test_the_control_api_s_errors_quote_no_key(fake: FakeUpstream, tmp_path: Path) -> None:
+    """An error of the control API quotes what its request sent: an unknown endpoint's path,
+    a cassette name it refuses (in the body or the x-tapeproxy-cassette header), a fault
+    spec it cannot read. Each is scrubbed as the proxy's own errors are."""
+    server = serve("replay", tmp_path / "cassettes", fake, tmp_path)
+    control = f"{server.url}/__tapeproxy"
+    answers = [
+        httpx.get(f"{control}/{GITHUB}", timeout=30),
+        httpx.put(f"{control}/cassette", json={"cassette": f"{GITHUB} x"}, timeout=30),
+        httpx.put(f"{control}/faults", json={"faults": [f"{GITHUB}:x=1"]}, timeout=30),
+        httpx.get(f"{server.url}/tools/x", headers={"x-tapeproxy-cassette": f"{GITHUB} x"}),
+    ]
+    printed = stop(server)
+    assert [a.status_code for a in answers] == [404, 400, 400, 400]
+    assert all(f"{MARKER}" in a.json()["error"]["message"] for a in answers), answers
+    assert leaks("\n".join(a.text for a in answers) + printed) == []

@@ -4,11 +4,11 @@ reads, how it fails (text, or JSON under --json) and its progress bar."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -20,6 +20,9 @@ from tapeproxy.settings import MIB, Settings, env_name, option_name
 from tapeproxy.sources import load_settings, load_tool_settings, parse_pairs
 from tapeproxy.store.protocol import CassetteStore
 from tapeproxy.tools.prices import PriceTable, load_prices
+
+if TYPE_CHECKING:
+    from tapeproxy.redaction.scrubber import Scrubber
 
 # A command that reads more files than this shows a progress bar (on a terminal).
 PROGRESS_FROM = 2000
@@ -201,3 +204,19 @@ def sweep_cassette(library: Library, cassette: str) -> None:
     """Remove what interrupted writes left in a cassette (older than a minute: another
     tapeproxy may be writing the newer ones), as `serve` does for the library."""
     library.store.sweep(cassette)
+
+
+def library_scrubber(config: Path | None, keep: Iterable[str] | None = None) -> Scrubber:
+    """The scrubbing a server with these sources gives its cassettes: the [redact] rules and
+    the key formats not kept; given `keep` (the command's own `--keep`, over the sources'),
+    the key formats alone."""
+    from tapeproxy.redaction.scrubber import Scrubber
+
+    if keep is None:
+        wanted = {"redact_field", "redact_pattern", "redact_keep"}
+        settings = load_settings({}, config=config, fields=wanted)
+        return Scrubber.build(settings.redact_field, settings.redact_pattern, settings.redact_keep)
+    Scrubber.build(keep=keep)  # the command's own words in an error
+    given = {"redact_keep": tuple(keep) or None}
+    settings = load_settings(given, config=config, fields={"redact_keep"})
+    return Scrubber.build(keep=settings.redact_keep)

@@ -13,6 +13,7 @@ from tapeproxy.cli.library import (
     ConfigOption,
     PricesOption,
     fail,
+    library_scrubber,
     open_library,
     price_table,
     progress,
@@ -108,9 +109,9 @@ def view(
         library = open_library(cassettes, None, None, config, rules=False)
         table = price_table(prices, config)
         live = remote(server) if server is not None else None
+        app = viewer_app(library.store, table, live, scrub=library_scrubber(config).text)
     except TapeproxyError as exc:
         raise fail(exc) from exc
-    app = viewer_app(library.store, table, live)
     settings = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off"
     )

@@ -15,6 +15,7 @@ from tapeproxy.cli.library import (
     UpstreamOption,
     existing,
     fail,
+    library_scrubber,
     open_library,
     sweep_cassette,
     warn,
@@ -25,6 +26,15 @@ from tapeproxy.redaction.scrubber import Scrubber
 from tapeproxy.sources import load_settings
 
 DryRun = Annotated[bool, typer.Option(help="Show what would change; change nothing.")]
+KeepOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--keep",
+        metavar="FORMAT",
+        help="A well-known key format left unscrubbed (openai, anthropic, google, github, "
+        "aws, slack, jwt, or all); repeatable.",
+    ),
+]
 
 
 def rekey(
@@ -67,12 +77,15 @@ def verify(
     upgrade: Annotated[
         bool, typer.Option(help="Rewrite files of an older schema_version in today's.")
     ] = False,
+    keep: KeepOption = None,
 ) -> None:
     """Check every exchange file; exit 1 on a problem.
 
-    Each file must parse under the schema, carry the key and ordinal its name says, and have
-    that key under today's match rules. Leftover temporary files are reported too. Files of
-    an older schema_version are read fine and listed; --upgrade rewrites them."""
+    Each file must parse under the schema, carry the key and ordinal its name says, have
+    that key under today's match rules, and hold no well-known key format (unless kept, with
+    --keep or [redact] keep, as recording kept it): `tapeproxy redact NAME` scrubs one.
+    Leftover temporary files are reported too. Files of an older schema_version are read
+    fine and listed; --upgrade rewrites them."""
     from tapeproxy.tools.verify import misnamed
     from tapeproxy.tools.verify import verify as verify_cassette
 
@@ -86,7 +99,8 @@ def verify(
         )
         if not names and not skipped:
             raise ConfigError(f"no cassettes under {library.store.where()} to verify")
-        verdicts = [verify_cassette(library.store, n, library.rules, upgrade) for n in names]
+        keys = library_scrubber(config, keep=keep or ())
+        verdicts = [verify_cassette(library.store, n, library.rules, upgrade, keys) for n in names]
         verdicts += [misnamed(folder, why) for folder, why in skipped.items()]
     except TapeproxyError as exc:
         raise fail(exc, as_json) from exc
@@ -130,17 +144,6 @@ def prune(
     print_prune(report, as_json)
 
 
-KeepOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--keep",
-        metavar="FORMAT",
-        help="A well-known key format left unscrubbed (openai, anthropic, google, github, "
-        "aws, slack, jwt, or all); repeatable.",
-    ),
-]
-
-
 def redact(
     name: Annotated[str, typer.Argument(help="The cassette to redact.")],
     field: Annotated[
@@ -165,15 +168,16 @@ def redact(
     dry_run: DryRun = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Scrub request and response bodies (stream frames too): each --field, each match of a
-    --pattern and each well-known key (unless --keep) becomes [redacted]. Without --field or
+    """Scrub request and response bodies (stream frames too), paths, queries and header
+    values: each --field, each match of a --pattern and each well-known key (unless --keep)
+    becomes [redacted]. Without --field or
     --pattern, the [redact] rules of tapeproxy.toml apply. A pattern is matched in the text
     a stream's client joins across frames, and a match is scrubbed from every frame it spans.
 
     Files are rewritten atomically; a recording whose request changed moves to its new key,
     so replay it with the same rules in [redact] (they apply when requests are keyed). Exit
-    1 when a pattern still matches a file where scrubbing cannot reach (a header, a binary
-    body, frames whose bytes hold a match the joined text does not)."""
+    1 when a pattern still matches a file where scrubbing cannot reach (a header's name, a
+    binary body, frames whose bytes hold a match the joined text does not)."""
     from tapeproxy.tools.redact import redact as redact_cassette
 
     try:

@@ -8,6 +8,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -16,12 +17,19 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tapeproxy.doors.control import CONTROL_PREFIX, LocalOnly, OffLoopback, control_routes
+from tapeproxy.doors.control import (
+    CONTROL_PREFIX,
+    LocalOnly,
+    OffLoopback,
+    control_routes,
+    scrubbed,
+)
 from tapeproxy.doors.front import Front
 from tapeproxy.doors.sending import QuietCuts
 from tapeproxy.engine.core import Engine
 from tapeproxy.engine.stats import Snapshot
 from tapeproxy.errors import BadCassetteName, ConfigError
+from tapeproxy.logs import scrub_lines
 from tapeproxy.modes import Mode
 from tapeproxy.providers import provider_table
 from tapeproxy.settings import Settings, is_loopback
@@ -41,6 +49,8 @@ class Server:
     def __init__(self, settings: Settings, store: CassetteStore | None = None) -> None:
         store = open_store(settings.cassettes) if store is None else store
         self.engine = Engine(settings, provider_table(settings.upstream), store)
+        # Its log lines get the scrubbing its cassettes get: a request path may hold a key.
+        scrub_lines(self.engine.scrubber.text)
         self.final: Snapshot | None = None
         self.app = self._app(settings)
 
@@ -69,7 +79,7 @@ class Server:
             routes=[*ui_routes(engine, settings), *control_routes(engine)],
             lifespan=lifespan,
             exception_handlers={
-                BadCassetteName: _bad_name,
+                BadCassetteName: partial(_bad_name, engine.scrubber.text),
                 HTTPException: _http_error,
                 ClientDisconnect: gone,
             },
@@ -119,7 +129,7 @@ def ui_routes(engine: Engine, settings: Settings) -> list[BaseRoute]:
 
         live = Live(misses=lambda: list(engine.misses), stamp=stamp)
         # Its Host is checked with every control request's (LocalOnly), not here again.
-        return viewer_app(engine.store, prices, live, local_only=False)
+        return viewer_app(engine.store, prices, live, local_only=False, scrub=engine.scrubber.text)
 
     async def slash(request: Request) -> Response:
         return RedirectResponse(UI + "/")
@@ -152,9 +162,10 @@ def create_app(settings: Settings) -> ASGIApp:
     return Server(settings).app
 
 
-async def _bad_name(request: Request, exc: Exception) -> JSONResponse:
+async def _bad_name(scrub: Callable[[str], str], request: Request, exc: Exception) -> JSONResponse:
     message = exc.message if isinstance(exc, BadCassetteName) else str(exc)
-    return JSONResponse({"error": {"type": "bad_cassette_name", "message": message}}, 400)
+    answer = JSONResponse({"error": {"type": "bad_cassette_name", "message": message}}, 400)
+    return scrubbed(scrub, answer)  # the name it quotes may hold a key
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:

@@ -1,11 +1,15 @@
-"""tapeproxy's log lines: one format, cheap enough for one INFO line per replayed exchange."""
+"""tapeproxy's log lines: one format, cheap enough for one INFO line per replayed exchange, and
+each line scrubbed as a cassette is (a request path or an error's message may hold a key)."""
 
 from __future__ import annotations
 
 import logging
 import sys
 import time
+from collections.abc import Callable
 from typing import TextIO
+
+LOGGER = "tapeproxy"  # every module logs to this one logger
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -56,22 +60,53 @@ class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
             self.flush()
 
 
+class Scrubbing(logging.Filter):
+    """Every line of the logger it is on passed through `scrub` (a server's
+    `Scrubber.text`: the key formats and the [redact] patterns, as its cassettes get), whatever
+    handler writes it: stderr, a test's caplog, the pytest plugin's captured log."""
+
+    def __init__(self, scrub: Callable[[str], str]) -> None:
+        super().__init__()
+        self.scrub = scrub
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        shown = self.scrub(message)
+        if shown != message:
+            record.msg, record.args = shown, None
+        return True
+
+
+def scrub_lines(scrub: Callable[[str], str]) -> None:
+    """From now on, every line of the `tapeproxy` logger passed through `scrub`, in place of
+    the one before (one process, one server's rules: the latest server's)."""
+    logger = logging.getLogger(LOGGER)
+    for old in [f for f in logger.filters if isinstance(f, Scrubbing)]:
+        logger.removeFilter(old)
+    logger.addFilter(Scrubbing(scrub))
+
+
 def fast_info(logger: logging.Logger, message: str) -> None:
     """`logger.info(message)`: straight to its LineHandler where that is all it has (as
-    `configure_logging` sets it up), else through `logging` (a test's caplog, say)."""
+    `configure_logging` sets it up), scrubbed as its Scrubbing filter would; else through
+    `logging` (a test's caplog, say)."""
     if not logger.isEnabledFor(logging.INFO):
         return
-    handlers = logger.handlers
-    if len(handlers) == 1 and type(handlers[0]) is LineHandler and not logger.filters:
-        handlers[0].info(logger.name, message)
-    else:
-        logger.info("%s", message)
+    handlers, filters = logger.handlers, logger.filters
+    if len(handlers) == 1 and type(handlers[0]) is LineHandler and len(filters) <= 1:
+        if not filters:
+            handlers[0].info(logger.name, message)
+            return
+        if type(filters[0]) is Scrubbing:
+            handlers[0].info(logger.name, filters[0].scrub(message))
+            return
+    logger.info("%s", message)
 
 
 def configure_logging(level: str | int) -> None:
     """tapeproxy's lines, from `level` up, to stderr in FORMAT."""
     handler = LineHandler(sys.stderr)
-    root = logging.getLogger("tapeproxy")
+    root = logging.getLogger(LOGGER)
     root.handlers[:] = [handler]
     root.setLevel(level.upper() if isinstance(level, str) else level)
     root.propagate = False

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hmac
 import json
+from collections.abc import Awaitable, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
@@ -22,6 +23,7 @@ from tapeproxy.settings import Settings, is_loopback
 CONTROL_PREFIX = "/__tapeproxy/"
 ENDPOINTS = ("health", "stats", "misses", "cassette", "faults", "ui/")
 HEALTH = CONTROL_PREFIX + "health"
+Endpoint = Callable[[Request], Awaitable[JSONResponse]]
 
 
 MAX_CONTROL_BODY = 64 * 1024  # {"cassette": NAME, "mode": MODE} is far smaller
@@ -207,8 +209,21 @@ async def put_faults(engine: Engine, request: Request) -> JSONResponse:
     return faults_now(engine)
 
 
+def scrubbed(scrub: Callable[[str], str], answer: JSONResponse) -> JSONResponse:
+    """An error answer scrubbed as a cassette is: its message may quote what a request sent
+    (a path, a cassette name, a fault spec). A key's letters need no escaping in JSON, nor
+    has the marker any, so the scrubbed body is JSON still."""
+    if answer.status_code < 400:
+        return answer
+    text = bytes(answer.body).decode("utf-8")
+    shown = scrub(text)
+    if shown == text:
+        return answer
+    return JSONResponse(json.loads(shown), status_code=answer.status_code)
+
+
 def control_routes(engine: Engine) -> list[BaseRoute]:
-    """The endpoints, bound to one engine."""
+    """The endpoints, bound to one engine; their error answers scrubbed (`scrubbed`)."""
 
     async def health(request: Request) -> JSONResponse:
         now = engine.current
@@ -238,13 +253,19 @@ def control_routes(engine: Engine) -> list[BaseRoute]:
             404, "unknown_endpoint", f"no control endpoint {request.url.path!r}; there are {listed}"
         )
 
+    def shown(endpoint: Endpoint) -> Endpoint:
+        async def answer(request: Request) -> JSONResponse:
+            return scrubbed(engine.scrubber.text, await endpoint(request))
+
+        return answer
+
     return [
         Route(HEALTH, health, methods=["GET"]),
         Route("/__tapeproxy/stats", stats, methods=["GET"]),
         Route("/__tapeproxy/misses", misses, methods=["GET"]),
         Route("/__tapeproxy/cassette", get_cassette, methods=["GET"]),
-        Route("/__tapeproxy/cassette", put_cassette, methods=["PUT"]),
+        Route("/__tapeproxy/cassette", shown(put_cassette), methods=["PUT"]),
         Route("/__tapeproxy/faults", get_faults, methods=["GET"]),
-        Route("/__tapeproxy/faults", set_faults, methods=["PUT"]),
-        Route("/__tapeproxy/{rest:path}", unknown),
+        Route("/__tapeproxy/faults", shown(set_faults), methods=["PUT"]),
+        Route("/__tapeproxy/{rest:path}", shown(unknown)),
     ]

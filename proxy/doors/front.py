@@ -61,9 +61,11 @@ class Front:
         except UpstreamCut:
             raise  # a shutdown: the connection just drops, quietly (see QuietCuts)
         except TapeproxyError as exc:
-            log.warning("%s", exc.message)
+            # Scrubbed as a cassette is: the message may quote the path (`/nope/ghp_...`).
+            message = self.engine.scrubber.text(exc.message)
+            log.warning("%s", message)
             shape = provider.error_body if provider is not None else generic_error
-            await send_json(send, exc.status, shape(exc.error_type, exc.message, exc.status))
+            await send_json(send, exc.status, shape(exc.error_type, message, exc.status))
             return
         if isinstance(answer, Serve):
             await send_replay(answer, receive, send)

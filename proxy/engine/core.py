@@ -162,7 +162,7 @@ class Engine:
     async def _refuse(self, keyed: Keyed, run: Run, ask: int) -> Refuse:
         self.counters.misses += 1
         run.misses += 1
-        report = await miss_report(keyed, run, ask, self.store, self.rules)
+        report = self.scrubber.strings(await miss_report(keyed, run, ask, self.store, self.rules))
         self.misses.appendleft(report)
         log.warning("%s", report["message"])
         return refusal(keyed.provider, report, keyed.parts.body)

@@ -87,13 +87,27 @@ def settle(capture: Capture, cut: bool, scrubber: Scrubber, keep_failures: bool)
         return f"not recorded ({outcome.value})"
     if finished.middle is not None and scrubber:
         # Too large to hold, and only the key formats to scrub: a window of frames at a time
-        # (or piece by piece), as it is written. Its skeleton holds nothing of the answer.
+        # (or piece by piece), as it is written. Its skeleton holds only the answer's head.
         text = "text" in (finished.exchange.response.body or {})
-        return Finished(finished.exchange, _scrubbed_middle(capture, scrubber, text))
+        skeleton = _scrubbed_head(finished.exchange, scrubber)
+        return Finished(skeleton, _scrubbed_middle(capture, scrubber, text))
     if scrubber and (scrubber.whole or not _holds_no_key(finished.exchange)):
         # The request was scrubbed when keyed; the answer is scrubbed here.
         return Finished(scrubber.exchange(finished.exchange), finished.middle)
     return finished
+
+
+def _scrubbed_head(exchange: Exchange, scrubber: Scrubber) -> Exchange:
+    """A skeleton with its answer's header values scrubbed (its request was, when keyed)."""
+    response = exchange.response
+    headers = scrubber.headers(response.headers)
+    if headers == response.headers:
+        return exchange
+    scrubbed = exchange.model_copy(
+        update={"response": response.model_copy(update={"headers": headers})}
+    )
+    scrubbed._read_as = exchange.read_as
+    return scrubbed
 
 
 def _holds_no_key(exchange: Exchange) -> bool:

@@ -64,10 +64,16 @@ UNDERSCORED_HINTS = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")
 
 
 def may_hold_key(text: str) -> bool:
-    """Whether `text` may hold a key of some format (never False for one that does)."""
-    return any(hint in text for hint in HINTS) or (
-        "_" in text and any(hint in text for hint in UNDERSCORED_HINTS)
-    )
+    """Whether `text` may hold a key of some format (never False for one that does). Run on
+    every log line too: a plain loop, half the cost of `any()` over a generator."""
+    for hint in HINTS:
+        if hint in text:
+            return True
+    if "_" in text:
+        for hint in UNDERSCORED_HINTS:
+            if hint in text:
+                return True
+    return False
 
 
 def check_keep(names: Iterable[str]) -> tuple[str, ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +14,7 @@ from tapeproxy.engine.rules import parse_path
 from tapeproxy.errors import ConfigError
 from tapeproxy.exchange.bodies import Payload
 from tapeproxy.exchange.layout import Record
+from tapeproxy.redaction.fieldpaths import Path, at_path
 from tapeproxy.redaction.formats import formats_pattern, may_hold_key
 from tapeproxy.redaction.memo import Memo
 from tapeproxy.redaction.secrets import MARKER
@@ -28,7 +29,7 @@ from tapeproxy.redaction.streams import (
 if TYPE_CHECKING:
     from tapeproxy.exchange.model import Exchange
 
-Path = tuple[str | int, ...]
+HeaderValue = str | list[str]  # a stored answer's repeated header is a list
 _ROUNDS = 8  # a replacement may make a new match (`x` + `[redacted]`): scrub again, a bit
 
 
@@ -109,7 +110,10 @@ class Scrubber:
         return not self.fields and not self.patterns and not may_hold_key(text)
 
     def text(self, text: str) -> str:
-        """Every pattern match replaced by MARKER."""
+        """Every pattern match replaced by MARKER. Cheap on text with nothing to scrub (a
+        log line, each exchange's): one substring precheck when only the formats apply."""
+        if not self.patterns and (self.formats is None or not may_hold_key(text)):
+            return text
         for _ in range(_ROUNDS):
             new = text
             for pattern in self._for(text):
@@ -126,7 +130,14 @@ class Scrubber:
     def value(self, value: Any) -> Any:
         """A JSON value with its fields and every matching string (or number) scrubbed."""
         for path in self.fields:
-            value = _at_path(value, path)
+            value = at_path(value, path)
+        return self.strings(value)
+
+    def strings(self, value: Any) -> Any:
+        """A JSON value with every matching string (or number) scrubbed, no field path
+        applied: what leaves as a message rather than as a recorded body (a miss report, for
+        its 422, the misses journal, the viewer and the log: its closest recording may be one
+        an older tapeproxy wrote with a key in it)."""
         # Nothing to change (most requests): nothing copied.
         if not any(map(self.holds, leaves(value, numbers=True))):
             return value
@@ -195,14 +206,25 @@ class Scrubber:
         return payload
 
     def request(self, parts: RequestParts) -> RequestParts:
-        """A request's stored parts with the body, the path and the query values scrubbed:
-        what it is keyed and stored as (upstream still gets the request as it came)."""
+        """A request's stored parts with the body, the path, the query values and the header
+        values scrubbed: what it is keyed and stored as (upstream still gets the request as it
+        came)."""
         body = self.payload(parts.body)
         path = self.text(parts.path)
         query = tuple((name, self.text(value)) for name, value in parts.query)
-        if body is parts.body and path == parts.path and query == parts.query:
+        headers = tuple((name, self.text(value)) for name, value in parts.headers)
+        same = path == parts.path and query == parts.query and headers == parts.headers
+        if body is parts.body and same:
             return parts
-        return replace(parts, body=body, path=path, query=query)
+        return replace(parts, body=body, path=path, query=query, headers=headers)
+
+    def headers(self, headers: Mapping[str, HeaderValue]) -> dict[str, HeaderValue]:
+        """Header values scrubbed (a repeated header's list, each value): not only the
+        credential names hold a key (`x-echo-key: ghp_...`). Names are kept."""
+        return {
+            name: [self.text(v) for v in value] if isinstance(value, list) else self.text(value)
+            for name, value in headers.items()
+        }
 
     def frames(self, frames: list[Record], dialect: str | None) -> list[Record]:
         """Stream frames scrubbed: each text a client joins across frames matched whole
@@ -245,13 +267,16 @@ class Scrubber:
         return out
 
     def record(self, record: Record) -> Record:
-        """An exchange's Record with its request (body, path, query values), response body
-        and frames scrubbed."""
+        """An exchange's Record with its request (body, path, query and header values),
+        response header values, body and frames scrubbed."""
         if not self:
             return record
         request, response = dict(record["request"]), dict(record["response"])
         request["path"] = self.text(request["path"])
         request["query"] = [[name, self.text(value)] for name, value in request.get("query", ())]
+        for part in (request, response):
+            if part.get("headers"):
+                part["headers"] = self.headers(part["headers"])
         for part in (request, response):
             body = self.payload(Payload.from_dict(part.get("body"))).to_dict()
             if body is None:
@@ -270,29 +295,3 @@ class Scrubber:
         scrubbed = type(exchange).model_validate(self.record(exchange.record()))
         scrubbed._read_as = exchange.read_as
         return scrubbed
-
-
-def _at_path(value: Any, path: Path) -> Any:
-    """`value` with what is at `path` replaced by MARKER (a null stays null: it holds nothing).
-    Untouched branches are shared, not copied."""
-    if not path:
-        return value if value is None or value == MARKER else MARKER
-    head, rest = path[0], path[1:]
-    if isinstance(value, dict) and isinstance(head, str):
-        keys = list(value) if head == "*" else [head] if head in value else []
-        if not keys:
-            return value
-        copy = dict(value)
-        for key in keys:
-            copy[key] = _at_path(value[key], rest)
-        return copy
-    if isinstance(value, list) and (head == "*" or isinstance(head, int)):
-        if head == "*":
-            indexes: Iterable[int] = range(len(value))
-        else:
-            indexes = [int(head)] if 0 <= int(head) < len(value) else []
-        copy_list = list(value)
-        for index in indexes:
-            copy_list[index] = _at_path(value[index], rest)
-        return copy_list
-    return value

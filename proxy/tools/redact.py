@@ -22,8 +22,8 @@ class RedactReport:
     moved: list[tuple[str, str]] = field(default_factory=list)  # re-keyed: (old, new)
     unchanged: int = 0
     merged: int = 0  # requests that redaction made the same as another: now its repeats
-    # Files where a pattern still matches: in a header, in a binary body, across frames'
-    # bytes outside the text a client joins (what scrubbing cannot reach).
+    # Files where a pattern still matches: in a header's name, in a binary body, across
+    # frames' bytes outside the text a client joins (what scrubbing cannot reach).
     left: list[str] = field(default_factory=list)
     duplicates: list[str] = field(default_factory=list)  # copies a killed redact left: removed
 

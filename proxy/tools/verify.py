@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +13,8 @@ from tapeproxy.engine.rules import MatchRules, unstored_headers
 from tapeproxy.errors import CassetteCorrupt
 from tapeproxy.exchange.model import Exchange
 from tapeproxy.providers import default_rules
+from tapeproxy.redaction.formats import FORMATS
+from tapeproxy.redaction.scrubber import Scrubber
 from tapeproxy.store.protocol import (
     LIKE_EXCHANGE_FILE,
     CassetteStore,
@@ -49,11 +52,16 @@ def misnamed(folder: str, why: str) -> Verdict:
 
 
 def verify(
-    store: CassetteStore, cassette: str, rules_for: RulesFor, upgrade: bool = False
+    store: CassetteStore,
+    cassette: str,
+    rules_for: RulesFor,
+    upgrade: bool = False,
+    keys: Scrubber | None = None,
 ) -> Verdict:
     """Each file must parse under the schema, carry the key and ordinal its name says, and
-    have that key under today's rules (else `tapeproxy rekey` is due). A file in an older
-    schema_version is noted, and with `upgrade` written again in today's."""
+    have that key under today's rules (else `tapeproxy rekey` is due); with `keys` (the key
+    formats), hold none of them (an older tapeproxy stored answer headers as they came). A
+    file in an older schema_version is noted, and with `upgrade` written again in today's."""
     verdict = Verdict(cassette)
     for name in store.names(cassette):
         if is_leftover(name):
@@ -84,6 +92,7 @@ def verify(
             else:
                 verdict.outdated.append(name)
         problem = _check_file(cassette, exchange, parsed, rules_for)
+        problem = problem or (_key_held(cassette, exchange, keys) if keys else None)
         if problem:
             verdict.flag(name, problem)
     return verdict
@@ -128,3 +137,37 @@ def _finite(value: Any) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _key_held(cassette: str, exchange: Exchange, keys: Scrubber) -> str | None:
+    found = held_key(exchange, keys)
+    if found is None:
+        return None
+    where, kind = found
+    return (
+        f"holds a well-known key format ({kind}) in {where}: run `tapeproxy redact {cassette}` "
+        f"to scrub it (and revoke the key), or give --keep {kind} if it is kept on purpose"
+    )
+
+
+def held_key(exchange: Exchange, keys: Scrubber) -> tuple[str, str] | None:
+    """Where the first well-known key in a recording is (`response.headers.x-echo-key`), and
+    its format; or None. The file as JSON is looked at once, walked only when it holds one."""
+    if not keys.matches(exchange.model_dump_json()):
+        return None
+    for where, text in _texts(exchange.record(), ""):
+        if keys.matches(text):
+            kinds = (name for name, (regex, _) in FORMATS.items() if re.search(regex, text))
+            return where, next(kinds, "?")
+    return None  # split across two stream frames: `redact` joins them, this does not
+
+
+def _texts(value: Any, where: str) -> Iterator[tuple[str, str]]:
+    if isinstance(value, str):
+        yield where, value
+    elif isinstance(value, dict):
+        for name, item in value.items():
+            yield from _texts(item, f"{where}.{name}" if where else str(name))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _texts(item, f"{where}[{index}]")

@@ -10,10 +10,12 @@ import base64
 import binascii
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -79,13 +81,20 @@ class Live:
 
 
 def viewer_app(
-    store: CassetteStore, prices: PriceTable, live: Live | None = None, local_only: bool = True
+    store: CassetteStore,
+    prices: PriceTable,
+    live: Live | None = None,
+    local_only: bool = True,
+    scrub: Callable[[str], str] = str,
 ) -> ASGIApp:
     """The viewer over `store`; with `live`, the misses page and the polling of a server.
-    `local_only`: answer only requests for localhost or a loopback address (`Policy`)."""
+    `local_only`: answer only requests for localhost or a loopback address (`Policy`).
+    `scrub` (a `Scrubber.text`) is run over every text a page shows: a cassette an older
+    tapeproxy wrote may hold a key."""
     templates = Environment(
         loader=PackageLoader("tapeproxy", "viewer/templates"),
         autoescape=select_autoescape(default=True),
+        finalize=partial(_shown, scrub),
     )
 
     def render(request: Request, page: str, status: int = 200, **values: Any) -> HTMLResponse:
@@ -167,6 +176,17 @@ def _picture(found: Image | None) -> Response:
         return Response(status_code=404)
     policy = {"content-security-policy": SVG_POLICY} if found.media_type == SVG else None
     return Response(data, media_type=found.media_type, headers=policy)
+
+
+def _shown(scrub: Callable[[str], str], value: Any) -> Any:
+    """What one `{{ ... }}` of a page shows, scrubbed. Text already escaped (`Markup`) stays
+    escaped: the marker has nothing to escape, nor has any key format's alphabet."""
+    if not isinstance(value, str):
+        return value
+    shown = scrub(value)
+    if shown == value:
+        return value
+    return Markup(shown) if isinstance(value, Markup) else shown
 
 
 def _given(request: Request, name: str) -> str:

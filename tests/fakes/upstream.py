@@ -20,7 +20,8 @@ from a hash of the request body, timestamps are constants):
 - ``POST /api/chat``, ``POST /api/generate`` (Ollama, see ``ollama_wire``)
 - anything else: a generic "tool API" echoing path, method, query and JSON body.
 
-Every response carries a volatile ``x-request-id: req_<n>`` and ``date`` header.
+Every response carries a volatile ``x-request-id: req_<n>`` and ``date`` header, and each
+``x-echo-*`` header of its request, echoed back as it came.
 Knobs: :meth:`FakeUpstream.script` (canned replies), ``frame_delay``,
 ``cut_after``, ``end_delay``, ``stream_error_after`` and ``gzip`` (see the class docstring).
 """
@@ -230,6 +231,7 @@ class FakeUpstream:
         with self._lock:
             self.hits.append(hit)
             out_headers = CIMultiDict({"x-request-id": f"req_{next(self._request_ids)}"})
+            out_headers.update({k: v for k, v in headers.items() if k.startswith("x-echo-")})
             queue = self._scripts.get(hit.path)
             scripted = queue.popleft() if queue else None
         if scripted is not None:

@@ -1,4 +1,5 @@
-"""The log line's format: the fast formatter writes what logging's own would, to the byte."""
+"""The log line's format: the fast formatter writes what logging's own would, to the byte; and
+every line scrubbed as a cassette is."""
 
 from __future__ import annotations
 
@@ -8,7 +9,16 @@ import sys
 
 import pytest
 
-from tapeproxy.logs import FORMAT, LineFormatter, LineHandler, fast_info
+from tapeproxy.logs import (
+    FORMAT,
+    LOGGER,
+    LineFormatter,
+    LineHandler,
+    Scrubbing,
+    fast_info,
+    scrub_lines,
+)
+from tapeproxy.redaction.scrubber import Scrubber
 
 
 def record(created: float, exc: bool = False) -> logging.LogRecord:
@@ -51,3 +61,36 @@ def test_the_line_made_without_a_log_record_is_the_line_logging_writes(
     logger.setLevel(logging.WARNING)
     fast_info(logger, "not written")
     assert "not written" not in stream.getvalue()
+
+
+def test_every_line_is_scrubbed_by_the_server_s_scrubber_whatever_writes_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`scrub_lines` puts a server's Scrubber.text on the `tapeproxy` logger: the fast line,
+    a line through `logging` (a warning, with arguments) and a test's caplog all get it."""
+    key = "ghp" + "_" + "Fake0Key" * 4 + "Fake"
+    scrub = Scrubber.build().text
+    logger = logging.getLogger(LOGGER)
+    saved = logger.handlers[:], logger.filters[:], logger.propagate, logger.level
+    stream = io.StringIO()
+    try:
+        logger.handlers[:], logger.filters[:] = [LineHandler(stream)], []
+        logger.propagate = False
+        logger.setLevel(logging.INFO)
+        scrub_lines(lambda text: text.upper())  # replaced by the next: one filter at a time
+        scrub_lines(scrub)
+        assert [type(f) for f in logger.filters] == [Scrubbing]
+        fast_info(logger, f"replay tools GET /keys/{key} key=0123456789ab -> replayed 200")
+        logger.warning("no upstream named %r in path %r", "nope", f"/nope/{key}")
+        lines = stream.getvalue().splitlines()
+        assert lines[0].endswith(
+            "replay tools GET /keys/[redacted] key=0123456789ab -> replayed 200"
+        )
+        assert lines[1].endswith("no upstream named 'nope' in path '/nope/[redacted]'")
+        logger.handlers[:] = [caplog.handler]
+        logger.warning("%s", f"cassette miss for /keys/{key}")
+        assert caplog.messages == ["cassette miss for /keys/[redacted]"]
+    finally:
+        logger.handlers[:], logger.filters[:], logger.propagate, level = saved
+        logger.setLevel(level)
+    assert key not in stream.getvalue() + caplog.text

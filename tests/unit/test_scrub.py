@@ -156,3 +156,30 @@ def test_a_request_path_and_query_values_are_scrubbed_for_its_key() -> None:
     scrubbed = scrub.request(parts)
     assert scrubbed.path == f"/v1/users/{MARKER}" and scrubbed.query == (("q", MARKER),)
     assert scrub.request(scrubbed) is scrubbed
+
+
+def test_header_values_are_scrubbed_by_patterns_and_key_formats_names_kept() -> None:
+    """A keyed request header and every answer header (a repeated one's each value): by the
+    user's patterns as by the key formats, whatever the header's name."""
+    from tapeproxy.engine.keying import RequestParts
+
+    key = "ghp" + "_" + "Fake0Key" * 4 + "Fake"
+    parts = RequestParts(
+        "GET", "tools", "/x", (), (("x-tenant", "ann@example.com"), ("x-k", key)), Payload("empty")
+    )
+    scrubbed = scrub.request(parts)
+    assert scrubbed.headers == (("x-tenant", MARKER), ("x-k", MARKER))
+    assert scrub.request(scrubbed) is scrubbed
+    record = {
+        "request": {"method": "GET", "path": "/x", "headers": {"x-k": key}},
+        "response": {
+            "status": 200,
+            "headers": {"x-echo-key": f"Bearer {key}", "link": ["<a>; 555-1234", "<b>"]},
+        },
+    }
+    out = scrub.record(record)
+    assert out["request"]["headers"] == {"x-k": MARKER}
+    assert out["response"]["headers"] == {
+        "x-echo-key": f"Bearer {MARKER}",
+        "link": [f"<a>; {MARKER}", "<b>"],
+    }

@@ -3,6 +3,7 @@ last-run notes in the library's state folder."""
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -131,6 +132,11 @@ class FileStore:
             raise CassetteCorrupt(
                 f"{folder} is a file, not a folder: a cassette is a folder of exchange files; "
                 "move the file away or pick another cassette name"
+            ) from exc
+        except OSError as exc:  # permission denied, a symlink loop: a 422 too, not a 500
+            raise CassetteCorrupt(
+                f"cannot list the cassette folder {folder}: {exc.strerror or exc}"
+                + (f" (tapeproxy runs as uid {os.getuid()})" if exc.errno == errno.EACCES else "")
             ) from exc
 
 

@@ -73,8 +73,8 @@ def unreadable(where: str, cassette: str, exc: BaseException) -> CassetteCorrupt
 
 def reason(exc: BaseException) -> str:
     """An error in one line: a pydantic error's first problem at its JSON path, with what was
-    found there when that is short (and how many more problems), else the first line of its
-    text."""
+    found there when that is short (and how many more problems); an OSError's reason alone
+    (`Permission denied`: the caller names the file); else the first line of its text."""
     if isinstance(exc, ValidationError):
         first, more = exc.errors()[0], exc.error_count() - 1
         found = first.get("input")
@@ -82,6 +82,8 @@ def reason(exc: BaseException) -> str:
         got = f" (found {shown})" if shown and len(shown) <= 60 else ""
         at = json_path(first["loc"]) or "the file"
         return f"{at}: {first['msg']}{got}" + (f" (and {more} more problem(s))" if more else "")
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__
 

@@ -41,10 +41,10 @@ class Verdict:
 
 
 def misnamed(folder: str, why: str) -> Verdict:
-    """A folder of recordings whose name no cassette may have (`why`): no request can name
-    it, and no other tool reads it (they skip it)."""
+    """A folder of recordings the other tools skip, and why (what to do included): its name
+    is no cassette's, so no request can name it, or it cannot be listed."""
     found = Verdict(folder)
-    found.flag("(the folder)", f"{why}; rename the folder to use it")
+    found.flag("(the folder)", why)
     return found
 
 

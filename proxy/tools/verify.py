@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tapeproxy.engine.keying import request_key, stored_request
+from tapeproxy.engine.replay import Replay
 from tapeproxy.engine.rules import MatchRules, unstored_headers
 from tapeproxy.errors import CassetteCorrupt
 from tapeproxy.exchange.model import Exchange
@@ -94,6 +95,10 @@ def _check_file(
 ) -> str | None:
     if (exchange.key, exchange.ordinal) != parsed:
         return f"names {exchange_file(exchange.key, exchange.ordinal)} inside; renamed by hand?"
+    try:
+        Replay.of(exchange, exchange.key)  # what replay sends: a hand edit may leave none
+    except ValueError as exc:
+        return f"unreadable: {exc}"
     for side, body in (("request", exchange.request.body), ("response", exchange.response.body)):
         if body and "json" in body and not _finite(body["json"]):
             return (

@@ -41,11 +41,13 @@ def problems(exc: ValidationError) -> list[str]:
 
 
 def one_line(exc: BaseException) -> str:
-    """An error in one line: a pydantic error's first problem (and how many more), else the
-    first line of its text."""
+    """An error in one line: a pydantic error's first problem (and how many more), an
+    OSError's reason alone, else the first line of its text."""
     if isinstance(exc, ValidationError):
         found = problems(exc)
         more = len(found) - 1
         return found[0] + (f" (and {more} more problem(s))" if more else "")
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror  # `Permission denied`: the caller names the file
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__

@@ -137,8 +137,7 @@ class Engine:
         cached = (keyed.cassette, keyed.key, ordinal)
         replay = self.replays.get(cached)  # a small cassette's were read as its run began
         if replay is None:
-            exchange = await asyncio.to_thread(self.store.read, *cached)
-            replay = jsonrpc.ready(exchange, keyed.key)
+            replay = await asyncio.to_thread(jsonrpc.read_ready, self.store, *cached)
             self.replays.put(cached, replay)
         return jsonrpc.answer(replay, keyed.parts.body, keyed.inbound.header_map)
 

@@ -17,6 +17,7 @@ from tapeproxy.errors import CassetteMiss
 from tapeproxy.exchange.bodies import Payload
 from tapeproxy.exchange.framing import AnyOf, FrameSigns, FrameTest, frame_data
 from tapeproxy.exchange.model import Exchange
+from tapeproxy.store.protocol import CassetteStore, exchange_file, unreadable
 
 SESSION_HEADER = "mcp-session-id"
 _SESSION = SESSION_HEADER.encode()
@@ -115,6 +116,17 @@ def frame_signs(base: FrameSigns) -> FrameSigns:
 def ready(exchange: Exchange, key: str) -> Replay:
     """A recording made ready to send: `Replay.of`, then `prepared`."""
     return prepared(Replay.of(exchange, key), exchange.request.body)
+
+
+def read_ready(store: CassetteStore, cassette: str, key: str, ordinal: int) -> Replay:
+    """A recording read and made `ready` (blocking). CassetteCorrupt for a file that cannot
+    be read, or whose answer cannot be sent though the file is valid (a hand edit)."""
+    exchange = store.read(cassette, key, ordinal)
+    try:
+        return ready(exchange, key)
+    except ValueError as exc:
+        where = f"{store.where(cassette)}/{exchange_file(key, ordinal)}"
+        raise unreadable(where, cassette, exc) from exc
 
 
 def prepared(replay: Replay, request_body: dict[str, Any] | None) -> Replay:

@@ -68,12 +68,18 @@ class Replay:
 
     @classmethod
     def of(cls, exchange: Exchange, key: str) -> Replay:
+        """The answer `exchange` recorded. ValueError naming the field (`response.body: ...`)
+        for one a hand edit left valid under the schema but impossible to send: a body that
+        is no base64, of no known style or kind, a header value that is not latin-1."""
         response = exchange.response
         headers = [*header_pairs(response.headers), ("x-tapeproxy-key", key)]
         frames: tuple[tuple[int, bytes], ...]
         cut = exchange.outcome is Outcome.UPSTREAM_CUT
         if response.frames is None:
-            body = payload_bytes(Payload.from_dict(response.body))
+            try:
+                body = payload_bytes(Payload.from_dict(response.body))
+            except ValueError as exc:  # binascii.Error too
+                raise ValueError(f"response.body: {exc}") from exc
             if _needs_length(exchange, cut):
                 headers.append(("content-length", str(len(body))))
             frames = ((0, body),) if body else ()
@@ -81,11 +87,21 @@ class Replay:
             frames = tuple((frame.ms, frame_bytes(frame)) for frame in response.frames)
         return cls(
             status=response.status,
-            headers=tuple((k.encode("latin-1"), v.encode("latin-1")) for k, v in headers),
+            headers=_encoded(headers),
             frames=frames,
             cut=cut,
             end_ms=response.end_ms if cut else None,
         )
+
+
+def _encoded(headers: list[tuple[str, str]]) -> tuple[tuple[bytes, bytes], ...]:
+    out = []
+    for name, value in headers:
+        try:
+            out.append((name.encode("latin-1"), value.encode("latin-1")))
+        except UnicodeEncodeError:
+            raise ValueError(f"response.headers.{name}: not latin-1, as a header must be") from None
+    return tuple(out)
 
 
 class ReplayCache:

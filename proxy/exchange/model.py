@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 # How the file is laid out lives in exchangefile.py: named here too, for every reader.
 from tapeproxy.exchange.layout import (
@@ -58,6 +58,22 @@ class Frame(_Model):
     base64: str | None = None
 
 
+def checked_body(body: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A stored body as bodies.Payload reads it back: one of json, text (a string) or base64
+    (a string), and perhaps a style; anything else is refused as the file is read, where
+    it can be named, not where it is used (a miss report, a replay)."""
+    if not body:
+        return body
+    kinds = [kind for kind in ("json", "text", "base64") if kind in body]
+    if len(kinds) != 1:
+        raise ValueError(f"a body holds one of json, text or base64, not keys {sorted(body)}")
+    if kinds[0] != "json" and not isinstance(body[kinds[0]], str):
+        raise ValueError(f"a body's {kinds[0]} is a string")
+    if not isinstance(body.get("style", ""), str):
+        raise ValueError("a body's style is a string")
+    return body
+
+
 class StoredRequest(_Model):
     method: str
     upstream: str
@@ -65,6 +81,8 @@ class StoredRequest(_Model):
     query: list[tuple[str, str]] = Field(default_factory=list)
     headers: dict[str, str] = Field(default_factory=dict)
     body: dict[str, Any] | None = None
+
+    _body = field_validator("body")(checked_body)
 
 
 class StoredResponse(_Model):
@@ -76,6 +94,8 @@ class StoredResponse(_Model):
     end_ms: int | None = Field(
         default=None, ge=0, description="For a cut answer: milliseconds from its start to the cut."
     )
+
+    _body = field_validator("body")(checked_body)
 
 
 class Exchange(_Model):

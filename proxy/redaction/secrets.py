@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -141,11 +142,31 @@ def redact_payload(payload: Payload, content_type: str) -> Payload:
         text = str(payload.value)
         if "x-www-form-urlencoded" in lowered or looks_form(text):
             return Payload("text", redact_form(text), payload.style)
+        return _redacted_json_text(payload, text)
     if payload.kind == "base64" and (
         lowered.startswith("multipart/") or str(payload.value).startswith(_MULTIPART_B64)
     ):
         return _redacted_multipart(payload)
     return payload
+
+
+def _redacted_json_text(payload: Payload, text: str) -> Payload:
+    """A body kept as text though Python reads it as JSON (it holds NaN, Infinity or a number
+    too large for a float, so it is no strict JSON) with its credentials masked as a JSON
+    body's are. Written anew, compact, only when one was: otherwise left as sent."""
+    if text.lstrip()[:1] not in ("{", "["):
+        return payload
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):  # not JSON at all (cut short, say): nothing to mask
+        return payload
+    masked = redact_json(value)
+    # Equal when nothing was masked: a NaN left in place is the same object, and containers
+    # compare their items by identity first.
+    if masked == value:
+        return payload
+    written = json.dumps(masked, ensure_ascii=text.isascii(), separators=(",", ":"))
+    return Payload("text", written, payload.style)
 
 
 def _redacted_multipart(payload: Payload) -> Payload:

@@ -3,6 +3,8 @@ last-run notes in the library's state folder."""
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -27,6 +29,8 @@ from tapeproxy.store.protocol import (
 if TYPE_CHECKING:
     from tapeproxy.store.lastrun import LastRun
 
+log = logging.getLogger("tapeproxy")
+
 
 class FileStore:
     """A library folder (`BACKENDS["file"]`: a plain folder, or a `file://` URL)."""
@@ -38,10 +42,25 @@ class FileStore:
         """Every folder holding exchange files, or what an interrupted write left behind, whose
         name a cassette may have (see `named_cassettes`)."""
         names = []
-        for folder, dirs, files in os.walk(self._root):
+        unlisted: dict[str, str] = {}
+
+        def unlistable(exc: OSError) -> None:  # permission denied: said, not passed over
+            if exc.filename is None or isinstance(exc, FileNotFoundError):
+                return  # no library (yet), or a folder removed during the walk
+            folder = Path(exc.filename)
+            if folder != self._root:
+                why = f"cannot list {folder}: {exc.strerror or exc}; its recordings are left out"
+                unlisted[folder.relative_to(self._root).as_posix()] = why
+
+        for folder, dirs, files in os.walk(self._root, onerror=unlistable):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
             if any(parse_exchange_file(name) or is_leftover(name) for name in files):
                 names.append(Path(folder).relative_to(self._root).as_posix())
+        for name, why in sorted(unlisted.items()):
+            if skipped is not None:
+                skipped[name] = why
+            else:
+                log.warning("skipped %s", why)
         return named_cassettes(names, str(self._root), skipped)
 
     def entries(self, cassette: str) -> dict[str, list[int]]:
@@ -131,6 +150,11 @@ class FileStore:
             raise CassetteCorrupt(
                 f"{folder} is a file, not a folder: a cassette is a folder of exchange files; "
                 "move the file away or pick another cassette name"
+            ) from exc
+        except OSError as exc:  # permission denied, a symlink loop: a 422 too, not a 500
+            raise CassetteCorrupt(
+                f"cannot list the cassette folder {folder}: {exc.strerror or exc}"
+                + (f" (tapeproxy runs as uid {os.getuid()})" if exc.errno == errno.EACCES else "")
             ) from exc
 
 

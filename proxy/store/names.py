@@ -43,12 +43,11 @@ def named_cassettes(
         try:
             kept.append(check_folder_name(name))
         except BadCassetteName as exc:
+            why = f"{exc.message}; rename the folder to use it"
             if skipped is not None:
-                skipped[name] = exc.message
+                skipped[name] = why
             else:
-                log.warning(
-                    "skipped %s/%s: %s; rename the folder to use it", where, name, exc.message
-                )
+                log.warning("skipped %s/%s: %s", where, name, why)
     return kept
 
 

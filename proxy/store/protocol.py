@@ -116,8 +116,9 @@ class CassetteStore(Protocol):
 
     def cassettes(self, skipped: dict[str, str] | None = None) -> list[str]:
         """Every cassette holding exchanges, or what an interrupted write left; sorted, nested
-        names with `/`. A folder of them whose name no cassette may have is left out: put in
-        `skipped` (with why) when given, else logged as a warning (`names.named_cassettes`)."""
+        names with `/`. A folder of them whose name no cassette may have, or one that cannot
+        be listed, is left out: put in `skipped` (with why, and what to do) when given, else
+        logged as a warning (`names.named_cassettes`)."""
         ...
 
     def entries(self, cassette: str) -> dict[str, list[int]]:

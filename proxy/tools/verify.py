@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tapeproxy.engine.keying import request_key, stored_request
+from tapeproxy.engine.replay import Replay
 from tapeproxy.engine.rules import MatchRules, unstored_headers
 from tapeproxy.errors import CassetteCorrupt
 from tapeproxy.exchange.model import Exchange
@@ -44,10 +45,10 @@ class Verdict:
 
 
 def misnamed(folder: str, why: str) -> Verdict:
-    """A folder of recordings whose name no cassette may have (`why`): no request can name
-    it, and no other tool reads it (they skip it)."""
+    """A folder of recordings the other tools skip, and why (what to do included): its name
+    is no cassette's, so no request can name it, or it cannot be listed."""
     found = Verdict(folder)
-    found.flag("(the folder)", f"{why}; rename the folder to use it")
+    found.flag("(the folder)", why)
     return found
 
 
@@ -103,6 +104,10 @@ def _check_file(
 ) -> str | None:
     if (exchange.key, exchange.ordinal) != parsed:
         return f"names {exchange_file(exchange.key, exchange.ordinal)} inside; renamed by hand?"
+    try:
+        Replay.of(exchange, exchange.key)  # what replay sends: a hand edit may leave none
+    except ValueError as exc:
+        return f"unreadable: {exc}"
     for side, body in (("request", exchange.request.body), ("response", exchange.response.body)):
         if body and "json" in body and not _finite(body["json"]):
             return (

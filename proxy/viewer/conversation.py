@@ -9,7 +9,7 @@ import base64
 import json
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote_to_bytes
+from urllib.parse import unquote, unquote_to_bytes
 
 from tapeproxy.exchange import answers
 from tapeproxy.exchange.model import Exchange
@@ -122,18 +122,20 @@ class Reader:
         url = url.get("url") if isinstance(url, dict) else url
         if not isinstance(url, str):
             return None
-        if url.startswith("data:"):
+        if url[:5].lower() == "data:":
             return self.data_url(url)
         return Part("link", url, "image")
 
     def data_url(self, url: str) -> Part:
-        """An inline `data:` image: base64, or percent-encoded text (as an SVG often is); its
-        media type without its parameters (`;charset=utf-8`), lower case."""
+        """An inline `data:` image, read as a browser reads it (the fetch standard): base64
+        when the last parameter is `base64` in any case (its text percent-decoded, white
+        space dropped), else percent-encoded bytes (as an SVG often is); its media type
+        without its parameters (`;charset=utf-8`), lower case."""
         head, _, data = url.partition(",")
-        media = head[5:].split(";")[0].strip().lower()
-        if head.endswith(";base64"):
-            return self.keep(media, data)
-        return self.keep(media, base64.b64encode(unquote_to_bytes(data)).decode("ascii"))
+        params = [param.strip().lower() for param in head[5:].split(";")]
+        if len(params) > 1 and params[-1] == "base64":
+            return self.keep(params[0], "".join(unquote(data).split()))
+        return self.keep(params[0], base64.b64encode(unquote_to_bytes(data)).decode("ascii"))
 
     def keep(self, media_type: str, data: str) -> Part:
         self.images.append(Image(media_type, data))

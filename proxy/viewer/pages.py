@@ -46,12 +46,15 @@ class ExchangeView:
     response_body: str | None
 
 
-def library(store: CassetteStore, prices: PriceTable) -> tuple[list[Summary], list[str]]:
-    """Every cassette's summary, and the folders of recordings no cassette may be named for
-    (shown on the page, not logged at each view)."""
+def library(
+    store: CassetteStore, prices: PriceTable
+) -> tuple[list[Summary], list[tuple[str, str]]]:
+    """Every cassette's summary, and the folders of recordings left out, with why: no
+    cassette may be named for them, or they cannot be listed (shown on the page, not logged
+    at each view)."""
     skipped: dict[str, str] = {}
     names = store.cassettes(skipped)
-    return [summarize(store, name, prices) for name in names], list(skipped)
+    return [summarize(store, name, prices) for name in names], list(skipped.items())
 
 
 @dataclass(frozen=True)

@@ -136,3 +136,29 @@ def test_nan_and_infinity_in_bodies_are_kept_as_text_strict_json_and_replay_byte
     again = httpx.post(replayer.url + "/openai/v1/scores", content=raw, headers=json_type)
     assert (again.status_code, again.content) == (200, raw)
     assert (replayer.stats["replayed"], replayer.stats["upstream_calls"]) == (1, 0)
+
+
+def test_a_credential_in_a_json_body_kept_as_text_for_its_nan_never_reaches_the_disk(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    # Python's json writes NaN by default: a client that sends a key in the body (Tavily's
+    # `api_key`) and a NaN from its data sends a body that is no strict JSON, kept as text.
+    raw = b'{"api_key": "tvly-body-secret-0123456789", "query": "q", "score": NaN}'
+    json_type = {"content-type": "application/json"}
+    fake.script("/v1/search", Reply(body=b'{"ok": true}', headers=json_type))
+    recorder = make_proxy(mode="record")
+    live = httpx.post(recorder.url + "/openai/v1/search", content=raw, headers=json_type)
+    assert live.status_code == 200
+    recorder.stop()
+    assert fake.hits[-1].body == raw  # the upstream gets the key as sent
+    [stored] = (cassettes / "default").glob("*.json")
+    text = stored.read_text()
+    assert "tvly-body-secret" not in text
+    body = strict_json(stored.read_bytes())["request"]["body"]  # type: ignore[index]
+    assert "[redacted]" in body["text"] and "NaN" in body["text"]
+    # Another developer's own key replays the same recording.
+    other = raw.replace(b"tvly-body-secret-0123456789", b"tvly-another-developer-key")
+    replayer = make_proxy(mode="replay")
+    again = httpx.post(replayer.url + "/openai/v1/search", content=other, headers=json_type)
+    assert (again.status_code, again.content) == (200, b'{"ok": true}')
+    assert (replayer.stats["replayed"], replayer.stats["upstream_calls"]) == (1, 0)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -238,3 +240,55 @@ def test_verify_flags_a_folder_no_cassette_may_be_named_and_checks_the_rest(
     [problem] = verdicts["has space"]["problems"]
     assert "is not allowed" in problem["problem"] and "rename the folder" in problem["problem"]
     assert done.stderr == ""
+
+
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not in a forked child
+
+
+def _as_a_user() -> None:
+    """In a child, before it runs: root gives up reading any folder (CAP_DAC_OVERRIDE and
+    CAP_DAC_READ_SEARCH leave its bounding set), as tapeproxy run as a user has none."""
+    if os.geteuid() == 0:
+        for cap in (1, 2):
+            if _PRCTL(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+                raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def as_a_user(*command: str) -> subprocess.CompletedProcess[str]:
+    """`python -m COMMAND`, with `_as_a_user`."""
+    return subprocess.run(
+        [sys.executable, "-m", *command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=_as_a_user,  # a syscall only: safe in a child forked from threads
+    )
+
+
+@pytest.mark.parametrize("command", [("verify", "--json"), ("ls", "--json")])
+def test_a_cassette_folder_that_cannot_be_listed_is_named_not_passed_over(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    root = library(tmp_path)
+    locked = root / "suite" / "copy"
+    probe = tmp_path / "probe.json"
+    probe.write_text("{}")
+    probe.chmod(0o000)
+    if "Permission denied" not in as_a_user("json.tool", str(probe)).stderr:
+        pytest.skip("this root cannot give up reading any file")
+    locked.chmod(0o000)
+    try:
+        done = as_a_user("tapeproxy", *command, "--cassettes", str(root))
+    finally:
+        locked.chmod(0o755)
+    why = f"cannot list {locked}: Permission denied; its recordings are left out"
+    if command[0] == "verify":
+        assert done.returncode == 1, done.stdout + done.stderr
+        verdicts = {v["cassette"]: v for v in json.loads(done.stdout)}
+        assert verdicts["example"]["problems"] == []
+        [problem] = verdicts["suite/copy"]["problems"]
+        assert problem["problem"] == why
+    else:
+        assert done.returncode == 0, done.stderr
+        assert [c["name"] for c in json.loads(done.stdout)] == ["example"]
+        assert done.stderr.splitlines() == [f"skipped {why}"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -274,6 +276,64 @@ def test_a_corrupt_exchange_file_is_a_4xx_the_sdk_does_not_retry_naming_file_and
     stats = replayer.stats
     assert (stats["errors"], stats["replayed"], stats["upstream_calls"]) == (1, 0, 0), stats
     assert stored.read_bytes() == torn  # a replay never writes into the cassette
+
+
+# A file that validates but whose answer cannot be rebuilt, as a hand edit leaves it: where,
+# and how the message names it.
+UNSENDABLE = {
+    "body-not-base64": ("body", {"base64": "@@@ not base64"}, "response.body: "),
+    "body-style-unknown": ("style", "pretty", "response.body: unknown JSON style 'pretty'"),
+    "body-of-no-kind": ("body", {"yaml": "a: 1"}, "response.body: a body holds"),
+    "request-body-of-no-kind": (
+        "request",
+        {"yaml": "a: 1"},
+        "request.body: a body holds one of json, text or base64, not keys ['yaml']",
+    ),
+    "header-not-latin-1": ("header", "\u20ac 5", "response.headers.x-price: "),
+}
+
+
+@pytest.mark.parametrize("edit", UNSENDABLE.values(), ids=UNSENDABLE.keys())
+def test_an_answer_that_cannot_be_rebuilt_is_a_422_naming_file_and_field_and_verify_flags_it(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path, edit: tuple[str, object, str]
+) -> None:
+    what, value, said = edit
+    recorder = make_proxy(mode="record")
+    openai_client(recorder.url).embeddings.create(model="text-embedding-3-small", input="x")
+    recorder.stop()
+    [stored] = (cassettes / "default").glob("*.json")
+    data = json.loads(stored.read_text())
+    if what == "body":
+        data["response"]["body"] = value
+    elif what == "request":
+        data["request"]["body"] = value
+    elif what == "style":
+        data["response"]["body"]["style"] = value
+    else:
+        data["response"]["headers"]["x-price"] = value
+    stored.write_text(json.dumps(data, indent=2))
+    replayer = make_proxy(mode="replay")
+    with pytest.raises(openai.UnprocessableEntityError) as caught:
+        openai_client(replayer.url).embeddings.create(model="text-embedding-3-small", input="x")
+    error = caught.value.body
+    assert isinstance(error, dict) and error["type"] == "cassette_corrupt"
+    message = error["message"]
+    assert f"{stored.name}: {said}" in message, message
+    assert "`tapeproxy verify default`" in message and "\n" not in message
+    assert replayer.stats["errors"] == 1
+    # Another request still gets its miss (the closest recording is looked for among the
+    # files that can be read), not a 500.
+    with pytest.raises(openai.UnprocessableEntityError) as caught:
+        openai_client(replayer.url).embeddings.create(model="text-embedding-3-small", input="y")
+    assert isinstance(caught.value.body, dict) and caught.value.body["type"] == "cassette_miss"
+    done = subprocess.run(
+        [sys.executable, "-m", "tapeproxy", "verify", "--cassettes", str(cassettes)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"{stored.name}: unreadable: {said}" in done.stdout, done.stdout
 
 
 @pytest.mark.parametrize("mode", ["record", "auto"])

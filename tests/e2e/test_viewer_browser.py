@@ -179,6 +179,12 @@ def test_an_svg_thumbnail_shows_and_opened_alone_runs_no_script(browser: Any, vi
     assert browser.execute_script("return window.__pwned === undefined") is True
     with pytest.raises(NoAlertPresentException):
         browser.switch_to.alert.text  # noqa: B018 - asking is the check
+    # The pages' policy alone already stops its inline script: what the SVG's own adds is
+    # that nothing of the viewer's origin runs there (the sandbox: an origin of its own)...
+    assert browser.execute_script("return window.origin") == "null"
+    # ...and that it loads nothing, not even the viewer's own script (its <script href>).
+    loaded = "return performance.getEntriesByType('resource').map(e => e.name)"
+    assert browser.execute_script(loaded) == []
 
 
 def test_the_diff_page_highlights_the_changed_field(browser: Any, view: View) -> None:

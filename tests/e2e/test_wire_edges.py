@@ -177,3 +177,22 @@ def test_a_replayed_answer_reaches_its_client_in_one_read_head_and_body_together
         )
     )
     assert head.startswith(b"HTTP/1.1 200") and len(rest) == length > 0
+
+
+def test_a_cassette_folder_that_cannot_be_listed_is_a_clear_422_not_a_500(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    # A symlink loop stops even root (permission denied, the usual case, does not).
+    cassettes.mkdir(parents=True)
+    (cassettes / "loop").symlink_to("loop")
+    proxy = make_proxy(mode="replay", cassette="loop")
+    client = openai.OpenAI(base_url=proxy.url + "/openai/v1", api_key=SECRET_OPENAI)
+    with pytest.raises(openai.UnprocessableEntityError) as caught:
+        client.embeddings.create(model="text-embedding-3-small", input="x")
+    error = caught.value.body
+    assert isinstance(error, dict) and error["type"] == "cassette_corrupt"
+    message = error["message"]
+    assert f"cannot list the cassette folder {cassettes / 'loop'}: " in message, message
+    assert "symbolic links" in message and "\n" not in message
+    assert proxy.stats["errors"] == 1
+    assert fake.count() == 0

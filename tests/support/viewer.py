@@ -24,10 +24,12 @@ PNG = base64.b64decode(
 )
 
 
-# An SVG picture that would run script wherever a browser let it: as a document of its own.
+# An SVG picture that would run script wherever a browser let it: as a document of its own,
+# inline, or from the viewer's own origin (which the pages' policy allows).
 SVG = (
     b'<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" '
     b'onload="window.__pwned=4"><script>window.__pwned=5</script>'
+    b'<script href="static/viewer.js"/>'
     b'<rect width="16" height="16" fill="#1849a9"/></svg>'
 )
 

@@ -187,3 +187,31 @@ def test_a_body_or_frame_of_unexpected_shapes_is_read_without_an_error() -> None
     assert shown({"messages": [{"role": "assistant", "tool_calls": 5, "content": "hi"}]}) == [
         ("assistant", [("text", "", "hi")])
     ]
+
+
+def test_a_data_url_is_read_as_a_browser_reads_it_base64_in_any_case_and_spacing() -> None:
+    # The fetch standard's data: URL reading: `;base64` in any case, spaces before it, and
+    # the base64 text percent-decoded and freed of white space (as a data URL is wrapped).
+    png = b"\x89PNG\r\n\x1a\n"
+    coded = base64.b64encode(png).decode()
+    urls = [
+        "data:image/png;BASE64," + coded,
+        "data:image/png; base64," + coded,
+        "DATA:image/png;base64," + coded,
+        "data:image/png;base64," + coded[:4] + "\n " + coded[4:],
+        "data:image/png;base64," + quote(coded, safe=""),
+    ]
+    reader = Reader()
+    [message] = reader.messages(
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": {"url": u}} for u in urls],
+                }
+            ]
+        }
+    )
+    assert [p.kind for p in message.parts] == ["image"] * len(urls)
+    found = [(i.media_type, base64.b64decode(i.data, validate=True)) for i in reader.images]
+    assert found == [("image/png", png)] * len(urls)

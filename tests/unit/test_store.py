@@ -351,3 +351,19 @@ def test_create_leaves_no_temp_file_when_link_fails_otherwise(
     with pytest.raises(OSError):
         store.create("default", exchange())
     assert listing(tmp_path / "default") == []
+
+
+def test_a_file_that_cannot_be_opened_is_named_once_with_the_systems_reason(
+    tmp_path: Path,
+) -> None:
+    # Gone between listing and reading (a clean-up, a checkout); permission denied reads alike.
+    store = FileStore(tmp_path)
+    store.write("default", exchange())
+    path = tmp_path / "default" / f"{KEY_A}.json"
+    path.unlink()
+    with pytest.raises(CassetteCorrupt) as caught:
+        store.read("default", KEY_A, 1)
+    message = caught.value.message
+    assert message == (
+        f"cannot read {path}: No such file or directory; run `tapeproxy verify default` to check it"
+    )

@@ -1,5 +1,5 @@
 // tapeproxy for jest: `useTapeproxy()` at the top of a test file or in a setupFilesAfterEnv file.
-import type { Server } from "./server.js";
+import { failure, type Server } from "./server.js";
 import { Tapeproxy, type TapeproxyOptions } from "./tape.js";
 
 export { Tapeproxy, type Mode, type TapeproxyOptions } from "./tape.js";
@@ -27,7 +27,7 @@ export function useTapeproxy(options?: TapeproxyOptions): Tapeproxy {
   beforeEach(() => tape.begin(currentTest()));
   afterEach(async () => {
     const report = await tape.end();
-    if (report) throw new Error(report);
+    if (report) throw failure(report);
   });
   afterAll(() => tape.detach(), 30_000);
   return tape;

@@ -36,6 +36,14 @@ process.stdin.on("end", stop).on("close", stop).on("error", stop).resume();
 process.on("SIGTERM", stop).on("SIGINT", stop);
 `;
 
+/** An error that is all message: what went wrong and what to do, with no stack of ours below
+ * it in a test's failure (the pytest plugin's `pytrace=False`). */
+export function failure(message: string): Error {
+  const error = new Error(message);
+  error.stack = `Error: ${message}`;
+  return error;
+}
+
 export interface ServerOptions {
   cassettes: string; // the library: a folder, a file:// or s3:// URL
   cwd: string; // where tapeproxy.toml is read from: the project's root
@@ -43,15 +51,14 @@ export interface ServerOptions {
 
 /** A running `tapeproxy serve`: its URL, and the control API calls a test suite makes. */
 export class Server {
-  readonly url: string;
-  private readonly keeper: ChildProcess;
-  private readonly exited: Promise<void>;
+  /** The faults it started with (TAPEPROXY_FAULT, tapeproxy.toml): a test's, unless given. */
+  faults: string[] = [];
 
-  constructor(url: string, keeper: ChildProcess, exited: Promise<void>) {
-    this.url = url;
-    this.keeper = keeper;
-    this.exited = exited;
-  }
+  constructor(
+    readonly url: string,
+    private readonly keeper: ChildProcess,
+    private readonly exited: Promise<void>,
+  ) {}
 
   get pid(): number | undefined {
     return this.keeper.pid;
@@ -117,7 +124,7 @@ export async function startServer(options: ServerOptions): Promise<Server> {
   const url = await new Promise<string>((resolve, reject) => {
     const timer = setTimeout(() => {
       keeper.stdin?.end();
-      reject(new Error(`tapeproxy: the server printed no ready line in ${START_TIMEOUT_MS / 1000} s:\n${log.join("\n")}`));
+      reject(failure(`tapeproxy: the server printed no ready line in ${START_TIMEOUT_MS / 1000} s:\n${log.join("\n")}`));
     }, START_TIMEOUT_MS);
     const ready = (found: string) => {
       clearTimeout(timer);
@@ -127,7 +134,7 @@ export async function startServer(options: ServerOptions): Promise<Server> {
     readLines(keeper.stderr!, log, () => undefined, ready);
     keeper.once("exit", (code) => {
       clearTimeout(timer);
-      reject(new Error(whyNotStarted(code, log)));
+      reject(failure(whyNotStarted(code, log)));
     });
   });
   // Running on: its logs are still drained (a full pipe would block the server), but
@@ -135,7 +142,14 @@ export async function startServer(options: ServerOptions): Promise<Server> {
   for (const handle of [keeper, keeper.stdin, keeper.stdout, keeper.stderr]) {
     (handle as { unref?: () => void } | null)?.unref?.();
   }
-  return new Server(url, keeper, exited);
+  const server = new Server(url, keeper, exited);
+  try {
+    server.faults = (await server.control("faults")).faults;
+  } catch (error) {
+    await server.stop();
+    throw error;
+  }
+  return server;
 }
 
 function whyNotStarted(code: number | null, log: string[]): string {
@@ -181,7 +195,7 @@ function controlCall(url: string, body?: unknown): Promise<any> {
         answer.on("data", (chunk: string) => (text += chunk));
         answer.on("end", () => {
           if ((answer.statusCode ?? 500) >= 400) {
-            reject(new Error(`tapeproxy: ${url} answered ${answer.statusCode}: ${text}`));
+            reject(failure(`tapeproxy: ${url} answered ${answer.statusCode}: ${errorMessage(text)}`));
           } else {
             resolve(JSON.parse(text));
           }
@@ -191,6 +205,14 @@ function controlCall(url: string, body?: unknown): Promise<any> {
     sent.on("error", reject);
     sent.end(payload);
   });
+}
+
+function errorMessage(text: string): string {
+  try {
+    return JSON.parse(text).error.message ?? text;
+  } catch {
+    return text;
+  }
 }
 
 function delay(ms: number): Promise<void> {

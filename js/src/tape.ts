@@ -2,7 +2,7 @@
 // on its own cassette, mode and faults with its base URLs set; it ends with a verdict on what
 // missed its cassette.
 import { cassetteForTest, cassetteLibrary, libraryPrefix, nodeId, projectRoot } from "./naming.js";
-import { startServer, type Server } from "./server.js";
+import { failure, startServer, type Server } from "./server.js";
 
 export const MODES = ["record", "replay", "auto", "once", "passthrough"] as const;
 export type Mode = (typeof MODES)[number];
@@ -47,7 +47,6 @@ export class Tapeproxy {
   readonly cassettes = cassetteLibrary(this.root);
   private server: Server | undefined;
   private running: Running | undefined;
-  private defaultFaults: string[] = [];
 
   constructor(private readonly options: TapeproxyOptions = {}) {}
 
@@ -83,7 +82,6 @@ export class Tapeproxy {
       worker.server = undefined; // the next file tries again, and says why again
       throw error;
     }
-    this.defaultFaults = (await this.server.control("faults")).faults;
   }
 
   async detach(): Promise<void> {
@@ -98,7 +96,7 @@ export class Tapeproxy {
     const cassette = this.options.cassette ?? this.nameOf(test);
     const mode = chooseMode(process.env.TAPEPROXY_MODE, this.options.mode);
     await server.control("cassette", { cassette, mode });
-    await server.control("faults", { faults: this.options.faults ?? this.defaultFaults });
+    await server.control("faults", { faults: this.options.faults ?? server.faults });
     const missesBefore = (await server.control("stats")).misses as number;
     const saved: Record<string, string | undefined> = {};
     const set = (name: string, value: string) => {
@@ -142,12 +140,12 @@ export class Tapeproxy {
   }
 
   private live(): Server {
-    if (!this.server) throw new Error("tapeproxy: no server yet: call useTapeproxy() at the top of the test file or in a setup file");
+    if (!this.server) throw failure("tapeproxy: no server yet: call useTapeproxy() at the top of the test file or in a setup file");
     return this.server;
   }
 
   private now(): Running {
-    if (!this.running) throw new Error("tapeproxy: no test is running");
+    if (!this.running) throw failure("tapeproxy: no test is running");
     return this.running;
   }
 }
@@ -155,7 +153,7 @@ export class Tapeproxy {
 function chooseMode(forced: string | undefined, marked: Mode | undefined): Mode {
   const mode = forced?.trim() || marked || "replay";
   if (!(MODES as readonly string[]).includes(mode)) {
-    throw new Error(`tapeproxy: TAPEPROXY_MODE=${mode}: use one of ${MODES.join(", ")}`);
+    throw failure(`tapeproxy: TAPEPROXY_MODE=${mode}: use one of ${MODES.join(", ")}`);
   }
   return mode as Mode;
 }

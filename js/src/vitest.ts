@@ -1,6 +1,6 @@
 // tapeproxy for vitest: `useTapeproxy()` at the top of a test file or in a setup file.
 import { afterEach, beforeAll, beforeEach } from "vitest";
-import type { Server } from "./server.js";
+import { failure, type Server } from "./server.js";
 import { Tapeproxy, type TapeproxyOptions } from "./tape.js";
 
 export { Tapeproxy, type Mode, type TapeproxyOptions } from "./tape.js";
@@ -24,7 +24,7 @@ export function useTapeproxy(options?: TapeproxyOptions): Tapeproxy {
   });
   afterEach(async () => {
     const report = await tape.end();
-    if (report) throw new Error(report);
+    if (report) throw failure(report);
   });
   return tape;
 }

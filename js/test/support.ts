@@ -60,10 +60,10 @@ export interface Ran {
   output: string;
 }
 
-/** Run a command in js/ with `input` on its stdin; its stdout and stderr together. */
-export function run(command: string, args: string[], env: NodeJS.ProcessEnv, input = ""): Promise<Ran> {
+/** Run a command (in js/) with `input` on its stdin; its stdout and stderr together. */
+export function run(command: string, args: string[], env: NodeJS.ProcessEnv, input = "", cwd = JS): Promise<Ran> {
   return new Promise((done) => {
-    const child = spawn(command, args, { cwd: JS, env, stdio: [input ? "pipe" : "ignore", "pipe", "pipe"] });
+    const child = spawn(command, args, { cwd, env, stdio: [input ? "pipe" : "ignore", "pipe", "pipe"] });
     child.stdin?.on("error", () => undefined).end(input); // read or not, as the command likes
     let output = "";
     child.stdout!.on("data", (chunk) => (output += chunk));

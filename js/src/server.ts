@@ -65,8 +65,8 @@ export class Server {
   }
 
   /** GET or PUT a control endpoint (`cassette`, `faults`, `stats`, `misses`); its JSON. */
-  async control(endpoint: string, body?: unknown): Promise<any> {
-    return controlCall(`${this.url}/__tapeproxy/${endpoint}`, body);
+  async control<T>(endpoint: string, body?: unknown): Promise<T> {
+    return (await controlCall(`${this.url}/__tapeproxy/${endpoint}`, body)) as T;
   }
 
   /** Stop the server and wait for it: its pipe closed, the keeper stops it by its pid. */
@@ -144,7 +144,7 @@ export async function startServer(options: ServerOptions): Promise<Server> {
   }
   const server = new Server(url, keeper, exited);
   try {
-    server.faults = (await server.control("faults")).faults;
+    server.faults = (await server.control<{ faults: string[] }>("faults")).faults;
   } catch (error) {
     await server.stop();
     throw error;
@@ -179,16 +179,16 @@ function readLines(
 }
 
 /** A control call over node:http, not fetch: a test that stubs or mocks global fetch must
- * not catch tapeproxy's own calls. */
-function controlCall(url: string, body?: unknown): Promise<any> {
+ * not catch tapeproxy's own calls. With TAPEPROXY_ADMIN_TOKEN set the server wants it on a PUT. */
+function controlCall(url: string, body?: unknown): Promise<unknown> {
   const payload = body === undefined ? undefined : JSON.stringify(body);
+  const headers: Record<string, string> = payload === undefined ? {} : { "content-type": "application/json" };
+  const token = process.env.TAPEPROXY_ADMIN_TOKEN;
+  if (token) headers.authorization = `Bearer ${token}`;
   return new Promise((resolve, reject) => {
     const sent = request(
       url,
-      {
-        method: payload === undefined ? "GET" : "PUT",
-        headers: payload === undefined ? {} : { "content-type": "application/json" },
-      },
+      { method: payload === undefined ? "GET" : "PUT", headers },
       (answer) => {
         let text = "";
         answer.setEncoding("utf8");

@@ -28,6 +28,13 @@ const REPLAY_KEYS: Record<string, string> = {
 };
 const MISSES_SHOWN = 5;
 
+interface Stats {
+  misses: number; // since the server started
+}
+interface Misses {
+  misses: { message: string }[]; // the journal, newest first
+}
+
 /** The test as the runner names it: its file and its describe blocks and title. */
 export interface TestName {
   file: string;
@@ -97,7 +104,7 @@ export class Tapeproxy {
     const mode = chooseMode(process.env.TAPEPROXY_MODE, this.options.mode);
     await server.control("cassette", { cassette, mode });
     await server.control("faults", { faults: this.options.faults ?? server.faults });
-    const missesBefore = (await server.control("stats")).misses as number;
+    const missesBefore = (await server.control<Stats>("stats")).misses;
     const saved: Record<string, string | undefined> = {};
     const set = (name: string, value: string) => {
       if (!(name in saved)) saved[name] = process.env[name];
@@ -119,9 +126,9 @@ export class Tapeproxy {
       if (value === undefined) delete process.env[name];
       else process.env[name] = value;
     }
-    const count = ((await this.server.control("stats")).misses as number) - running.missesBefore;
+    const count = (await this.server.control<Stats>("stats")).misses - running.missesBefore;
     if (count <= 0) return undefined;
-    const journal = (await this.server.control("misses")).misses as { message: string }[];
+    const journal = (await this.server.control<Misses>("misses")).misses;
     const messages = journal.slice(0, count).reverse().map((miss) => miss.message);
     while (messages.length < count) messages.push("(a miss no longer in the journal: see the log)");
     const more = count - MISSES_SHOWN;

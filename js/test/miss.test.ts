@@ -23,8 +23,15 @@ describe.each(Object.entries(runners))("%s", (name, runFixture) => {
   const library = mkdtempSync(join(tmpdir(), `tapeproxy-js-miss-${name}-`));
   afterAll(() => rmSync(library, { recursive: true, force: true }));
   const env = (mode: string, prompt: string) =>
-    baseEnv({ TAPEPROXY_CASSETTES: library, TAPEPROXY_MODE: mode, TAPEPROXY_UPSTREAM: upstreams(fake.url), AGENT_PROMPT: prompt });
+    baseEnv({
+      TAPEPROXY_CASSETTES: library,
+      TAPEPROXY_MODE: mode,
+      TAPEPROXY_UPSTREAM: upstreams(fake.url),
+      TAPEPROXY_ADMIN_TOKEN: "a-token-the-control-puts-carry",
+      AGENT_PROMPT: prompt,
+    });
 
+  // The server here has an admin token (TAPEPROXY_ADMIN_TOKEN): the helper's PUTs carry it.
   test("the agent's test records once, then replays", async () => {
     const recorded = await runFixture(env("once", "What is the capital of France?"));
     expect(recorded.status, recorded.output).toBe(0);

@@ -1,8 +1,8 @@
 // The SDK suite (test/suite: openai, the Vercel AI SDK, @anthropic-ai/sdk, faults) recorded
-// with TAPEPROXY_MODE=once in vitest's threads pool, then replayed with the fake provider
-// stopped in the forks pool and in one non-isolated worker: every test passes, every worker
-// has its own server, nothing is lost, no server is left running, and the cassettes hold the
-// files the pytest plugin writes for the same calls.
+// with TAPEPROXY_MODE=once in vitest's threads pool and in its forks pool, then replayed with
+// the fake provider stopped in the forks pool and in one non-isolated worker: every test
+// passes, every worker has its own server, nothing is lost, no server is left running, and
+// the cassettes hold the files the pytest plugin writes for the same calls.
 import { mkdtempSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
@@ -25,14 +25,14 @@ interface Line {
   mode: string;
 }
 
-async function suite(name: string, mode: string, upstream: string, args: string[]): Promise<Line[]> {
+async function suite(name: string, mode: string, upstream: string, args: string[], into = library): Promise<Line[]> {
   const folder = join(temp, name);
   mkdirSync(folder);
-  const env = { TAPEPROXY_CASSETTES: library, TAPEPROXY_MODE: mode, TAPEPROXY_UPSTREAM: upstreams(upstream), JS_SUITE_REPORT: folder };
+  const env = { TAPEPROXY_CASSETTES: into, TAPEPROXY_MODE: mode, TAPEPROXY_UPSTREAM: upstreams(upstream), JS_SUITE_REPORT: folder };
   const ran: Ran = await vitest(["--config", "test/suite/vitest.config.ts", ...args], baseEnv(env));
   expect(ran.status, ran.output).toBe(0);
   expect(ran.output).toMatch(new RegExp(`Tests\\s+${TESTS} passed`));
-  expect(await serversGone(library)).toEqual([]);
+  expect(await serversGone(into)).toEqual([]);
   return readFileSync(join(folder, "tests.jsonl"), "utf8").trim().split("\n").map((line) => JSON.parse(line));
 }
 
@@ -65,6 +65,14 @@ test("once records every test in the threads pool, each worker on its own server
   const cassettes = new Set([...recorded.keys()].map((file) => dirname(file)));
   expect(cassettes).toEqual(new Set(lines.map((line) => line.cassette)));
   expect(cassettes).toContain(lines.find((line) => line.cassette.includes("openai/answers_a_chat"))?.cassette);
+});
+
+test("once records the same files in the forks pool, each worker on its own server", async () => {
+  const forks = join(temp, "forks-cassettes");
+  const lines = await suite("record-forks", "once", fake!.url, ["--pool=forks", "--maxWorkers=2"], forks);
+  expect(lines).toHaveLength(TESTS);
+  expect(serversPerWorker(lines).size).toBeGreaterThan(1);
+  expect([...exchangeFiles(forks).keys()].sort()).toEqual([...recorded.keys()].sort());
 });
 
 test("the pytest plugin records the same files for the same calls", async () => {

@@ -6,7 +6,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.fakes.upstream import FakeUpstream  # noqa: E402
+from tests.fakes.upstream import FakeUpstream
 
 with FakeUpstream() as fake:
     print(fake.url, flush=True)

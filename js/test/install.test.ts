@@ -10,7 +10,7 @@ const temp = mkdtempSync(join(tmpdir(), "tapeproxy-js-install-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));
 
 async function fixture(env: NodeJS.ProcessEnv): Promise<string> {
-  const ran = await vitest(["--config", "test/fixtures/vitest.config.ts"], { ...env, TAPEPROXY_CASSETTES: temp });
+  const ran = await vitest(["--config", "test/fixtures/vitest.config.ts", "agent"], { ...env, TAPEPROXY_CASSETTES: temp });
   expect(ran.status, ran.output).not.toBe(0);
   return ran.output;
 }

@@ -15,7 +15,7 @@ afterAll(async () => {
 });
 
 const runners = {
-  vitest: (env: NodeJS.ProcessEnv) => vitest(["--config", "test/fixtures/vitest.config.ts"], env),
+  vitest: (env: NodeJS.ProcessEnv) => vitest(["--config", "test/fixtures/vitest.config.ts", "agent"], env),
   jest: (env: NodeJS.ProcessEnv) => jest(["-c", "test/fixtures/jest.config.cjs"], env),
 };
 

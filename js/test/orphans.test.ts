@@ -12,7 +12,7 @@ afterAll(() => rmSync(temp, { recursive: true, force: true }));
 
 test.each(["threads", "forks"])("a killed vitest (%s pool) leaves no server running", async (pool) => {
   const library = join(temp, pool);
-  const args = [join(JS, "node_modules/vitest/vitest.mjs"), "run", "--config", "test/fixtures/vitest.config.ts"];
+  const args = [join(JS, "node_modules/vitest/vitest.mjs"), "run", "--config", "test/fixtures/vitest.config.ts", "agent"];
   args.push(`--pool=${pool}`, "--testTimeout=600000");
   const env = baseEnv({ TAPEPROXY_CASSETTES: library, AGENT_HANG: "1" });
   const runner = spawn(process.execPath, args, { cwd: JS, env, stdio: "ignore" });

@@ -94,7 +94,7 @@ export function exchangeFiles(library: string): Map<string, string> {
 
 /** The tapeproxy servers still running on a library (there should be none once a run ends). */
 export async function serversOn(library: string): Promise<string[]> {
-  const ps = await run("ps", ["-eo", "pid=,args="], process.env);
+  const ps = await run("ps", ["-ww", "-eo", "pid=,args="], process.env);
   return ps.output.split("\n").filter((line) => line.includes(` --cassettes ${library}`) && line.includes(" serve "));
 }
 

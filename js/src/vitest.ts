@@ -1,0 +1,30 @@
+// tapeproxy for vitest: `useTapeproxy()` at the top of a test file or in a setup file.
+import { afterEach, beforeAll, beforeEach } from "vitest";
+import { failure, type Server } from "./server.js";
+import { Tapeproxy, type TapeproxyOptions } from "./tape.js";
+
+export { Tapeproxy, type Mode, type TapeproxyOptions } from "./tape.js";
+
+// The worker's server, kept on the worker's global: a worker that runs several files (vitest's
+// `isolate: false`) starts one. The worker's end closes its pipe, and so stops it.
+const WORKER = Symbol.for("tapeproxy.worker");
+const worker = ((globalThis as Record<symbol, unknown>)[WORKER] ??= {}) as { server?: Promise<Server> };
+
+/** Run each test of this file (or of every file, from a setup file) against the worker's
+ * tapeproxy server, with its own cassette; a test whose requests missed it fails. */
+export function useTapeproxy(options?: TapeproxyOptions): Tapeproxy {
+  const tape = new Tapeproxy(options);
+  beforeAll(() => tape.attach(worker), 90_000);
+  beforeEach(async ({ task }) => {
+    const titles = [task.name];
+    for (let suite = task.suite; suite && suite !== task.file; suite = suite.suite) {
+      titles.unshift(suite.name);
+    }
+    await tape.begin({ file: task.file.filepath, titles });
+  });
+  afterEach(async () => {
+    const report = await tape.end();
+    if (report) throw failure(report);
+  });
+  return tape;
+}

@@ -1,0 +1,3 @@
+const { useTapeproxy } = require("tapeproxy/jest");
+
+globalThis.tape = useTapeproxy();

@@ -1,0 +1,174 @@
+"""`tapeproxy import vcr` on what else VCR.py cassettes hold: the JSON serializer and
+decode_compressed_response (recorded by vcrpy itself), older layouts, `!!binary` and br
+bodies, secrets; and on bad input: each skipped with why, the rest imported."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import brotli  # type: ignore[import-untyped]
+import httpx
+import vcr  # type: ignore[import-untyped]
+import yaml
+from typer.testing import CliRunner
+
+from tapeproxy.cli.main import app
+from tapeproxy.exchange.model import load_exchange
+from tests.fakes.upstream import FakeUpstream
+from tests.support import SECRET_OPENAI, files_under
+
+CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["import", "vcr", *args])
+    return result.exit_code, result.output
+
+
+def exchanges(folder: Path) -> list[dict[str, object]]:
+    return [load_exchange(data).record() for _, data in sorted(files_under(folder).items())]
+
+
+def interaction(uri: str, body: object, answer: object, **headers: list[str]) -> object:
+    return {
+        "request": {
+            "method": "POST",
+            "uri": uri,
+            "body": body,
+            "headers": {"Content-Type": ["application/json"]},
+        },
+        "response": {
+            "status": {"code": 200, "message": "OK"},
+            "headers": {"Content-Type": ["application/json"], **headers},
+            "body": {"string": answer},
+        },
+    }
+
+
+def test_json_serializer_with_decoded_answers_imports_as_the_yaml_one(tmp_path: Path) -> None:
+    """vcrpy itself, recording httpx against the fake (gzip answers): once as YAML with the
+    answer kept compressed, once as JSON with decode_compressed_response on."""
+    with FakeUpstream(gzip=True) as fake:
+        for name, options in (
+            ("as_yaml.yaml", {}),
+            ("as_json.json", {"serializer": "json", "decode_compressed_response": True}),
+        ):
+            with vcr.VCR(**options).use_cassette(str(tmp_path / "vcr" / name)):
+                answer = httpx.post(fake.url + "/v1/chat/completions", json=CHAT)
+                assert answer.json()["object"] == "chat.completion"
+    saved = json.loads((tmp_path / "vcr" / "as_json.json").read_text())
+    assert isinstance(saved["interactions"][0]["response"]["body"]["string"], str)
+    code, output = run(
+        str(tmp_path / "vcr"),
+        "--cassettes",
+        str(tmp_path / "lib"),
+        "--upstream",
+        f"openai={fake.url}",
+    )
+    assert code == 0, output
+    from_json, from_yaml = (
+        exchanges(tmp_path / "lib" / "as_json"),
+        exchanges(tmp_path / "lib" / "as_yaml"),
+    )
+    assert from_json == from_yaml and len(from_json) == 1
+    assert from_json[0]["response"]["body"]["json"]["object"] == "chat.completion"  # type: ignore[index]
+
+
+def test_older_layouts_binary_and_brotli_bodies_import(tmp_path: Path) -> None:
+    """The bare list of vcrpy before 1.0 (protocol, host, port, path), a request body as
+    `!!binary`, answers br- and gzip-encoded and kept compressed."""
+    answer = json.dumps({"ok": True}).encode()
+    old = [
+        {
+            "request": {
+                "method": "POST",
+                "protocol": "https",
+                "host": "api.openai.com",
+                "port": 443,
+                "path": "/v1/embeddings",
+                "body": json.dumps(CHAT).encode(),  # dumped by yaml as !!binary
+                "headers": {"content-type": "application/json"},
+            },
+            "response": {
+                "status": {"code": 200, "message": "OK"},
+                "headers": {"content-type": ["application/json"], "content-encoding": ["br"]},
+                "body": {"string": brotli.compress(answer)},
+            },
+        }
+    ]
+    text = yaml.safe_dump(old)
+    assert "!!binary" in text
+    (tmp_path / "old.yaml").write_text(text)
+    packed = interaction(
+        "https://api.anthropic.com/v1/messages",
+        json.dumps(CHAT),
+        gzip.compress(answer),
+        **{"Content-Encoding": ["gzip"]},
+    )
+    (tmp_path / "packed.yaml").write_text(yaml.safe_dump({"interactions": [packed], "version": 1}))
+    code, output = run(
+        str(tmp_path / "old.yaml"),
+        str(tmp_path / "packed.yaml"),
+        "--cassettes",
+        str(tmp_path / "lib"),
+    )
+    assert code == 0, output
+    (old_one,) = exchanges(tmp_path / "lib" / "old")
+    (packed_one,) = exchanges(tmp_path / "lib" / "packed")
+    assert old_one["request"]["upstream"] == "openai"  # type: ignore[index]
+    assert old_one["request"]["body"] == {"json": CHAT}  # type: ignore[index]
+    assert packed_one["request"]["upstream"] == "anthropic"  # type: ignore[index]
+    for one in (old_one, packed_one):
+        assert one["response"]["body"]["json"] == {"ok": True}  # type: ignore[index]
+        assert "content-encoding" not in one["response"]["headers"]  # type: ignore[index]
+
+
+def test_credentials_and_keys_in_bodies_are_not_written(tmp_path: Path) -> None:
+    key = "sk-proj-" + "Ab3" * 16  # a well-known key format, built here
+    item = interaction(
+        "https://api.openai.com/v1/chat/completions",
+        json.dumps({**CHAT, "messages": [{"role": "user", "content": f"my key is {key}"}]}),
+        json.dumps({"echo": key}),
+    )
+    item["request"]["headers"]["Authorization"] = [f"Bearer {SECRET_OPENAI}"]  # type: ignore[index]
+    (tmp_path / "secret.yaml").write_text(yaml.safe_dump({"interactions": [item], "version": 1}))
+    code, output = run(str(tmp_path / "secret.yaml"), "--cassettes", str(tmp_path / "lib"))
+    assert code == 0, output
+    written = files_under(tmp_path / "lib")
+    assert len(written) == 1
+    for data in written.values():
+        assert SECRET_OPENAI.encode() not in data and key.encode() not in data
+        assert b"[redacted]" in data
+
+
+def test_bad_input_is_skipped_with_why_and_the_rest_imported(tmp_path: Path) -> None:
+    good = interaction("https://api.openai.com/v1/embeddings", json.dumps(CHAT), "{}")
+    stranger = interaction("https://unknown.example:8443/v1/x", "{}", "{}")
+    large = interaction("https://api.openai.com/v1/files", "{}", "x" * 5000)
+    folder = tmp_path / "vcr"
+    folder.mkdir()
+    (folder / "mixed.yaml").write_text(yaml.safe_dump({"interactions": [good, stranger, large]}))
+    (folder / "broken.yaml").write_text("interactions: [\n  - {request: ")
+    library = str(tmp_path / "lib")
+    code, output = run(str(folder), "--cassettes", library, "--max-record", "1000")
+    assert code == 1, output
+    assert "broken.yaml: skipped: not readable YAML or JSON" in output
+    assert "skipped #2: no upstream at https://unknown.example:8443" in output
+    assert "skipped #3: its answer is over --max-record (1,000 bytes)" in output
+    assert "cassette 'mixed': 1 written" in output
+    assert len(files_under(tmp_path / "lib" / "mixed")) == 1
+
+    # A cassette that holds recordings is refused; --merge adds, keeping every recording.
+    before = files_under(tmp_path / "lib")
+    again = interaction("https://api.openai.com/v1/embeddings", json.dumps(CHAT), '{"new": 1}')
+    (folder / "mixed.yaml").write_text(yaml.safe_dump({"interactions": [good, again]}))
+    (folder / "broken.yaml").unlink()
+    code, output = run(str(folder), "--cassettes", library)
+    assert code == 1 and "already holds 1 recording(s): nothing written" in output, output
+    assert files_under(tmp_path / "lib") == before
+    code, output = run(str(folder), "--cassettes", library, "--merge")
+    assert code == 0 and "1 written, 1 already there" in output, output
+    after = files_under(tmp_path / "lib")
+    assert set(before) < set(after) and all(after[name] == data for name, data in before.items())

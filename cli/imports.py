@@ -3,9 +3,12 @@ keyed and scrubbed as recording does, and a cassette written out as HAR."""
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import IO, Annotated
 
 import typer
 
@@ -76,6 +79,88 @@ def import_vcr(
     except TapeproxyError as exc:
         raise fail(exc, as_json) from exc
     _print(report, as_json)
+
+
+def import_har(
+    file: Annotated[Path, typer.Argument(help="A HAR file (HAR 1.2).", metavar="FILE")],
+    cassette: CassetteOption = None,
+    cassettes: CassettesOption = None,
+    upstream: UpstreamOption = None,
+    ignore: IgnoreOption = None,
+    max_record: MaxRecordOption = None,
+    merge: MergeOption = False,
+    config: ConfigOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Import a HAR file (browsers, mitmproxy, Polly.JS, Charles, `tapeproxy export har`)
+    as one cassette, named after the file without its extension, or --cassette NAME.
+
+    Each entry is keyed as if recorded live, as `import vcr` does; entries with no answer
+    (status 0) or with their content not saved are skipped, saying so. Exit 1 when
+    anything was skipped."""
+    from tapeproxy.tools.har import read_har
+    from tapeproxy.tools.importrun import run_import
+
+    try:
+        store, importer = _importer(cassettes, upstream, ignore, max_record, config)
+        report = run_import(store, importer, [(file, cassette or file.stem)], read_har, merge)
+    except TapeproxyError as exc:
+        raise fail(exc, as_json) from exc
+    _print(report, as_json)
+
+
+def export_har(
+    name: Annotated[str, typer.Argument(help="The cassette to export.")],
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="The HAR file to write; default: stdout.", metavar="FILE"
+        ),
+    ] = None,
+    cassettes: CassettesOption = None,
+    upstream: UpstreamOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Write a cassette as a HAR 1.2 file, for a browser's or a proxy's HAR viewer.
+
+    A stream is written as its joined body; its frames (and their times) are kept in each
+    entry's `_tapeproxy` field, so `tapeproxy import har` gives back the same exchange
+    files. URLs use each upstream's URL (built-ins, --upstream). A file given with -o is
+    written whole or not at all."""
+    from tapeproxy.cli.library import existing, open_library
+    from tapeproxy.providers import provider_table
+    from tapeproxy.sources import parse_pairs
+    from tapeproxy.tools.har import write_har
+
+    try:
+        library = open_library(cassettes, upstream, None, config, rules=False)
+        cassette = existing(library, name)
+        providers = provider_table(parse_pairs(upstream, "upstream") if upstream else {})
+        if output is None:
+            write_har(library.store, cassette, providers, sys.stdout)
+            return
+        count = _write_aside(output, lambda out: write_har(library.store, cassette, providers, out))
+    except TapeproxyError as exc:
+        raise fail(exc) from exc
+    except OSError as exc:
+        raise fail(f"cannot write {output}: {exc.strerror or exc}") from exc
+    make_console(stderr=True).print(
+        f"cassette {cassette!r}: {count} exchange(s) written to {output}",
+        highlight=False,
+        markup=False,
+    )
+
+
+def _write_aside(path: Path, write: Callable[[IO[str]], int]) -> int:
+    """Write a file whole or not at all: aside, then renamed over `path`."""
+    aside = path.with_name(f".{path.name}.tmp")
+    try:
+        with aside.open("w", encoding="utf-8") as out:
+            count = write(out)
+        os.replace(aside, path)
+    finally:
+        aside.unlink(missing_ok=True)
+    return count
 
 
 def _importer(

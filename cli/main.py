@@ -112,8 +112,9 @@ GROUPS = (
     (
         "import",
         "Bring in cassettes other tools recorded: VCR.py, HAR.",
-        (("vcr", imports.import_vcr),),
+        (("vcr", imports.import_vcr), ("har", imports.import_har)),
     ),
+    ("export", "Write a cassette in another tool's format: HAR.", (("har", imports.export_har),)),
 )
 
 

@@ -16,7 +16,7 @@ from tapeproxy.engine.keyed import parts_and_key
 from tapeproxy.engine.spool import Spool
 from tapeproxy.errors import TapeproxyError
 from tapeproxy.exchange.bodies import decode_content
-from tapeproxy.providers import BARE_V1_DEFAULT, BUILTIN, Rulebook
+from tapeproxy.providers import BARE_V1_DEFAULT, BUILTIN, Rulebook, generic
 from tapeproxy.providers.base import Provider
 from tapeproxy.redaction.scrubber import Scrubber
 
@@ -63,8 +63,10 @@ class Importer:
         """The upstream a request went to, and its path and query under it: the one whose
         scheme, host and port are the URL's (the longest base path of those that fit)."""
         url = urlsplit(whole.url)
-        if whole.upstream is not None and whole.upstream in self.providers:
-            provider = self.providers[whole.upstream]
+        if whole.upstream is not None:  # named by tapeproxy's own export
+            provider = self.providers.get(whole.upstream) or generic(
+                whole.upstream, f"{url.scheme}://{url.netloc}"
+            )
             under = _under(url.path, urlsplit(provider.base_url).path)
             return provider, url.path if under is None else under, url.query
         fits = []

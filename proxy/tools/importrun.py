@@ -12,12 +12,13 @@ from tapeproxy.engine.finish import Finished
 from tapeproxy.errors import TapeproxyError
 from tapeproxy.exchange.model import Exchange, dump_around
 from tapeproxy.store.names import check_cassette_name
-from tapeproxy.store.protocol import CassetteStore, exchange_file
+from tapeproxy.store.protocol import CassetteStore, exchange_file, reason
 from tapeproxy.tools.importing import Importer, Skip, Whole
 
 # A file to import is read whole (YAML and HAR parsers take a document at once): past this
-# size it is skipped, so memory stays bounded whatever is given.
-MAX_FILE = 256 * 1024 * 1024
+# size it is skipped, so memory stays bounded whatever is given (a YAML file takes some four
+# times its size once parsed).
+MAX_FILE = 128 * 1024 * 1024
 
 
 @dataclass
@@ -128,8 +129,10 @@ def run_import(
                 try:
                     kept.append(importer.exchange(item, len(kept)))
                     one.exchanges += 1
-                except (Skip, TapeproxyError) as exc:
+                except TapeproxyError as exc:
                     one.skipped.append(f"#{number}: {exc.message}")
+                except ValueError as exc:  # what no exchange file can hold (pydantic's check)
+                    one.skipped.append(f"#{number}: {reason(exc)}")
         except Skip as exc:
             one.error = exc.message
     for cassette, exchanges in gathered.items():

@@ -152,3 +152,38 @@ def test_a_har_polly_js_wrote_imports_and_replays_the_same_answers(
     ]
     assert replayed == answers
     assert replayed[1].startswith("data: ") and replayed[1].rstrip().endswith("data: [DONE]")
+
+
+def test_import_and_export_go_through_the_store_to_an_s3_library(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path, tmp_path: Path, s3_library: str
+) -> None:
+    record_some(make_proxy, fake)
+    har = tmp_path / "default.har"
+    cli("export", "har", "default", "--cassettes", str(cassettes), "-o", str(har))
+    cli("import", "har", str(har), "--cassettes", s3_library)
+    again = tmp_path / "again.har"
+    cli("export", "har", "default", "--cassettes", s3_library, "-o", str(again))
+    assert again.read_bytes() == har.read_bytes()
+    listed = json.loads(cli("ls", "--cassettes", s3_library, "--json"))
+    assert [(c["name"], c["exchanges"]) for c in listed] == [("default", 6)]
+
+
+def test_frame_times_and_a_cut_answer_come_back_from_a_har(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path, tmp_path: Path
+) -> None:
+    proxy = make_proxy(mode="record", record_failures=True)
+    body = {"model": "gpt-4o-mini", "messages": MESSAGES, "stream": True}
+    fake.frame_delay = 0.02
+    httpx.post(proxy.url + "/openai/v1/chat/completions", json=body)
+    fake.cut_after = 2
+    with pytest.raises(httpx.RemoteProtocolError):
+        httpx.post(proxy.url + "/openai/v1/chat/completions", json={**body, "n": 2})
+    proxy.stop()
+    recorded = files_under(cassettes / "default")
+    exchanges = [json.loads(data) for data in recorded.values()]
+    assert sorted(e["outcome"] for e in exchanges) == ["complete", "upstream_cut"]
+    assert any(f["ms"] > 0 for e in exchanges for f in e["response"]["frames"])
+    har = tmp_path / "timed.har"
+    cli("export", "har", "default", "--cassettes", str(cassettes), "-o", str(har))
+    cli("import", "har", str(har), "--cassettes", str(tmp_path / "lib"), "--cassette", "default")
+    assert files_under(tmp_path / "lib" / "default") == recorded

@@ -147,9 +147,15 @@ def test_bad_input_is_skipped_with_why_and_the_rest_imported(tmp_path: Path) -> 
     good = interaction("https://api.openai.com/v1/embeddings", json.dumps(CHAT), "{}")
     stranger = interaction("https://unknown.example:8443/v1/x", "{}", "{}")
     large = interaction("https://api.openai.com/v1/files", "{}", "x" * 5000)
+    packed = gzip.compress(b"x" * 5000)  # small, but over --max-record unpacked
+    bomb = interaction(
+        "https://api.openai.com/v1/f", "{}", packed, **{"Content-Encoding": ["gzip"]}
+    )
     folder = tmp_path / "vcr"
     folder.mkdir()
-    (folder / "mixed.yaml").write_text(yaml.safe_dump({"interactions": [good, stranger, large]}))
+    (folder / "mixed.yaml").write_text(
+        yaml.safe_dump({"interactions": [good, stranger, large, bomb]})
+    )
     (folder / "broken.yaml").write_text("interactions: [\n  - {request: ")
     library = str(tmp_path / "lib")
     code, output = run(str(folder), "--cassettes", library, "--max-record", "1000")
@@ -157,6 +163,7 @@ def test_bad_input_is_skipped_with_why_and_the_rest_imported(tmp_path: Path) -> 
     assert "broken.yaml: skipped: not readable YAML or JSON" in output
     assert "skipped #2: no upstream at https://unknown.example:8443" in output
     assert "skipped #3: its answer is over --max-record (1,000 bytes)" in output
+    assert "skipped #4: its answer is gzip-encoded and does not decode within" in output
     assert "cassette 'mixed': 1 written" in output
     assert len(files_under(tmp_path / "lib" / "mixed")) == 1
 

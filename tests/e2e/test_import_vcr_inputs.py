@@ -179,3 +179,21 @@ def test_bad_input_is_skipped_with_why_and_the_rest_imported(tmp_path: Path) -> 
     assert code == 0 and "1 written, 1 already there" in output, output
     after = files_under(tmp_path / "lib")
     assert set(before) < set(after) and all(after[name] == data for name, data in before.items())
+
+
+def test_json_output_says_per_file_what_was_imported_and_skipped(tmp_path: Path) -> None:
+    good = interaction("https://api.openai.com/v1/embeddings", json.dumps(CHAT), "{}")
+    stranger = interaction("https://unknown.example/v1/x", "{}", "{}")
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump({"interactions": [good, stranger]}))
+    code, output = run(str(tmp_path / "one.yaml"), "--cassettes", str(tmp_path / "lib"), "--json")
+    assert code == 1
+    report = json.loads(output)
+    (one,) = report["files"]
+    assert (one["cassette"], one["exchanges"], one["error"]) == ("one", 1, None)
+    assert one["skipped"] == [
+        "#2: no upstream at https://unknown.example: give --upstream "
+        "NAME=https://unknown.example (NAME as the client's base URL names it: "
+        "http://HOST:PORT/NAME/...)"
+    ]
+    (cassette,) = report["cassettes"]
+    assert cassette["cassette"] == "one" and len(cassette["written"]) == 1

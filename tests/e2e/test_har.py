@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
+import socket
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,7 @@ from typer.testing import CliRunner
 from tapeproxy.cli.main import app
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream, Reply
-from tests.support import SECRET_ANTHROPIC, SECRET_OPENAI, files_under
+from tests.support import REPOSITORY, SECRET_ANTHROPIC, SECRET_OPENAI, files_under
 
 MESSAGES: list[Any] = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -187,3 +190,72 @@ def test_frame_times_and_a_cut_answer_come_back_from_a_har(
     cli("export", "har", "default", "--cassettes", str(cassettes), "-o", str(har))
     cli("import", "har", str(har), "--cassettes", str(tmp_path / "lib"), "--cassette", "default")
     assert files_under(tmp_path / "lib" / "default") == recorded
+
+
+# mitmproxy lives in a venv of its own (.ci/run makes it): its 11.x, the last for Python
+# 3.11, pins cryptography and h11 below what this project's stack uses.
+MITMDUMP = REPOSITORY / ".ci" / "mitmproxy" / "bin" / "mitmdump"
+
+
+def mitmdump() -> str | None:
+    return str(MITMDUMP) if MITMDUMP.is_file() else shutil.which("mitmdump")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.mark.skipif(
+    mitmdump() is None, reason="needs mitmdump (.ci/run installs it in .ci/mitmproxy/)"
+)
+def test_a_har_mitmproxy_wrote_imports_and_replays_the_same_answers(
+    make_proxy: MakeProxy, fake: FakeUpstream, tmp_path: Path
+) -> None:
+    """mitmdump as a reverse proxy on loopback in front of the fake, dumping HAR: a gzip
+    JSON answer and a stream, imported and replayed byte for byte with the fake gone."""
+    port, har = free_port(), tmp_path / "mitm.har"
+    fake.gzip = True
+    command = [mitmdump() or "", "--mode", f"reverse:{fake.url}", "--listen-host", "127.0.0.1"]
+    command += ["--listen-port", str(port), "--set", f"hardump={har}", "-q"]
+    dump = subprocess.Popen(command)
+    try:
+        wait_for_port(port, dump)
+        body = {"model": "gpt-4o-mini", "messages": MESSAGES}
+        base = f"http://127.0.0.1:{port}/v1/chat/completions"
+        key = {"authorization": f"Bearer {SECRET_OPENAI}"}
+        answers = [
+            httpx.post(base, json=body, headers=key).text,
+            httpx.post(base, json={**body, "stream": True}, headers=key).text,
+        ]
+    finally:
+        dump.send_signal(signal.SIGINT)  # the HAR is written as mitmdump ends
+        dump.wait(timeout=60)
+    assert json.loads(har.read_text())["log"]["creator"]["name"] == "mitmproxy"
+    library = tmp_path / "lib"
+    upstream = f"openai={fake.url}"
+    output = cli("import", "har", str(har), "--cassettes", str(library), "--upstream", upstream)
+    assert "-> mitm: 2 exchange(s)" in output
+    assert not any(SECRET_OPENAI.encode() in data for data in files_under(library).values())
+    fake.stop()
+    proxy = make_proxy(mode="replay", cassettes=library, cassette="mitm")
+    replayed = [
+        httpx.post(proxy.url + "/openai/v1/chat/completions", json=body).text,
+        httpx.post(proxy.url + "/openai/v1/chat/completions", json={**body, "stream": True}).text,
+    ]
+    assert replayed == answers
+    assert json.loads(answers[0])["object"] == "chat.completion"
+
+
+def wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "mitmdump stopped"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"mitmdump did not listen on {port} within 60 s")

@@ -197,3 +197,25 @@ def test_json_output_says_per_file_what_was_imported_and_skipped(tmp_path: Path)
     ]
     (cassette,) = report["cassettes"]
     assert cassette["cassette"] == "one" and len(cassette["written"]) == 1
+
+
+def test_a_stream_imports_as_frames_the_same_every_time(tmp_path: Path) -> None:
+    """An SSE answer becomes its frames, each at 0 ms (no clock ran), so importing the same
+    file again gives the same bytes: no diff in git."""
+    events = [{"choices": [{"delta": {"content": word}}]} for word in ("Par", "is")]
+    sse = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+    item = interaction(
+        "https://api.openai.com/v1/chat/completions",
+        json.dumps({**CHAT, "stream": True}),
+        sse,
+        **{"Content-Type": ["text/event-stream"]},
+    )
+    (tmp_path / "stream.yaml").write_text(yaml.safe_dump({"interactions": [item]}))
+    for library in ("one", "two"):
+        code, output = run(str(tmp_path / "stream.yaml"), "--cassettes", str(tmp_path / library))
+        assert code == 0, output
+    assert files_under(tmp_path / "one") == files_under(tmp_path / "two")
+    (stream,) = exchanges(tmp_path / "one" / "stream")
+    frames = stream["response"]["frames"]  # type: ignore[index]
+    assert [f["text"] for f in frames] == sse.replace("\n\n", "\n\n\0").split("\0")[:-1]
+    assert {f["ms"] for f in frames} == {0} and stream["outcome"] == "complete"

@@ -125,7 +125,10 @@ class Importer:
             raise Skip(f"its answer is over --max-record ({self.max_record:,} bytes)")
         finished = settle(capture, whole.end_ms is not None, self.scrubber, keep_failures=True)
         if not isinstance(finished, Finished):  # (settle keeps every failure asked to)
+            capture.spool.discard()
             raise Skip(finished)
+        if finished.middle is None:  # else its pieces are read back from the spool when written
+            capture.spool.discard()
         if whole.end_ms is not None:
             response = finished.exchange.response.model_copy(update={"end_ms": whole.end_ms})
             finished = Finished(

@@ -219,3 +219,27 @@ def test_a_stream_imports_as_frames_the_same_every_time(tmp_path: Path) -> None:
     frames = stream["response"]["frames"]  # type: ignore[index]
     assert [f["text"] for f in frames] == sse.replace("\n\n", "\n\n\0").split("\0")[:-1]
     assert {f["ms"] for f in frames} == {0} and stream["outcome"] == "complete"
+
+
+def test_an_answer_past_the_spool_is_written_in_pieces_whole(tmp_path: Path) -> None:
+    """An answer over 1 MiB goes through the recording's spool and is written piece by
+    piece, as a live one is: a long stream and a long JSON body come out whole."""
+    words = [f"word{n} " for n in range(60_000)]
+    events = [{"choices": [{"delta": {"content": word}}]} for word in words]
+    sse = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+    long_json = json.dumps({"data": words})
+    assert len(sse) > 2**21 and len(long_json) > 2**19
+    stream = interaction(
+        "https://api.openai.com/v1/chat/completions",
+        json.dumps({**CHAT, "stream": True}),
+        sse,
+        **{"Content-Type": ["text/event-stream"]},
+    )
+    body = interaction("https://api.openai.com/v1/embeddings", "{}", long_json * 3)
+    (tmp_path / "long.yaml").write_text(yaml.safe_dump({"interactions": [stream, body]}))
+    code, output = run(str(tmp_path / "long.yaml"), "--cassettes", str(tmp_path / "lib"))
+    assert code == 0, output
+    by_path = {e["request"]["path"]: e for e in exchanges(tmp_path / "lib" / "long")}  # type: ignore[index]
+    frames = by_path["/v1/chat/completions"]["response"]["frames"]  # type: ignore[index]
+    assert "".join(f["text"] for f in frames) == sse and len(frames) == len(words) + 1
+    assert by_path["/v1/embeddings"]["response"]["body"] == {"text": long_json * 3}

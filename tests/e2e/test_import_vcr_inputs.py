@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from typing import Any
 
 import brotli  # type: ignore[import-untyped]
 import httpx
@@ -27,11 +28,11 @@ def run(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def exchanges(folder: Path) -> list[dict[str, object]]:
+def exchanges(folder: Path) -> list[dict[str, Any]]:
     return [load_exchange(data).record() for _, data in sorted(files_under(folder).items())]
 
 
-def interaction(uri: str, body: object, answer: object, **headers: list[str]) -> object:
+def interaction(uri: str, body: object, answer: object, **headers: list[str]) -> dict[str, Any]:
     return {
         "request": {
             "method": "POST",
@@ -73,7 +74,7 @@ def test_json_serializer_with_decoded_answers_imports_as_the_yaml_one(tmp_path: 
         exchanges(tmp_path / "lib" / "as_yaml"),
     )
     assert from_json == from_yaml and len(from_json) == 1
-    assert from_json[0]["response"]["body"]["json"]["object"] == "chat.completion"  # type: ignore[index]
+    assert from_json[0]["response"]["body"]["json"]["object"] == "chat.completion"
 
 
 def test_older_layouts_binary_and_brotli_bodies_import(tmp_path: Path) -> None:
@@ -117,12 +118,12 @@ def test_older_layouts_binary_and_brotli_bodies_import(tmp_path: Path) -> None:
     assert code == 0, output
     (old_one,) = exchanges(tmp_path / "lib" / "old")
     (packed_one,) = exchanges(tmp_path / "lib" / "packed")
-    assert old_one["request"]["upstream"] == "openai"  # type: ignore[index]
-    assert old_one["request"]["body"] == {"json": CHAT}  # type: ignore[index]
-    assert packed_one["request"]["upstream"] == "anthropic"  # type: ignore[index]
+    assert old_one["request"]["upstream"] == "openai"
+    assert old_one["request"]["body"] == {"json": CHAT}
+    assert packed_one["request"]["upstream"] == "anthropic"
     for one in (old_one, packed_one):
-        assert one["response"]["body"]["json"] == {"ok": True}  # type: ignore[index]
-        assert "content-encoding" not in one["response"]["headers"]  # type: ignore[index]
+        assert one["response"]["body"]["json"] == {"ok": True}
+        assert "content-encoding" not in one["response"]["headers"]
 
 
 def test_credentials_and_keys_in_bodies_are_not_written(tmp_path: Path) -> None:
@@ -132,7 +133,7 @@ def test_credentials_and_keys_in_bodies_are_not_written(tmp_path: Path) -> None:
         json.dumps({**CHAT, "messages": [{"role": "user", "content": f"my key is {key}"}]}),
         json.dumps({"echo": key}),
     )
-    item["request"]["headers"]["Authorization"] = [f"Bearer {SECRET_OPENAI}"]  # type: ignore[index]
+    item["request"]["headers"]["Authorization"] = [f"Bearer {SECRET_OPENAI}"]
     (tmp_path / "secret.yaml").write_text(yaml.safe_dump({"interactions": [item], "version": 1}))
     code, output = run(str(tmp_path / "secret.yaml"), "--cassettes", str(tmp_path / "lib"))
     assert code == 0, output
@@ -216,7 +217,7 @@ def test_a_stream_imports_as_frames_the_same_every_time(tmp_path: Path) -> None:
         assert code == 0, output
     assert files_under(tmp_path / "one") == files_under(tmp_path / "two")
     (stream,) = exchanges(tmp_path / "one" / "stream")
-    frames = stream["response"]["frames"]  # type: ignore[index]
+    frames = stream["response"]["frames"]
     assert [f["text"] for f in frames] == sse.replace("\n\n", "\n\n\0").split("\0")[:-1]
     assert {f["ms"] for f in frames} == {0} and stream["outcome"] == "complete"
 
@@ -239,7 +240,7 @@ def test_an_answer_past_the_spool_is_written_in_pieces_whole(tmp_path: Path) -> 
     (tmp_path / "long.yaml").write_text(yaml.safe_dump({"interactions": [stream, body]}))
     code, output = run(str(tmp_path / "long.yaml"), "--cassettes", str(tmp_path / "lib"))
     assert code == 0, output
-    by_path = {e["request"]["path"]: e for e in exchanges(tmp_path / "lib" / "long")}  # type: ignore[index]
-    frames = by_path["/v1/chat/completions"]["response"]["frames"]  # type: ignore[index]
+    by_path = {e["request"]["path"]: e for e in exchanges(tmp_path / "lib" / "long")}
+    frames = by_path["/v1/chat/completions"]["response"]["frames"]
     assert "".join(f["text"] for f in frames) == sse and len(frames) == len(words) + 1
     assert by_path["/v1/embeddings"]["response"]["body"] == {"text": long_json * 3}

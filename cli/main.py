@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tapeproxy.cli import looking, maintenance, tools
+from tapeproxy.cli import imports, looking, maintenance, tools
 from tapeproxy.cli.library import fail, option
 from tapeproxy.errors import ConfigError
 from tapeproxy.modes import Mode
@@ -106,6 +106,24 @@ COMMANDS = (
     ("report", looking.report),
     ("view", looking.view),
 )
+# Commands that take a second word (`tapeproxy import vcr`): each group's help and its
+# commands, listed after COMMANDS.
+GROUPS = (
+    (
+        "import",
+        "Bring in cassettes other tools recorded: VCR.py, HAR.",
+        (("vcr", imports.import_vcr), ("har", imports.import_har)),
+    ),
+    ("export", "Write a cassette in another tool's format: HAR.", (("har", imports.export_har),)),
+)
+
+
+def command_names() -> list[str]:
+    """Every command as it is typed, groups and their commands too, in --help's order."""
+    names = [name for name, _ in COMMANDS]
+    for group, _, commands in GROUPS:
+        names += [group, *(f"{group} {name}" for name, _ in commands)]
+    return names
 
 
 def build_app() -> typer.Typer:
@@ -122,6 +140,11 @@ def build_app() -> typer.Typer:
     built.callback()(main)
     for name, command in COMMANDS:
         built.command(name)(command)
+    for group, text, commands in GROUPS:
+        sub = typer.Typer(name=group, help=text, no_args_is_help=True, rich_markup_mode=None)
+        for name, subcommand in commands:
+            sub.command(name)(subcommand)
+        built.add_typer(sub)
     return built
 
 

@@ -17,7 +17,8 @@ from typing import Any
 import typer
 from pydantic import BaseModel
 
-from tapeproxy.cli.main import COMMANDS, app
+from tapeproxy.cli.main import app
+from tapeproxy.cli.main import command_names as every_command
 from tapeproxy.settings import ENV_PREFIX, MIB, Settings, ToolSettings, env_name
 from tapeproxy.sources import DICT_FIELDS, LINE_FIELDS, LIST_FIELDS, MATCH_KEYS, REDACT_KEYS
 
@@ -58,7 +59,7 @@ def help_text(args: list[str]) -> str:
 
 def command_names() -> list[str]:
     """Every command, in the order `tapeproxy --help` lists them."""
-    return [name for name, _ in COMMANDS]
+    return every_command()
 
 
 def cli_page(render: Callable[[list[str]], str] = help_text) -> str:
@@ -79,7 +80,14 @@ def cli_page(render: Callable[[list[str]], str] = help_text) -> str:
         "```",
     ]
     for name in command_names():
-        parts += ["", f"## tapeproxy {name}", "", "```text", render([name]).rstrip("\n"), "```"]
+        parts += [
+            "",
+            f"## tapeproxy {name}",
+            "",
+            "```text",
+            render(name.split()).rstrip("\n"),
+            "```",
+        ]
     return "\n".join(parts) + "\n"
 
 

@@ -8,6 +8,7 @@ import itertools
 import time
 from array import array
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tapeproxy.engine.keying import RequestParts
@@ -41,6 +42,9 @@ class Capture:
     chunked: bool
     spool: Spool
     limit: int = 64 * 1024 * 1024  # --max-record: past this many bytes nothing is kept
+    # When each chunk came: a live answer's clock; an answer read whole from another format
+    # (`tapeproxy import`) has none, and stands still at 0 so its frames' times do too.
+    clock: Callable[[], float] = time.monotonic
     started: float = field(default_factory=time.monotonic)
     size: int = 0
     over: bool = False  # the answer passed `limit`: it goes on to the client, unrecorded
@@ -119,7 +123,7 @@ class Capture:
         return json_document(self.spool.memory + pending) is not None
 
     def ms(self) -> int:
-        return int((time.monotonic() - self.started) * 1000)
+        return int((self.clock() - self.started) * 1000)
 
     def truncated(self) -> bool:
         """A stream that ended cleanly but without its dialect's final frame (no `[DONE]`,

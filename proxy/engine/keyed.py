@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from tapeproxy.engine import jsonrpc
 from tapeproxy.engine.inbound import Inbound
 from tapeproxy.engine.keycache import KeyCache, raw_key
-from tapeproxy.engine.keying import RequestParts, request_key, request_parts
+from tapeproxy.engine.keying import HeaderSource, RequestParts, request_key, request_parts
 from tapeproxy.engine.rules import MatchRules
 from tapeproxy.engine.stats import Trace
 from tapeproxy.engine.timing import TIMING_HEADER, parse_timing
@@ -140,25 +140,41 @@ class Keyer:
         known = self.keys.get(raw) if raw is not None else None
         if known is not None:
             return known
-        try:
-            parts = request_parts(
-                inbound.method,
-                upstream,
-                inbound.path,
-                inbound.query,
-                inbound.header_map,
-                inbound.body,
-                rules,
-            )
-            # Keyed as stored: scrubbed by the [redact] rules and the key formats, so a replay
-            # with the same rules finds what `tapeproxy redact` or a recording with them wrote.
-            parts = self.scrubber.request(parts)
-            key = request_key(parts, rules)
-        except RecursionError:
-            raise BadBody(
-                "the request body nests too deeply for tapeproxy to key and scrub it; "
-                "nothing was forwarded or recorded"
-            ) from None
+        parts, key = parts_and_key(
+            inbound.method,
+            upstream,
+            inbound.path,
+            inbound.query,
+            inbound.header_map,
+            inbound.body,
+            rules,
+            self.scrubber,
+        )
         if raw is not None:
             self.keys.put(raw, parts, key)
         return parts, key
+
+
+def parts_and_key(
+    method: str,
+    upstream: str,
+    path: str,
+    query: str,
+    headers: HeaderSource,
+    body: bytes,
+    rules: MatchRules,
+    scrubber: Scrubber,
+) -> tuple[RequestParts, str]:
+    """A request's stored parts and key, as recording keys it: the one way from a request to
+    its key (the server's requests, and those `tapeproxy import` reads from other formats)."""
+    try:
+        parts = request_parts(method, upstream, path, query, headers, body, rules)
+        # Keyed as stored: scrubbed by the [redact] rules and the key formats, so a replay
+        # with the same rules finds what `tapeproxy redact` or a recording with them wrote.
+        parts = scrubber.request(parts)
+        return parts, request_key(parts, rules)
+    except RecursionError:
+        raise BadBody(
+            "the request body nests too deeply for tapeproxy to key and scrub it; "
+            "nothing was forwarded or recorded"
+        ) from None

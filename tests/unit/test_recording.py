@@ -282,3 +282,27 @@ def test_a_spooled_answer_is_written_as_the_same_bytes_as_a_held_one(
     else:
         assert b"".join(dump_around(spooled.exchange, spooled.middle)) == expected
     assert load_exchange(expected).response.frames == whole.exchange.response.frames
+
+
+def test_frames_are_timed_by_the_captures_clock() -> None:
+    """A live answer's clock is time.monotonic; an answer read whole (`tapeproxy import`)
+    gives a clock that stands still, and its frames' times are what that clock says."""
+    now = [10.0]
+    made = Capture(
+        provider=openai.PROVIDER,
+        request=request(body={"stream": True}),
+        key="k" * 64,
+        seq=0,
+        rules="r",
+        status=200,
+        headers=[("content-type", "text/event-stream")],
+        chunked=True,
+        spool=Spool(tempfile.TemporaryFile),
+        clock=lambda: now[0],
+        started=10.0,
+    )
+    made.add(b"data: {}\n\n")
+    now[0] = 10.25
+    made.add(b"data: [DONE]\n\n")
+    frames = finish(made, cut=False).exchange.response.frames or []
+    assert [f.ms for f in frames] == [0, 250]

@@ -1,0 +1,124 @@
+"""VCR.py and pytest-recording cassettes read: every vcrpy layout (the `interactions` of
+1.0 on, the bare list before it, httpx's early `status_code`/`content`), YAML or JSON,
+bodies as text, bytes or `!!binary`; each interaction as a `Whole` to import."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tapeproxy.tools.importing import Skip, Whole
+
+SUFFIXES = (".yaml", ".yml", ".json")
+# Tags older vcrpy wrote for its own classes: plain mappings and lists once taken off (as
+# vcrpy's own migration does), so a safe loader reads them.
+OLD_TAGS = (
+    "!!python/object:vcr.request.Request",
+    "!!python/object/apply:__builtin__.frozenset",
+    "!!python/object/apply:builtins.frozenset",
+)
+SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def vcr_files(paths: Sequence[Path], cassette: str | None) -> list[tuple[Path, str]]:
+    """Each cassette file with the tapeproxy cassette it goes to: under a folder, named
+    after its path there without the extension (pytest-recording's `test_module/test_name`);
+    a file given alone, after its name; or `cassette` for all."""
+    found: list[tuple[Path, str]] = []
+    for path in paths:
+        if path.is_dir():
+            for file in sorted(p for p in path.rglob("*") if p.suffix in SUFFIXES):
+                if file.is_file():
+                    name = file.relative_to(path).with_suffix("").as_posix()
+                    found.append((file, cassette or name))
+        else:
+            found.append((path, cassette or path.stem))
+    return found
+
+
+def read_vcr(raw: bytes) -> Iterator[Whole | str]:
+    """Each interaction of a VCR.py cassette, or why it cannot be imported; Skip when the
+    file is no VCR.py cassette."""
+    data = _parse(raw)
+    interactions = data.get("interactions") if isinstance(data, dict) else data
+    if not isinstance(interactions, list):
+        raise Skip("no VCR.py cassette: it holds no `interactions` list")
+    for item in interactions:
+        try:
+            yield _whole(item)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            yield f"not a VCR.py interaction ({type(exc).__name__}: {exc})"
+
+
+def _parse(raw: bytes) -> Any:
+    text = raw.decode("utf-8", "replace")
+    if text.lstrip().startswith(("{", "[")):
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass  # YAML is a superset of JSON's look: let the YAML parser say what is wrong
+    for tag in OLD_TAGS:
+        text = text.replace(tag, "")
+    try:
+        return yaml.load(text, Loader=SafeLoader)
+    except yaml.YAMLError as exc:
+        first = str(exc).strip().splitlines()
+        raise Skip(f"not readable YAML or JSON: {' '.join(first[:3])}") from exc
+
+
+def _whole(item: Mapping[str, Any]) -> Whole:
+    request, response = item["request"], item["response"]
+    if "status_code" in response:  # vcrpy's first httpx stub: the text of the answer
+        status, body = response["status_code"], response.get("content")
+    else:
+        status = response["status"]["code"] if isinstance(response["status"], dict) else None
+        body = (response.get("body") or {}).get("string")
+    if not isinstance(status, int):
+        raise ValueError(f"its status is {status!r}, not a number")
+    return Whole(
+        method=str(request["method"]),
+        url=_uri(request),
+        headers=_headers(request.get("headers")),
+        body=_bytes(request.get("body")),
+        status=status,
+        answer_headers=_headers(response.get("headers")),
+        answer=_bytes(body),
+    )
+
+
+def _uri(request: Mapping[str, Any]) -> str:
+    if "uri" in request:
+        return str(request["uri"])
+    scheme, host, port = request["protocol"], request["host"], int(request["port"])
+    shown = "" if port == {"http": 80, "https": 443}.get(scheme) else f":{port}"
+    return f"{scheme}://{host}{shown}{request['path']}"
+
+
+def _headers(headers: Any) -> list[tuple[str, str]]:
+    """vcrpy keeps each header's values as a list (a string in old files)."""
+    pairs: list[tuple[str, str]] = []
+    for name, values in (headers or {}).items():
+        for value in values if isinstance(values, list) else [values]:
+            pairs.append((str(name), _text(value)))
+    return pairs
+
+
+def _text(value: Any) -> str:
+    return value.decode("latin-1") if isinstance(value, bytes) else str(value)
+
+
+def _bytes(body: Any) -> bytes:
+    """A body as vcrpy kept it: text (UTF-8 on the wire), bytes, `{string: ...}`, or none."""
+    if isinstance(body, Mapping):
+        body = body.get("string")
+    if body is None:
+        return b""
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, str):
+        return body.encode("utf-8", "surrogateescape")
+    raise ValueError(f"a body of type {type(body).__name__}")

@@ -7,7 +7,6 @@ the browser is not installed the tests skip, saying so; under CI they fail inste
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_viewer_browser import ARTIFACTS, BROWSERS, DRIVERS, _found
+from tests.support.browser import ARTIFACTS, chromium, requested
 from tests.support.serve import ROOT
 
 webdriver = pytest.importorskip("selenium.webdriver")
@@ -54,47 +53,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    binary, driver = _found(BROWSERS, "chromium"), _found(DRIVERS, "chromedriver")
-    os.environ["SE_OFFLINE"] = "true"  # selenium-manager, should it run, fetches nothing
-    options = Options()
-    options.binary_location = binary
-    for argument in (
-        "--headless=new",
-        "--no-sandbox",  # CI runs as root
-        "--disable-dev-shm-usage",
-        "--disable-gpu",
-        "--window-size=1280,900",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-default-apps",
-        # Whatever a page would load from another host goes to a dead proxy and fails; the
-        # performance log says whether anything was even asked.
-        "--proxy-server=http://127.0.0.1:9",
-    ):
-        options.add_argument(argument)
-    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
-    started = webdriver.Chrome(options=options, service=Service(executable_path=driver))
-    started.set_page_load_timeout(30)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    try:
+    with chromium() as started:
         yield started
-    finally:
-        started.quit()
-
-
-def requested(browser: Any) -> list[str]:
-    """Every URL the browser asked for since the last call (Chrome's performance log)."""
-    urls = []
-    for entry in browser.get_log("performance"):
-        message = json.loads(entry["message"])["message"]
-        if message["method"] == "Network.requestWillBeSent":
-            urls.append(message["params"]["request"]["url"])
-    return urls
 
 
 def test_the_strict_build_has_every_page_and_both_generated_references(site: Path) -> None:

@@ -5,8 +5,6 @@ Where the browser is not installed the tests skip, saying so; under CI they fail
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +12,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.support.browser import ARTIFACTS, chromium, requested
 from tests.support.serve import ROOT, Serve
 from tests.support.viewer import IMAGE_FILE, OPENAI, PAYLOAD, View, make_library
 
@@ -22,20 +21,7 @@ from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select  # noqa: E402
 
-BROWSERS = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
-DRIVERS = ("/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver")
-ARTIFACTS = ROOT / ".ci" / "artifacts"
 LOOPBACK = {"127.0.0.1", "localhost", "[::1]", "::1"}
-
-
-def _found(paths: tuple[str, ...], name: str) -> str:
-    path = next((p for p in paths if os.access(p, os.X_OK)), None) or shutil.which(name)
-    if path is None:
-        why = f"no {name} installed (apt-get install chromium chromium-driver; .ci/run does)"
-        if os.environ.get("CI"):
-            pytest.fail(f"the browser tests must run in CI: {why}")
-        pytest.skip(why)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -49,53 +35,12 @@ def view(tmp_path_factory: pytest.TempPathFactory) -> Iterator[View]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    binary, driver = _found(BROWSERS, "chromium"), _found(DRIVERS, "chromedriver")
-    os.environ["SE_OFFLINE"] = "true"  # selenium-manager, should it run, fetches nothing
-    options = Options()
-    options.binary_location = binary
-    for argument in (
-        "--headless=new",
-        "--no-sandbox",  # CI runs as root
-        "--disable-dev-shm-usage",
-        "--disable-gpu",
-        "--window-size=1280,900",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-default-apps",
-        # Whatever the page would load from another host goes to a dead proxy and fails;
-        # the performance log below says whether anything was even asked.
-        "--proxy-server=http://127.0.0.1:9",
-    ):
-        options.add_argument(argument)
-    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
-    started = webdriver.Chrome(options=options, service=Service(executable_path=driver))
-    started.set_page_load_timeout(30)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    try:
+    with chromium() as started:
         yield started
-    finally:
-        started.quit()
 
 
 def shot(browser: Any, name: str) -> None:
     assert browser.save_screenshot(str(ARTIFACTS / f"viewer-{name}.png"))
-
-
-def requested(browser: Any) -> list[str]:
-    """Every URL the browser asked for since the last call (Chrome's performance log)."""
-    import json
-
-    urls = []
-    for entry in browser.get_log("performance"):
-        message = json.loads(entry["message"])["message"]
-        if message["method"] == "Network.requestWillBeSent":
-            urls.append(message["params"]["request"]["url"])
-    return urls
 
 
 def test_the_library_leads_to_an_exchange_shown_as_a_conversation(browser: Any, view: View) -> None:

@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterable
 
 from tapeproxy.errors import ConfigError
+from tapeproxy.redaction.percent import decoded
 
 # name -> (regular expression, source of the shape)
 FORMATS: dict[str, tuple[str, str]] = {
@@ -64,8 +65,9 @@ UNDERSCORED_HINTS = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")
 
 
 def may_hold_key(text: str) -> bool:
-    """Whether `text` may hold a key of some format (never False for one that does). Run on
-    every log line too: a plain loop, half the cost of `any()` over a generator."""
+    """Whether `text` may hold a key of some format (never False for one that does), spelled
+    as it is or percent-encoded (`ghp%5F...`). Run on every log line too: a plain loop, half
+    the cost of `any()` over a generator."""
     for hint in HINTS:
         if hint in text:
             return True
@@ -73,6 +75,9 @@ def may_hold_key(text: str) -> bool:
         for hint in UNDERSCORED_HINTS:
             if hint in text:
                 return True
+    if "%" in text:
+        plain = decoded(text)
+        return plain != text and may_hold_key(plain)
     return False
 
 

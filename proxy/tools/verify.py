@@ -14,6 +14,7 @@ from tapeproxy.errors import CassetteCorrupt
 from tapeproxy.exchange.model import Exchange
 from tapeproxy.providers import default_rules
 from tapeproxy.redaction.formats import FORMATS
+from tapeproxy.redaction.percent import decoded
 from tapeproxy.redaction.scrubber import Scrubber
 from tapeproxy.store.protocol import (
     LIKE_EXCHANGE_FILE,
@@ -157,7 +158,8 @@ def held_key(exchange: Exchange, keys: Scrubber) -> tuple[str, str] | None:
         return None
     for where, text in _texts(exchange.record(), ""):
         if keys.matches(text):
-            kinds = (name for name, (regex, _) in FORMATS.items() if re.search(regex, text))
+            seen = (text, decoded(text))  # a path may spell it percent-encoded
+            kinds = (n for n, (rx, _) in FORMATS.items() if any(re.search(rx, t) for t in seen))
             return where, next(kinds, "?")
     return None  # split across two stream frames: `redact` joins them, this does not
 

@@ -276,3 +276,28 @@ def test_the_control_api_s_errors_quote_no_key(fake: FakeUpstream, tmp_path: Pat
     assert [a.status_code for a in answers] == [404, 400, 400, 400]
     assert all(f"{MARKER}" in a.json()["error"]["message"] for a in answers), answers
     assert leaks("\n".join(a.text for a in answers) + printed) == []
+
+
+def test_a_percent_encoded_key_in_a_path_is_scrubbed_as_its_decoded_text(
+    fake: FakeUpstream, tmp_path: Path
+) -> None:
+    """A client may percent-encode a path's characters (`ghp%5F...`, `%67hp_...`), and an
+    escape before a key hides its start (`%3Dghp_...`: `D` is a word character): the
+    upstream decodes it to the key all the same. The key was stored, logged and quoted in
+    a 404 and a 400 as it came; each now scrubs the decoded text's key out of the raw path."""
+    tail = GITHUB[4:]
+    cassettes = tmp_path / "cassettes"
+    server = serve("record", cassettes, fake, tmp_path)
+    for path in (f"/ghp%5F{tail}", f"/%67hp_{tail}", f"/x%3D{GITHUB}", f"/ghp%255F{tail}"):
+        assert httpx.get(f"{server.url}/tools/keys{path}", timeout=30).status_code == 200
+    answers = [
+        httpx.get(f"{server.url}/nope/ghp%5F{tail}", timeout=30),
+        httpx.get(f"{server.url}/tools/%5c{GITHUB}", timeout=30),
+    ]
+    printed = stop(server)
+    assert [a.status_code for a in answers] == [404, 400]
+    stored = on_disk(cassettes)
+    assert f'"path": "/keys/x%3D{MARKER}"' in stored
+    assert leaks(stored) == []
+    assert leaks(printed) == []
+    assert leaks("\n".join(a.text for a in answers)) == []

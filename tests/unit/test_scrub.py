@@ -183,3 +183,21 @@ def test_header_values_are_scrubbed_by_patterns_and_key_formats_names_kept() -> 
         "x-echo-key": f"Bearer {MARKER}",
         "link": [f"<a>; {MARKER}", "<b>"],
     }
+
+
+def test_a_percent_encoded_key_is_scrubbed_over_the_raw_span_it_came_from() -> None:
+    """A path spells a key percent-encoded, or hides its start behind an escape (`%3D`);
+    the decoded text's match is replaced in the raw text. Escapes around no key stay as they
+    came (a path holding no key keys as it did), and a key spelled out is scrubbed still."""
+    key = "ghp" + "_" + "Fake0Key" * 4 + "Fake"
+    formats = Scrubber.build()
+    tail = key[4:]
+    assert formats.text(f"/k/ghp%5F{tail}/x%20y") == f"/k/{MARKER}/x%20y"
+    assert formats.text(f"/k/%67hp_{tail}") == f"/k/{MARKER}"
+    assert formats.text(f"/k/ghp%255F{tail}") == f"/k/{MARKER}", "encoded twice"
+    assert formats.text(f"/k/a%3D{key}%2Fb") == f"/k/a%3D{MARKER}%2Fb"
+    assert formats.text(f"/k/{key}%41") == f"/k/{MARKER}%41", "raw, the key's end is seen"
+    assert formats.matches(f"/k/ghp%5F{tail}") and not formats.matches("/k/a%20b%5F")
+    plain = "/v1/files/report%202024%5Ffinal?x=100%25"
+    assert formats.text(plain) is plain
+    assert scrub.text("/users/ann%40example.com") == f"/users/{MARKER}", "the user's patterns"

@@ -209,12 +209,12 @@ class Scrubber:
         return payload
 
     def request(self, parts: RequestParts) -> RequestParts:
-        """A request's stored parts with the body, the path, the query values and the header
-        values scrubbed: what it is keyed and stored as (upstream still gets the request as it
-        came)."""
+        """A request's stored parts with the body, the path, the query (names too: `?ghp_...`)
+        and the header values scrubbed: what it is keyed and stored as (upstream still gets
+        the request as it came)."""
         body = self.payload(parts.body)
         path = self.text(parts.path)
-        query = tuple((name, self.text(value)) for name, value in parts.query)
+        query = tuple((self.text(name), self.text(value)) for name, value in parts.query)
         headers = tuple((name, self.text(value)) for name, value in parts.headers)
         same = path == parts.path and query == parts.query and headers == parts.headers
         if body is parts.body and same:
@@ -276,7 +276,7 @@ class Scrubber:
             return record
         request, response = dict(record["request"]), dict(record["response"])
         request["path"] = self.text(request["path"])
-        request["query"] = [[name, self.text(value)] for name, value in request.get("query", ())]
+        request["query"] = [[self.text(n), self.text(v)] for n, v in request.get("query", ())]
         for part in (request, response):
             if part.get("headers"):
                 part["headers"] = self.headers(part["headers"])

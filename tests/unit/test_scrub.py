@@ -201,3 +201,18 @@ def test_a_percent_encoded_key_is_scrubbed_over_the_raw_span_it_came_from() -> N
     plain = "/v1/files/report%202024%5Ffinal?x=100%25"
     assert formats.text(plain) is plain
     assert scrub.text("/users/ann%40example.com") == f"/users/{MARKER}", "the user's patterns"
+
+
+def test_a_key_as_a_query_parameter_s_name_is_scrubbed() -> None:
+    """`?ghp_...` (a bare token, no `=`) is parsed as a name with an empty value: it was
+    stored as it came, where a value was scrubbed."""
+    from tapeproxy.engine.keying import RequestParts
+
+    key = "ghp" + "_" + "Fake0Key" * 4 + "Fake"
+    query = ((key, ""), ("q", "x"))
+    parts = RequestParts("GET", "tools", "/x", query, (), Payload("empty"))
+    assert scrub.request(parts).query == ((MARKER, ""), ("q", "x"))
+    plain = RequestParts("GET", "tools", "/x", (("q", "x"),), (), Payload("empty"))
+    assert scrub.request(plain) is plain
+    record = {"request": {"method": "GET", "path": "/x", "query": [[key, ""]]}, "response": {}}
+    assert scrub.record(record)["request"]["query"] == [[MARKER, ""]]

@@ -301,3 +301,27 @@ def test_a_percent_encoded_key_in_a_path_is_scrubbed_as_its_decoded_text(
     assert leaks(stored) == []
     assert leaks(printed) == []
     assert leaks("\n".join(a.text for a in answers)) == []
+
+
+def test_a_cassette_name_holding_a_key_is_refused(fake: FakeUpstream, tmp_path: Path) -> None:
+    """A cassette is a folder on disk, and its name shows in `/__tapeproxy/stats`, the
+    cassette endpoint, the log and the viewer: one named by a key (`x-tapeproxy-cassette:
+    ghp_...`) was made, its folder named by the key, and `/stats` listed it. It is refused
+    as a name that breaks the naming rules is (400), by header, by PUT and at start-up."""
+    cassettes = tmp_path / "cassettes"
+    server = serve("record", cassettes, fake, tmp_path)
+    named = {"x-tapeproxy-cassette": f"team/{GITHUB}"}
+    answers = [
+        httpx.get(f"{server.url}/tools/x", headers=named, timeout=30),
+        httpx.put(f"{server.url}/__tapeproxy/cassette", json={"cassette": GITHUB}, timeout=30),
+    ]
+    stats = httpx.get(f"{server.url}/__tapeproxy/stats", timeout=30).text
+    printed = stop(server)
+    assert [a.status_code for a in answers] == [400, 400]
+    assert all("well-known key format" in a.json()["error"]["message"] for a in answers)
+    assert leaks("\n".join(a.text for a in answers) + stats + printed) == []
+    assert leaks(on_disk(cassettes)) == []
+    assert not any(GITHUB in str(path) for path in tmp_path.rglob("*"))
+    code, out = cli("serve", "--cassette", GITHUB, "--cassettes", str(cassettes))
+    assert code != 0 and "well-known key format" in out
+    assert leaks(out) == []

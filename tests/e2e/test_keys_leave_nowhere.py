@@ -6,17 +6,23 @@ journal and not the viewer; `verify` flags a file an older tapeproxy wrote with 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import signal
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
+from tapeproxy.cli.background import BackgroundServer
 from tapeproxy.cli.main import app
 from tapeproxy.engine.spool import SPOOL_AFTER
+from tapeproxy.modes import Mode
 from tapeproxy.redaction.formats import FORMATS
 from tapeproxy.redaction.secrets import MARKER
+from tapeproxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import library_files
 from tests.support.serve import Serve, record_in_serve
@@ -325,3 +331,32 @@ def test_a_cassette_name_holding_a_key_is_refused(fake: FakeUpstream, tmp_path: 
     code, out = cli("serve", "--cassette", GITHUB, "--cassettes", str(cassettes))
     assert code != 0 and "well-known key format" in out
     assert leaks(out) == []
+
+
+def test_two_servers_in_one_process_each_log_no_key_of_their_rules(
+    fake: FakeUpstream, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pytest plugin runs its server in the test process, beside any other: the log
+    filter was the latest server's alone, so a server that keeps every format (`--redact-keep
+    all`) started second let the first one's keys into the log. Every live server's rules
+    scrub the lines now (the stricter wins)."""
+    caplog.set_level(logging.INFO, logger="tapeproxy")
+    first = background(tmp_path / "a", fake)
+    second = background(tmp_path / "b", fake, redact_keep=("all",))
+    try:
+        assert httpx.get(f"{first.url}/tools/keys/{GITHUB}", timeout=30).status_code == 200
+        kept = httpx.get(f"{second.url}/tools/keys/{GITHUB}", timeout=30)
+        assert kept.status_code == 200
+    finally:
+        first.stop()
+        second.stop()
+    assert "/keys/[redacted]" in on_disk(tmp_path / "a")
+    assert GITHUB in on_disk(tmp_path / "b"), "kept, as asked"
+    assert "record tools GET /keys/[redacted]" in caplog.text
+    assert leaks(caplog.text) == []
+
+
+def background(cassettes: Path, fake: FakeUpstream, **more: Any) -> BackgroundServer:
+    given = {"mode": Mode.RECORD, "port": 0, "cassettes": cassettes}
+    settings = Settings.model_validate(given | {"upstream": {"tools": fake.url}} | more)
+    return BackgroundServer(settings).start()

@@ -3,6 +3,7 @@ every line scrubbed as a cassette is."""
 
 from __future__ import annotations
 
+import gc
 import io
 import logging
 import sys
@@ -77,7 +78,6 @@ def test_every_line_is_scrubbed_by_the_server_s_scrubber_whatever_writes_it(
         logger.handlers[:], logger.filters[:] = [LineHandler(stream)], []
         logger.propagate = False
         logger.setLevel(logging.INFO)
-        scrub_lines(lambda text: text.upper())  # replaced by the next: one filter at a time
         scrub_lines(scrub)
         assert [type(f) for f in logger.filters] == [Scrubbing]
         fast_info(logger, f"replay tools GET /keys/{key} key=0123456789ab -> replayed 200")
@@ -94,3 +94,26 @@ def test_every_line_is_scrubbed_by_the_server_s_scrubber_whatever_writes_it(
         logger.handlers[:], logger.filters[:], logger.propagate, level = saved
         logger.setLevel(level)
     assert key not in stream.getvalue() + caplog.text
+
+
+def test_the_lines_get_every_live_server_s_scrubbing_and_not_a_gone_one_s() -> None:
+    """Two servers in one process share the logger: a line gets both scrubbers (the stricter
+    wins), one filter still; a scrubber collected with its server is let go."""
+    key = "ghp" + "_" + "Fake0Key" * 4 + "Fake"
+    logger = logging.getLogger(LOGGER)
+    saved = logger.filters[:]
+    try:
+        logger.filters[:] = []
+        strict, lax = Scrubber.build(), Scrubber.build(keep=["all"])
+        scrub_lines(strict.text)
+        scrub_lines(lax.text)
+        [scrubbing] = logger.filters
+        assert isinstance(scrubbing, Scrubbing)
+        assert scrubbing.scrub(f"GET /keys/{key}") == "GET /keys/[redacted]"
+        del strict
+        gc.collect()
+        assert scrubbing.scrub(f"GET /keys/{key}") == f"GET /keys/{key}", "only `lax` lives"
+        scrub_lines(Scrubber.build(patterns=["secret"]).text)
+        assert len(scrubbing._scrubs) == 2, "the gone scrubber's place is let go"
+    finally:
+        logger.filters[:] = saved

@@ -98,20 +98,30 @@ class Scrubbing(logging.Filter):
         shown = self.scrub(message)
         if shown != message:
             record.msg, record.args = shown, None
+        if record.exc_info and not record.exc_text:
+            # The traceback's text, made here as a handler's Formatter would and scrubbed:
+            # its exceptions' messages may quote a path or a file name.
+            record.exc_text = self.scrub(_TRACEBACKS.formatException(record.exc_info))
         return True
 
 
+_TRACEBACKS = logging.Formatter()
+SCRUBBED = (LOGGER, "uvicorn.error")  # uvicorn's own lines: a traceback of an unhandled error
+
+
 def scrub_lines(scrub: Callable[[str], str]) -> None:
-    """From now on, every line of the `tapeproxy` logger passed through `scrub` too, as long
-    as the server it is of lives (see Scrubbing)."""
+    """From now on, every line of the `tapeproxy` logger (and uvicorn's, SCRUBBED) passed
+    through `scrub` too, as long as the server it is of lives (see Scrubbing)."""
     logger = logging.getLogger(LOGGER)
     found = [f for f in logger.filters if isinstance(f, Scrubbing)]
-    if found:
-        found[0].add(scrub)
-        return
-    scrubbing = Scrubbing()
+    scrubbing = found[0] if found else Scrubbing()
     scrubbing.add(scrub)
-    logger.addFilter(scrubbing)
+    for name in SCRUBBED:
+        logger = logging.getLogger(name)
+        if scrubbing not in logger.filters:
+            for old in [f for f in logger.filters if isinstance(f, Scrubbing)]:
+                logger.removeFilter(old)
+            logger.addFilter(scrubbing)
 
 
 def fast_info(logger: logging.Logger, message: str) -> None:

@@ -20,6 +20,7 @@ from tapeproxy.logs import (
     scrub_lines,
 )
 from tapeproxy.redaction.scrubber import Scrubber
+from tapeproxy.redaction.secrets import MARKER
 
 
 def record(created: float, exc: bool = False) -> logging.LogRecord:
@@ -117,3 +118,33 @@ def test_the_lines_get_every_live_server_s_scrubbing_and_not_a_gone_one_s() -> N
         assert len(scrubbing._scrubs) == 2, "the gone scrubber's place is let go"
     finally:
         logger.filters[:] = saved
+
+
+def test_a_traceback_and_uvicorn_s_lines_are_scrubbed_too() -> None:
+    """A line logged with its exception (`exc_info`, a traceback whose messages may quote a
+    path or a file name) was written with the traceback as it was; and uvicorn's own logger
+    (its "Exception in ASGI application" traceback) had no filter at all."""
+    key = "ghp" + "_" + "Fake0Key" * 4 + "Fake"
+    scrubber = Scrubber.build()
+    stream = io.StringIO()
+    loggers = [logging.getLogger(LOGGER), logging.getLogger("uvicorn.error")]
+    saved = [(lg.handlers[:], lg.filters[:], lg.propagate, lg.level) for lg in loggers]
+    try:
+        for logger in loggers:
+            logger.handlers[:], logger.filters[:] = [LineHandler(stream)], []
+            logger.propagate = False
+            logger.setLevel(logging.INFO)
+        scrub_lines(scrubber.text)
+        for logger in loggers:
+            try:
+                raise OSError(f"could not open /cassettes/{key}/x.json")
+            except OSError:
+                logger.exception("writing a recording failed")
+        shown = stream.getvalue()
+    finally:
+        for logger, (handlers, filters, propagate, level) in zip(loggers, saved, strict=True):
+            logger.handlers[:], logger.filters[:], logger.propagate = handlers, filters, propagate
+            logger.setLevel(level)
+    assert shown.count("Traceback (most recent call last)") == 2
+    assert shown.count(f"/cassettes/{MARKER}/x.json") == 2
+    assert key not in shown

@@ -360,3 +360,13 @@ def background(cassettes: Path, fake: FakeUpstream, **more: Any) -> BackgroundSe
     given = {"mode": Mode.RECORD, "port": 0, "cassettes": cassettes}
     settings = Settings.model_validate(given | {"upstream": {"tools": fake.url}} | more)
     return BackgroundServer(settings).start()
+
+
+def test_a_command_s_error_quotes_no_key_it_was_given(tmp_path: Path) -> None:
+    """A setting the CLI refuses is quoted in its error (`--upstream` with a `?key=`), on a
+    terminal or a CI log: the key formats are scrubbed from it as from a server's lines."""
+    upstream = f"tools=http://127.0.0.1:1/?key={GITHUB}"
+    code, out = cli("serve", "--upstream", upstream, "--cassettes", str(tmp_path))
+    assert code == 2 and "no ?query in an upstream URL" in out
+    assert f"key={MARKER}" in out
+    assert leaks(out) == []

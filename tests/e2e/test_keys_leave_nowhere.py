@@ -290,12 +290,16 @@ def test_a_percent_encoded_key_in_a_path_is_scrubbed_as_its_decoded_text(
     """A client may percent-encode a path's characters (`ghp%5F...`, `%67hp_...`), and an
     escape before a key hides its start (`%3Dghp_...`: `D` is a word character): the
     upstream decodes it to the key all the same. The key was stored, logged and quoted in
-    a 404 and a 400 as it came; each now scrubs the decoded text's key out of the raw path."""
+    a 404 and a 400 as it came, and so was a form body's (`note=token%3Aghp_...`); each now
+    scrubs the decoded text's key out of the raw text."""
     tail = GITHUB[4:]
     cassettes = tmp_path / "cassettes"
     server = serve("record", cassettes, fake, tmp_path)
     for path in (f"/ghp%5F{tail}", f"/%67hp_{tail}", f"/x%3D{GITHUB}", f"/ghp%255F{tail}"):
         assert httpx.get(f"{server.url}/tools/keys{path}", timeout=30).status_code == 200
+    # A form body is stored as its text: `token:` before a key is sent as `token%3A`.
+    form = httpx.post(f"{server.url}/tools/form", data={"note": f"token:{GITHUB}"}, timeout=30)
+    assert form.status_code == 200
     answers = [
         httpx.get(f"{server.url}/nope/ghp%5F{tail}", timeout=30),
         httpx.get(f"{server.url}/tools/%5c{GITHUB}", timeout=30),

@@ -374,3 +374,26 @@ def test_a_command_s_error_quotes_no_key_it_was_given(tmp_path: Path) -> None:
     assert code == 2 and "no ?query in an upstream URL" in out
     assert f"key={MARKER}" in out
     assert leaks(out) == []
+
+
+def test_verify_flags_a_key_as_a_member_s_name_and_names_where_without_it(
+    fake: FakeUpstream, tmp_path: Path
+) -> None:
+    """A JSON member's name is not scrubbed (an answer `{"query": {"ghp_...": "1"}}`, the fake
+    upstream's echo of `?ghp_...=1`): verify said the file was fine; and a key under such a
+    member was named by a field path that spelled the name out."""
+    cassettes = tmp_path / "cassettes"
+    server = serve("record", cassettes, fake, tmp_path)
+    assert httpx.get(f"{server.url}/tools/q?{GITHUB}=x", timeout=30).status_code == 200
+    stop(server)
+    [path] = library_files(cassettes)
+    assert GITHUB in path.read_text(), "a member's name is kept: see security.md"
+    code, out = cli("verify", "--cassettes", str(cassettes))
+    assert code == 1
+    assert "(github) in response.body.json.query (a member's name): edit the file" in out
+    assert leaks(out) == []
+    stored = json.loads(path.read_text())
+    stored["response"]["body"]["json"]["query"] = {GITHUB: {"k": GITHUB}}
+    path.write_text(json.dumps(stored, indent=2, sort_keys=True))
+    code, out = cli("verify", "--cassettes", str(cassettes))
+    assert code == 1 and leaks(out) == []

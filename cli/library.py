@@ -87,8 +87,12 @@ def option(field: str, off_flag: str | None = None) -> Any:
 
 def fail(error: TapeproxyError | str, as_json: bool = False, code: int = 2) -> typer.Exit:
     """Say what went wrong (one JSON object on stdout under --json, else a line on stderr,
-    red only on a terminal and without NO_COLOR) and give the exit to raise."""
+    red only on a terminal and without NO_COLOR), the key formats scrubbed out of it, and
+    give the exit to raise."""
+    from tapeproxy.redaction.scrubber import Scrubber
+
     message = error.message if isinstance(error, TapeproxyError) else error
+    message = Scrubber.build().text(message)  # it may quote a setting given a key (a URL's)
     kind = error.error_type if isinstance(error, TapeproxyError) else "tapeproxy_error"
     if as_json:
         print(json.dumps({"error": {"type": kind, "message": message}}, indent=2))

@@ -3,11 +3,13 @@ each line scrubbed as a cassette is (a request path or an error's message may ho
 
 from __future__ import annotations
 
+import inspect
 import logging
 import sys
 import time
+import weakref
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
 
 LOGGER = "tapeproxy"  # every module logs to this one logger
 
@@ -61,29 +63,65 @@ class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 class Scrubbing(logging.Filter):
-    """Every line of the logger it is on passed through `scrub` (a server's
-    `Scrubber.text`: the key formats and the [redact] patterns, as its cassettes get), whatever
-    handler writes it: stderr, a test's caplog, the pytest plugin's captured log."""
+    """Every line of the logger it is on passed through the scrubbing of each server alive
+    in this process (a server's `Scrubber.text`: the key formats and the [redact] patterns,
+    as its cassettes get), whatever handler writes it: stderr, a test's caplog, the pytest
+    plugin's captured log. Most often there is one server; two (the pytest plugin's and a
+    test's own) share the logger, so each line gets the rules of both: the stricter wins (a
+    format one keeps and the other does not is scrubbed)."""
 
-    def __init__(self, scrub: Callable[[str], str]) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.scrub = scrub
+        # (the object a scrub is a method of, weakly held; its function): a weak reference
+        # and a plain call, where a WeakMethod makes a bound method anew for every line.
+        self._scrubs: list[tuple[Callable[[], Any], Callable[[Any, str], str]]] = []
+
+    def add(self, scrub: Callable[[str], str]) -> None:
+        """Scrub with `scrub` too, for as long as what it is a method of lives (a server's
+        scrubber); the scrubs of servers gone are let go."""
+        held: tuple[Callable[[], Any], Callable[[Any, str], str]]
+        if inspect.ismethod(scrub):
+            held = (weakref.ref(scrub.__self__), scrub.__func__)
+        else:
+            held = (lambda: scrub, lambda function, text: function(text))
+        self._scrubs = [*(s for s in self._scrubs if s[0]() is not None), held]
+
+    def scrub(self, message: str) -> str:
+        for owner, function in self._scrubs:
+            alive = owner()
+            if alive is not None:
+                message = function(alive, message)
+        return message
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         shown = self.scrub(message)
         if shown != message:
             record.msg, record.args = shown, None
+        if record.exc_info and not record.exc_text:
+            # The traceback's text, made here as a handler's Formatter would and scrubbed:
+            # its exceptions' messages may quote a path or a file name.
+            record.exc_text = self.scrub(_TRACEBACKS.formatException(record.exc_info))
         return True
 
 
+_TRACEBACKS = logging.Formatter()
+SCRUBBED = (LOGGER, "uvicorn.error")  # uvicorn's own lines: a traceback of an unhandled error
+
+
 def scrub_lines(scrub: Callable[[str], str]) -> None:
-    """From now on, every line of the `tapeproxy` logger passed through `scrub`, in place of
-    the one before (one process, one server's rules: the latest server's)."""
+    """From now on, every line of the `tapeproxy` logger (and uvicorn's, SCRUBBED) passed
+    through `scrub` too, as long as the server it is of lives (see Scrubbing)."""
     logger = logging.getLogger(LOGGER)
-    for old in [f for f in logger.filters if isinstance(f, Scrubbing)]:
-        logger.removeFilter(old)
-    logger.addFilter(Scrubbing(scrub))
+    found = [f for f in logger.filters if isinstance(f, Scrubbing)]
+    scrubbing = found[0] if found else Scrubbing()
+    scrubbing.add(scrub)
+    for name in SCRUBBED:
+        logger = logging.getLogger(name)
+        if scrubbing not in logger.filters:
+            for old in [f for f in logger.filters if isinstance(f, Scrubbing)]:
+                logger.removeFilter(old)
+            logger.addFilter(scrubbing)
 
 
 def fast_info(logger: logging.Logger, message: str) -> None:

@@ -17,6 +17,7 @@ from tapeproxy.exchange.layout import Record
 from tapeproxy.redaction.fieldpaths import Path, at_path
 from tapeproxy.redaction.formats import formats_pattern, may_hold_key
 from tapeproxy.redaction.memo import Memo
+from tapeproxy.redaction.percent import matches_decoded, scrub_decoded
 from tapeproxy.redaction.secrets import MARKER
 from tapeproxy.redaction.streams import (
     LITERAL,
@@ -115,7 +116,7 @@ class Scrubber:
         if not self.patterns and (self.formats is None or not may_hold_key(text)):
             return text
         for _ in range(_ROUNDS):
-            new = text
+            new = scrub_decoded(text, self._for, MARKER)  # `/keys/ghp%5F...` is a key
             for pattern in self._for(text):
                 new = pattern.sub(lambda m: MARKER if m.group(0) else "", new)
             if new == text:
@@ -124,8 +125,10 @@ class Scrubber:
         return text
 
     def matches(self, text: str) -> bool:
-        """Whether a pattern matches something (not nothing) in `text`."""
-        return any(m.group(0) for pattern in self._for(text) for m in pattern.finditer(text))
+        """Whether a pattern matches something (not nothing) in `text`, or decoded."""
+        if any(m.group(0) for pattern in self._for(text) for m in pattern.finditer(text)):
+            return True
+        return matches_decoded(text, self._for)
 
     def value(self, value: Any) -> Any:
         """A JSON value with its fields and every matching string (or number) scrubbed."""
@@ -206,12 +209,12 @@ class Scrubber:
         return payload
 
     def request(self, parts: RequestParts) -> RequestParts:
-        """A request's stored parts with the body, the path, the query values and the header
-        values scrubbed: what it is keyed and stored as (upstream still gets the request as it
-        came)."""
+        """A request's stored parts with the body, the path, the query (names too: `?ghp_...`)
+        and the header values scrubbed: what it is keyed and stored as (upstream still gets
+        the request as it came)."""
         body = self.payload(parts.body)
         path = self.text(parts.path)
-        query = tuple((name, self.text(value)) for name, value in parts.query)
+        query = tuple((self.text(name), self.text(value)) for name, value in parts.query)
         headers = tuple((name, self.text(value)) for name, value in parts.headers)
         same = path == parts.path and query == parts.query and headers == parts.headers
         if body is parts.body and same:
@@ -273,7 +276,7 @@ class Scrubber:
             return record
         request, response = dict(record["request"]), dict(record["response"])
         request["path"] = self.text(request["path"])
-        request["query"] = [[name, self.text(value)] for name, value in request.get("query", ())]
+        request["query"] = [[self.text(n), self.text(v)] for n, v in request.get("query", ())]
         for part in (request, response):
             if part.get("headers"):
                 part["headers"] = self.headers(part["headers"])

@@ -16,6 +16,7 @@ from typing import Any
 
 from tapeproxy.exchange.layout import Record
 from tapeproxy.providers import stream_text_fields
+from tapeproxy.redaction.percent import decoded_with_starts, escaped, raw_spans
 from tapeproxy.redaction.secrets import MARKER
 
 Patterns = Sequence[re.Pattern[str]]
@@ -35,6 +36,12 @@ def scrub_pieces(pieces: list[str], patterns: Patterns) -> list[str]:
     join is then what scrubbing the joined text gives."""
     for _ in range(ROUNDS):
         before = pieces
+        joined = "".join(pieces)
+        if escaped(joined):  # a key percent-encoded (tapeproxy.redaction.percent)
+            plain, starts = decoded_with_starts(joined)
+            found = [m.span() for p in patterns for m in p.finditer(plain) if m.end() > m.start()]
+            if found:
+                pieces = _laid(pieces, raw_spans(starts, found))
         for pattern in patterns:
             found = [m.span() for m in pattern.finditer("".join(pieces)) if m.end() > m.start()]
             if found:

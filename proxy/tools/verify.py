@@ -15,6 +15,7 @@ from tapeproxy.errors import CassetteCorrupt
 from tapeproxy.exchange.model import Exchange
 from tapeproxy.providers import default_rules
 from tapeproxy.redaction.formats import FORMATS
+from tapeproxy.redaction.percent import decoded
 from tapeproxy.redaction.scrubber import Scrubber
 from tapeproxy.store.protocol import (
     LIKE_EXCHANGE_FILE,
@@ -149,9 +150,14 @@ def _key_held(cassette: str, exchange: Exchange, keys: Scrubber) -> str | None:
     if found is None:
         return None
     where, kind = found
+    fix = (
+        "edit the file or record it again (redact scrubs values, not names)"
+        if where.endswith(MEMBER_NAME)
+        else f"run `tapeproxy redact {cassette}` to scrub it"
+    )
     return (
-        f"holds a well-known key format ({kind}) in {where}: run `tapeproxy redact {cassette}` "
-        f"to scrub it (and revoke the key), or give --keep {kind} if it is kept on purpose"
+        f"holds a well-known key format ({kind}) in {where}: {fix} (and revoke the key), "
+        f"or give --keep {kind} if it is kept on purpose"
     )
 
 
@@ -160,19 +166,27 @@ def held_key(exchange: Exchange, keys: Scrubber) -> tuple[str, str] | None:
     its format; or None. The file as JSON is looked at once, walked only when it holds one."""
     if not keys.matches(exchange.model_dump_json()):
         return None
-    for where, text in _texts(exchange.record(), ""):
+    for where, text in _texts(exchange.record(), "", keys.text):
         if keys.matches(text):
-            kinds = (name for name, (regex, _) in FORMATS.items() if re.search(regex, text))
+            seen = (text, decoded(text))  # a path may spell it percent-encoded
+            kinds = (n for n, (rx, _) in FORMATS.items() if any(re.search(rx, t) for t in seen))
             return where, next(kinds, "?")
     return None  # split across two stream frames: `redact` joins them, this does not
 
 
-def _texts(value: Any, where: str) -> Iterator[tuple[str, str]]:
+MEMBER_NAME = " (a member's name)"
+
+
+def _texts(value: Any, where: str, scrub: Callable[[str], str]) -> Iterator[tuple[str, str]]:
+    """Each string of a JSON value and where it is; a member's name too (a key there is one
+    recording keeps: names are not scrubbed), shown scrubbed in where a value is."""
     if isinstance(value, str):
         yield where, value
     elif isinstance(value, dict):
         for name, item in value.items():
-            yield from _texts(item, f"{where}.{name}" if where else str(name))
+            named = scrub(str(name))
+            yield f"{where}{MEMBER_NAME}", str(name)
+            yield from _texts(item, f"{where}.{named}" if where else named, scrub)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            yield from _texts(item, f"{where}[{index}]")
+            yield from _texts(item, f"{where}[{index}]", scrub)

@@ -6,17 +6,23 @@ journal and not the viewer; `verify` flags a file an older tapeproxy wrote with 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import signal
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
+from tapeproxy.cli.background import BackgroundServer
 from tapeproxy.cli.main import app
 from tapeproxy.engine.spool import SPOOL_AFTER
+from tapeproxy.modes import Mode
 from tapeproxy.redaction.formats import FORMATS
 from tapeproxy.redaction.secrets import MARKER
+from tapeproxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import library_files
 from tests.support.serve import Serve, record_in_serve
@@ -276,3 +282,118 @@ def test_the_control_api_s_errors_quote_no_key(fake: FakeUpstream, tmp_path: Pat
     assert [a.status_code for a in answers] == [404, 400, 400, 400]
     assert all(f"{MARKER}" in a.json()["error"]["message"] for a in answers), answers
     assert leaks("\n".join(a.text for a in answers) + printed) == []
+
+
+def test_a_percent_encoded_key_in_a_path_is_scrubbed_as_its_decoded_text(
+    fake: FakeUpstream, tmp_path: Path
+) -> None:
+    """A client may percent-encode a path's characters (`ghp%5F...`, `%67hp_...`), and an
+    escape before a key hides its start (`%3Dghp_...`: `D` is a word character): the
+    upstream decodes it to the key all the same. The key was stored, logged and quoted in
+    a 404 and a 400 as it came, and so was a form body's (`note=token%3Aghp_...`); each now
+    scrubs the decoded text's key out of the raw text."""
+    tail = GITHUB[4:]
+    cassettes = tmp_path / "cassettes"
+    server = serve("record", cassettes, fake, tmp_path)
+    for path in (f"/ghp%5F{tail}", f"/%67hp_{tail}", f"/x%3D{GITHUB}", f"/ghp%255F{tail}"):
+        assert httpx.get(f"{server.url}/tools/keys{path}", timeout=30).status_code == 200
+    # A form body is stored as its text: `token:` before a key is sent as `token%3A`.
+    form = httpx.post(f"{server.url}/tools/form", data={"note": f"token:{GITHUB}"}, timeout=30)
+    assert form.status_code == 200
+    answers = [
+        httpx.get(f"{server.url}/nope/ghp%5F{tail}", timeout=30),
+        httpx.get(f"{server.url}/tools/%5c{GITHUB}", timeout=30),
+    ]
+    printed = stop(server)
+    assert [a.status_code for a in answers] == [404, 400]
+    stored = on_disk(cassettes)
+    assert f'"path": "/keys/x%3D{MARKER}"' in stored
+    assert leaks(stored) == []
+    assert leaks(printed) == []
+    assert leaks("\n".join(a.text for a in answers)) == []
+
+
+def test_a_cassette_name_holding_a_key_is_refused(fake: FakeUpstream, tmp_path: Path) -> None:
+    """A cassette is a folder on disk, and its name shows in `/__tapeproxy/stats`, the
+    cassette endpoint, the log and the viewer: one named by a key (`x-tapeproxy-cassette:
+    ghp_...`) was made, its folder named by the key, and `/stats` listed it. It is refused
+    as a name that breaks the naming rules is (400), by header, by PUT and at start-up."""
+    cassettes = tmp_path / "cassettes"
+    server = serve("record", cassettes, fake, tmp_path)
+    named = {"x-tapeproxy-cassette": f"team/{GITHUB}"}
+    answers = [
+        httpx.get(f"{server.url}/tools/x", headers=named, timeout=30),
+        httpx.put(f"{server.url}/__tapeproxy/cassette", json={"cassette": GITHUB}, timeout=30),
+    ]
+    stats = httpx.get(f"{server.url}/__tapeproxy/stats", timeout=30).text
+    printed = stop(server)
+    assert [a.status_code for a in answers] == [400, 400]
+    assert all("well-known key format" in a.json()["error"]["message"] for a in answers)
+    assert leaks("\n".join(a.text for a in answers) + stats + printed) == []
+    assert leaks(on_disk(cassettes)) == []
+    assert not any(GITHUB in str(path) for path in tmp_path.rglob("*"))
+    code, out = cli("serve", "--cassette", GITHUB, "--cassettes", str(cassettes))
+    assert code != 0 and "well-known key format" in out
+    assert leaks(out) == []
+
+
+def test_two_servers_in_one_process_each_log_no_key_of_their_rules(
+    fake: FakeUpstream, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pytest plugin runs its server in the test process, beside any other: the log
+    filter was the latest server's alone, so a server that keeps every format (`--redact-keep
+    all`) started second let the first one's keys into the log. Every live server's rules
+    scrub the lines now (the stricter wins)."""
+    caplog.set_level(logging.INFO, logger="tapeproxy")
+    first = background(tmp_path / "a", fake)
+    second = background(tmp_path / "b", fake, redact_keep=("all",))
+    try:
+        assert httpx.get(f"{first.url}/tools/keys/{GITHUB}", timeout=30).status_code == 200
+        kept = httpx.get(f"{second.url}/tools/keys/{GITHUB}", timeout=30)
+        assert kept.status_code == 200
+    finally:
+        first.stop()
+        second.stop()
+    assert "/keys/[redacted]" in on_disk(tmp_path / "a")
+    assert GITHUB in on_disk(tmp_path / "b"), "kept, as asked"
+    assert "record tools GET /keys/[redacted]" in caplog.text
+    assert leaks(caplog.text) == []
+
+
+def background(cassettes: Path, fake: FakeUpstream, **more: Any) -> BackgroundServer:
+    given = {"mode": Mode.RECORD, "port": 0, "cassettes": cassettes}
+    settings = Settings.model_validate(given | {"upstream": {"tools": fake.url}} | more)
+    return BackgroundServer(settings).start()
+
+
+def test_a_command_s_error_quotes_no_key_it_was_given(tmp_path: Path) -> None:
+    """A setting the CLI refuses is quoted in its error (`--upstream` with a `?key=`), on a
+    terminal or a CI log: the key formats are scrubbed from it as from a server's lines."""
+    upstream = f"tools=http://127.0.0.1:1/?key={GITHUB}"
+    code, out = cli("serve", "--upstream", upstream, "--cassettes", str(tmp_path))
+    assert code == 2 and "no ?query in an upstream URL" in out
+    assert f"key={MARKER}" in out
+    assert leaks(out) == []
+
+
+def test_verify_flags_a_key_as_a_member_s_name_and_names_where_without_it(
+    fake: FakeUpstream, tmp_path: Path
+) -> None:
+    """A JSON member's name is not scrubbed (an answer `{"query": {"ghp_...": "1"}}`, the fake
+    upstream's echo of `?ghp_...=1`): verify said the file was fine; and a key under such a
+    member was named by a field path that spelled the name out."""
+    cassettes = tmp_path / "cassettes"
+    server = serve("record", cassettes, fake, tmp_path)
+    assert httpx.get(f"{server.url}/tools/q?{GITHUB}=x", timeout=30).status_code == 200
+    stop(server)
+    [path] = library_files(cassettes)
+    assert GITHUB in path.read_text(), "a member's name is kept: see security.md"
+    code, out = cli("verify", "--cassettes", str(cassettes))
+    assert code == 1
+    assert "(github) in response.body.json.query (a member's name): edit the file" in out
+    assert leaks(out) == []
+    stored = json.loads(path.read_text())
+    stored["response"]["body"]["json"]["query"] = {GITHUB: {"k": GITHUB}}
+    path.write_text(json.dumps(stored, indent=2, sort_keys=True))
+    code, out = cli("verify", "--cassettes", str(cassettes))
+    assert code == 1 and leaks(out) == []

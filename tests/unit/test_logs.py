@@ -3,6 +3,7 @@ every line scrubbed as a cassette is."""
 
 from __future__ import annotations
 
+import gc
 import io
 import logging
 import sys
@@ -19,6 +20,7 @@ from tapeproxy.logs import (
     scrub_lines,
 )
 from tapeproxy.redaction.scrubber import Scrubber
+from tapeproxy.redaction.secrets import MARKER
 
 
 def record(created: float, exc: bool = False) -> logging.LogRecord:
@@ -77,7 +79,6 @@ def test_every_line_is_scrubbed_by_the_server_s_scrubber_whatever_writes_it(
         logger.handlers[:], logger.filters[:] = [LineHandler(stream)], []
         logger.propagate = False
         logger.setLevel(logging.INFO)
-        scrub_lines(lambda text: text.upper())  # replaced by the next: one filter at a time
         scrub_lines(scrub)
         assert [type(f) for f in logger.filters] == [Scrubbing]
         fast_info(logger, f"replay tools GET /keys/{key} key=0123456789ab -> replayed 200")
@@ -94,3 +95,56 @@ def test_every_line_is_scrubbed_by_the_server_s_scrubber_whatever_writes_it(
         logger.handlers[:], logger.filters[:], logger.propagate, level = saved
         logger.setLevel(level)
     assert key not in stream.getvalue() + caplog.text
+
+
+def test_the_lines_get_every_live_server_s_scrubbing_and_not_a_gone_one_s() -> None:
+    """Two servers in one process share the logger: a line gets both scrubbers (the stricter
+    wins), one filter still; a scrubber collected with its server is let go."""
+    key = "ghp" + "_" + "Fake0Key" * 4 + "Fake"
+    logger = logging.getLogger(LOGGER)
+    saved = logger.filters[:]
+    try:
+        logger.filters[:] = []
+        strict, lax = Scrubber.build(), Scrubber.build(keep=["all"])
+        scrub_lines(strict.text)
+        scrub_lines(lax.text)
+        [scrubbing] = logger.filters
+        assert isinstance(scrubbing, Scrubbing)
+        assert scrubbing.scrub(f"GET /keys/{key}") == "GET /keys/[redacted]"
+        del strict
+        gc.collect()
+        assert scrubbing.scrub(f"GET /keys/{key}") == f"GET /keys/{key}", "only `lax` lives"
+        scrub_lines(Scrubber.build(patterns=["secret"]).text)
+        assert len(scrubbing._scrubs) == 2, "the gone scrubber's place is let go"
+    finally:
+        logger.filters[:] = saved
+
+
+def test_a_traceback_and_uvicorn_s_lines_are_scrubbed_too() -> None:
+    """A line logged with its exception (`exc_info`, a traceback whose messages may quote a
+    path or a file name) was written with the traceback as it was; and uvicorn's own logger
+    (its "Exception in ASGI application" traceback) had no filter at all."""
+    key = "ghp" + "_" + "Fake0Key" * 4 + "Fake"
+    scrubber = Scrubber.build()
+    stream = io.StringIO()
+    loggers = [logging.getLogger(LOGGER), logging.getLogger("uvicorn.error")]
+    saved = [(lg.handlers[:], lg.filters[:], lg.propagate, lg.level) for lg in loggers]
+    try:
+        for logger in loggers:
+            logger.handlers[:], logger.filters[:] = [LineHandler(stream)], []
+            logger.propagate = False
+            logger.setLevel(logging.INFO)
+        scrub_lines(scrubber.text)
+        for logger in loggers:
+            try:
+                raise OSError(f"could not open /cassettes/{key}/x.json")
+            except OSError:
+                logger.exception("writing a recording failed")
+        shown = stream.getvalue()
+    finally:
+        for logger, (handlers, filters, propagate, level) in zip(loggers, saved, strict=True):
+            logger.handlers[:], logger.filters[:], logger.propagate = handlers, filters, propagate
+            logger.setLevel(level)
+    assert shown.count("Traceback (most recent call last)") == 2
+    assert shown.count(f"/cassettes/{MARKER}/x.json") == 2
+    assert key not in shown

@@ -64,3 +64,14 @@ def test_two_parameter_ids_never_share_a_cassette(a: str, b: str) -> None:
         one = cassette_name(f"tests/test_x.py::test_a[{a}]", "tests")
         two = cassette_name(f"tests/test_x.py::test_a[{b}]", "tests")
         assert one != two
+
+
+def test_a_test_s_cassette_name_holds_no_key_its_parameter_s_id_held() -> None:
+    """A test parametrized by a key (`test_auth[ghp_...]`) gets a cassette all the same, its
+    name a valid one: the key is `key`, and the node id's hash tells such tests apart."""
+    key = "ghp" + "_" + "Fake0Key" * 4 + "Fake"
+    name = cassette_name(f"tests/test_auth.py::test_auth[{key}]", "tests")
+    assert check_cassette_name(name) == name
+    assert name.startswith("test_auth/test_auth.key-") and key[4:] not in name
+    other = cassette_name(f"tests/test_auth.py::test_auth[{key[:-1]}X]", "tests")
+    assert other != name

@@ -183,3 +183,68 @@ def test_header_values_are_scrubbed_by_patterns_and_key_formats_names_kept() -> 
         "x-echo-key": f"Bearer {MARKER}",
         "link": [f"<a>; {MARKER}", "<b>"],
     }
+
+
+def test_a_percent_encoded_key_is_scrubbed_over_the_raw_span_it_came_from() -> None:
+    """A path spells a key percent-encoded, or hides its start behind an escape (`%3D`);
+    the decoded text's match is replaced in the raw text. Escapes around no key stay as they
+    came (a path holding no key keys as it did), and a key spelled out is scrubbed still."""
+    key = "ghp" + "_" + "Fake0Key" * 4 + "Fake"
+    formats = Scrubber.build()
+    tail = key[4:]
+    assert formats.text(f"/k/ghp%5F{tail}/x%20y") == f"/k/{MARKER}/x%20y"
+    assert formats.text(f"/k/%67hp_{tail}") == f"/k/{MARKER}"
+    assert formats.text(f"/k/ghp%255F{tail}") == f"/k/{MARKER}", "encoded twice"
+    assert formats.text(f"/k/a%3D{key}%2Fb") == f"/k/a%3D{MARKER}%2Fb"
+    assert formats.text(f"/k/{key}%41") == f"/k/{MARKER}%41", "raw, the key's end is seen"
+    assert formats.matches(f"/k/ghp%5F{tail}") and not formats.matches("/k/a%20b%5F")
+    plain = "/v1/files/report%202024%5Ffinal?x=100%25"
+    assert formats.text(plain) is plain
+    assert scrub.text("/users/ann%40example.com") == f"/users/{MARKER}", "the user's patterns"
+
+
+def test_a_key_as_a_query_parameter_s_name_is_scrubbed() -> None:
+    """`?ghp_...` (a bare token, no `=`) is parsed as a name with an empty value: it was
+    stored as it came, where a value was scrubbed."""
+    from tapeproxy.engine.keying import RequestParts
+
+    key = "ghp" + "_" + "Fake0Key" * 4 + "Fake"
+    query = ((key, ""), ("q", "x"))
+    parts = RequestParts("GET", "tools", "/x", query, (), Payload("empty"))
+    assert scrub.request(parts).query == ((MARKER, ""), ("q", "x"))
+    plain = RequestParts("GET", "tools", "/x", (("q", "x"),), (), Payload("empty"))
+    assert scrub.request(plain) is plain
+    record = {"request": {"method": "GET", "path": "/x", "query": [[key, ""]]}, "response": {}}
+    assert scrub.record(record)["request"]["query"] == [[MARKER, ""]]
+
+
+PIECE = "Fake0Key" * 5
+KEYS = [
+    "sk-" + "proj-" + PIECE,
+    "sk-" + "ant-" + "api03-" + PIECE,
+    "AIza" + PIECE[:35],
+    "ghp" + "_" + PIECE[:36],
+    "AKIA" + "FAKEKEY234567ABC",
+    "xox" + "b-" + "123456789012-" + PIECE[:12],
+    "eyJ" + "hbGciOiJub25lIn0" + "." + "eyJ" + "zdWIiOiJmYWtlIn0" + "." + "fakesig0",
+]
+
+
+@given(
+    st.sampled_from(KEYS),
+    st.lists(st.booleans(), min_size=80, max_size=80),
+    st.integers(1, 3),
+    st.sampled_from(["/", "=", ":", " "]),
+)
+def test_a_key_with_any_of_its_characters_escaped_is_scrubbed(
+    key: str, escape: list[bool], times: int, before: str
+) -> None:
+    """Whichever characters of a key are percent-encoded (once, twice or three times), and
+    whatever escaped character comes before it, nothing of it is left; the precheck that
+    passes over most text never passes over one."""
+    spelled = "".join(
+        f"%{'25' * (times - 1)}{ord(c):02X}" if flip else c
+        for c, flip in zip(key, escape, strict=False)
+    )
+    text = f"/a/b%{'25' * (times - 1)}{ord(before):02X}{spelled}/c"
+    assert Scrubber.build().text(text) == f"/a/b%{'25' * (times - 1)}{ord(before):02X}{MARKER}/c"

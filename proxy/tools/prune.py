@@ -5,6 +5,7 @@ nothing when that run did not pass (a test that failed, or requests that missed)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC
 
 from tapeproxy.errors import ConfigError, TapeproxyError
 from tapeproxy.store.lastrun import NOTES, LastRun, note_name, recording_digest
@@ -117,7 +118,8 @@ def _report(cassette: str, dry_run: bool, note: LastRun, where: str) -> PruneRep
         run += f"its mode nor its start), which passed: it used {len(note.used)} recording(s) "
         run += f"and {left}"
         return PruneReport(cassette, dry_run, run=run)
-    started = note.started.strftime("%Y-%m-%d %H:%M:%S UTC")
+    at = note.started.astimezone(UTC)  # (a note may give its start under any offset)
+    started = at.strftime("%Y-%m-%d %H:%M:%S UTC")
     run = f"the last finished run, in {note.mode.value} mode, started {started}, which "
     run += f"passed: it served {note.served} recording(s)"
     run += f", recorded {note.recorded} and {left}" if note.recorded else f" and {left}"
@@ -126,7 +128,7 @@ def _report(cassette: str, dry_run: bool, note: LastRun, where: str) -> PruneRep
         dry_run,
         run=run,
         mode=note.mode.value,
-        started=note.started.isoformat(),
+        started=at.isoformat(),
         served=note.served,
         recorded=note.recorded,
     )

@@ -16,7 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from tapeproxy.cli.output import make_console
 from tapeproxy.engine.rules import MatchRules
 from tapeproxy.errors import ConfigError, TapeproxyError
-from tapeproxy.settings import MIB, Settings, env_name, option_name
+from tapeproxy.modes import Mode
+from tapeproxy.settings import MIB, RepeatPolicy, Settings, env_name, option_name
 from tapeproxy.sources import load_settings, load_tool_settings, parse_pairs
 from tapeproxy.store.protocol import CassetteStore
 from tapeproxy.tools.prices import PriceTable, load_prices
@@ -36,6 +37,8 @@ class Library:
 
 
 METAVARS = {
+    "mode": f"<{'|'.join(m.value for m in Mode)}>",
+    "repeat": f"<{'|'.join(r.value for r in RepeatPolicy)}>",
     "host": "HOST",
     "port": "PORT",
     "cassettes": "DIR|URL",

@@ -11,8 +11,7 @@ import typer
 from tapeproxy.cli import imports, looking, maintenance, tools
 from tapeproxy.cli.library import fail, option
 from tapeproxy.errors import ConfigError
-from tapeproxy.modes import Mode
-from tapeproxy.settings import RepeatPolicy, Settings
+from tapeproxy.settings import Settings
 from tapeproxy.sources import load_settings, parse_pairs
 
 
@@ -37,7 +36,9 @@ def main(
 
 
 def serve(
-    mode: Annotated[Mode | None, option("mode")] = None,
+    # The choices (mode, repeat) are taken as text and checked by Settings, as a value from
+    # the environment or the file is: Typer's own check words its refusal in pydantic's.
+    mode: Annotated[str | None, option("mode")] = None,
     host: Annotated[str | None, option("host")] = None,
     port: Annotated[int | None, option("port")] = None,
     cassettes: Annotated[str | None, option("cassettes")] = None,
@@ -48,7 +49,7 @@ def serve(
         bool | None, option("record_failures", "--no-record-failures")
     ] = None,
     replay_timing: Annotated[str | None, option("replay_timing")] = None,
-    repeat: Annotated[RepeatPolicy | None, option("repeat")] = None,
+    repeat: Annotated[str | None, option("repeat")] = None,
     strict_order: Annotated[bool | None, option("strict_order", "--any-order")] = None,
     fail_on_unused: Annotated[bool | None, option("fail_on_unused", "--allow-unused")] = None,
     ignore: Annotated[list[str] | None, option("ignore")] = None,

@@ -111,6 +111,13 @@ def print_prune(report: PruneReport, as_json: bool) -> None:
         highlight=False,
         markup=False,
     )
+    if report.needs_yes:
+        console.print(
+            "that run also recorded: prune deletes them only with --yes (a run that records "
+            "may not have asked for everything the cassette's tests need)",
+            highlight=False,
+            markup=False,
+        )
     if report.gone:
         console.print(
             f"{len(report.gone)} listed as unused were already gone", highlight=False, markup=False

@@ -56,11 +56,31 @@ class FaultsChange(BaseModel):
     seed: int | None = Field(None, ge=0, strict=True)  # as --fault-seed; JSON true is no seed
 
 
+class NotJson(ValueError):
+    """A control request's body that cannot be read as JSON."""
+
+
+def _json_body(body: bytes) -> object:
+    """A control request's body read as JSON (an empty one is `{}`); NotJson saying why not,
+    a body nested too deeply for the reader included."""
+    try:
+        return json.loads(body or b"{}")
+    except RecursionError:
+        raise NotJson("it is nested too deeply") from None
+    except ValueError as exc:  # (UnicodeDecodeError too)
+        raise NotJson(one_line(exc)) from exc
+
+
 def _problems(exc: ValueError) -> str:
-    """What is wrong with a control request's body, in one line: bad JSON, or each problem
-    pydantic found, without its noise (tapeproxy.problems)."""
+    """What is wrong with a control request's body, in one line: not JSON, not an object, or
+    each problem pydantic found, without its noise (tapeproxy.problems)."""
+    if isinstance(exc, NotJson):
+        return f"the body is not JSON: {exc}"
     if isinstance(exc, ValidationError):
-        return "; ".join(problems(exc))
+        return "; ".join(
+            "the body must be a JSON object" if e["type"] == "model_type" else found
+            for e, found in zip(exc.errors(), problems(exc), strict=True)
+        )
     return one_line(exc)
 
 
@@ -174,8 +194,8 @@ async def switch(engine: Engine, request: Request) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
     try:
-        change = CassetteSwitch.model_validate(json.loads(body or b"{}"))
-    except ValueError as exc:  # bad JSON, and pydantic's ValidationError
+        change = CassetteSwitch.model_validate(_json_body(body))
+    except ValueError as exc:  # NotJson, and pydantic's ValidationError
         return _bad_request(
             f'PUT /__tapeproxy/cassette takes {{"cassette": NAME, "mode": MODE}} with MODE one '
             f"of {', '.join(m.value for m in Mode)}: {_problems(exc)}"
@@ -196,11 +216,11 @@ async def put_faults(engine: Engine, request: Request) -> JSONResponse:
     if isinstance(body, JSONResponse):
         return body
     try:
-        change = FaultsChange.model_validate(json.loads(body or b"{}"))
+        change = FaultsChange.model_validate(_json_body(body))
         engine.set_faults(change.faults, change.seed)
     except BadFault as exc:
         return _error(400, exc.error_type, exc.message)
-    except ValueError as exc:  # bad JSON, and pydantic's ValidationError
+    except ValueError as exc:  # NotJson, and pydantic's ValidationError
         return _bad_request(
             f'PUT /__tapeproxy/faults takes {{"faults": [SPEC, ...], "seed": N}} (either may be '
             f"left out; [] clears the faults; N a whole number >= 0): "

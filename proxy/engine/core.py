@@ -142,12 +142,13 @@ class Engine:
         return jsonrpc.answer(replay, keyed.parts.body, keyed.inbound.header_map)
 
     async def _faulted(self, keyed: Keyed, run: Run, fault: FaultSpec) -> Answer:
-        """The answer with `fault` on it, or in its place: never written, and the run neither
-        counts the request nor uses up a recording, so the client's retry gets it."""
+        """`fault`'s answer, never written: the run uses up no recording (a retry gets it)."""
         ask = run.asked[keyed.key] + 1
         ordinal = run.pick(keyed.key, ask, self.settings.repeat)
         step = plan(keyed.mode, ordinal is not None, keyed.runs_live, run.held)
         run.replayed_from |= step.action is Action.SERVE or step.action is Action.REFUSE
+        if step.action is Action.SERVE and ordinal is not None:  # asked for: prune keeps it
+            run.wanted.add((keyed.key, ordinal))
         answer: Serve | Live | None = await self.faults.stand_in(keyed, fault)
         if answer is None:  # a fault that spoils the answer: the one the request would get
             if step.action is Action.REFUSE:
@@ -181,8 +182,7 @@ class Engine:
             inbound.headers,
             inbound.body,
         )
-        # Made here, so a request served from a cassette pays nothing for it.
-        watch = None if inbound.gone is None else Watch(inbound.gone)
+        watch = None if inbound.gone is None else Watch(inbound.gone)  # (no cost to a replay)
         opening = self.upstream.open(outbound)
         try:
             return await (opening if watch is None else watch.unless_gone(opening)), watch

@@ -53,6 +53,9 @@ class Run:
     # under way) ended: one run as far as the last-run note goes, see Ledger.finish.
     inherited: set[tuple[str, int]] = field(default_factory=set)
     faults: Counter[str] = field(default_factory=Counter)  # faults served in it, by kind
+    # Recordings a fault stood in for (a 429, a reset, ...): asked for, so used as far as
+    # prune and --fail-on-unused go, though neither served nor used up (a retry gets them).
+    wanted: set[tuple[str, int]] = field(default_factory=set)
     mode: Mode | None = None  # the server's mode for it (a new mode starts new runs)
     started: float = field(default_factory=time.time)  # wall clock, for prune's messages
     note_dropped: bool = False  # the cassette's last-run note was removed at the first write
@@ -149,8 +152,9 @@ class Run:
                 self.candidates = None
 
     def used(self) -> set[tuple[str, int]]:
-        """Recordings served or written in this run, or in the runs it carries on from."""
-        return {*self.served, *self.recorded, *self.inherited}
+        """Recordings served, written or asked for under a fault in this run, or in the runs
+        it carries on from."""
+        return {*self.served, *self.recorded, *self.wanted, *self.inherited}
 
     def unused(self) -> list[tuple[str, int]]:
         """Recordings neither served nor written in this run (nor the runs it carries on

@@ -5,6 +5,7 @@ nothing when that run did not pass (a test that failed, or requests that missed)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC
 
 from tapeproxy.errors import ConfigError, TapeproxyError
 from tapeproxy.store.lastrun import NOTES, LastRun, note_name, recording_digest
@@ -43,9 +44,12 @@ class PruneReport:
     kept: int = 0  # recordings left
     run: str = ""  # the run prune relies on, in words
     mode: str | None = None  # that run's mode, its start (UTC, ISO 8601), what it served and
-    started: str | None = None  # recorded (None, 0, 0 from a note of an older tapeproxy)
-    served: int = 0
-    recorded: int = 0
+    started: str | None = None  # recorded (all None from a note of an older tapeproxy,
+    served: int | None = None  # which noted none of them)
+    recorded: int | None = None
+    # That run also recorded, so deleting what it left unused waits for --yes (a dry run
+    # says so; without --yes, prune raises NeedsYes).
+    needs_yes: bool = False
 
 
 def prune(
@@ -71,11 +75,7 @@ def prune(
             "test needs; nothing deleted. Make the test pass (or record it again), replay it, "
             "then prune"
         )
-    places = {
-        exchange_file(key, ordinal): (key, ordinal)
-        for key, ordinals in store.entries(cassette).items()
-        for ordinal in ordinals
-    }
+    places = _places(store, cassette)
     report = _report(cassette, dry_run, note, where)
     for name in sorted(note.unused):
         if name not in places:
@@ -85,7 +85,8 @@ def prune(
         else:
             report.changed.append(name)
     report.kept = len(places) - len(report.pruned)
-    if note.recorded and report.pruned and not dry_run and not yes:
+    report.needs_yes = bool(note.recorded and report.pruned and not yes)
+    if report.needs_yes and not dry_run:
         raise NeedsYes(
             f"relying on {report.run}; a run that records may not have asked for everything "
             f"the cassette's tests need, so the {len(report.pruned)} recording(s) it left "
@@ -100,23 +101,34 @@ def prune(
     return report
 
 
+def _places(store: CassetteStore, cassette: str) -> dict[str, tuple[str, int]]:
+    """Each recording of `cassette` by its file name: name -> (key, ordinal)."""
+    return {
+        exchange_file(key, ordinal): (key, ordinal)
+        for key, ordinals in store.entries(cassette).items()
+        for ordinal in ordinals
+    }
+
+
 def _report(cassette: str, dry_run: bool, note: LastRun, where: str) -> PruneReport:
     """An empty report naming the run prune goes by: its mode, start and what it did."""
     left = f"left {len(note.unused)} unused (noted in {where})"
     if note.mode is None or note.started is None:  # a note of an older tapeproxy
-        run = "the last finished replay run (its mode and start not noted), which passed: "
-        run += f"it used {len(note.used)} recording(s) and {left}"
-    else:
-        started = note.started.strftime("%Y-%m-%d %H:%M:%S UTC")
-        run = f"the last finished run, in {note.mode.value} mode, started {started}, which "
-        run += f"passed: it served {note.served} recording(s)"
-        run += f", recorded {note.recorded} and {left}" if note.recorded else f" and {left}"
+        run = "the last finished run that served from it (an older tapeproxy noted neither "
+        run += f"its mode nor its start), which passed: it used {len(note.used)} recording(s) "
+        run += f"and {left}"
+        return PruneReport(cassette, dry_run, run=run)
+    at = note.started.astimezone(UTC)  # (a note may give its start under any offset)
+    started = at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    run = f"the last finished run, in {note.mode.value} mode, started {started}, which "
+    run += f"passed: it served {note.served} recording(s)"
+    run += f", recorded {note.recorded} and {left}" if note.recorded else f" and {left}"
     return PruneReport(
         cassette,
         dry_run,
         run=run,
-        mode=note.mode.value if note.mode else None,
-        started=note.started.isoformat() if note.started else None,
+        mode=note.mode.value,
+        started=at.isoformat(),
         served=note.served,
         recorded=note.recorded,
     )

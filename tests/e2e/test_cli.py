@@ -115,6 +115,18 @@ PYDANTIC_NOISE = ("Value error", "[type=", "errors.pydantic.dev", "validation er
             {"TAPEPROXY_CONNECT_TIMEOUT": "soon"},
             "invalid settings: --connect-timeout (from TAPEPROXY_CONNECT_TIMEOUT) 'soon': Input",
         ),
+        (  # a choice on the command line is checked where the environment's is, not by Typer
+            ["--mode", "rewind"],
+            {},
+            "invalid settings: --mode 'rewind': Input should be 'record', 'replay', 'auto', "
+            "'once' or 'passthrough'",
+        ),
+        (
+            ["--repeat", "forever"],
+            {},
+            "invalid settings: --repeat 'forever': Input should be 'error', 'repeat-last' or "
+            "'cycle'",
+        ),
     ],
 )
 def test_a_bad_value_is_one_line_without_pydantics_noise(

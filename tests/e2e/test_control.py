@@ -108,6 +108,29 @@ def test_a_bad_control_body_is_one_line_without_pydantics_noise(make_proxy: Make
         assert "\n" not in said and "[type=" not in said and "pydantic.dev" not in said
 
 
+def test_a_control_body_that_is_no_object_or_no_json_says_so_in_plain_words(
+    make_proxy: MakeProxy,
+) -> None:
+    """A body that is not a JSON object names no model class of ours; one that is not JSON
+    (or too deeply nested to read) says the body is not JSON: a 400 in the JSON error
+    shape, never a bare 500."""
+    proxy = make_proxy()
+    deep = "[" * 30_000 + "]" * 30_000  # under the control body cap
+    for endpoint in ("cassette", "faults"):
+        url = f"{proxy.url}/__tapeproxy/{endpoint}"
+        for body, said in (
+            ("[]", ": the body must be a JSON object"),
+            ('"x"', ": the body must be a JSON object"),
+            ("nope", ": the body is not JSON: Expecting value: line 1 column 1 (char 0)"),
+            (deep, ": the body is not JSON: it is nested too deeply"),
+        ):
+            answer = httpx.put(url, content=body)
+            assert answer.status_code == 400, (endpoint, body[:10], answer.text[:200])
+            message = answer.json()["error"]["message"]
+            assert message.endswith(said), message
+            assert "CassetteSwitch" not in message and "FaultsChange" not in message
+
+
 def test_an_unknown_control_endpoint_is_a_404_listing_the_real_ones(
     make_proxy: MakeProxy,
 ) -> None:

@@ -372,6 +372,25 @@ def test_a_slow_fault_ends_its_wait_when_the_client_leaves(
     assert proxy.stats["faults_by_kind"] == {"slow": 1}
 
 
+@pytest.mark.parametrize("fault", ["rate_limit", "server_error", "reset"])
+def test_a_recording_a_fault_stood_in_for_is_not_pruned_as_unused(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path, fault: str
+) -> None:
+    """A request answered by a fault in place of its recording asked for that recording:
+    the run did not use it up (a retry gets it), but prune must not delete it as unused. A
+    replay run under `--fault rate_limit` (every request) left every recording unused, and
+    prune deleted the whole cassette."""
+    record_chat(make_proxy, fake)
+    proxy = make_proxy(mode="replay", fault=(fault,))
+    with pytest.raises((openai.APIStatusError, openai.APIConnectionError)):
+        chat(proxy.url).chat.completions.create(model="gpt-4o-mini", messages=MESSAGES)  # type: ignore[arg-type]
+    assert proxy.stats["replayed"] == 0
+    proxy.stop()
+    note = FileStore(cassettes).read_last_run("default")
+    assert note is not None and note.faults == {fault: 1}
+    assert (len(note.used), note.unused, note.served) == (1, [], 0)
+
+
 def test_a_recording_served_under_a_fault_that_spoils_it_is_not_pruned_as_unused(
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
 ) -> None:

@@ -180,6 +180,52 @@ def test_prune_after_a_replay_run_needs_no_yes_and_names_the_run(
     assert "it served 1 recording(s) and left 1 unused" in out and "deleted 1 recording(s)" in out
 
 
+def test_prune_dry_run_after_an_auto_run_says_deleting_needs_yes(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    """--dry-run is how a user checks what prune will do: after a run that recorded it says
+    that the real prune will wait for --yes (and --json says so in `needs_yes`), rather than
+    promise a deletion the next command refuses."""
+    record(make_proxy, "trip", ["one", "two"])
+    auto = make_proxy(mode="auto", cassette="trip")
+    ask(auto.url, "one")  # served
+    ask(auto.url, "three")  # recorded
+    auto.stop()
+    code, out = cli("prune", "trip", "--cassettes", str(cassettes), "--dry-run")
+    assert code == 0, out
+    assert "would delete 1 recording(s) that run did not use, 2 kept" in out
+    assert "that run also recorded: prune deletes them only with --yes" in out
+    code, out = cli("prune", "trip", "--cassettes", str(cassettes), "--dry-run", "--yes")
+    assert code == 0 and "--yes" not in out, out
+    code, out = cli("prune", "trip", "--cassettes", str(cassettes), "--dry-run", "--json")
+    assert code == 0 and json.loads(out)["needs_yes"] is True, out
+    replay_some(make_proxy, "trip", ["one"])
+    code, out = cli("prune", "trip", "--cassettes", str(cassettes), "--dry-run", "--json")
+    assert code == 0 and json.loads(out)["needs_yes"] is False, out
+
+
+def test_prune_by_the_note_of_an_older_tapeproxy_claims_no_mode_or_counts(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    """A version-3 note (before runs noted their mode) may be an auto run's: prune does not
+    call it a replay run, and --json gives its mode, start, served and recorded as unknown
+    (null), not as 0."""
+    record(make_proxy, "trip", ["one", "two"])
+    replay_some(make_proxy, "trip", ["one"])
+    path = note_path(cassettes, "trip")
+    note = json.loads(path.read_text())
+    for newer in ("mode", "started", "served", "recorded"):
+        del note[newer]
+    path.write_text(json.dumps({**note, "version": 3}))
+    code, out = cli("prune", "trip", "--cassettes", str(cassettes), "--dry-run")
+    assert code == 0, out
+    assert "replay run" not in out and "an older tapeproxy noted" in out, out
+    code, out = cli("prune", "trip", "--cassettes", str(cassettes), "--dry-run", "--json")
+    report = json.loads(out)
+    assert [report[k] for k in ("mode", "started", "served", "recorded")] == [None] * 4
+    assert len(report["pruned"]) == 1 and report["needs_yes"] is False
+
+
 def test_a_run_that_left_many_recordings_unused_notes_a_bounded_number_for_prune(
     make_proxy: MakeProxy, cassettes: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -3,6 +3,7 @@ dict-backed one, with no folder and no file behind it."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -11,9 +12,12 @@ from tapeproxy.engine.keying import RequestParts, request_key
 from tapeproxy.engine.rules import MatchRules, build_rules
 from tapeproxy.exchange.bodies import Payload
 from tapeproxy.exchange.model import Exchange, Frame, StoredRequest, StoredResponse
+from tapeproxy.modes import Mode
 from tapeproxy.providers import BUILTIN
+from tapeproxy.store.lastrun import LastRun
 from tapeproxy.store.protocol import CassetteStore, exchange_file
 from tapeproxy.tools.listing import show, summarize
+from tapeproxy.tools.prune import prune
 from tapeproxy.tools.rekey import rekey
 from tapeproxy.tools.verify import verify
 from tests.fakes.memory_store import MemoryStore
@@ -115,3 +119,19 @@ def test_rekey_moves_recordings_within_the_store_and_verify_then_passes(
     assert answers == [{"json": {"id": "answer-0"}}, {"json": {"id": "answer-1"}}]
     assert verify(store, "trip", rules_for).problems == []
     assert store.cassettes() == ["trip"] and store.exists()
+
+
+def test_prune_names_a_run_started_under_another_offset_by_its_time_in_utc(
+    memory: MemoryStore,
+) -> None:
+    """The note's `started` may carry any offset (it is read as an aware time): prune says the
+    instant in UTC, as its wording claims, not the local clock labelled UTC."""
+    kept = recording({"model": "m", "messages": HI}, 0)
+    memory.write("c", kept)
+    started = datetime(2026, 11, 27, 14, 0, tzinfo=timezone(timedelta(hours=2)))
+    name = exchange_file(kept.key, 1)
+    note = LastRun(used=[name], mode=Mode.REPLAY, started=started, served=1)
+    memory.write_last_run("c", note)
+    report = prune(memory, "c", dry_run=True)
+    assert "started 2026-11-27 12:00:00 UTC" in report.run, report.run
+    assert report.started == "2026-11-27T12:00:00+00:00"

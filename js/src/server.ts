@@ -16,22 +16,39 @@ export const INSTALL_HINT =
 // The server's lifetime is tied to a pipe, not to an exit hook: vitest and jest end their
 // workers without running `exit` handlers (a thread is terminated, a fork killed), but every
 // way a worker ends closes its end of this pipe. The keeper sees the end of its stdin and
-// stops the server by its pid (SIGTERM: cassettes complete on disk; SIGKILL past the timeout).
+// stops the server (SIGTERM: cassettes complete on disk; SIGKILL past the timeout). It stops
+// the server's whole process group, so that a TAPEPROXY_BIN that is a wrapper (a shell script,
+// `uvx tapeproxy`) leaves no server behind it, and leaves once the group is gone.
 const KEEPER = `
 const { spawn } = require("node:child_process");
 const [command, ...args] = process.argv.slice(1);
-const server = spawn(command, args, { stdio: ["ignore", "inherit", "inherit"] });
-let killer;
-const stop = () => {
-  if (server.exitCode !== null || server.signalCode !== null || killer) return;
-  server.kill("SIGTERM");
-  killer = setTimeout(() => server.kill("SIGKILL"), ${STOP_TIMEOUT_MS}).unref();
+const server = spawn(command, args, { stdio: ["ignore", "inherit", "inherit"], detached: true });
+let stopping = false;
+let status = 0;
+const group = (signal) => {
+  try {
+    process.kill(-server.pid, signal);
+    return true;
+  } catch {
+    return false;
+  }
 };
+const stop = () => {
+  if (stopping || server.pid === undefined) return;
+  stopping = true;
+  group("SIGTERM");
+  setTimeout(() => group("SIGKILL"), ${STOP_TIMEOUT_MS}).unref();
+};
+const leave = () => (group(0) ? setTimeout(leave, 100) : process.exit(status));
 server.on("error", (error) => {
   process.stderr.write("tapeproxy-keeper: cannot run " + command + ": " + error.code + "\\n");
   process.exit(127);
 });
-server.on("exit", (code, signal) => process.exit(code ?? (signal ? 1 : 0)));
+server.on("exit", (code, signal) => {
+  status = code ?? (signal ? 1 : 0);
+  stop(); // what the command left running in its group
+  leave();
+});
 process.stdin.on("end", stop).on("close", stop).on("error", stop).resume();
 process.on("SIGTERM", stop).on("SIGINT", stop);
 `;

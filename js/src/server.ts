@@ -75,6 +75,7 @@ export class Server {
     readonly url: string,
     private readonly keeper: ChildProcess,
     private readonly exited: Promise<void>,
+    private readonly log: string[],
   ) {}
 
   get pid(): number | undefined {
@@ -83,7 +84,18 @@ export class Server {
 
   /** GET or PUT a control endpoint (`cassette`, `faults`, `stats`, `misses`); its JSON. */
   async control<T>(endpoint: string, body?: unknown): Promise<T> {
-    return (await controlCall(`${this.url}/__tapeproxy/${endpoint}`, body)) as T;
+    try {
+      return (await controlCall(`${this.url}/__tapeproxy/${endpoint}`, body)) as T;
+    } catch (error) {
+      // A server that stopped in the middle of the run: say so, and what it said last, rather
+      // than a bare ECONNREFUSED in every test that follows.
+      if (this.keeper.exitCode === null && this.keeper.signalCode === null) {
+        await Promise.race([this.exited, delay(1_000)]);
+      }
+      const status = this.keeper.exitCode ?? this.keeper.signalCode;
+      if (status === null) throw error;
+      throw failure(`tapeproxy: the server stopped during the run (exit status ${status}):\n${this.log.join("\n")}`);
+    }
   }
 
   /** Stop the server and wait for it: its pipe closed, the keeper stops it by its pid. */
@@ -159,7 +171,7 @@ export async function startServer(options: ServerOptions): Promise<Server> {
   for (const handle of [keeper, keeper.stdin, keeper.stdout, keeper.stderr]) {
     (handle as { unref?: () => void } | null)?.unref?.();
   }
-  const server = new Server(url, keeper, exited);
+  const server = new Server(url, keeper, exited, log);
   try {
     server.faults = (await server.control<{ faults: string[] }>("faults")).faults;
   } catch (error) {

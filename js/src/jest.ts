@@ -1,4 +1,5 @@
 // tapeproxy for jest: `useTapeproxy()` at the top of a test file or in a setupFilesAfterEnv file.
+import { distinctTitle } from "./naming.js";
 import { failure, type Server } from "./server.js";
 import { Tapeproxy, type TapeproxyOptions } from "./tape.js";
 
@@ -10,6 +11,7 @@ declare const beforeAll: Hook, beforeEach: Hook, afterEach: Hook, afterAll: Hook
 interface CircusBlock {
   name: string;
   parent?: CircusBlock;
+  children?: CircusBlock[];
 }
 interface CircusState {
   currentlyRunningTest?: CircusBlock | null;
@@ -40,7 +42,7 @@ function currentTest(): { file: string; titles: string[] } {
   const state = circus && (globalThis as Record<symbol, CircusState | undefined>)[circus];
   const titles: string[] = [];
   for (let block = state?.currentlyRunningTest; block && block.name !== ROOT; block = block.parent) {
-    titles.unshift(block.name);
+    titles.unshift(distinctTitle(block, block.parent?.children ?? [block]));
   }
   const expectState = (globalThis as any).expect?.getState?.() ?? {};
   if (!titles.length) titles.push(expectState.currentTestName ?? "test");

@@ -1,7 +1,7 @@
 // One `tapeproxy serve` for this worker: found, started on a free port, read until its ready
 // line, talked to over its control API, and stopped by its pid.
 import { spawn, type ChildProcess } from "node:child_process";
-import { accessSync, constants } from "node:fs";
+import { accessSync, constants, statSync } from "node:fs";
 import { request } from "node:http";
 import { delimiter, join } from "node:path";
 
@@ -106,9 +106,11 @@ export class Server {
 }
 
 /** The command that runs tapeproxy: TAPEPROXY_BIN, else `tapeproxy` on PATH, else
- * `python3 -m tapeproxy` (the contract's order). */
+ * `python3 -m tapeproxy` (the contract's order). TAPEPROXY_BIN is a path (spaces and all,
+ * when that file is there) or a command and its words (`uvx tapeproxy`). */
 export function tapeproxyCommand(env: NodeJS.ProcessEnv = process.env): string[] {
   const given = env.TAPEPROXY_BIN?.trim();
+  if (given && isExecutable(given)) return [given];
   if (given) return given.split(/\s+/);
   const found = onPath("tapeproxy", env.PATH ?? "");
   return found ? [found] : ["python3", "-m", "tapeproxy"];
@@ -116,15 +118,18 @@ export function tapeproxyCommand(env: NodeJS.ProcessEnv = process.env): string[]
 
 function onPath(name: string, path: string): string | undefined {
   for (const folder of path.split(delimiter)) {
-    if (!folder) continue;
-    try {
-      accessSync(join(folder, name), constants.X_OK);
-      return join(folder, name);
-    } catch {
-      // not in this folder
-    }
+    if (folder && isExecutable(join(folder, name))) return join(folder, name);
   }
   return undefined;
+}
+
+function isExecutable(path: string): boolean {
+  try {
+    accessSync(path, constants.X_OK);
+    return statSync(path).isFile();
+  } catch {
+    return false;
+  }
 }
 
 /** Start `tapeproxy serve` on a free loopback port, in replay until a test says otherwise,

@@ -3,7 +3,7 @@ import { afterEach, beforeAll, beforeEach } from "vitest";
 import type { RunnerTask as Task } from "vitest";
 import { distinctTitle } from "./naming.js";
 import { failure, type Server } from "./server.js";
-import { Tapeproxy, type TapeproxyOptions } from "./tape.js";
+import { CONCURRENT, Tapeproxy, type TapeproxyOptions } from "./tape.js";
 
 export { Tapeproxy, type Mode, type TapeproxyOptions } from "./tape.js";
 
@@ -18,6 +18,7 @@ export function useTapeproxy(options?: TapeproxyOptions): Tapeproxy {
   const tape = new Tapeproxy(options);
   beforeAll(() => tape.attach(worker), 90_000);
   beforeEach(async ({ task }) => {
+    if (task.concurrent) throw failure(CONCURRENT);
     const titles: string[] = [];
     for (let node: Task | undefined = task; node && node !== task.file; node = node.suite) {
       titles.unshift(distinctTitle(node, (node.suite ?? task.file).tasks));

@@ -88,7 +88,8 @@ export class Server {
       return (await controlCall(`${this.url}/__tapeproxy/${endpoint}`, body)) as T;
     } catch (error) {
       // A server that stopped in the middle of the run: say so, and what it said last, rather
-      // than a bare ECONNREFUSED in every test that follows.
+      // than a bare ECONNREFUSED in every test that follows. (An answer of 4xx is no such.)
+      if (!(error as NodeJS.ErrnoException).code) throw error;
       if (this.keeper.exitCode === null && this.keeper.signalCode === null) {
         await Promise.race([this.exited, delay(1_000)]);
       }

@@ -40,6 +40,19 @@ export function nodeId(root: string, file: string, titles: string[]): string {
   return [path, ...titles].join("::");
 }
 
+/** A test's title or describe block's name at its place in the file: the name, or, for the
+ * n-th (n > 1) of its parent's children of that name (`test.each` without a `%` in its title,
+ * a title written twice), `name[n]`, so that two tests never share a node id or a cassette
+ * (pytest's node ids are unique: `test_b[0]`, `test_b[1]`). The first keeps the plain name. */
+export function distinctTitle<T extends { name: string }>(node: T, siblings: readonly T[]): string {
+  let n = 0;
+  for (const sibling of siblings) {
+    if (sibling.name === node.name) n += 1;
+    if (sibling === node) break;
+  }
+  return n > 1 ? `${node.name}[${n}]` : node.name;
+}
+
 /** A cassette name for a test: `tests/chat.test.ts::Chat::answers` ->
  * `chat.test/Chat/answers` when the library is under `tests` (`prefix`). Characters a
  * cassette name cannot hold become `_`, and then, as does a name cut to MAX_NAME, it gets a

@@ -1,7 +1,7 @@
 // One `tapeproxy serve` for this worker: found, started on a free port, read until its ready
 // line, talked to over its control API, and stopped by its pid.
 import { spawn, type ChildProcess } from "node:child_process";
-import { accessSync, constants } from "node:fs";
+import { accessSync, constants, statSync } from "node:fs";
 import { request } from "node:http";
 import { delimiter, join } from "node:path";
 
@@ -16,22 +16,39 @@ export const INSTALL_HINT =
 // The server's lifetime is tied to a pipe, not to an exit hook: vitest and jest end their
 // workers without running `exit` handlers (a thread is terminated, a fork killed), but every
 // way a worker ends closes its end of this pipe. The keeper sees the end of its stdin and
-// stops the server by its pid (SIGTERM: cassettes complete on disk; SIGKILL past the timeout).
+// stops the server (SIGTERM: cassettes complete on disk; SIGKILL past the timeout). It stops
+// the server's whole process group, so that a TAPEPROXY_BIN that is a wrapper (a shell script,
+// `uvx tapeproxy`) leaves no server behind it, and leaves once the group is gone.
 const KEEPER = `
 const { spawn } = require("node:child_process");
 const [command, ...args] = process.argv.slice(1);
-const server = spawn(command, args, { stdio: ["ignore", "inherit", "inherit"] });
-let killer;
-const stop = () => {
-  if (server.exitCode !== null || server.signalCode !== null || killer) return;
-  server.kill("SIGTERM");
-  killer = setTimeout(() => server.kill("SIGKILL"), ${STOP_TIMEOUT_MS}).unref();
+const server = spawn(command, args, { stdio: ["ignore", "inherit", "inherit"], detached: true });
+let stopping = false;
+let status = 0;
+const group = (signal) => {
+  try {
+    process.kill(-server.pid, signal);
+    return true;
+  } catch {
+    return false;
+  }
 };
+const stop = () => {
+  if (stopping || server.pid === undefined) return;
+  stopping = true;
+  group("SIGTERM");
+  setTimeout(() => group("SIGKILL"), ${STOP_TIMEOUT_MS}).unref();
+};
+const leave = () => (group(0) ? setTimeout(leave, 100) : process.exit(status));
 server.on("error", (error) => {
   process.stderr.write("tapeproxy-keeper: cannot run " + command + ": " + error.code + "\\n");
   process.exit(127);
 });
-server.on("exit", (code, signal) => process.exit(code ?? (signal ? 1 : 0)));
+server.on("exit", (code, signal) => {
+  status = code ?? (signal ? 1 : 0);
+  stop(); // what the command left running in its group
+  leave();
+});
 process.stdin.on("end", stop).on("close", stop).on("error", stop).resume();
 process.on("SIGTERM", stop).on("SIGINT", stop);
 `;
@@ -58,6 +75,7 @@ export class Server {
     readonly url: string,
     private readonly keeper: ChildProcess,
     private readonly exited: Promise<void>,
+    private readonly log: string[],
   ) {}
 
   get pid(): number | undefined {
@@ -66,7 +84,19 @@ export class Server {
 
   /** GET or PUT a control endpoint (`cassette`, `faults`, `stats`, `misses`); its JSON. */
   async control<T>(endpoint: string, body?: unknown): Promise<T> {
-    return (await controlCall(`${this.url}/__tapeproxy/${endpoint}`, body)) as T;
+    try {
+      return (await controlCall(`${this.url}/__tapeproxy/${endpoint}`, body)) as T;
+    } catch (error) {
+      // A server that stopped in the middle of the run: say so, and what it said last, rather
+      // than a bare ECONNREFUSED in every test that follows. (An answer of 4xx is no such.)
+      if (!(error as NodeJS.ErrnoException).code) throw error;
+      if (this.keeper.exitCode === null && this.keeper.signalCode === null) {
+        await Promise.race([this.exited, delay(1_000)]);
+      }
+      const status = this.keeper.exitCode ?? this.keeper.signalCode;
+      if (status === null) throw error;
+      throw failure(`tapeproxy: the server stopped during the run (exit status ${status}):\n${this.log.join("\n")}`);
+    }
   }
 
   /** Stop the server and wait for it: its pipe closed, the keeper stops it by its pid. */
@@ -77,9 +107,11 @@ export class Server {
 }
 
 /** The command that runs tapeproxy: TAPEPROXY_BIN, else `tapeproxy` on PATH, else
- * `python3 -m tapeproxy` (the contract's order). */
+ * `python3 -m tapeproxy` (the contract's order). TAPEPROXY_BIN is a path (spaces and all,
+ * when that file is there) or a command and its words (`uvx tapeproxy`). */
 export function tapeproxyCommand(env: NodeJS.ProcessEnv = process.env): string[] {
   const given = env.TAPEPROXY_BIN?.trim();
+  if (given && isExecutable(given)) return [given];
   if (given) return given.split(/\s+/);
   const found = onPath("tapeproxy", env.PATH ?? "");
   return found ? [found] : ["python3", "-m", "tapeproxy"];
@@ -87,15 +119,18 @@ export function tapeproxyCommand(env: NodeJS.ProcessEnv = process.env): string[]
 
 function onPath(name: string, path: string): string | undefined {
   for (const folder of path.split(delimiter)) {
-    if (!folder) continue;
-    try {
-      accessSync(join(folder, name), constants.X_OK);
-      return join(folder, name);
-    } catch {
-      // not in this folder
-    }
+    if (folder && isExecutable(join(folder, name))) return join(folder, name);
   }
   return undefined;
+}
+
+function isExecutable(path: string): boolean {
+  try {
+    accessSync(path, constants.X_OK);
+    return statSync(path).isFile();
+  } catch {
+    return false;
+  }
 }
 
 /** Start `tapeproxy serve` on a free loopback port, in replay until a test says otherwise,
@@ -142,7 +177,7 @@ export async function startServer(options: ServerOptions): Promise<Server> {
   for (const handle of [keeper, keeper.stdin, keeper.stdout, keeper.stderr]) {
     (handle as { unref?: () => void } | null)?.unref?.();
   }
-  const server = new Server(url, keeper, exited);
+  const server = new Server(url, keeper, exited, log);
   try {
     server.faults = (await server.control<{ faults: string[] }>("faults")).faults;
   } catch (error) {

@@ -27,6 +27,9 @@ const REPLAY_KEYS: Record<string, string> = {
   ANTHROPIC_API_KEY: "sk-ant-tapeproxy-replay",
 };
 const MISSES_SHOWN = 5;
+export const CONCURRENT =
+  "tapeproxy: tests that run at once (test.concurrent, describe.concurrent) are not supported: " +
+  "a worker's server has one cassette at a time; run this file's tests one after another";
 
 interface Stats {
   misses: number; // since the server started
@@ -99,6 +102,9 @@ export class Tapeproxy {
 
   /** Switch the server to this test's cassette, mode and faults, and point the SDKs at it. */
   async begin(test: TestName): Promise<void> {
+    // Two tests at once would share the server's one cassette, and the second would save the
+    // first's base URLs and placeholder keys as the ones to put back: refused, in one line.
+    if (this.running) throw failure(CONCURRENT);
     const server = this.live();
     const cassette = this.options.cassette ?? this.nameOf(test);
     const mode = chooseMode(process.env.TAPEPROXY_MODE, this.options.mode);

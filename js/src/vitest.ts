@@ -1,7 +1,9 @@
 // tapeproxy for vitest: `useTapeproxy()` at the top of a test file or in a setup file.
 import { afterEach, beforeAll, beforeEach } from "vitest";
+import type { RunnerTask as Task } from "vitest";
+import { distinctTitle } from "./naming.js";
 import { failure, type Server } from "./server.js";
-import { Tapeproxy, type TapeproxyOptions } from "./tape.js";
+import { CONCURRENT, Tapeproxy, type TapeproxyOptions } from "./tape.js";
 
 export { Tapeproxy, type Mode, type TapeproxyOptions } from "./tape.js";
 
@@ -16,9 +18,10 @@ export function useTapeproxy(options?: TapeproxyOptions): Tapeproxy {
   const tape = new Tapeproxy(options);
   beforeAll(() => tape.attach(worker), 90_000);
   beforeEach(async ({ task }) => {
-    const titles = [task.name];
-    for (let suite = task.suite; suite && suite !== task.file; suite = suite.suite) {
-      titles.unshift(suite.name);
+    if (task.concurrent) throw failure(CONCURRENT);
+    const titles: string[] = [];
+    for (let node: Task | undefined = task; node && node !== task.file; node = node.suite) {
+      titles.unshift(distinctTitle(node, (node.suite ?? task.file).tasks));
     }
     await tape.begin({ file: task.file.filepath, titles });
   });

@@ -21,6 +21,16 @@ test("TAPEPROXY_BIN, else tapeproxy on PATH, else python3 -m tapeproxy", () => {
   expect(tapeproxyCommand({ PATH: temp })).toEqual(["python3", "-m", "tapeproxy"]);
 });
 
+test("a TAPEPROXY_BIN path with a space in it runs", async () => {
+  const folder = join(temp, "Program Files");
+  mkdirSync(folder);
+  const bin = join(folder, "tapeproxy");
+  symlinkSync(baseEnv().TAPEPROXY_BIN ?? "tapeproxy", bin);
+  expect(tapeproxyCommand({ TAPEPROXY_BIN: bin })).toEqual([bin]);
+  const output = await fixture(baseEnv({ TAPEPROXY_BIN: bin })); // replay, no cassette: a miss
+  expect(output).toContain("tapeproxy: 1 request(s) missed cassette");
+});
+
 test("a TAPEPROXY_BIN that is not there", async () => {
   const output = await fixture(baseEnv({ TAPEPROXY_BIN: join(temp, "no-such-tapeproxy") }));
   expect(output).toContain(`Error: ${INSTALL_HINT}\n`);

@@ -36,3 +36,10 @@ test("jest records once, then replays with the fake stopped", async () => {
   await suite("replay", "http://127.0.0.1:9");
   expect(exchangeFiles(library)).toEqual(recorded);
 });
+
+test("with injectGlobals: false, tapeproxy/jest takes its hooks from @jest/globals", async () => {
+  const env = baseEnv({ TAPEPROXY_CASSETTES: library });
+  const ran = await jest(["-c", "test/fixtures/noglobals/jest.config.cjs"], env);
+  expect(ran.status, ran.output).toBe(0);
+  expect(ran.output).toMatch(/Tests:\s+1 passed, 1 total/);
+});

@@ -1,8 +1,14 @@
 // A test's cassette is named as the pytest plugin names one: the same node ids give the same
 // names as tapeproxy.store.names.cassette_for_test, asked of Python itself.
-import { expect, test } from "vitest";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, expect, test } from "vitest";
 import { cassetteForTest, cassetteLibrary, libraryPrefix, nodeId } from "../src/naming.js";
-import { PYTHON, baseEnv, run } from "./support.js";
+import { PYTHON, baseEnv, jest, run, vitest } from "./support.js";
+
+const library = mkdtempSync(join(tmpdir(), "tapeproxy-js-naming-"));
+afterAll(() => rmSync(library, { recursive: true, force: true }));
 
 const CASES: [string, string | undefined][] = [
   ["tests/test_chat.py::test_a", "tests"],
@@ -44,4 +50,14 @@ test("TAPEPROXY_CASSETTES: a folder under the root, or a URL under no root", () 
   expect(cassetteLibrary("/project", "s3://bucket/prefix")).toBe("s3://bucket/prefix");
   expect(libraryPrefix("/project", "s3://bucket/prefix")).toBeUndefined();
   expect(libraryPrefix("/project", "/elsewhere/cassettes")).toBeUndefined();
+});
+
+// pytest's node ids are unique; a JS file's titles need not be. Tests that share one (the n-th
+// is `title[n]`, as pytest names a parameter) never share a cassette, whichever the runner.
+test("tests that share a title have cassettes of their own (vitest, jest)", async () => {
+  const env = baseEnv({ TAPEPROXY_CASSETTES: library });
+  const ranVitest = await vitest(["--config", "test/fixtures/vitest.config.ts", "names"], env);
+  expect(ranVitest.status, ranVitest.output).toBe(0);
+  const ranJest = await jest(["-c", "test/fixtures/names/jest.config.cjs"], env);
+  expect(ranJest.status, ranJest.output).toBe(0);
 });

@@ -5,7 +5,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, expect, test } from "vitest";
-import { baseEnv, run } from "./support.js";
+import { JS, baseEnv, run } from "./support.js";
 
 const temp = mkdtempSync(join(tmpdir(), "tapeproxy-js-pack-"));
 afterAll(() => rmSync(temp, { recursive: true, force: true }));
@@ -38,4 +38,25 @@ test("npm pack holds dist and its types, and installs offline into a project", a
     "import('tapeproxy/jest').then((esm) => console.log(typeof cjs.useTapeproxy, typeof esm.useTapeproxy));";
   const loaded = await run(process.execPath, ["-e", load], { ...env, NODE_PATH: "" }, "", project);
   expect(loaded.output.trim()).toBe("function function");
+
+  // Its types, for a TypeScript project however it resolves modules: node16 (an ES module
+  // and a CommonJS one), bundler, and node10, which `module: commonjs` implies (ts-jest's
+  // usual setup), and which reads no `exports`: `typesVersions` points it at the types.
+  const consumer = (ext: string) =>
+    `import { useTapeproxy as jest, type Mode } from "tapeproxy/jest";\n` +
+    `import { useTapeproxy as vitest, type Tapeproxy } from "tapeproxy/vitest";\n` +
+    `export const mode: Mode = jest({ cassette: "x" }).mode;\nexport const tape: Tapeproxy = vitest();\n// ${ext}\n`;
+  for (const ext of ["ts", "mts", "cts"]) writeFileSync(join(project, `consumer.${ext}`), consumer(ext));
+  const tsc = join(JS, "node_modules/typescript/bin/tsc");
+  const common = ["--noEmit", "--strict", "--typeRoots", join(JS, "node_modules/@types"), "--types", "node"];
+  const resolutions: [string, string, string[]][] = [
+    ["node16", "node16", ["consumer.ts", "consumer.mts", "consumer.cts"]],
+    ["esnext", "bundler", ["consumer.ts"]],
+    ["commonjs", "node10", ["consumer.ts"]],
+  ];
+  for (const [module, resolution, files] of resolutions) {
+    const args = [tsc, ...common, "--module", module, "--moduleResolution", resolution, ...files];
+    const checked = await run(process.execPath, args, env, "", project);
+    expect(checked.status, `${resolution}: ${checked.output}`).toBe(0);
+  }
 });

@@ -11,8 +11,9 @@ from pathlib import Path
 from tapeproxy.engine.finish import Finished
 from tapeproxy.errors import TapeproxyError
 from tapeproxy.exchange.model import Exchange, dump_around
+from tapeproxy.problems import one_line
 from tapeproxy.store.names import check_cassette_name
-from tapeproxy.store.protocol import CassetteStore, exchange_file, reason
+from tapeproxy.store.protocol import CassetteStore, exchange_file
 from tapeproxy.tools.importing import Importer, Skip, Whole
 
 # A file to import is read whole (YAML and HAR parsers take a document at once): past this
@@ -132,7 +133,7 @@ def run_import(
                 except TapeproxyError as exc:
                     one.skipped.append(f"#{number}: {exc.message}")
                 except ValueError as exc:  # what no exchange file can hold (pydantic's check)
-                    one.skipped.append(f"#{number}: {reason(exc)}")
+                    one.skipped.append(f"#{number}: {one_line(exc)}")
         except Skip as exc:
             one.error = exc.message
     for cassette, exchanges in gathered.items():

@@ -5,13 +5,14 @@ bodies as text, bytes or `!!binary`; each interaction as a `Whole` to import."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from tapeproxy.tools.importing import Skip, Whole
+from tapeproxy.tools.importrun import MAX_FILE
 
 SUFFIXES = (".yaml", ".yml", ".json")
 # Tags older vcrpy wrote for its own classes: plain mappings and lists once taken off (as
@@ -59,15 +60,58 @@ def _parse(raw: bytes) -> Any:
     if text.lstrip().startswith(("{", "[")):
         try:
             return json.loads(text)
+        except RecursionError as exc:
+            raise Skip("not readable JSON: it nests too deeply") from exc
         except ValueError:
             pass  # YAML is a superset of JSON's look: let the YAML parser say what is wrong
     for tag in OLD_TAGS:
         text = text.replace(tag, "")
     try:
-        return yaml.load(text, Loader=SafeLoader)
+        data = yaml.load(text, Loader=SafeLoader)
     except yaml.YAMLError as exc:
         first = str(exc).strip().splitlines()
         raise Skip(f"not readable YAML or JSON: {' '.join(first[:3])}") from exc
+    except RecursionError as exc:  # the pure-Python parser, where libyaml is not there
+        raise Skip("not readable YAML: it nests too deeply") from exc
+    _bounded(data, MAX_FILE)
+    return data
+
+
+def _bounded(data: Any, limit: int) -> None:
+    """Skip a document that, its aliases written out, is over `limit` (a billion laughs: a
+    kilobyte of anchors that names the same list 9**9 times) or holds itself. An alias is
+    one object however often it is named, so the document is small until read; counted
+    once per object, without recursion (as deep as the parser allows)."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    while stack:
+        node, done = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue
+        if done:
+            size = 1 + sum(sizes.get(id(one), _scalar(one)) for one in _children(node))
+            if size > limit:
+                raise Skip(
+                    f"its aliases, written out, make it over {limit:,} bytes: "
+                    "no VCR.py cassette names that much"
+                )
+            sizes[id(node)] = size
+            open_.discard(id(node))
+        elif id(node) in open_:
+            raise Skip("it holds itself (an alias to a list or mapping it is in)")
+        elif id(node) not in sizes:
+            open_.add(id(node))
+            stack.append((node, True))
+            stack.extend((one, False) for one in _children(node))
+
+
+def _children(node: dict[Any, Any] | list[Any]) -> Iterable[Any]:
+    return [*node.keys(), *node.values()] if isinstance(node, dict) else node
+
+
+def _scalar(value: Any) -> int:
+    return len(value) if isinstance(value, (str, bytes)) else 1
 
 
 def _whole(item: Mapping[str, Any]) -> Whole:

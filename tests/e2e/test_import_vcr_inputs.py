@@ -244,3 +244,28 @@ def test_an_answer_past_the_spool_is_written_in_pieces_whole(tmp_path: Path) -> 
     frames = by_path["/v1/chat/completions"]["response"]["frames"]
     assert "".join(f["text"] for f in frames) == sse and len(frames) == len(words) + 1
     assert by_path["/v1/embeddings"]["response"]["body"] == {"text": long_json * 3}
+
+
+def test_a_file_that_explodes_or_nests_without_end_is_skipped(tmp_path: Path) -> None:
+    """A billion laughs (a few lines of anchors naming one list 9**8 times: some 200 MB once
+    written out), an alias to the list it is in, and JSON nested past Python's recursion:
+    each file skipped with why, at once, and the good one beside them imported."""
+    levels = ['l0: &l0 ["lolol", "lolol", "lolol", "lolol", "lolol", "lolol", "lolol", "lolol"]']
+    levels += [f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 9)}]" for n in range(1, 9)]
+    item = interaction("https://api.openai.com/v1/embeddings", "{}", "{}")
+    laughs = yaml.safe_dump({"interactions": [item]}).replace(
+        "Content-Type:", "X-Laughs: *l8\n      Content-Type:", 1
+    )
+    assert "X-Laughs: *l8" in laughs
+    (tmp_path / "laughs.yaml").write_text("\n".join(levels) + "\n" + laughs)
+    (tmp_path / "itself.yaml").write_text("interactions: &all [*all]\n")
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp_path / "good.yaml").write_text(yaml.safe_dump({"interactions": [item]}))
+    code, output = run(str(tmp_path), "--cassettes", str(tmp_path / "lib"))
+    assert code == 1, output
+    assert "laughs.yaml: skipped: its aliases, written out, make it over 134,217,728" in output
+    assert "itself.yaml: skipped: it holds itself" in output
+    assert "deep.json: skipped: not readable JSON: it nests too deeply" in output
+    assert "cassette 'good': 1 written" in output
+    written = files_under(tmp_path / "lib")
+    assert written and all(name.startswith("good/") for name in written), written

@@ -259,3 +259,28 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
         except OSError:
             time.sleep(0.1)
     raise AssertionError(f"mitmdump did not listen on {port} within 60 s")
+
+
+def test_export_names_the_upstreams_tapeproxy_toml_gives(tmp_path: Path) -> None:
+    """An upstream set in tapeproxy.toml (not on the command line) gives the exported URLs,
+    as it gives serve's and the import's."""
+    config = tmp_path / "tapeproxy.toml"
+    library = tmp_path / "lib"
+    config.write_text(
+        f'cassettes = "{library}"\nupstream = ["search=http://127.0.0.1:9000/base"]\n'
+    )
+    entry = {
+        "request": {"method": "GET", "url": "http://127.0.0.1:9000/base/q?x=1", "headers": []},
+        "response": {
+            "status": 200,
+            "headers": [{"name": "content-type", "value": "application/json"}],
+            "content": {"size": 7, "mimeType": "application/json", "text": '{"a":1}'},
+        },
+    }
+    har = tmp_path / "in.har"
+    har.write_text(json.dumps({"log": {"version": "1.2", "entries": [entry]}}))
+    cli("import", "har", str(har), "--config", str(config), "--cassette", "s")
+    exported = json.loads(cli("export", "har", "s", "--config", str(config)))
+    (one,) = exported["log"]["entries"]
+    assert one["request"]["url"] == "http://127.0.0.1:9000/base/q?x=1"
+    assert one["_tapeproxy"]["upstream"] == "search"

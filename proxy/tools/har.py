@@ -9,7 +9,7 @@ import binascii
 import json
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from tapeproxy.exchange.bodies import Payload, payload_bytes
 from tapeproxy.exchange.model import Exchange
@@ -155,7 +155,7 @@ def har_entry(exchange: Exchange, providers: Mapping[str, Provider]) -> dict[str
 def _request(exchange: Exchange, providers: Mapping[str, Provider]) -> dict[str, Any]:
     request = exchange.request
     known = providers.get(request.upstream)
-    base = known.base_url if known is not None else f"https://{request.upstream}"
+    base = _public(known.base_url) if known is not None else f"https://{request.upstream}"
     query = f"?{urlencode(request.query)}" if request.query else ""
     headers = [{"name": k, "value": v} for k, v in request.headers.items()]
     sent = Payload.from_dict(request.body)
@@ -175,6 +175,15 @@ def _request(exchange: Exchange, providers: Mapping[str, Provider]) -> dict[str,
         if sent.kind != "text":  # the kind it is read back as (a text body names none)
             headers.append({"name": "content-type", "value": post["mimeType"]})
     return har
+
+
+def _public(url: str) -> str:
+    """An upstream's URL without the user and password it may hold (`https://user:key@host`):
+    the cassette never holds them, and neither does its export."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def _response(exchange: Exchange) -> dict[str, Any]:

@@ -263,12 +263,11 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
 
 def test_export_names_the_upstreams_tapeproxy_toml_gives(tmp_path: Path) -> None:
     """An upstream set in tapeproxy.toml (not on the command line) gives the exported URLs,
-    as it gives serve's and the import's."""
+    as it gives serve's and the import's; a password in its URL is left out."""
     config = tmp_path / "tapeproxy.toml"
     library = tmp_path / "lib"
-    config.write_text(
-        f'cassettes = "{library}"\nupstream = ["search=http://127.0.0.1:9000/base"]\n'
-    )
+    upstream = f"search=http://user:{SECRET_OPENAI}@127.0.0.1:9000/base"
+    config.write_text(f'cassettes = "{library}"\nupstream = ["{upstream}"]\n')
     entry = {
         "request": {"method": "GET", "url": "http://127.0.0.1:9000/base/q?x=1", "headers": []},
         "response": {
@@ -280,7 +279,9 @@ def test_export_names_the_upstreams_tapeproxy_toml_gives(tmp_path: Path) -> None
     har = tmp_path / "in.har"
     har.write_text(json.dumps({"log": {"version": "1.2", "entries": [entry]}}))
     cli("import", "har", str(har), "--config", str(config), "--cassette", "s")
-    exported = json.loads(cli("export", "har", "s", "--config", str(config)))
+    text = cli("export", "har", "s", "--config", str(config))
+    assert SECRET_OPENAI not in text
+    exported = json.loads(text)
     (one,) = exported["log"]["entries"]
     assert one["request"]["url"] == "http://127.0.0.1:9000/base/q?x=1"
     assert one["_tapeproxy"]["upstream"] == "search"

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import resource
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -269,3 +272,34 @@ def test_a_file_that_explodes_or_nests_without_end_is_skipped(tmp_path: Path) ->
     assert "cassette 'good': 1 written" in output
     written = files_under(tmp_path / "lib")
     assert written and all(name.startswith("good/") for name in written), written
+
+
+def test_a_folder_of_long_answers_imports_within_a_few_open_files(tmp_path: Path) -> None:
+    """Each cassette is written as its file is read: an answer over 1 MiB waits in a scratch
+    file until it is written, so holding every file's until the end ran out of open files
+    (macOS allows 256): here 20 such cassettes in a process allowed 12."""
+    long_answer = json.dumps({"data": "x" * (2**20 + 100)})
+    for n in range(20):
+        item = interaction(
+            "https://api.openai.com/v1/embeddings", json.dumps({"n": n}), long_answer
+        )
+        (tmp_path / "vcr" / f"c{n:02}.yaml").parent.mkdir(exist_ok=True)
+        (tmp_path / "vcr" / f"c{n:02}.yaml").write_text(yaml.safe_dump({"interactions": [item]}))
+
+    def few_files() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (12, 12))
+
+    command = [sys.executable, "-m", "tapeproxy", "import", "vcr", str(tmp_path / "vcr")]
+    done = subprocess.run(
+        [*command, "--cassettes", str(tmp_path / "lib")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=few_files,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count(": 1 written") == 20
+    for n in range(20):
+        (one,) = exchanges(tmp_path / "lib" / f"c{n:02}")
+        assert one["response"]["body"] == {"text": long_answer}  # as a recording spools it

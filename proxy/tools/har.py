@@ -18,6 +18,7 @@ from tapeproxy.store.protocol import CassetteStore
 from tapeproxy.tools.importing import Skip, Whole
 
 FIELD = "_tapeproxy"  # HAR 1.2 lets a writer add fields whose names start with `_`
+MAX_MS = 2**31  # some 24 days: no answer a recording keeps lasts longer
 EPOCH = "1970-01-01T00:00:00.000Z"  # no wall-clock time in an export: the same file each time
 
 
@@ -51,7 +52,9 @@ def _whole(entry: Mapping[str, Any]) -> Whole:
     if content.get("text") is None and int(content.get("size") or 0) > 0:
         raise Skip("its answer's content was not saved in the file")
     ours = entry.get(FIELD) or {}
-    frames = ours.get("frames")
+    frames, upstream, end_ms = ours.get("frames"), ours.get("upstream"), ours.get("end_ms")
+    if not isinstance(upstream, str | None):
+        raise ValueError(f"its {FIELD} upstream is {upstream!r}, not a name")
     return Whole(
         method=str(request["method"]),
         url=url,
@@ -60,11 +63,19 @@ def _whole(entry: Mapping[str, Any]) -> Whole:
         status=status,
         answer_headers=_headers(response.get("headers")),
         answer=_decoded(content.get("text"), content.get("encoding")),
-        frames=None if frames is None else [(int(f["ms"]), _frame_bytes(f)) for f in frames],
-        upstream=ours.get("upstream"),
+        frames=None if frames is None else [(_ms(f["ms"]), _frame_bytes(f)) for f in frames],
+        upstream=upstream,
         seq=ours.get("seq"),
-        end_ms=ours.get("end_ms"),
+        end_ms=None if end_ms is None else _ms(end_ms),
     )
+
+
+def _ms(value: Any) -> int:
+    """A time in an export's `_tapeproxy` field: whole milliseconds, as a recording keeps
+    them (a file holding another is refused, not written where no reader takes it)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_MS:
+        raise ValueError(f"{value!r} is not a time in milliseconds")
+    return value
 
 
 def _headers(headers: Any) -> list[tuple[str, str]]:

@@ -285,3 +285,42 @@ def test_export_names_the_upstreams_tapeproxy_toml_gives(tmp_path: Path) -> None
     (one,) = exported["log"]["entries"]
     assert one["request"]["url"] == "http://127.0.0.1:9000/base/q?x=1"
     assert one["_tapeproxy"]["upstream"] == "search"
+
+
+def test_bad_tapeproxy_fields_are_skipped_not_written(tmp_path: Path) -> None:
+    """A `_tapeproxy` field no export writes (an edited or foreign HAR): an upstream that is
+    no name, times that are no whole milliseconds. Each entry skipped with why; nothing is
+    written that `verify` (or a replay) could not read back."""
+
+    def entry(n: int, ours: dict[str, Any]) -> dict[str, Any]:
+        stream = "data: {}\n\n"
+        return {
+            "request": {"method": "POST", "url": f"https://api.openai.com/v1/e{n}", "headers": []},
+            "response": {
+                "status": 200,
+                "headers": [{"name": "content-type", "value": "text/event-stream"}],
+                "content": {"size": len(stream), "mimeType": "text/event-stream", "text": stream},
+            },
+            "_tapeproxy": ours,
+        }
+
+    bad: list[dict[str, Any]] = [
+        {"upstream": {"name": "openai"}},
+        {"end_ms": -5},
+        {"end_ms": 1.5},
+        {"frames": [{"ms": 10**30, "text": "data: {}\n\n"}]},
+    ]
+    har = tmp_path / "edited.har"
+    entries = [entry(n, ours) for n, ours in enumerate([*bad, {"end_ms": 7}])]
+    har.write_text(json.dumps({"log": {"version": "1.2", "entries": entries}}))
+    library = str(tmp_path / "lib")
+    result = CliRunner().invoke(app, ["import", "har", str(har), "--cassettes", library])
+    assert result.exit_code == 1, result.output
+    assert "skipped #1: not a HAR entry (ValueError: its _tapeproxy upstream is {" in result.output
+    for number, value in ((2, -5), (3, 1.5), (4, 10**30)):
+        assert (
+            f"skipped #{number}: not a HAR entry (ValueError: {value} is not a time"
+            in result.output
+        )
+    assert "cassette 'edited': 1 written" in result.output
+    cli("verify", "edited", "--cassettes", library)

@@ -94,7 +94,12 @@ class Importer:
 
     def exchange(self, whole: Whole, seq: int) -> Finished:
         """The exchange recording would have written for this request and answer (ordinal 1
-        until it is numbered); Skip when the answer is over --max-record."""
+        until it is numbered); Skip when the answer is over --max-record, or is none a
+        recording could hold."""
+        status = whole.status
+        if isinstance(status, bool) or not isinstance(status, int) or not 200 <= status <= 599:
+            # (a 1xx is no final answer; 0, 99 or 1000 no HTTP status: no server sends it back)
+            raise Skip(f"its status {status!r} is no HTTP answer's (200 to 599)")
         provider, path, query = self.upstream(whole)
         rules = self.rules.for_upstream(provider.name)
         headers = {k.lower(): v for k, v in whole.headers}

@@ -303,3 +303,20 @@ def test_a_folder_of_long_answers_imports_within_a_few_open_files(tmp_path: Path
     for n in range(20):
         (one,) = exchanges(tmp_path / "lib" / f"c{n:02}")
         assert one["response"]["body"] == {"text": long_answer}  # as a recording spools it
+
+
+def test_a_status_no_server_could_send_back_is_skipped(tmp_path: Path) -> None:
+    """0, 99, 1000, a 1xx or `true` (a bool is an int to Python) as a status: replay could
+    not answer with it (the server hung up), so it is skipped with why, not written."""
+    items = []
+    for number, code in enumerate([0, 99, 1000, 101, True, 503]):
+        item = interaction(f"https://api.openai.com/v1/s{number}", "{}", "{}")
+        item["response"]["status"]["code"] = code
+        items.append(item)
+    (tmp_path / "codes.yaml").write_text(yaml.safe_dump({"interactions": items}))
+    code, output = run(str(tmp_path / "codes.yaml"), "--cassettes", str(tmp_path / "lib"))
+    assert code == 1, output
+    for number, status in enumerate(["0", "99", "1000", "101", "True"], start=1):
+        assert f"skipped #{number}: its status {status} is no HTTP answer's" in output
+    (kept,) = exchanges(tmp_path / "lib" / "codes")
+    assert kept["response"]["status"] == 503

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from tapeproxy.cli.main import app
 from tapeproxy.exchange.model import load_exchange
+from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream
 from tests.support import SECRET_OPENAI, files_under
 
@@ -320,3 +321,35 @@ def test_a_status_no_server_could_send_back_is_skipped(tmp_path: Path) -> None:
         assert f"skipped #{number}: its status {status} is no HTTP answer's" in output
     (kept,) = exchanges(tmp_path / "lib" / "codes")
     assert kept["response"]["status"] == 503
+
+
+def test_answer_headers_no_server_could_send_are_skipped_or_split(
+    make_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    """An answer header with a line break in it (a header smuggled in, or values joined as
+    Firefox joins Set-Cookie) comes back as one value per line; a NUL, a character beyond
+    latin-1 or a name with a space in it skips its interaction, saying why. Before, each was
+    written, and replay hung up without an answer."""
+    cases = [
+        ("x-joined", "one\r\nInjected: 1"),
+        ("x-euro", "\u20acuro"),
+        ("x-nul", "a\x00b"),
+        ("bad name", "1"),
+    ]
+    items = []
+    for number, (name, value) in enumerate(cases):
+        item = interaction(f"https://api.openai.com/v1/h{number}", "{}", '{"n": 1}')
+        item["response"]["headers"][name] = [value]
+        items.append(item)
+    (tmp_path / "headers.yaml").write_text(yaml.safe_dump({"interactions": items}))
+    library = tmp_path / "lib"
+    code, output = run(str(tmp_path / "headers.yaml"), "--cassettes", str(library))
+    assert code == 1, output
+    assert "skipped #2: its answer's x-euro header holds '\u20acuro', which no server" in output
+    assert "skipped #3: its answer's x-nul header holds 'a\\x00b', which no server" in output
+    assert "skipped #4: its answer has a header named 'bad name', which is no HTTP" in output
+    proxy = make_proxy(mode="replay", cassettes=library, cassette="headers")
+    answer = httpx.post(proxy.url + "/openai/v1/h0", content=b"{}")
+    assert answer.json() == {"n": 1}
+    assert answer.headers.get_list("x-joined") == ["one", "Injected: 1"]
+    assert "injected" not in answer.headers

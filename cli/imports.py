@@ -147,7 +147,7 @@ def export_har(
     except TapeproxyError as exc:
         raise fail(exc) from exc
     except OSError as exc:
-        raise fail(f"cannot write {output}: {exc.strerror or exc}") from exc
+        raise fail(f"cannot write {output or 'stdout'}: {exc.strerror or exc}") from exc
     make_console(stderr=True).print(
         f"cassette {cassette!r}: {count} exchange(s) written to {output}",
         highlight=False,

@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -328,3 +329,26 @@ def test_bad_tapeproxy_fields_are_skipped_not_written(tmp_path: Path) -> None:
         )
     assert "cassette 'edited': 1 written" in result.output
     cli("verify", "edited", "--cassettes", library)
+
+
+def test_export_to_a_closed_pipe_says_stdout(tmp_path: Path) -> None:
+    """`tapeproxy export har NAME | head`: the reader goes away; the error names stdout."""
+    text = json.dumps({"data": "x" * 300_000})
+    entry = {
+        "request": {"method": "POST", "url": "https://api.openai.com/v1/e", "headers": []},
+        "response": {
+            "status": 200,
+            "headers": [{"name": "content-type", "value": "application/json"}],
+            "content": {"size": len(text), "mimeType": "application/json", "text": text},
+        },
+    }
+    har, library = tmp_path / "long.har", str(tmp_path / "lib")
+    har.write_text(json.dumps({"log": {"version": "1.2", "entries": [entry]}}))
+    cli("import", "har", str(har), "--cassettes", library)
+    export = [sys.executable, "-m", "tapeproxy", "export", "har", "long", "--cassettes", library]
+    process = subprocess.Popen(export, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()
+    said = process.stderr.read().decode()
+    assert process.wait(timeout=60) != 0
+    assert "cannot write stdout: Broken pipe" in said, said

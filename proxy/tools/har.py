@@ -14,6 +14,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 from tapeproxy.exchange.bodies import Payload, payload_bytes
 from tapeproxy.exchange.model import Exchange
 from tapeproxy.providers.base import Provider
+from tapeproxy.settings import RESERVED_NAMES, UPSTREAM_NAME
 from tapeproxy.store.protocol import CassetteStore
 from tapeproxy.tools.importing import Skip, Whole
 
@@ -53,8 +54,12 @@ def _whole(entry: Mapping[str, Any]) -> Whole:
         raise Skip("its answer's content was not saved in the file")
     ours = entry.get(FIELD) or {}
     frames, upstream, end_ms = ours.get("frames"), ours.get("upstream"), ours.get("end_ms")
-    if not isinstance(upstream, str | None):
-        raise ValueError(f"its {FIELD} upstream is {upstream!r}, not a name")
+    if upstream is not None and not (
+        isinstance(upstream, str)
+        and UPSTREAM_NAME.fullmatch(upstream)
+        and upstream not in RESERVED_NAMES
+    ):  # (serve routes only a name it takes, so a recording under another is never found)
+        raise ValueError(f"its {FIELD} upstream is {upstream!r}, not a name serve takes")
     return Whole(
         method=str(request["method"]),
         url=url,

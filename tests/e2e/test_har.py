@@ -294,7 +294,8 @@ def test_export_names_the_upstreams_tapeproxy_toml_gives(tmp_path: Path) -> None
 
 def test_bad_tapeproxy_fields_are_skipped_not_written(tmp_path: Path) -> None:
     """A `_tapeproxy` field no export writes (an edited or foreign HAR): an upstream that is
-    no name, times that are no whole milliseconds. Each entry skipped with why; nothing is
+    no name serve takes (a recording under it could never be found), times that are no
+    whole milliseconds. Each entry skipped with why; nothing is
     written that `verify` (or a replay) could not read back."""
 
     def entry(n: int, ours: dict[str, Any]) -> dict[str, Any]:
@@ -311,6 +312,7 @@ def test_bad_tapeproxy_fields_are_skipped_not_written(tmp_path: Path) -> None:
 
     bad: list[dict[str, Any]] = [
         {"upstream": {"name": "openai"}},
+        {"upstream": "ok\n"},
         {"end_ms": -5},
         {"end_ms": 1.5},
         {"frames": [{"ms": 10**30, "text": "data: {}\n\n"}]},
@@ -322,7 +324,8 @@ def test_bad_tapeproxy_fields_are_skipped_not_written(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["import", "har", str(har), "--cassettes", library])
     assert result.exit_code == 1, result.output
     assert "skipped #1: not a HAR entry (ValueError: its _tapeproxy upstream is {" in result.output
-    for number, value in ((2, -5), (3, 1.5), (4, 10**30)):
+    assert "upstream is 'ok\\n', not a name serve takes" in result.output
+    for number, value in ((3, -5), (4, 1.5), (5, 10**30)):
         assert (
             f"skipped #{number}: not a HAR entry (ValueError: {value} is not a time"
             in result.output

@@ -5,6 +5,7 @@ is recorded."""
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,10 +172,16 @@ def _exchanges(
 
 
 def _read_bounded(path: Path) -> bytes:
+    """A file's bytes, at most MAX_FILE of them: read so, not trusted to its size (a file
+    that grows as it is read, /dev/zero, a pipe such as /dev/stdin)."""
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE:
-            raise Skip(f"the file is {size:,} bytes, over the {MAX_FILE:,} an import reads")
-        return path.read_bytes()
+        with path.open("rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            if size > MAX_FILE:
+                raise Skip(f"the file is {size:,} bytes, over the {MAX_FILE:,} an import reads")
+            data = file.read(MAX_FILE + 1)
     except OSError as exc:
         raise Skip(f"cannot read it: {exc.strerror or exc}") from exc
+    if len(data) > MAX_FILE:
+        raise Skip(f"the file is over the {MAX_FILE:,} bytes an import reads")
+    return data

@@ -14,6 +14,7 @@ from typing import Any
 
 import brotli  # type: ignore[import-untyped]
 import httpx
+import pytest
 import vcr  # type: ignore[import-untyped]
 import yaml
 from typer.testing import CliRunner
@@ -353,3 +354,24 @@ def test_answer_headers_no_server_could_send_are_skipped_or_split(
     assert answer.json() == {"n": 1}
     assert answer.headers.get_list("x-joined") == ["one", "Injected: 1"]
     assert "injected" not in answer.headers
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+def test_a_file_with_no_end_is_read_no_further_than_the_bound(tmp_path: Path) -> None:
+    """/dev/zero (a file whose size says 0, as a pipe's does) is read up to the 128 MiB an
+    import reads, then skipped: before, it was read until memory ran out."""
+
+    def bounded_memory() -> None:  # what it took before, capped: a MemoryError, not a host
+        resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
+
+    command = [sys.executable, "-m", "tapeproxy", "import", "vcr", "/dev/zero"]
+    done = subprocess.run(
+        [*command, "--cassettes", str(tmp_path / "lib")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=bounded_memory,
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "/dev/zero: skipped: the file is over the 134,217,728 bytes" in done.stdout

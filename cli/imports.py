@@ -125,17 +125,21 @@ def export_har(
 
     A stream is written as its joined body; its frames (and their times) are kept in each
     entry's `_tapeproxy` field, so `tapeproxy import har` gives back the same exchange
-    files. URLs use each upstream's URL (built-ins, --upstream). A file given with -o is
-    written whole or not at all."""
+    files. URLs use each upstream's URL (a built-in's, or the one --upstream or tapeproxy.toml
+    gives). A file given with -o is written whole or not at all."""
     from tapeproxy.cli.library import existing, open_library
     from tapeproxy.providers import provider_table
-    from tapeproxy.sources import parse_pairs
+    from tapeproxy.sources import load_settings, parse_pairs
     from tapeproxy.tools.har import write_har
 
     try:
         library = open_library(cassettes, upstream, None, config, rules=False)
         cassette = existing(library, name)
-        providers = provider_table(parse_pairs(upstream, "upstream") if upstream else {})
+        # The upstreams' URLs from the same sources as serve's: tapeproxy.toml and
+        # TAPEPROXY_UPSTREAM too, not only --upstream.
+        given = {"upstream": parse_pairs(upstream, "upstream") if upstream else None}
+        settings = load_settings(given, config=config, fields={"upstream"})
+        providers = provider_table(settings.upstream)
         if output is None:
             write_har(library.store, cassette, providers, sys.stdout)
             return
@@ -143,7 +147,7 @@ def export_har(
     except TapeproxyError as exc:
         raise fail(exc) from exc
     except OSError as exc:
-        raise fail(f"cannot write {output}: {exc.strerror or exc}") from exc
+        raise fail(f"cannot write {output or 'stdout'}: {exc.strerror or exc}") from exc
     make_console(stderr=True).print(
         f"cassette {cassette!r}: {count} exchange(s) written to {output}",
         highlight=False,

@@ -9,15 +9,17 @@ import binascii
 import json
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from tapeproxy.exchange.bodies import Payload, payload_bytes
 from tapeproxy.exchange.model import Exchange
 from tapeproxy.providers.base import Provider
+from tapeproxy.settings import RESERVED_NAMES, UPSTREAM_NAME
 from tapeproxy.store.protocol import CassetteStore
 from tapeproxy.tools.importing import Skip, Whole
 
 FIELD = "_tapeproxy"  # HAR 1.2 lets a writer add fields whose names start with `_`
+MAX_MS = 2**31  # some 24 days: no answer a recording keeps lasts longer
 EPOCH = "1970-01-01T00:00:00.000Z"  # no wall-clock time in an export: the same file each time
 
 
@@ -51,7 +53,13 @@ def _whole(entry: Mapping[str, Any]) -> Whole:
     if content.get("text") is None and int(content.get("size") or 0) > 0:
         raise Skip("its answer's content was not saved in the file")
     ours = entry.get(FIELD) or {}
-    frames = ours.get("frames")
+    frames, upstream, end_ms = ours.get("frames"), ours.get("upstream"), ours.get("end_ms")
+    if upstream is not None and not (
+        isinstance(upstream, str)
+        and UPSTREAM_NAME.fullmatch(upstream)
+        and upstream not in RESERVED_NAMES
+    ):  # (serve routes only a name it takes, so a recording under another is never found)
+        raise ValueError(f"its {FIELD} upstream is {upstream!r}, not a name serve takes")
     return Whole(
         method=str(request["method"]),
         url=url,
@@ -60,11 +68,19 @@ def _whole(entry: Mapping[str, Any]) -> Whole:
         status=status,
         answer_headers=_headers(response.get("headers")),
         answer=_decoded(content.get("text"), content.get("encoding")),
-        frames=None if frames is None else [(int(f["ms"]), _frame_bytes(f)) for f in frames],
-        upstream=ours.get("upstream"),
+        frames=None if frames is None else [(_ms(f["ms"]), _frame_bytes(f)) for f in frames],
+        upstream=upstream,
         seq=ours.get("seq"),
-        end_ms=ours.get("end_ms"),
+        end_ms=None if end_ms is None else _ms(end_ms),
     )
+
+
+def _ms(value: Any) -> int:
+    """A time in an export's `_tapeproxy` field: whole milliseconds, as a recording keeps
+    them (a file holding another is refused, not written where no reader takes it)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_MS:
+        raise ValueError(f"{value!r} is not a time in milliseconds")
+    return value
 
 
 def _headers(headers: Any) -> list[tuple[str, str]]:
@@ -155,7 +171,7 @@ def har_entry(exchange: Exchange, providers: Mapping[str, Provider]) -> dict[str
 def _request(exchange: Exchange, providers: Mapping[str, Provider]) -> dict[str, Any]:
     request = exchange.request
     known = providers.get(request.upstream)
-    base = known.base_url if known is not None else f"https://{request.upstream}"
+    base = _public(known.base_url) if known is not None else f"https://{request.upstream}"
     query = f"?{urlencode(request.query)}" if request.query else ""
     headers = [{"name": k, "value": v} for k, v in request.headers.items()]
     sent = Payload.from_dict(request.body)
@@ -175,6 +191,15 @@ def _request(exchange: Exchange, providers: Mapping[str, Provider]) -> dict[str,
         if sent.kind != "text":  # the kind it is read back as (a text body names none)
             headers.append({"name": "content-type", "value": post["mimeType"]})
     return har
+
+
+def _public(url: str) -> str:
+    """An upstream's URL without the user and password it may hold (`https://user:key@host`):
+    the cassette never holds them, and neither does its export."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def _response(exchange: Exchange) -> dict[str, Any]:

@@ -4,14 +4,17 @@ bodies as text, bytes or `!!binary`; each interaction as a `Whole` to import."""
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from tapeproxy.store.names import cassette_for_test
 from tapeproxy.tools.importing import Skip, Whole
+from tapeproxy.tools.importrun import MAX_FILE
 
 SUFFIXES = (".yaml", ".yml", ".json")
 # Tags older vcrpy wrote for its own classes: plain mappings and lists once taken off (as
@@ -33,11 +36,34 @@ def vcr_files(paths: Sequence[Path], cassette: str | None) -> list[tuple[Path, s
         if path.is_dir():
             for file in sorted(p for p in path.rglob("*") if p.suffix in SUFFIXES):
                 if file.is_file():
-                    name = file.relative_to(path).with_suffix("").as_posix()
+                    name = plugin_name(file.relative_to(path).with_suffix("").as_posix())
                     found.append((file, cassette or name))
         else:
             found.append((path, cassette or path.stem))
     return found
+
+
+def plugin_name(name: str) -> str:
+    """The cassette the tapeproxy plugin gives the test pytest-recording named a cassette
+    after (`test_module/TestClass.test_name[param]`): `test_module/TestClass/test_name.param`
+    (store.names.cassette_for_test). A name of no test's (a cassette a `vcr` marker named)
+    is kept as it is."""
+    *folders, last = name.split("/")
+    base, bracket, param = last.partition("[")
+    owner, dot, test = base.partition(".")
+    if not folders or (bracket and not param.endswith("]")):
+        return name
+    if dot and not (owner.startswith("Test") and test.startswith("test") and "." not in test):
+        return name
+    if not (test if dot else base).startswith("test"):
+        return name
+    names = [owner, test] if dot else [base]
+    names[-1] += bracket + param
+    nodeid = "/".join(folders) + ".py::" + "::".join(names)
+    found = cassette_for_test(nodeid)
+    # One the plugin hashes (a parameter with a space in it) hashes the whole node id, and
+    # where the tests live is not in the file's path: kept, and refused with why.
+    return name if found.endswith("-" + hashlib.sha256(nodeid.encode()).hexdigest()[:8]) else found
 
 
 def read_vcr(raw: bytes) -> Iterator[Whole | str]:
@@ -59,15 +85,58 @@ def _parse(raw: bytes) -> Any:
     if text.lstrip().startswith(("{", "[")):
         try:
             return json.loads(text)
+        except RecursionError as exc:
+            raise Skip("not readable JSON: it nests too deeply") from exc
         except ValueError:
             pass  # YAML is a superset of JSON's look: let the YAML parser say what is wrong
     for tag in OLD_TAGS:
         text = text.replace(tag, "")
     try:
-        return yaml.load(text, Loader=SafeLoader)
+        data = yaml.load(text, Loader=SafeLoader)
     except yaml.YAMLError as exc:
         first = str(exc).strip().splitlines()
         raise Skip(f"not readable YAML or JSON: {' '.join(first[:3])}") from exc
+    except RecursionError as exc:  # the pure-Python parser, where libyaml is not there
+        raise Skip("not readable YAML: it nests too deeply") from exc
+    _bounded(data, MAX_FILE)
+    return data
+
+
+def _bounded(data: Any, limit: int) -> None:
+    """Skip a document that, its aliases written out, is over `limit` (a billion laughs: a
+    kilobyte of anchors that names the same list 9**9 times) or holds itself. An alias is
+    one object however often it is named, so the document is small until read; counted
+    once per object, without recursion (as deep as the parser allows)."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    while stack:
+        node, done = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue
+        if done:
+            size = 1 + sum(sizes.get(id(one), _scalar(one)) for one in _children(node))
+            if size > limit:
+                raise Skip(
+                    f"its aliases, written out, make it over {limit:,} bytes: "
+                    "no VCR.py cassette names that much"
+                )
+            sizes[id(node)] = size
+            open_.discard(id(node))
+        elif id(node) in open_:
+            raise Skip("it holds itself (an alias to a list or mapping it is in)")
+        elif id(node) not in sizes:
+            open_.add(id(node))
+            stack.append((node, True))
+            stack.extend((one, False) for one in _children(node))
+
+
+def _children(node: dict[Any, Any] | list[Any]) -> Iterable[Any]:
+    return [*node.keys(), *node.values()] if isinstance(node, dict) else node
+
+
+def _scalar(value: Any) -> int:
+    return len(value) if isinstance(value, (str, bytes)) else 1
 
 
 def _whole(item: Mapping[str, Any]) -> Whole:

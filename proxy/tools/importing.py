@@ -5,6 +5,7 @@ files and writes the cassettes."""
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from tapeproxy.providers.base import Provider
 from tapeproxy.redaction.scrubber import Scrubber
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
+TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP header name (RFC 9110 token)
 
 
 class Skip(TapeproxyError):
@@ -94,14 +96,21 @@ class Importer:
 
     def exchange(self, whole: Whole, seq: int) -> Finished:
         """The exchange recording would have written for this request and answer (ordinal 1
-        until it is numbered); Skip when the answer is over --max-record."""
+        until it is numbered); Skip when the answer is over --max-record, or is none a
+        recording could hold."""
+        status = whole.status
+        if isinstance(status, bool) or not isinstance(status, int) or not 200 <= status <= 599:
+            # (a 1xx is no final answer; 0, 99 or 1000 no HTTP status: no server sends it back)
+            raise Skip(f"its status {status!r} is no HTTP answer's (200 to 599)")
         provider, path, query = self.upstream(whole)
         rules = self.rules.for_upstream(provider.name)
         headers = {k.lower(): v for k, v in whole.headers}
         parts, key = parts_and_key(
             whole.method, provider.name, path, query, headers, whole.body, rules, self.scrubber
         )
-        answer_headers = [(k.lower(), v) for k, v in whole.answer_headers]
+        answer_headers = [
+            (_sendable(k).lower(), one) for k, v in whole.answer_headers for one in _values(k, v)
+        ]
         chunked = any(
             k == "transfer-encoding" and "chunked" in v.lower() for k, v in answer_headers
         )
@@ -135,6 +144,32 @@ class Importer:
                 finished.exchange.model_copy(update={"response": response}), finished.middle
             )
         return finished
+
+
+def _sendable(name: str) -> str:
+    """An answer header's name, or Skip when no server sends it back (a replay hung up)."""
+    if not TOKEN.fullmatch(name):
+        raise Skip(f"its answer has a header named {name!r}, which is no HTTP header name")
+    return name
+
+
+def _values(name: str, value: str) -> list[str]:
+    """An answer header's values: one per line where a tool joined them with line breaks
+    (Firefox's HAR, for Set-Cookie), so no line break is ever sent back; Skip for a value
+    no server sends (a NUL or another control character, a character beyond latin-1)."""
+    values = [one.strip() for one in value.replace("\r\n", "\n").split("\n")]
+    for one in values:
+        if any((ord(c) < 32 and c != "\t") or c == "\x7f" for c in one) or not _latin1(one):
+            raise Skip(f"its answer's {name} header holds {one[:40]!r}, which no server sends")
+    return [one for one in values if one] or [""]
+
+
+def _latin1(text: str) -> bool:
+    try:
+        text.encode("latin-1")
+        return True
+    except UnicodeEncodeError:
+        return False
 
 
 def _still() -> float:

@@ -4,6 +4,8 @@ is recorded."""
 
 from __future__ import annotations
 
+import itertools
+import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,13 +116,40 @@ def run_import(
 ) -> ImportReport:
     """Read each (file, cassette) and write each cassette once, its files' exchanges in the
     order given. A file that cannot be read, or an exchange that cannot be imported, is
-    skipped with why; a cassette that cannot be written is refused whole."""
+    skipped with why; a cassette that cannot be written is refused whole. A cassette is
+    written as its files are read, one exchange at a time: what an import holds (memory, an
+    answer's scratch file) is one exchange's, however many files it is given."""
     report = ImportReport()
-    gathered: dict[str, list[Finished]] = {}
+    grouped: dict[str, list[Path]] = {}
     for path, cassette in files:
+        grouped.setdefault(cassette, []).append(path)
+    for cassette, paths in grouped.items():
+        exchanges = _exchanges(paths, cassette, importer, read, report)
+        first = next(exchanges, None)
+        if first is None:
+            continue
+        try:
+            name = check_cassette_name(cassette)
+            report.cassettes.append(
+                write_cassette(store, name, itertools.chain([first], exchanges), merge)
+            )
+        except TapeproxyError as exc:
+            report.refused[cassette] = exc.message
+        except OSError as exc:  # the store's write failed: what this cassette got is removed
+            report.refused[cassette] = f"writing it failed: {exc}"
+        for _ in exchanges:  # a refused cassette's files are still read: each says what it held
+            pass
+    return report
+
+
+def _exchanges(
+    paths: Sequence[Path], cassette: str, importer: Importer, read: Reader, report: ImportReport
+) -> Iterator[Finished]:
+    """The exchanges of a cassette's files in order, each file's report added as it is read."""
+    count = 0
+    for path in paths:
         one = FileReport(str(path), cassette)
         report.files.append(one)
-        kept = gathered.setdefault(cassette, [])
         try:
             raw = _read_bounded(path)
             for number, item in enumerate(read(raw), start=1):
@@ -128,32 +157,31 @@ def run_import(
                     one.skipped.append(f"#{number}: {item}")
                     continue
                 try:
-                    kept.append(importer.exchange(item, len(kept)))
-                    one.exchanges += 1
+                    finished = importer.exchange(item, count)
                 except TapeproxyError as exc:
                     one.skipped.append(f"#{number}: {exc.message}")
+                    continue
                 except ValueError as exc:  # what no exchange file can hold (pydantic's check)
                     one.skipped.append(f"#{number}: {one_line(exc)}")
+                    continue
+                count += 1
+                one.exchanges += 1
+                yield finished
         except Skip as exc:
             one.error = exc.message
-    for cassette, exchanges in gathered.items():
-        if not exchanges:
-            continue
-        try:
-            name = check_cassette_name(cassette)
-            report.cassettes.append(write_cassette(store, name, exchanges, merge))
-        except TapeproxyError as exc:
-            report.refused[cassette] = exc.message
-        except OSError as exc:  # the store's write failed: what this cassette got is removed
-            report.refused[cassette] = f"writing it failed: {exc}"
-    return report
 
 
 def _read_bounded(path: Path) -> bytes:
+    """A file's bytes, at most MAX_FILE of them: read so, not trusted to its size (a file
+    that grows as it is read, /dev/zero, a pipe such as /dev/stdin)."""
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE:
-            raise Skip(f"the file is {size:,} bytes, over the {MAX_FILE:,} an import reads")
-        return path.read_bytes()
+        with path.open("rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            if size > MAX_FILE:
+                raise Skip(f"the file is {size:,} bytes, over the {MAX_FILE:,} an import reads")
+            data = file.read(MAX_FILE + 1)
     except OSError as exc:
         raise Skip(f"cannot read it: {exc.strerror or exc}") from exc
+    if len(data) > MAX_FILE:
+        raise Skip(f"the file is over the {MAX_FILE:,} bytes an import reads")
+    return data

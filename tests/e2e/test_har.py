@@ -5,10 +5,12 @@ repeated request; and a HAR another tool wrote imports and replays."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -208,17 +210,20 @@ def free_port() -> int:
         return port
 
 
-@pytest.mark.skipif(
-    mitmdump() is None, reason="needs mitmdump (.ci/run installs it in .ci/mitmproxy/)"
-)
 def test_a_har_mitmproxy_wrote_imports_and_replays_the_same_answers(
     make_proxy: MakeProxy, fake: FakeUpstream, tmp_path: Path
 ) -> None:
     """mitmdump as a reverse proxy on loopback in front of the fake, dumping HAR: a gzip
     JSON answer and a stream, imported and replayed byte for byte with the fake gone."""
+    found = mitmdump()
+    if found is None:
+        why = "needs mitmdump (.ci/run installs it in .ci/mitmproxy/)"
+        if os.environ.get("CI"):  # as the browser tests: skipped in CI, it would never run
+            pytest.fail(f"the mitmproxy test must run in CI: {why}")
+        pytest.skip(why)
     port, har = free_port(), tmp_path / "mitm.har"
     fake.gzip = True
-    command = [mitmdump() or "", "--mode", f"reverse:{fake.url}", "--listen-host", "127.0.0.1"]
+    command = [found, "--mode", f"reverse:{fake.url}", "--listen-host", "127.0.0.1"]
     command += ["--listen-port", str(port), "--set", f"hardump={har}", "-q"]
     dump = subprocess.Popen(command)
     try:
@@ -259,3 +264,94 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
         except OSError:
             time.sleep(0.1)
     raise AssertionError(f"mitmdump did not listen on {port} within 60 s")
+
+
+def test_export_names_the_upstreams_tapeproxy_toml_gives(tmp_path: Path) -> None:
+    """An upstream set in tapeproxy.toml (not on the command line) gives the exported URLs,
+    as it gives serve's and the import's; a password in its URL is left out."""
+    config = tmp_path / "tapeproxy.toml"
+    library = tmp_path / "lib"
+    upstream = f"search=http://user:{SECRET_OPENAI}@127.0.0.1:9000/base"
+    config.write_text(f'cassettes = "{library}"\nupstream = ["{upstream}"]\n')
+    entry = {
+        "request": {"method": "GET", "url": "http://127.0.0.1:9000/base/q?x=1", "headers": []},
+        "response": {
+            "status": 200,
+            "headers": [{"name": "content-type", "value": "application/json"}],
+            "content": {"size": 7, "mimeType": "application/json", "text": '{"a":1}'},
+        },
+    }
+    har = tmp_path / "in.har"
+    har.write_text(json.dumps({"log": {"version": "1.2", "entries": [entry]}}))
+    cli("import", "har", str(har), "--config", str(config), "--cassette", "s")
+    text = cli("export", "har", "s", "--config", str(config))
+    assert SECRET_OPENAI not in text
+    exported = json.loads(text)
+    (one,) = exported["log"]["entries"]
+    assert one["request"]["url"] == "http://127.0.0.1:9000/base/q?x=1"
+    assert one["_tapeproxy"]["upstream"] == "search"
+
+
+def test_bad_tapeproxy_fields_are_skipped_not_written(tmp_path: Path) -> None:
+    """A `_tapeproxy` field no export writes (an edited or foreign HAR): an upstream that is
+    no name serve takes (a recording under it could never be found), times that are no
+    whole milliseconds. Each entry skipped with why; nothing is
+    written that `verify` (or a replay) could not read back."""
+
+    def entry(n: int, ours: dict[str, Any]) -> dict[str, Any]:
+        stream = "data: {}\n\n"
+        return {
+            "request": {"method": "POST", "url": f"https://api.openai.com/v1/e{n}", "headers": []},
+            "response": {
+                "status": 200,
+                "headers": [{"name": "content-type", "value": "text/event-stream"}],
+                "content": {"size": len(stream), "mimeType": "text/event-stream", "text": stream},
+            },
+            "_tapeproxy": ours,
+        }
+
+    bad: list[dict[str, Any]] = [
+        {"upstream": {"name": "openai"}},
+        {"upstream": "ok\n"},
+        {"end_ms": -5},
+        {"end_ms": 1.5},
+        {"frames": [{"ms": 10**30, "text": "data: {}\n\n"}]},
+    ]
+    har = tmp_path / "edited.har"
+    entries = [entry(n, ours) for n, ours in enumerate([*bad, {"end_ms": 7}])]
+    har.write_text(json.dumps({"log": {"version": "1.2", "entries": entries}}))
+    library = str(tmp_path / "lib")
+    result = CliRunner().invoke(app, ["import", "har", str(har), "--cassettes", library])
+    assert result.exit_code == 1, result.output
+    assert "skipped #1: not a HAR entry (ValueError: its _tapeproxy upstream is {" in result.output
+    assert "upstream is 'ok\\n', not a name serve takes" in result.output
+    for number, value in ((3, -5), (4, 1.5), (5, 10**30)):
+        assert (
+            f"skipped #{number}: not a HAR entry (ValueError: {value} is not a time"
+            in result.output
+        )
+    assert "cassette 'edited': 1 written" in result.output
+    cli("verify", "edited", "--cassettes", library)
+
+
+def test_export_to_a_closed_pipe_says_stdout(tmp_path: Path) -> None:
+    """`tapeproxy export har NAME | head`: the reader goes away; the error names stdout."""
+    text = json.dumps({"data": "x" * 300_000})
+    entry = {
+        "request": {"method": "POST", "url": "https://api.openai.com/v1/e", "headers": []},
+        "response": {
+            "status": 200,
+            "headers": [{"name": "content-type", "value": "application/json"}],
+            "content": {"size": len(text), "mimeType": "application/json", "text": text},
+        },
+    }
+    har, library = tmp_path / "long.har", str(tmp_path / "lib")
+    har.write_text(json.dumps({"log": {"version": "1.2", "entries": [entry]}}))
+    cli("import", "har", str(har), "--cassettes", library)
+    export = [sys.executable, "-m", "tapeproxy", "export", "har", "long", "--cassettes", library]
+    process = subprocess.Popen(export, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()
+    said = process.stderr.read().decode()
+    assert process.wait(timeout=60) != 0
+    assert "cannot write stdout: Broken pipe" in said, said

@@ -73,6 +73,22 @@ def test_repeated_request():
     client = openai.OpenAI(max_retries=0)
     models = [client.embeddings.create(model="e", input="again").model_dump() for _ in range(2)]
     keep("repeated", models)
+
+
+class TestInAClass:  # pytest-recording: TestInAClass.test_chat.yaml; tapeproxy: TestInAClass/
+    def test_chat(self):
+        answer = openai.OpenAI(max_retries=0).chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "In a class?"}]
+        )
+        keep("in_a_class", answer.model_dump())
+
+
+@pytest.mark.parametrize("city", ["Paris"])  # test_param[Paris].yaml; test_param.Paris
+def test_param(city):
+    answer = openai.OpenAI(max_retries=0).chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": city}]
+    )
+    keep("param", answer.model_dump())
 """
 
 
@@ -96,7 +112,7 @@ def vcr_run(
 ) -> None:
     monkeypatch.setenv("SDK_OUT", str(project.path / out))
     result = project.runpytest_subprocess("-p", "no:tapeproxy", "-p", "no:cacheprovider", *args)
-    result.assert_outcomes(passed=5)
+    result.assert_outcomes(passed=7)
 
 
 def embedding(value: float) -> Reply:
@@ -123,7 +139,7 @@ def test_vcr_cassettes_import_and_replay_as_vcr_replayed_them(
             "-p", "no:recording", "-p", "no:cacheprovider",
             "--tapeproxy-cassettes", "live", "--tapeproxy-mode", "record",
         )  # fmt: skip
-        live.assert_outcomes(passed=5)
+        live.assert_outcomes(passed=7)
         monkeypatch.delenv("TAPEPROXY_UPSTREAM")
     finally:
         fake.stop()
@@ -140,6 +156,9 @@ def test_vcr_cassettes_import_and_replay_as_vcr_replayed_them(
     )
     assert imported.exit_code == 0, imported.output
     assert "test_sdk/test_repeated_request: 2 exchange(s)" in imported.output
+    # A class's test and a parametrized one: the names the tapeproxy plugin gives them.
+    assert "TestInAClass.test_chat.yaml -> test_sdk/TestInAClass/test_chat:" in imported.output
+    assert "test_param[Paris].yaml -> test_sdk/test_param.Paris:" in imported.output
     cassette_text = "".join(p.read_text() for p in vcr_cassettes.rglob("*.yaml"))
     assert SECRET_OPENAI in cassette_text and SECRET_ANTHROPIC in cassette_text
     on_disk = files_under(library)
@@ -153,13 +172,15 @@ def test_vcr_cassettes_import_and_replay_as_vcr_replayed_them(
     replay = project.runpytest_subprocess(
         "-p", "no:recording", "-p", "no:cacheprovider", "--tapeproxy-cassettes", str(library)
     )
-    replay.assert_outcomes(passed=5)
+    replay.assert_outcomes(passed=7)
     vcr = outputs(project.path / "vcr")
     assert sorted(vcr) == [
         "anthropic_message",
         "anthropic_stream",
+        "in_a_class",
         "openai_chat",
         "openai_stream",
+        "param",
         "repeated",
     ]
     assert outputs(project.path / "tapeproxy") == vcr

@@ -6,17 +6,22 @@ from __future__ import annotations
 
 import gzip
 import json
+import resource
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import brotli  # type: ignore[import-untyped]
 import httpx
+import pytest
 import vcr  # type: ignore[import-untyped]
 import yaml
 from typer.testing import CliRunner
 
 from tapeproxy.cli.main import app
 from tapeproxy.exchange.model import load_exchange
+from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream
 from tests.support import SECRET_OPENAI, files_under
 
@@ -244,3 +249,129 @@ def test_an_answer_past_the_spool_is_written_in_pieces_whole(tmp_path: Path) -> 
     frames = by_path["/v1/chat/completions"]["response"]["frames"]
     assert "".join(f["text"] for f in frames) == sse and len(frames) == len(words) + 1
     assert by_path["/v1/embeddings"]["response"]["body"] == {"text": long_json * 3}
+
+
+def test_a_file_that_explodes_or_nests_without_end_is_skipped(tmp_path: Path) -> None:
+    """A billion laughs (a few lines of anchors naming one list 9**8 times: some 200 MB once
+    written out), an alias to the list it is in, and JSON nested past Python's recursion:
+    each file skipped with why, at once, and the good one beside them imported."""
+    levels = ['l0: &l0 ["lolol", "lolol", "lolol", "lolol", "lolol", "lolol", "lolol", "lolol"]']
+    levels += [f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 9)}]" for n in range(1, 9)]
+    item = interaction("https://api.openai.com/v1/embeddings", "{}", "{}")
+    laughs = yaml.safe_dump({"interactions": [item]}).replace(
+        "Content-Type:", "X-Laughs: *l8\n      Content-Type:", 1
+    )
+    assert "X-Laughs: *l8" in laughs
+    (tmp_path / "laughs.yaml").write_text("\n".join(levels) + "\n" + laughs)
+    (tmp_path / "itself.yaml").write_text("interactions: &all [*all]\n")
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp_path / "good.yaml").write_text(yaml.safe_dump({"interactions": [item]}))
+    code, output = run(str(tmp_path), "--cassettes", str(tmp_path / "lib"))
+    assert code == 1, output
+    assert "laughs.yaml: skipped: its aliases, written out, make it over 134,217,728" in output
+    assert "itself.yaml: skipped: it holds itself" in output
+    assert "deep.json: skipped: not readable JSON: it nests too deeply" in output
+    assert "cassette 'good': 1 written" in output
+    written = files_under(tmp_path / "lib")
+    assert written and all(name.startswith("good/") for name in written), written
+
+
+def test_a_folder_of_long_answers_imports_within_a_few_open_files(tmp_path: Path) -> None:
+    """Each cassette is written as its file is read: an answer over 1 MiB waits in a scratch
+    file until it is written, so holding every file's until the end ran out of open files
+    (macOS allows 256): here 20 such cassettes in a process allowed 12."""
+    long_answer = json.dumps({"data": "x" * (2**20 + 100)})
+    for n in range(20):
+        item = interaction(
+            "https://api.openai.com/v1/embeddings", json.dumps({"n": n}), long_answer
+        )
+        (tmp_path / "vcr" / f"c{n:02}.yaml").parent.mkdir(exist_ok=True)
+        (tmp_path / "vcr" / f"c{n:02}.yaml").write_text(yaml.safe_dump({"interactions": [item]}))
+
+    def few_files() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (12, 12))
+
+    command = [sys.executable, "-m", "tapeproxy", "import", "vcr", str(tmp_path / "vcr")]
+    done = subprocess.run(
+        [*command, "--cassettes", str(tmp_path / "lib")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=few_files,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count(": 1 written") == 20
+    for n in range(20):
+        (one,) = exchanges(tmp_path / "lib" / f"c{n:02}")
+        assert one["response"]["body"] == {"text": long_answer}  # as a recording spools it
+
+
+def test_a_status_no_server_could_send_back_is_skipped(tmp_path: Path) -> None:
+    """0, 99, 1000, a 1xx or `true` (a bool is an int to Python) as a status: replay could
+    not answer with it (the server hung up), so it is skipped with why, not written."""
+    items = []
+    for number, code in enumerate([0, 99, 1000, 101, True, 503]):
+        item = interaction(f"https://api.openai.com/v1/s{number}", "{}", "{}")
+        item["response"]["status"]["code"] = code
+        items.append(item)
+    (tmp_path / "codes.yaml").write_text(yaml.safe_dump({"interactions": items}))
+    code, output = run(str(tmp_path / "codes.yaml"), "--cassettes", str(tmp_path / "lib"))
+    assert code == 1, output
+    for number, status in enumerate(["0", "99", "1000", "101", "True"], start=1):
+        assert f"skipped #{number}: its status {status} is no HTTP answer's" in output
+    (kept,) = exchanges(tmp_path / "lib" / "codes")
+    assert kept["response"]["status"] == 503
+
+
+def test_answer_headers_no_server_could_send_are_skipped_or_split(
+    make_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    """An answer header with a line break in it (a header smuggled in, or values joined as
+    Firefox joins Set-Cookie) comes back as one value per line; a NUL, a character beyond
+    latin-1 or a name with a space in it skips its interaction, saying why. Before, each was
+    written, and replay hung up without an answer."""
+    cases = [
+        ("x-joined", "one\r\nInjected: 1"),
+        ("x-euro", "\u20acuro"),
+        ("x-nul", "a\x00b"),
+        ("bad name", "1"),
+    ]
+    items = []
+    for number, (name, value) in enumerate(cases):
+        item = interaction(f"https://api.openai.com/v1/h{number}", "{}", '{"n": 1}')
+        item["response"]["headers"][name] = [value]
+        items.append(item)
+    (tmp_path / "headers.yaml").write_text(yaml.safe_dump({"interactions": items}))
+    library = tmp_path / "lib"
+    code, output = run(str(tmp_path / "headers.yaml"), "--cassettes", str(library))
+    assert code == 1, output
+    assert "skipped #2: its answer's x-euro header holds '\u20acuro', which no server" in output
+    assert "skipped #3: its answer's x-nul header holds 'a\\x00b', which no server" in output
+    assert "skipped #4: its answer has a header named 'bad name', which is no HTTP" in output
+    proxy = make_proxy(mode="replay", cassettes=library, cassette="headers")
+    answer = httpx.post(proxy.url + "/openai/v1/h0", content=b"{}")
+    assert answer.json() == {"n": 1}
+    assert answer.headers.get_list("x-joined") == ["one", "Injected: 1"]
+    assert "injected" not in answer.headers
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+def test_a_file_with_no_end_is_read_no_further_than_the_bound(tmp_path: Path) -> None:
+    """/dev/zero (a file whose size says 0, as a pipe's does) is read up to the 128 MiB an
+    import reads, then skipped: before, it was read until memory ran out."""
+
+    def bounded_memory() -> None:  # what it took before, capped: a MemoryError, not a host
+        resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
+
+    command = [sys.executable, "-m", "tapeproxy", "import", "vcr", "/dev/zero"]
+    done = subprocess.run(
+        [*command, "--cassettes", str(tmp_path / "lib")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=bounded_memory,
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "/dev/zero: skipped: the file is over the 134,217,728 bytes" in done.stdout

@@ -10,6 +10,7 @@ from functools import cached_property
 from typing import Any
 
 from tapeproxy.exchange.bodies import Payload, payload_bytes
+from tapeproxy.exchange.head import head_problem
 from tapeproxy.exchange.model import Exchange, Frame, Outcome
 
 REPLAY_CACHE_BYTES = 64 * 1024 * 1024
@@ -30,13 +31,11 @@ def frame_bytes(frame: Frame) -> bytes:
 def _needs_length(exchange: Exchange, cut: bool) -> bool:
     """Whether a replayed body gets a Content-Length: not a cut one (it goes chunked, so the
     client sees it end short), not one recorded with its own (HEAD), and never on an answer
-    that may not carry one or had none (1xx, 204, 304, a HEAD answered chunked)."""
-    status = exchange.response.status
+    that may not carry one or had none (204, 304, a HEAD answered chunked)."""
     return not (
         cut
         or "content-length" in exchange.response.headers
-        or status < 200
-        or status in (204, 304)
+        or exchange.response.status in (204, 304)
         or exchange.request.method == "HEAD"
     )
 
@@ -70,8 +69,13 @@ class Replay:
     def of(cls, exchange: Exchange, key: str) -> Replay:
         """The answer `exchange` recorded. ValueError naming the field (`response.body: ...`)
         for one a hand edit left valid under the schema but impossible to send: a body that
-        is no base64, of no known style or kind, a header value that is not latin-1."""
+        is no base64, of no known style or kind; a status no server sends (0, 1000, a 1xx), a
+        header name that is no token, a header value with CR, LF or NUL or beyond latin-1
+        (tapeproxy.exchange.head)."""
         response = exchange.response
+        problem = head_problem(response.status, response.headers)
+        if problem is not None:
+            raise ValueError(problem)
         headers = [*header_pairs(response.headers), ("x-tapeproxy-key", key)]
         frames: tuple[tuple[int, bytes], ...]
         cut = exchange.outcome is Outcome.UPSTREAM_CUT
@@ -95,13 +99,8 @@ class Replay:
 
 
 def _encoded(headers: list[tuple[str, str]]) -> tuple[tuple[bytes, bytes], ...]:
-    out = []
-    for name, value in headers:
-        try:
-            out.append((name.encode("latin-1"), value.encode("latin-1")))
-        except UnicodeEncodeError:
-            raise ValueError(f"response.headers.{name}: not latin-1, as a header must be") from None
-    return tuple(out)
+    """Headers head_problem passed, as bytes."""
+    return tuple((name.encode("latin-1"), value.encode("latin-1")) for name, value in headers)
 
 
 class ReplayCache:

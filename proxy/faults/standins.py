@@ -65,7 +65,8 @@ def error_answer(
 
 class RecordedErrors:
     """Real error answers found in a cassette, by (upstream, status): looked for once per
-    cassette and run of faults, in the first SCANNED recordings. Call `find` off the loop."""
+    cassette and run of faults, in the first SCANNED recordings, each one a replay can send
+    (`Replay.of`: else the provider's own shape stands in). Call `find` off the loop."""
 
     def __init__(self, store: CassetteStore) -> None:
         self.store = store
@@ -94,8 +95,14 @@ class RecordedErrors:
                 log.debug("faults: skipped %s/%s: %s", cassette, key, exc.message)
                 continue
             response = exchange.response
-            if response.status >= 400 and response.frames is None:
-                found.setdefault((exchange.request.upstream, response.status), exchange)
+            if response.status < 400 or response.frames is not None:
+                continue
+            try:  # one a hand edit left unsendable is passed over, as an unreadable one is
+                Replay.of(exchange, key)
+            except ValueError as exc:
+                log.debug("faults: skipped %s/%s: %s", cassette, key, exc)
+                continue
+            found.setdefault((exchange.request.upstream, response.status), exchange)
         return found
 
 

@@ -5,7 +5,6 @@ files and writes the cassettes."""
 
 from __future__ import annotations
 
-import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,12 +16,12 @@ from tapeproxy.engine.keyed import parts_and_key
 from tapeproxy.engine.spool import Spool
 from tapeproxy.errors import TapeproxyError
 from tapeproxy.exchange.bodies import decode_content
+from tapeproxy.exchange.head import is_final_status, is_header_name, is_header_value
 from tapeproxy.providers import BARE_V1_DEFAULT, BUILTIN, Rulebook, generic
 from tapeproxy.providers.base import Provider
 from tapeproxy.redaction.scrubber import Scrubber
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
-TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP header name (RFC 9110 token)
 
 
 class Skip(TapeproxyError):
@@ -99,8 +98,7 @@ class Importer:
         until it is numbered); Skip when the answer is over --max-record, or is none a
         recording could hold."""
         status = whole.status
-        if isinstance(status, bool) or not isinstance(status, int) or not 200 <= status <= 599:
-            # (a 1xx is no final answer; 0, 99 or 1000 no HTTP status: no server sends it back)
+        if not is_final_status(status):
             raise Skip(f"its status {status!r} is no HTTP answer's (200 to 599)")
         provider, path, query = self.upstream(whole)
         rules = self.rules.for_upstream(provider.name)
@@ -148,7 +146,7 @@ class Importer:
 
 def _sendable(name: str) -> str:
     """An answer header's name, or Skip when no server sends it back (a replay hung up)."""
-    if not TOKEN.fullmatch(name):
+    if not is_header_name(name):
         raise Skip(f"its answer has a header named {name!r}, which is no HTTP header name")
     return name
 
@@ -159,17 +157,9 @@ def _values(name: str, value: str) -> list[str]:
     no server sends (a NUL or another control character, a character beyond latin-1)."""
     values = [one.strip() for one in value.replace("\r\n", "\n").split("\n")]
     for one in values:
-        if any((ord(c) < 32 and c != "\t") or c == "\x7f" for c in one) or not _latin1(one):
+        if not is_header_value(one):
             raise Skip(f"its answer's {name} header holds {one[:40]!r}, which no server sends")
     return [one for one in values if one] or [""]
-
-
-def _latin1(text: str) -> bool:
-    try:
-        text.encode("latin-1")
-        return True
-    except UnicodeEncodeError:
-        return False
 
 
 def _still() -> float:

@@ -109,6 +109,31 @@ def test_a_recorded_rate_limit_is_served_as_it_was(
     assert answer.headers["retry-after"] == "1"  # a recording keeps none: it is added
 
 
+@pytest.mark.parametrize("edit", ["header", "body"])
+def test_a_recorded_error_a_hand_edit_left_unsendable_is_passed_over_for_the_providers_shape(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path, edit: str
+) -> None:
+    """Before, a recorded 429 whose header held a line break stood in as it was (the server
+    closed the connection with no answer), and one whose body was no base64 was a 500."""
+    body = {"error": {"message": "Rate limit reached for gpt-4o-mini", "type": "requests"}}
+    fake.script("/v1/chat/completions", Reply(status=429, body=body))
+    recorder = make_proxy(mode="record", record_failures=True)
+    assert httpx.post(recorder.url + "/openai/v1/chat/completions", json={"a": 1}).is_error
+    recorder.stop()
+    [stored] = (cassettes / "default").glob("*.json")
+    data = json.loads(stored.read_text())
+    if edit == "header":
+        data["response"]["headers"]["x-note"] = "a\r\nx-injected: 1"
+    else:  # a body no base64 decodes: the same check a replay makes
+        data["response"]["body"] = {"base64": "@@@ not base64"}
+    stored.write_text(json.dumps(data))
+    proxy = make_proxy(mode="replay", fault=("rate_limit",))
+    answer = httpx.post(proxy.url + "/openai/v1/chat/completions", json={"other": 2})
+    assert answer.status_code == 429
+    assert answer.json()["error"]["code"] == "rate_limit_exceeded"  # the provider's shape
+    assert "x-injected" not in answer.headers
+
+
 def test_reset_and_timeout_close_the_connection_with_nothing_sent(
     make_proxy: MakeProxy, fake: FakeUpstream
 ) -> None:

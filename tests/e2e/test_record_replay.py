@@ -290,6 +290,19 @@ UNSENDABLE = {
         "request.body: a body holds one of json, text or base64, not keys ['yaml']",
     ),
     "header-not-latin-1": ("header", "\u20ac 5", "response.headers.x-price: "),
+    # Before, each of these made the server close the connection with no answer, and verify
+    # said ok.
+    **{
+        f"status-{status}": ("status", status, f"response.status: {status} is no HTTP answer's")
+        for status in (0, 99, 101, 1000)
+    },
+    **{
+        f"header-value-{name}": ("header", f"5{char}x-injected: 1", "response.headers.x-price: ")
+        for name, char in (("crlf", "\r\n"), ("lf", "\n"), ("nul", "\x00"))
+    },
+    "header-list-value-cr": ("header", ["5", "6\r"], "response.headers.x-price: "),
+    "header-name-not-token": ("name", "x price", 'response.headers["x price"]: '),
+    "header-name-colon": ("name", "x-a:b", 'response.headers["x-a:b"]: '),
 }
 
 
@@ -309,6 +322,10 @@ def test_an_answer_that_cannot_be_rebuilt_is_a_422_naming_file_and_field_and_ver
         data["request"]["body"] = value
     elif what == "style":
         data["response"]["body"]["style"] = value
+    elif what == "status":
+        data["response"]["status"] = value
+    elif what == "name":
+        data["response"]["headers"][value] = "1"
     else:
         data["response"]["headers"]["x-price"] = value
     stored.write_text(json.dumps(data, indent=2))

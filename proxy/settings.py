@@ -21,6 +21,7 @@ from tapeproxy.modes import Mode
 from tapeproxy.providers import BUILTIN
 from tapeproxy.redaction.formats import check_keep
 from tapeproxy.redaction.scrubber import check_field, check_pattern
+from tapeproxy.redaction.secrets import masked_userinfo
 from tapeproxy.store.names import check_cassette_name
 
 ENV_PREFIX = "TAPEPROXY_"
@@ -160,15 +161,17 @@ class Settings(BaseModel):
     def _upstreams(cls, value: dict[str, str]) -> dict[str, str]:
         for name, url in value.items():
             if not UPSTREAM_NAME.match(name) or name in RESERVED_NAMES:
-                raise ValueError(f"upstream name {name!r}: use lowercase letters, digits, - or _")
+                shown = masked_userinfo(name)  # (`https://user:pass@host/a=b` splits at =)
+                raise ValueError(f"upstream name {shown!r}: use lowercase letters, digits, - or _")
+            shown = f"upstream {name}={masked_userinfo(url)!r}"  # never its password
             if not re.match(r"^https?://[^/\s]+", url):
-                raise ValueError(f"upstream {name}={url!r} needs an http:// or https:// URL")
+                raise ValueError(f"{shown} needs an http:// or https:// URL")
             if re.search(r"[\s#]", url):  # each would go on the request line as it is
-                raise ValueError(f"upstream {name}={url!r}: a URL holds no space and no #fragment")
+                raise ValueError(f"{shown}: a URL holds no space and no #fragment")
             if "?" in url:  # the client's path would go after the query
                 raise ValueError(
-                    f"upstream {name}={url!r}: no ?query in an upstream URL (the client's path "
-                    "and query are added to it)"
+                    f"{shown}: no ?query in an upstream URL (the client's path and query are "
+                    "added to it)"
                 )
         return {name: url.rstrip("/") for name, url in value.items()}
 

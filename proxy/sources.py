@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from tapeproxy.errors import ConfigError
 from tapeproxy.problems import RAISED, said
+from tapeproxy.redaction.secrets import masked_userinfo
 from tapeproxy.settings import Settings, ToolSettings, env_name, option_name
 
 DEFAULT_CONFIG_FILE = "tapeproxy.toml"
@@ -199,9 +200,18 @@ def parse_pairs(items: Any, field: str, where: str | None = None) -> dict[str, s
     for item in items:
         name, sep, value = str(item).strip().partition("=")
         if not sep or not name or not value:
-            raise ConfigError(f"{where or option_name(field)}: {item!r} is not NAME=URL")
+            shown = f"{masked_userinfo(name)}{sep}{masked_userinfo(value)}"  # never a password
+            raise ConfigError(f"{where or option_name(field)}: {shown!r} is not NAME=URL")
         pairs[name.strip()] = value.strip()
     return pairs
+
+
+def _shown(field: str, given: Any) -> Any:
+    """A refused value as a message quotes it: never the admin token, nor the password of
+    an upstream URL (tapeproxy.toml's `upstream = "https://user:pass@host"`, not a table)."""
+    if field == "admin_token":
+        return "(hidden)"
+    return masked_userinfo(given) if field == "upstream" and isinstance(given, str) else given
 
 
 def _explain(exc: ValidationError, origin: Mapping[str, str]) -> str:
@@ -217,7 +227,7 @@ def _explain(exc: ValidationError, origin: Mapping[str, str]) -> str:
             "tapeproxy.toml": f"{option} (from {field} in tapeproxy.toml)",
         }.get(origin.get(field, ""), option)
         if error["type"] not in RAISED:
-            given = "(hidden)" if field == "admin_token" else error.get("input")
+            given = _shown(field, error.get("input"))
             lines.append(f"{where} {given!r}: {message}")
         elif where == option and message.startswith(option):
             lines.append(message)

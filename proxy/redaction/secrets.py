@@ -46,6 +46,7 @@ _PART_NAME = re.compile(
     re.IGNORECASE | re.MULTILINE,
 )
 _URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
+_SCHEME = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://")
 _USERINFO = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#]*@")
 
 
@@ -189,6 +190,17 @@ def redact_url(url: str) -> str:
         return url
     pairs = parse_qsl(query, keep_blank_values=True)
     return f"{base}?{urlencode([(k, MARKER) for k, _ in pairs], safe='[]')}"
+
+
+def masked_userinfo(url: str) -> str:
+    """A URL as typed (an upstream's, refused) fit for a message: the `user:password@` in
+    its authority as `***@`, with or without a scheme; the rest as it is, so the message
+    still shows what is wrong with it."""
+    scheme = _SCHEME.match(url)
+    start = scheme.end() if scheme else 0
+    end = next((i for i, c in enumerate(url[start:], start) if c in "/?#"), len(url))
+    at = url.rfind("@", start, end)
+    return url if at < 0 else f"{url[:start]}***{url[at:]}"
 
 
 def redact_text(text: str) -> str:

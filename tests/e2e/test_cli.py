@@ -147,6 +147,44 @@ def test_a_bad_value_is_one_line_without_pydantics_noise(
     assert not [noise for noise in PYDANTIC_NOISE if noise in line], line
 
 
+PASSWORD = "pass" + "word-" + "0123456789"  # (made at run time: no secret-shaped literal)
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "toml", "shown"),
+    [
+        (["--upstream", f"openai=ftp://user:{PASSWORD}@x"], {}, "", "'ftp://***@x' needs"),
+        (["--upstream", f"openai=https://user:{PASSWORD}@x/#a"], {}, "", "https://***@x/#a"),
+        (["--upstream", f"openai=https://{PASSWORD}@x/?q=1"], {}, "", "https://***@x/?q=1"),
+        (["--upstream", f"openai=user:{PASSWORD}@x"], {}, "", "'***@x' needs"),
+        (["--upstream", f"https://user:{PASSWORD}@x"], {}, "", "'https://***@x' is not NAME"),
+        (["--upstream", f"https://u:{PASSWORD}@x/a=b"], {}, "", "'https://***@x/a'"),
+        ([], {"TAPEPROXY_UPSTREAM": f"openai=ftp://u:{PASSWORD}@x"}, "", "ftp://***@x"),
+        ([], {}, f'upstream = "https://u:{PASSWORD}@x"\n', "'https://***@x': Input"),
+        ([], {}, f'[upstream]\nopenai = "ftp://u:{PASSWORD}@x"\n', "ftp://***@x"),
+    ],
+    ids=["ftp", "fragment", "query", "no-scheme", "no-name", "in-name", "env", "toml", "table"],
+)
+def test_a_refused_upstream_url_is_quoted_without_its_user_and_password(
+    workdir: Path, args: list[str], env: dict[str, str], toml: str, shown: str
+) -> None:
+    """Before, the message quoted the URL as typed, password and all."""
+    if toml:
+        (workdir / "tapeproxy.toml").write_text(toml)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
+    result = subprocess.run(
+        [*TAPEPROXY, "serve", "--port", "0", *args],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        env={**environ, "PYTHONPATH": str(ROOT), **env},
+        timeout=30,
+    )
+    assert result.returncode == 2, result.stderr
+    assert shown in result.stderr, result.stderr
+    assert PASSWORD not in result.stderr + result.stdout
+
+
 def test_a_bad_price_file_says_what_is_wrong_in_it(workdir: Path) -> None:
     (workdir / "prices.json").write_text('{"models": {"m": {"input": "cheap"}}}')
     copy_committed("example", workdir / "cassettes")

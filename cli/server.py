@@ -20,8 +20,9 @@ from tapeproxy.doors.head_limits import HeadLimitedProtocol
 from tapeproxy.engine.rules import rule_warnings
 from tapeproxy.engine.stats import Snapshot
 from tapeproxy.errors import ConfigError
-from tapeproxy.logs import configure_logging
+from tapeproxy.logs import configure_logging, scrub_lines
 from tapeproxy.modes import Mode
+from tapeproxy.redaction.scrubber import Scrubber
 from tapeproxy.settings import Settings, is_loopback
 from tapeproxy.store import open_store
 from tapeproxy.store.names import derived_name
@@ -103,17 +104,17 @@ def serve(settings: Settings) -> int:
     no backend opens, 3 with --fail-on-unused when recordings went unused or a cassette it
     was told to serve was never touched, 4 when a recording could not be written."""
     configure_logging(settings.log_level)
-    try:
-        store = open_store(settings.cassettes)
-    except ConfigError as exc:
-        log.error("%s", exc.message)
-        return 2
-    problem = unwritable(settings, store)
-    if problem is not None:
-        log.error("%s", problem)
-        return 1
+    # What is logged before the Server exists (an --cassettes no backend opens, the path it
+    # cannot write, the rule warnings) is scrubbed as every later line is, by a scrubber of
+    # the same rules, held until the Server's own is on the lines.
+    early = Scrubber.build(settings.redact_field, settings.redact_pattern, settings.redact_keep)
+    scrub_lines(early.text)
+    store = opened_store(settings)
+    if isinstance(store, int):
+        return store
     warn_at_start(settings, store)
     tapeproxy = Server(settings, store)
+    del early  # (held weakly by the lines: gone, it is passed over from now on)
     announced: list[str] = []
 
     def ready(url: str) -> None:
@@ -143,6 +144,21 @@ def serve(settings: Settings) -> int:
         log.error("tapeproxy stopped before its cassettes were closed; see the error above")
         return 1
     return report(tapeproxy.final, settings) if announced else 1
+
+
+def opened_store(settings: Settings) -> CassetteStore | int:
+    """The store --cassettes opens, which a recording mode can write; else the exit status
+    (2: no backend opens it, 1: it cannot be written), with its reason logged."""
+    try:
+        store = open_store(settings.cassettes)
+    except ConfigError as exc:
+        log.error("%s", exc.message)
+        return 2
+    problem = unwritable(settings, store)
+    if problem is not None:
+        log.error("%s", problem)
+        return 1
+    return store
 
 
 def warn_at_start(settings: Settings, store: CassetteStore) -> None:

@@ -393,6 +393,38 @@ def test_serve_warns_at_start_about_a_rule_that_ignores_what_changes_the_answer(
     assert "metadata.run" not in err
 
 
+KEY = "ghp" + "_" + "Fake0Key" * 4 + "Fake"  # a GitHub token's format, made at run time
+
+
+@pytest.mark.parametrize("case", ["open_store", "unwritable", "ignore"])
+def test_the_lines_serve_logs_before_its_server_exists_are_scrubbed_too(
+    workdir: Path, case: str
+) -> None:
+    """Before, these lines were logged before the scrubbing every later line gets."""
+    (workdir / "a-file").write_text("")
+    args = {
+        "open_store": ["--cassettes", f"nope://{KEY}"],
+        "unwritable": ["--mode", "record", "--cassettes", str(workdir / "a-file" / KEY)],
+        "ignore": ["--ignore", f"openai:body:{KEY}.model"],
+    }[case]
+    if case == "ignore":  # a warning: the server starts
+        code, err = Serve(args, workdir).stop()
+        assert code == 0, err
+    else:
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
+        done = subprocess.run(
+            [*TAPEPROXY, "serve", "--port", "0", *args],
+            cwd=workdir,
+            capture_output=True,
+            text=True,
+            env={**environ, "PYTHONPATH": str(ROOT)},
+            timeout=30,
+        )
+        code, err = done.returncode, done.stderr
+        assert code == (2 if case == "open_store" else 1), err
+    assert KEY not in err and "[redacted]" in err, err
+
+
 def test_rekey_gives_serves_warning_about_a_rule_that_ignores_what_changes_the_answer(
     workdir: Path,
 ) -> None:

@@ -43,11 +43,9 @@ def head_problem(status: int, headers: Mapping[str, str | list[str]]) -> str | N
         if not is_header_name(name):
             return f"response.headers[{json.dumps(name)}]: no HTTP header name (RFC 9110 token)"
         for value in values if isinstance(values, list) else [values]:
-            if not is_header_value(value):
-                why = (
-                    "not latin-1, as a header must be"
-                    if not _CONTROL.search(value)
-                    else "holds a control character (CR, LF, NUL...), which no header value may"
-                )
+            if _CONTROL.search(value):
+                why = "holds a control character (CR, LF, NUL...), which no header value may"
                 return f"response.headers.{name}: {why}"
+            if not is_header_value(value):
+                return f"response.headers.{name}: not latin-1, as a header must be"
     return None

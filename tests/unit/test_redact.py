@@ -20,6 +20,7 @@ from tapeproxy.redaction.credentials import (
 from tapeproxy.redaction.secrets import (
     MARKER,
     looks_form,
+    masked_userinfo,
     redact_form,
     redact_headers,
     redact_json,
@@ -664,3 +665,20 @@ def test_redact_payload_masks_a_stored_multipart_body_whatever_the_content_type_
     assert masked == multipart(("apikey", MARKER.encode()), ("file", b"\x89PNG"))
     other = Payload("base64", base64.b64encode(b"\x89PNG apikey=K8").decode())
     assert redact_payload(other, content_type) == other
+
+
+@pytest.mark.parametrize(
+    ("typed", "shown"),
+    [
+        ("https://user:pw@host/v1", "https://***@host/v1"),
+        ("ftp://token@host", "ftp://***@host"),
+        ("https://a@b:p@w@host:8080/x@y?q=@#f@", "https://***@host:8080/x@y?q=@#f@"),
+        ("user:pw@host/v1", "***@host/v1"),  # no scheme: still a URL's authority
+        ("https://host/a@b", "https://host/a@b"),  # an @ in the path is no userinfo
+        ("https://host?to=a@b", "https://host?to=a@b"),
+        ("https://host", "https://host"),
+        ("", ""),
+    ],
+)
+def test_a_refused_url_is_quoted_without_its_userinfo(typed: str, shown: str) -> None:
+    assert masked_userinfo(typed) == shown

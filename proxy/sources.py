@@ -199,11 +199,28 @@ def parse_pairs(items: Any, field: str, where: str | None = None) -> dict[str, s
     pairs: dict[str, str] = {}
     for item in items:
         name, sep, value = str(item).strip().partition("=")
-        if not sep or not name or not value:
-            shown = f"{masked_userinfo(name)}{sep}{masked_userinfo(value)}"  # never a password
+        if not isinstance(item, str) or not sep or not name or not value:
+            shown = _masked(item) if not isinstance(item, str) else _masked_pair(item)
             raise ConfigError(f"{where or option_name(field)}: {shown!r} is not NAME=URL")
         pairs[name.strip()] = value.strip()
     return pairs
+
+
+def _masked_pair(item: str) -> str:
+    name, sep, value = item.partition("=")
+    return f"{masked_userinfo(name)}{sep}{masked_userinfo(value)}"
+
+
+def _masked(value: Any) -> Any:
+    """An upstream setting (a URL, or what TOML made of one: a list, a table) with the user
+    and password of each URL in it masked (masked_userinfo), for a message to quote."""
+    if isinstance(value, str):
+        return masked_userinfo(value)
+    if isinstance(value, list | tuple):
+        return [_masked(one) for one in value]
+    if isinstance(value, dict):
+        return {_masked(k): _masked(v) for k, v in value.items()}
+    return value
 
 
 def _shown(field: str, given: Any) -> Any:
@@ -211,7 +228,7 @@ def _shown(field: str, given: Any) -> Any:
     an upstream URL (tapeproxy.toml's `upstream = "https://user:pass@host"`, not a table)."""
     if field == "admin_token":
         return "(hidden)"
-    return masked_userinfo(given) if field == "upstream" and isinstance(given, str) else given
+    return _masked(given) if field == "upstream" else given
 
 
 def _explain(exc: ValidationError, origin: Mapping[str, str]) -> str:

@@ -162,8 +162,13 @@ PASSWORD = "pass" + "word-" + "0123456789"  # (made at run time: no secret-shape
         ([], {"TAPEPROXY_UPSTREAM": f"openai=ftp://u:{PASSWORD}@x"}, "", "ftp://***@x"),
         ([], {}, f'upstream = "https://u:{PASSWORD}@x"\n', "'https://***@x': Input"),
         ([], {}, f'[upstream]\nopenai = "ftp://u:{PASSWORD}@x"\n', "ftp://***@x"),
+        ([], {}, f'[upstream]\nopenai = ["https://u:{PASSWORD}@x"]\n', "['https://***@x']"),
+        ([], {}, f'upstream = [["https://u:{PASSWORD}@x"]]\n', "['https://***@x']"),
     ],
-    ids=["ftp", "fragment", "query", "no-scheme", "no-name", "in-name", "env", "toml", "table"],
+    ids=[
+        *("ftp", "fragment", "query", "no-scheme", "no-name", "in-name", "env", "toml"),
+        *("table", "table-of-lists", "list-of-lists"),
+    ],
 )
 def test_a_refused_upstream_url_is_quoted_without_its_user_and_password(
     workdir: Path, args: list[str], env: dict[str, str], toml: str, shown: str

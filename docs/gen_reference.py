@@ -17,8 +17,7 @@ from typing import Any
 import typer
 from pydantic import BaseModel
 
-from tapeproxy.cli.main import app
-from tapeproxy.cli.main import command_names as every_command
+from tapeproxy.cli.main import app, command_names
 from tapeproxy.settings import ENV_PREFIX, MIB, Settings, ToolSettings, env_name
 from tapeproxy.sources import DICT_FIELDS, LINE_FIELDS, LIST_FIELDS, MATCH_KEYS, REDACT_KEYS
 
@@ -55,11 +54,6 @@ def help_text(args: list[str]) -> str:
     if result.returncode != 0:
         raise RuntimeError(f"tapeproxy {' '.join(args)} --help failed: {result.stderr}")
     return result.stdout
-
-
-def command_names() -> list[str]:
-    """Every command, in the order `tapeproxy --help` lists them."""
-    return every_command()
 
 
 def cli_page(render: Callable[[list[str]], str] = help_text) -> str:

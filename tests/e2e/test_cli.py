@@ -56,6 +56,21 @@ def test_environment_beats_the_config_file_and_the_command_line_beats_both(
     assert serve.stop()[0] == 0
 
 
+def run_in(
+    workdir: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`tapeproxy ARGS` run in `workdir`, with no TAPEPROXY_* of this process's and `env` on top."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
+    return subprocess.run(
+        [*TAPEPROXY, *args],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        env={**environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        timeout=30,
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "env", "needle"),
     [
@@ -74,15 +89,7 @@ def test_environment_beats_the_config_file_and_the_command_line_beats_both(
 def test_a_bad_value_fails_at_start_naming_the_option(
     workdir: Path, args: list[str], env: dict[str, str], needle: str
 ) -> None:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
-    result = subprocess.run(
-        [*TAPEPROXY, "serve", "--port", "0", *args],
-        cwd=workdir,
-        capture_output=True,
-        text=True,
-        env={**environ, "PYTHONPATH": str(ROOT), **env},
-        timeout=30,
-    )
+    result = run_in(workdir, "serve", "--port", "0", *args, env=env)
     assert result.returncode == 2
     assert needle in result.stderr
     assert "Traceback" not in result.stderr
@@ -132,15 +139,7 @@ PYDANTIC_NOISE = ("Value error", "[type=", "errors.pydantic.dev", "validation er
 def test_a_bad_value_is_one_line_without_pydantics_noise(
     workdir: Path, args: list[str], env: dict[str, str], message: str
 ) -> None:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
-    result = subprocess.run(
-        [*TAPEPROXY, "serve", "--port", "0", *args],
-        cwd=workdir,
-        capture_output=True,
-        text=True,
-        env={**environ, "PYTHONPATH": str(ROOT), **env},
-        timeout=30,
-    )
+    result = run_in(workdir, "serve", "--port", "0", *args, env=env)
     assert result.returncode == 2
     [line] = result.stderr.strip().splitlines()
     assert line.startswith(f"tapeproxy: {message}"), line
@@ -176,15 +175,7 @@ def test_a_refused_upstream_url_is_quoted_without_its_user_and_password(
     """Before, the message quoted the URL as typed, password and all."""
     if toml:
         (workdir / "tapeproxy.toml").write_text(toml)
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
-    result = subprocess.run(
-        [*TAPEPROXY, "serve", "--port", "0", *args],
-        cwd=workdir,
-        capture_output=True,
-        text=True,
-        env={**environ, "PYTHONPATH": str(ROOT), **env},
-        timeout=30,
-    )
+    result = run_in(workdir, "serve", "--port", "0", *args, env=env)
     assert result.returncode == 2, result.stderr
     assert shown in result.stderr, result.stderr
     assert PASSWORD not in result.stderr + result.stdout
@@ -193,15 +184,7 @@ def test_a_refused_upstream_url_is_quoted_without_its_user_and_password(
 def test_a_bad_price_file_says_what_is_wrong_in_it(workdir: Path) -> None:
     (workdir / "prices.json").write_text('{"models": {"m": {"input": "cheap"}}}')
     copy_committed("example", workdir / "cassettes")
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
-    result = subprocess.run(
-        [*TAPEPROXY, "ls", "--prices", "prices.json"],
-        cwd=workdir,
-        capture_output=True,
-        text=True,
-        env={**environ, "PYTHONPATH": str(ROOT)},
-        timeout=30,
-    )
+    result = run_in(workdir, "ls", "--prices", "prices.json")
     assert result.returncode == 2
     [line] = result.stderr.strip().splitlines()
     assert "price file prices.json is not a price table: models.m.input: Input should be" in line
@@ -416,15 +399,7 @@ def test_the_lines_serve_logs_before_its_server_exists_are_scrubbed_too(
         code, err = Serve(args, workdir).stop()
         assert code == 0, err
     else:
-        environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
-        done = subprocess.run(
-            [*TAPEPROXY, "serve", "--port", "0", *args],
-            cwd=workdir,
-            capture_output=True,
-            text=True,
-            env={**environ, "PYTHONPATH": str(ROOT)},
-            timeout=30,
-        )
+        done = run_in(workdir, "serve", "--port", "0", *args)
         code, err = done.returncode, done.stderr
         assert code == (2 if case == "open_store" else 1), err
     assert KEY not in err and "[redacted]" in err, err

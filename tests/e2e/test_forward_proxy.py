@@ -28,21 +28,34 @@ def tapeproxy_run(
         args += ["--upstream", f"{name}={upstream}"]
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
     return subprocess.run(
-        [*args, *extra, "--", *cmd], capture_output=True, text=True, timeout=120, env=env
+        [*args, *extra, "--", *cmd],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        stdin=subprocess.DEVNULL,  # (`claude -p` reads a piped standard input as more prompt)
     )
 
 
 def record_then_replay(
-    tmp_path: Path, fake: FakeUpstream, *cmd: str
+    tmp_path: Path,
+    fake: FakeUpstream,
+    *cmd: str,
+    extra: tuple[str, ...] = (),
+    recordings: int | None = 1,
 ) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """CMD recorded through `run`, then replayed with the fake stopped: the same output, every
+    recording served and nothing missed. `recordings`: how many (None: as many as it made)."""
     cassettes = tmp_path / "cassettes"
-    recorded = tapeproxy_run(cassettes, "record", fake.url, *cmd)
+    recorded = tapeproxy_run(cassettes, "record", fake.url, *cmd, extra=extra)
     assert recorded.returncode == 0, recorded.stderr
-    assert "recorded 1" in recorded.stderr.splitlines()[-1], recorded.stderr
+    made = int(recorded.stderr.splitlines()[-1].split("recorded ")[1].split(",")[0])
+    assert made == recordings if recordings is not None else made > 0, recorded.stderr
     fake.stop()
-    replayed = tapeproxy_run(cassettes, "replay", DEAD, *cmd)
+    replayed = tapeproxy_run(cassettes, "replay", DEAD, *cmd, extra=extra)
     assert replayed.returncode == 0, replayed.stderr
-    assert replayed.stderr.splitlines()[-1] == "tapeproxy: replayed 1, recorded 0, misses 0"
+    summary = f"tapeproxy: replayed {made}, recorded 0, misses 0"
+    assert replayed.stderr.splitlines()[-1] == summary, replayed.stderr
     assert replayed.stdout == recorded.stdout
     return recorded, replayed
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,7 @@ TRUST_VARIABLES = (
     "GIT_SSL_CAINFO",  # git
 )
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
+FORWARDED = (signal.SIGTERM, signal.SIGHUP)
 # serve's options a run sets itself: a free loopback port, with the forward proxy on.
 PICKED = ("host", "port", "forward", "ready_file")
 
@@ -134,10 +136,17 @@ def child(argv: list[str], env: dict[str, str]) -> int:
     except PermissionError:
         log.error("tapeproxy run: not runnable: %s", argv[0])
         return 126
-    while True:
-        try:
-            code = process.wait()
-            break
-        except KeyboardInterrupt:  # the child got the Ctrl-C too: its own exit is awaited
-            continue
+    # A SIGTERM or SIGHUP to `tapeproxy run` is CMD's to answer: passed on, and its exit
+    # awaited, so the recordings are written and the summary printed after it.
+    passed = {sig: signal.signal(sig, lambda n, _: process.send_signal(n)) for sig in FORWARDED}
+    try:
+        while True:
+            try:
+                code = process.wait()
+                break
+            except KeyboardInterrupt:  # the child got the Ctrl-C too: its own exit is awaited
+                continue
+    finally:
+        for sig, handler in passed.items():
+            signal.signal(sig, handler)
     return 128 - code if code < 0 else code

@@ -111,6 +111,14 @@ class RunCA:
             .sign(self._key, hashes.SHA256())
         )
 
+    def cached(self, host: str) -> ssl.SSLContext | None:
+        """`host`'s context if it was made already (no signing: fine on the event loop)."""
+        with self._lock:
+            found = self._contexts.get(host.lower().rstrip("."))
+            if found is not None:
+                self._contexts.move_to_end(host.lower().rstrip("."))
+            return found
+
     def context(self, host: str) -> ssl.SSLContext:
         """The server-side context for `host` (made once, then from the cache)."""
         host = host.lower().rstrip(".")

@@ -23,6 +23,7 @@ log = logging.getLogger("tapeproxy")
 
 # A client that opens a tunnel and never finishes its TLS handshake is closed after this.
 HANDSHAKE_SECONDS = 10.0
+ESTABLISHED = b"HTTP/1.1 200 Connection Established\r\n\r\n"
 # What a client that refuses our certificate says, in OpenSSL's words.
 REJECTED = ("unknown ca", "bad certificate", "certificate unknown", "unsupported certificate")
 
@@ -47,6 +48,7 @@ class Sniffing(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.loop = asyncio.get_running_loop()
         self.timer: asyncio.TimerHandle | None = None
+        self.task: asyncio.Task[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -75,8 +77,8 @@ class Sniffing(asyncio.Protocol):
             self.timer.cancel()
         assert self.transport is not None
         self.transport.pause_reading()
-        task = self.loop.create_task(self._forward(bytes(self.buffer)))
-        task.add_done_callback(_log_failure)
+        self.task = self.loop.create_task(self._forward(bytes(self.buffer)))  # (held: not GC'd)
+        self.task.add_done_callback(self._done)
 
     async def _forward(self, head: bytes) -> None:
         try:
@@ -106,16 +108,19 @@ class Sniffing(asyncio.Protocol):
         if self._is_self(host, port):
             self._answer(403, "CONNECT to the proxy itself is not allowed")
             return
-        if request.rest:
-            self._answer(400, "bytes came before the CONNECT was answered")
-            return
         owner = door.hosts.owner(host)
         if owner is None:
-            await self._pass(request, b"HTTP/1.1 200 Connection Established\r\n\r\n", b"")
+            await self._pass(request, ESTABLISHED, request.rest)
             return
-        context = await asyncio.to_thread(door.ca.context, host)  # cached after the first
+        if request.rest:  # a TLS hello sent before the answer: start_tls cannot be given it
+            self._answer(400, "bytes came before the CONNECT was answered")
+            return
+        # A leaf is made in a worker thread (~1 ms of signing), once per host.
+        context = door.ca.cached(host)
+        if context is None:
+            context = await asyncio.to_thread(door.ca.context, host)
         assert self.transport is not None
-        self.transport.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+        self.transport.write(ESTABLISHED)
         pending = Pending()
         try:
             secured = await self.loop.start_tls(
@@ -210,6 +215,15 @@ class Sniffing(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
+    def _done(self, task: asyncio.Task[None]) -> None:
+        """A forward request's task ended: what it did not foresee is logged, and the
+        connection closed rather than left paused."""
+        exc = None if task.cancelled() else task.exception()
+        if exc is not None:
+            log.warning("forward proxy: a connection failed: %s", exc)
+            if self.transport is not None:
+                self.transport.abort()
+
     def _too_slow(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             if self.buffer:
@@ -238,8 +252,3 @@ class Sniffing(asyncio.Protocol):
             + body
         )
         self.transport.close()
-
-
-def _log_failure(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("forward proxy: %s", task.exception())

@@ -6,6 +6,7 @@ disk, and the reverse routes on the same port as ever."""
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import socket
 import ssl
@@ -214,3 +215,61 @@ def test_cross_door_reverse_recording_replays_through_run(
     replayed = tapeproxy_run(cassettes, "replay", DEAD, *CURL)
     assert replayed.returncode == 0, replayed.stderr
     assert replayed.stdout == answer.text
+
+
+def test_plain_http_to_an_intercepted_host_in_absolute_form(
+    make_proxy: MakeProxy, fake: FakeUpstream
+) -> None:
+    proxy = make_proxy(forward=True, mode="record")
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.Client(proxy=proxy.url, trust_env=False, timeout=10) as client:
+        answer = client.post("http://api.openai.com/v1/chat/completions", json=body)
+        assert answer.status_code == 200 and answer.json()["object"] == "chat.completion"
+        assert fake.hits[-1].path == "/v1/chat/completions"
+    # A later request on that connection for a host not intercepted is refused, not sent to
+    # the first one's upstream.
+    port = int(proxy.url.rsplit(":", 1)[1])
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    statuses = []
+    for host in ("api.openai.com", "not-intercepted.example"):
+        connection.request("GET", f"http://{host}/v1/models", headers={"Host": host})
+        answer = connection.getresponse()
+        answer.read()
+        statuses.append(answer.status)
+    connection.close()
+    assert statuses == [200, 403]
+
+
+def test_an_intercepted_host_of_the_users_is_an_upstream_named_by_it(
+    make_proxy: MakeProxy,
+) -> None:
+    proxy = make_proxy(forward=True, mode="replay", intercept=("*.example.com",))
+    door = proxy.tapeproxy.forward
+    assert door is not None and door.ca.covers("api.example.com")
+    trust = ssl.create_default_context(cafile=str(door.ca_file))
+    with httpx.Client(proxy=proxy.url, verify=trust, trust_env=False, timeout=10) as client:
+        answer = client.post("https://api.example.com/v2/things", json={"a": 1})
+    assert answer.status_code == 422  # decrypted, routed, and a miss in an empty cassette
+    assert "POST api.example.com /v2/things" in answer.text
+
+
+def test_a_sigterm_to_run_goes_to_the_command(tmp_path: Path) -> None:
+    child = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(7))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    args = [sys.executable, "-m", "tapeproxy", "run", "--cassettes", str(tmp_path), "--"]
+    process = subprocess.Popen(
+        [*args, sys.executable, "-c", child],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "ready\n"
+        process.terminate()
+        _, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 7
+    assert err.splitlines()[-1] == "tapeproxy: replayed 0, recorded 0, misses 0"

@@ -233,9 +233,9 @@ def test_plain_http_to_an_intercepted_host_in_absolute_form(
     statuses = []
     for host in ("api.openai.com", "not-intercepted.example"):
         connection.request("GET", f"http://{host}/v1/models", headers={"Host": host})
-        answer = connection.getresponse()
-        answer.read()
-        statuses.append(answer.status)
+        raw = connection.getresponse()
+        raw.read()
+        statuses.append(raw.status)
     connection.close()
     assert statuses == [200, 403]
 

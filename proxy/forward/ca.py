@@ -84,6 +84,7 @@ class RunCA:
         self.pem = self.certificate.public_bytes(serialization.Encoding.PEM)
         self._contexts: OrderedDict[str, ssl.SSLContext] = OrderedDict()
         self._lock = threading.Lock()  # contexts are made in worker threads
+        self._probe: ssl.SSLContext | None = None
 
     def covers(self, host: str) -> bool:
         """Whether the name constraints permit `host` (an IP address never)."""
@@ -134,10 +135,18 @@ class RunCA:
                 self._contexts.popitem(last=False)
         return made
 
-    def _make_context(self, host: str) -> ssl.SSLContext:
+    def probe(self) -> ssl.SSLContext:
+        """A context offering `http/1.1` then `h2`, to learn what a client offers
+        (tapeproxy.forward.hello); its certificate is never checked by anyone."""
+        if self._probe is None:
+            self._probe = self._make_context(self.names[0], ["http/1.1", "h2"])
+        return self._probe
+
+    def _make_context(self, host: str, alpn: list[str] | None = None) -> ssl.SSLContext:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.set_alpn_protocols(["http/1.1"])  # the door speaks HTTP/1.1 inside a tunnel
+        # The door speaks HTTP/1.1 inside a tunnel.
+        context.set_alpn_protocols(alpn or ["http/1.1"])
         chain = self.leaf(host).public_bytes(serialization.Encoding.PEM) + self.pem
         key = self._leaf_key.private_bytes(
             serialization.Encoding.PEM,

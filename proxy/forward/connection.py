@@ -16,6 +16,7 @@ from starlette.types import ASGIApp
 
 from tapeproxy.doors.head_limits import HEAD_LIMIT, HEAD_SECONDS, HeadLimitedProtocol
 from tapeproxy.forward.door import ForwardDoor, Mapped
+from tapeproxy.forward.hello import offers_h2_only
 from tapeproxy.forward.request import BadRequest, ProxyRequest, parse_head, proxy_auth_ok
 from tapeproxy.forward.tunnel import Pending, tunnel
 
@@ -23,6 +24,8 @@ log = logging.getLogger("tapeproxy")
 
 # A client that opens a tunnel and never finishes its TLS handshake is closed after this.
 HANDSHAKE_SECONDS = 10.0
+NOT_INTERCEPTED = "not intercepted"
+H2_ONLY = "HTTP/2 only"
 ESTABLISHED = b"HTTP/1.1 200 Connection Established\r\n\r\n"
 # What a client that refuses our certificate says, in OpenSSL's words.
 REJECTED = ("unknown ca", "bad certificate", "certificate unknown", "unsupported certificate")
@@ -49,6 +52,7 @@ class Sniffing(asyncio.Protocol):
         self.loop = asyncio.get_running_loop()
         self.timer: asyncio.TimerHandle | None = None
         self.task: asyncio.Task[None] | None = None
+        self.established = False  # a CONNECT was answered 200: no HTTP answer can follow
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -121,6 +125,11 @@ class Sniffing(asyncio.Protocol):
             context = await asyncio.to_thread(door.ca.context, host)
         assert self.transport is not None
         self.transport.write(ESTABLISHED)
+        self.established = True
+        deadline = self.loop.time() + HANDSHAKE_SECONDS  # for the hello and the handshake
+        if await offers_h2_only(self.transport, door.ca.probe(), HANDSHAKE_SECONDS):
+            await self._pass(request, b"", b"", H2_ONLY)  # (gRPC: never decrypted)
+            return
         pending = Pending()
         try:
             secured = await self.loop.start_tls(
@@ -128,7 +137,7 @@ class Sniffing(asyncio.Protocol):
                 pending,
                 context,
                 server_side=True,
-                ssl_handshake_timeout=HANDSHAKE_SECONDS,
+                ssl_handshake_timeout=max(deadline - self.loop.time(), 0.001),
             )
         except (ssl.SSLError, ConnectionError, OSError, TimeoutError) as exc:
             self._handshake_failed(host, exc)
@@ -146,15 +155,16 @@ class Sniffing(asyncio.Protocol):
             return
         await self._pass(request, b"", bytes(self.buffer))
 
-    async def _pass(self, request: ProxyRequest, reply: bytes, first: bytes) -> None:
-        """A host that is not intercepted: its bytes tunnelled, or refused in a replay."""
+    async def _pass(
+        self, request: ProxyRequest, reply: bytes, first: bytes, why: str = NOT_INTERCEPTED
+    ) -> None:
+        """A host that is not decrypted: its bytes tunnelled, or refused in a replay (a 403,
+        or a close when the CONNECT was answered already)."""
         target, door = f"{request.host}:{request.port}", self.door
         if not door.hosts.may_tunnel(request.host):
-            door.refuse(target)
+            door.refuse(target, why)
             self._answer(
-                403,
-                f"{target} is not intercepted, and a replay does not reach the "
-                "network; allow it with --allow-host",
+                403, f"{target} ({why}): a replay does not reach the network; --allow-host"
             )
             return
         assert self.transport is not None
@@ -165,7 +175,7 @@ class Sniffing(asyncio.Protocol):
         except OSError as exc:
             self._answer(502, f"could not reach {target}: {exc.strerror or exc}")
             return
-        door.tunnelled.add(target)
+        door.tunnelled.add(target if why == NOT_INTERCEPTED else f"{target} ({why})")
 
     def _hand_over(
         self,
@@ -232,8 +242,11 @@ class Sniffing(asyncio.Protocol):
                 self.transport.close()
 
     def _answer(self, status: int, message: str, extra: bytes = b"") -> None:
-        """A one-line refusal, and the connection closed."""
+        """A one-line refusal, and the connection closed (dropped, after a CONNECT's 200)."""
         if self.transport is None or self.transport.is_closing():
+            return
+        if self.established:
+            self.transport.abort()
             return
         reason = {
             400: "Bad Request",

@@ -41,14 +41,17 @@ class ForwardDoor:
         self.refused: set[str] = set()
         self.tunnelled: set[str] = set()
 
-    def refuse(self, target: str) -> None:
-        if target not in self.refused:
+    def refuse(self, target: str, why: str) -> None:
+        """`target` (`host:port`) refused: logged once, listed in the summary."""
+        shown = target if why == "not intercepted" else f"{target} ({why})"
+        if shown not in self.refused:
             log.warning(
-                "refused %s: not intercepted, and a replay does not reach the network "
+                "refused %s: %s, and a replay does not reach the network "
                 "(let it through with --allow-host)",
                 target,
+                why,
             )
-        self.refused.add(target)
+        self.refused.add(shown)
 
 
 def open_door(

@@ -273,3 +273,32 @@ def test_a_sigterm_to_run_goes_to_the_command(tmp_path: Path) -> None:
         process.kill()
     assert process.returncode == 7
     assert err.splitlines()[-1] == "tapeproxy: replayed 0, recorded 0, misses 0"
+
+
+def tls_through(proxy: ProxyServer, alpn: list[str]) -> ssl.SSLSocket:
+    """A TLS connection to api.openai.com through `proxy`, offering `alpn`, trusting its CA."""
+    sock, head = connect(proxy, "api.openai.com:443")
+    assert head.startswith(b"HTTP/1.1 200 ")
+    door = proxy.tapeproxy.forward
+    assert door is not None
+    context = ssl.create_default_context(cafile=str(door.ca_file))
+    context.set_alpn_protocols(alpn)
+    return context.wrap_socket(sock, server_hostname="api.openai.com")
+
+
+def test_a_client_offering_http11_and_h2_is_decrypted_on_http11(make_proxy: MakeProxy) -> None:
+    proxy = make_proxy(forward=True, mode="record")
+    with tls_through(proxy, ["h2", "http/1.1"]) as tls:
+        assert tls.selected_alpn_protocol() == "http/1.1"
+        tls.sendall(b"GET /v1/models HTTP/1.1\r\nHost: api.openai.com\r\n\r\n")
+        assert tls.recv(4096).startswith(b"HTTP/1.1 200 ")
+
+
+def test_an_http2_only_client_is_never_decrypted_and_refused_in_replay(
+    make_proxy: MakeProxy,
+) -> None:
+    proxy = make_proxy(forward=True, mode="replay")
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        tls_through(proxy, ["h2"]).recv(1)
+    door = proxy.tapeproxy.forward
+    assert door is not None and door.refused == {"api.openai.com:443 (HTTP/2 only)"}

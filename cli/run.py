@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
+from tapeproxy.engine.stats import Counters
 from tapeproxy.settings import Settings
 
 log = logging.getLogger("tapeproxy")
@@ -79,19 +80,30 @@ def command(serve: Callable[..., None], settings_of: Callable[[dict[str, Any]], 
 
 
 def run_with_proxy(settings: Settings, argv: list[str], fail_on_miss: bool) -> int:
-    """Start the server, run CMD behind it, stop it, print the summary; the exit status."""
+    """Start the server, run CMD behind it, stop it, print the summary; the exit status
+    (CMD's; 1 with --fail-on-miss when CMD succeeded but requests missed; as `serve`'s when
+    the server could not start, or 4 when a recording could not be written)."""
     from tapeproxy.cli.background import BackgroundServer
+    from tapeproxy.cli.server import opened_store
+    from tapeproxy.errors import ConfigError
     from tapeproxy.forward.ca import bundle
     from tapeproxy.logs import configure_logging
 
     configure_logging(settings.log_level)
+    opened = opened_store(settings)  # (as serve: one no backend opens, or a mode cannot write)
+    if isinstance(opened, int):
+        return opened
     with tempfile.TemporaryDirectory(prefix="tapeproxy-run-") as folder:
         ca_file = settings.ca_cert or Path(folder) / "ca.pem"
         update = {"forward": True, "host": "127.0.0.1", "port": 0, "ca_cert": ca_file}
-        server = BackgroundServer(settings.model_copy(update=update)).start()
         try:
-            door = server.server.forward
-            assert door is not None
+            server = BackgroundServer(settings.model_copy(update=update)).start()
+        except ConfigError as exc:
+            log.error("%s", exc.message)
+            return 2
+        door = server.server.forward
+        assert door is not None
+        try:
             trust = Path(folder) / "bundle.pem"
             trust.write_bytes(bundle(door.ca.pem))
             status = child(argv, environment(server.url, trust))
@@ -99,18 +111,24 @@ def run_with_proxy(settings: Settings, argv: list[str], fail_on_miss: bool) -> i
             server.stop()
     final = server.server.final
     counts = final.counters if final is not None else None
-    replayed, recorded, misses = (
-        (counts.replayed, counts.recorded, counts.misses) if counts else (0, 0, 0)
-    )
-    line = f"tapeproxy: replayed {replayed}, recorded {recorded}, misses {misses}"
-    if door.refused:
-        line += f"; refused {', '.join(sorted(door.refused))} (not intercepted; --allow-host)"
-    if door.tunnelled:
-        line += f"; tunnelled {', '.join(sorted(door.tunnelled))}"
-    print(line, file=sys.stderr, flush=True)
-    if fail_on_miss and status == 0 and misses:
+    print(summary(counts, door.refused, door.tunnelled), file=sys.stderr, flush=True)
+    if counts is not None and counts.write_failures and status == 0:
+        log.error("%d recording(s) could not be written; see above", counts.write_failures)
+        return 4
+    if fail_on_miss and status == 0 and counts is not None and counts.misses:
         return 1
     return status
+
+
+def summary(counts: Counters | None, refused: set[str], tunnelled: set[str]) -> str:
+    """`tapeproxy: replayed N, recorded N, misses N`, then what was refused or tunnelled."""
+    c = counts or Counters()
+    line = f"tapeproxy: replayed {c.replayed}, recorded {c.recorded}, misses {c.misses}"
+    if refused:
+        line += f"; refused {', '.join(sorted(refused))} (let one through with --allow-host)"
+    if tunnelled:
+        line += f"; tunnelled {', '.join(sorted(tunnelled))}"
+    return line
 
 
 def environment(url: str, trust: Path) -> dict[str, str]:

@@ -121,7 +121,9 @@ def serve(settings: Settings) -> int:
     if isinstance(store, int):
         return store
     warn_at_start(settings, store)
-    tapeproxy = Server(settings, store)
+    tapeproxy = made_server(settings, store)
+    if isinstance(tapeproxy, int):
+        return tapeproxy
     del early  # (held weakly by the lines: gone, it is passed over from now on)
     announced: list[str] = []
 
@@ -154,6 +156,15 @@ def serve(settings: Settings) -> int:
         log.error("tapeproxy stopped before its cassettes were closed; see the error above")
         return 1
     return report(tapeproxy.final, settings) if announced else 1
+
+
+def made_server(settings: Settings, store: CassetteStore) -> Server | int:
+    """The Server, or 2 when it cannot be made (--forward: where its CA certificate goes)."""
+    try:
+        return Server(settings, store)
+    except ConfigError as exc:
+        log.error("%s", exc.message)
+        return 2
 
 
 def opened_store(settings: Settings) -> CassetteStore | int:

@@ -17,7 +17,7 @@ from tapeproxy.engine.rules import parse_rule
 from tapeproxy.engine.timing import parse_timing
 from tapeproxy.errors import BadCassetteName, ConfigError
 from tapeproxy.faults.spec import parse_fault
-from tapeproxy.forward.hosts import HostPatterns
+from tapeproxy.forward.hosts import AllowedHosts, HostPatterns
 from tapeproxy.modes import Mode
 from tapeproxy.providers import BUILTIN
 from tapeproxy.redaction.formats import check_keep
@@ -152,7 +152,7 @@ class Settings(BaseModel):
     intercept: HostPatterns = Field(
         (), description="A host to decrypt, or *.example.com; repeatable."
     )
-    allow_host: HostPatterns = Field(
+    allow_host: AllowedHosts = Field(
         (), description="A host a replay tunnels, not refuses; repeatable."
     )
 

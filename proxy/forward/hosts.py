@@ -37,9 +37,12 @@ def matches(pattern: str, host: str) -> bool:
     return host == pattern
 
 
-def check_pattern(pattern: str) -> str:
-    """A host pattern as `--intercept` and `--allow-host` take it, lower-cased; else ValueError."""
-    name = pattern.strip().lower().rstrip(".")
+def check_pattern(pattern: str, addresses: bool = False) -> str:
+    """A host pattern as `--intercept` takes it (and `--allow-host`, which `addresses` lets
+    name an IP address too), lower-cased; else ValueError."""
+    name = pattern.strip().lower().rstrip(".").strip("[]")
+    if addresses and _address(name):
+        return name
     bare = name[2:] if name.startswith("*.") else name
     if not bare or "*" in bare or "/" in bare or ":" in bare or "." not in bare.strip("."):
         raise ValueError(
@@ -109,9 +112,18 @@ class Interception:
         return self.tunnels or any(matches(p, host.lower().rstrip(".")) for p in self.allow)
 
 
-def check_patterns(value: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(check_pattern(pattern) for pattern in value)
+def _address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 # `--intercept` and `--allow-host` as Settings holds them: checked, lower-cased.
-HostPatterns = Annotated[tuple[str, ...], AfterValidator(check_patterns)]
+HostPatterns = Annotated[
+    tuple[str, ...], AfterValidator(lambda value: tuple(check_pattern(p) for p in value))
+]
+AllowedHosts = Annotated[
+    tuple[str, ...], AfterValidator(lambda value: tuple(check_pattern(p, True) for p in value))
+]

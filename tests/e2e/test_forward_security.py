@@ -26,6 +26,7 @@ from tests.e2e.test_forward_proxy import CURL, DEAD, tapeproxy_run
 from tests.fakes.raw import KeepAliveUpstream
 from tests.fakes.upstream import FakeUpstream
 from tests.support import ProxyServer
+from tests.support.serve import Serve
 
 TOKEN = "forward-admin-token-0123456789"
 OK = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{"n": "ok"}'
@@ -302,3 +303,31 @@ def test_an_http2_only_client_is_never_decrypted_and_refused_in_replay(
         tls_through(proxy, ["h2"]).recv(1)
     door = proxy.tapeproxy.forward
     assert door is not None and door.refused == {"api.openai.com:443 (HTTP/2 only)"}
+
+
+def test_allow_host_lets_a_replay_tunnel_one_host(
+    tmp_path: Path, own_ca_server: tuple[KeepAliveUpstream, Path]
+) -> None:
+    up, trust = own_ca_server
+    curl = ("curl", "-sS", "--noproxy", "", "--cacert", str(trust), up.url + "/x")
+    extra = ("--upstream", f"own={up.url}", "--allow-host", "127.0.0.1")
+    done = tapeproxy_run(tmp_path / "cassettes", "replay", up.url, *curl, extra=extra)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"n": "ok"}
+    assert "tunnelled 127.0.0.1:" in done.stderr.splitlines()[-1]
+
+
+def test_serve_forward_from_the_command_line(tmp_path: Path, fake: FakeUpstream) -> None:
+    cassettes = tmp_path / "cassettes"
+    args = ["--forward", "--mode", "record", "--cassettes", str(cassettes)]
+    server = Serve([*args, "--upstream", f"openai={fake.url}"], tmp_path)
+    try:
+        ca_file = cassettes / ".tapeproxy" / "ca.pem"
+        curl = ["curl", "-sS", "--fail-with-body", "--proxy", server.url, "--cacert", str(ca_file)]
+        done = subprocess.run([*curl, *CURL[3:]], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["object"] == "chat.completion"
+    finally:
+        code, err = server.stop()
+    assert code == 0, err
+    assert len([p for p in cassettes.rglob("*.json")]) == 1

@@ -149,9 +149,9 @@ class Sniffing(asyncio.Protocol):
     async def _absolute(self, request: ProxyRequest) -> None:
         owner = self.door.hosts.owner(request.host)
         if owner is not None:  # plain HTTP to an intercepted host: uvicorn reads it as ever
-            assert self.transport is not None
-            self.transport.resume_reading()
             self._hand_over(Mapped(self.door.app, None, self.door.hosts))
+            assert self.transport is not None
+            self.transport.resume_reading()  # (paused while the head was looked at)
             return
         await self._pass(request, b"", bytes(self.buffer))
 

@@ -48,6 +48,9 @@ async def tunnel(
             far, _ = await loop.create_connection(lambda: Pipe(client), host, port)
     except TimeoutError:
         raise OSError(f"no connection within {seconds:g} s") from None
+    if reaches_itself(client, far):
+        far.close()
+        raise OSError("that address is this proxy")
     near.peer = far
     client.set_protocol(near)
     if reply:
@@ -55,6 +58,17 @@ async def tunnel(
     if first:
         far.write(first)
     client.resume_reading()
+
+
+def reaches_itself(client: asyncio.BaseTransport, far: asyncio.BaseTransport) -> bool:
+    """Whether `far` went back to this proxy's own port by another of this machine's names
+    (a connection to a local address leaves from that same address)."""
+    own, peer, source = (
+        client.get_extra_info("sockname"),
+        far.get_extra_info("peername"),
+        far.get_extra_info("sockname"),
+    )
+    return bool(own and peer and source) and peer[1] == own[1] and peer[0] == source[0]
 
 
 class Pending(asyncio.Protocol):

@@ -331,3 +331,28 @@ def test_serve_forward_from_the_command_line(tmp_path: Path, fake: FakeUpstream)
         code, err = server.stop()
     assert code == 0, err
     assert len([p for p in cassettes.rglob("*.json")]) == 1
+
+
+def own_address() -> str | None:
+    """This machine's address on its default route (no packet sent), or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))
+        except OSError:
+            return None
+        address: str = probe.getsockname()[0]
+    return None if address.startswith("127.") else address
+
+
+def test_a_tunnel_back_to_the_proxy_by_another_name_is_refused(make_proxy: MakeProxy) -> None:
+    address = own_address()
+    if address is None:
+        pytest.skip("no address but loopback on this machine")
+    proxy = make_proxy(forward=True, host="0.0.0.0", admin_token=TOKEN, mode="record")
+    port = int(proxy.url.rsplit(":", 1)[1])
+    proxy.url = f"http://127.0.0.1:{port}"
+    proxy.tapeproxy.forward.hosts.ports.add(port)  # type: ignore[union-attr]
+    basic = base64.b64encode(f"me:{TOKEN}".encode()).decode()
+    sock, head = connect(proxy, f"{address}:{port}", f"Proxy-Authorization: Basic {basic}\r\n")
+    sock.close()
+    assert head.startswith(b"HTTP/1.1 502 ") and b"this proxy" in head

@@ -82,9 +82,10 @@ def command(serve: Callable[..., None], settings_of: Callable[[dict[str, Any]], 
 def run_with_proxy(settings: Settings, argv: list[str], fail_on_miss: bool) -> int:
     """Start the server, run CMD behind it, stop it, print the summary; the exit status
     (CMD's; 1 with --fail-on-miss when CMD succeeded but requests missed; as `serve`'s when
-    the server could not start, or 4 when a recording could not be written)."""
+    the server could not start; as `serve`'s end: 4 when a recording could not be written,
+    3 with --fail-on-unused)."""
     from tapeproxy.cli.background import BackgroundServer
-    from tapeproxy.cli.server import opened_store
+    from tapeproxy.cli.server import opened_store, report
     from tapeproxy.errors import ConfigError
     from tapeproxy.forward.ca import bundle
     from tapeproxy.logs import configure_logging
@@ -111,10 +112,12 @@ def run_with_proxy(settings: Settings, argv: list[str], fail_on_miss: bool) -> i
             server.stop()
     final = server.server.final
     counts = final.counters if final is not None else None
+    # As serve ends (4: a recording could not be written; 3: --fail-on-unused), its lines
+    # first: the summary is the last line.
+    ended = report(final, settings) if final is not None else 1
     print(summary(counts, door.refused, door.tunnelled), file=sys.stderr, flush=True)
-    if counts is not None and counts.write_failures and status == 0:
-        log.error("%d recording(s) could not be written; see above", counts.write_failures)
-        return 4
+    if status == 0 and ended:
+        return ended
     if fail_on_miss and status == 0 and counts is not None and counts.misses:
         return 1
     return status

@@ -147,3 +147,12 @@ def test_the_child_environment(tmp_path: Path, variable: str) -> None:
     proxy, no_proxy, bundle = done.stdout.split()
     assert proxy.startswith("http://127.0.0.1:") and "127.0.0.1" in no_proxy.split(",")
     assert not Path(bundle).exists()  # the temporary bundle is gone with the run
+
+
+def test_fail_on_unused_as_serve(tmp_path: Path, fake: FakeUpstream) -> None:
+    cassettes = tmp_path / "cassettes"
+    assert tapeproxy_run(cassettes, "record", fake.url, *CURL).returncode == 0
+    done = tapeproxy_run(cassettes, "replay", DEAD, "true", extra=("--fail-on-unused",))
+    assert done.returncode == 3, done.stderr
+    assert "1 recording(s) went unused" in done.stderr
+    assert done.stderr.splitlines()[-1] == "tapeproxy: replayed 0, recorded 0, misses 0"

@@ -69,7 +69,10 @@ def command(serve: Callable[..., None], settings_of: Callable[[dict[str, Any]], 
         inspect.Parameter(
             "cmd",
             inspect.Parameter.KEYWORD_ONLY,
-            annotation=Annotated[list[str], typer.Argument(metavar="-- CMD [ARGS...]")],
+            annotation=Annotated[
+                list[str],
+                typer.Argument(metavar="CMD", help="The command and its arguments, after --."),
+            ],
         )
     )
     run.__signature__ = inspect.Signature(  # type: ignore[attr-defined]

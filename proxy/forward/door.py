@@ -69,6 +69,12 @@ def open_door(
         door.ca.write_certificate(door.ca_file)
     except OSError as exc:
         raise ConfigError(f"could not write the CA certificate to {door.ca_file}: {exc}") from exc
+    if door.guarded and door.token is None:
+        log.warning(
+            "the forward proxy on %s answers every forward request 407: off loopback it needs "
+            "Proxy-Authorization with the admin token; set --admin-token TOKEN",
+            settings.host,
+        )
     return door
 
 

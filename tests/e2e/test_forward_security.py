@@ -356,3 +356,14 @@ def test_a_tunnel_back_to_the_proxy_by_another_name_is_refused(make_proxy: MakeP
     sock, head = connect(proxy, f"{address}:{port}", f"Proxy-Authorization: Basic {basic}\r\n")
     sock.close()
     assert head.startswith(b"HTTP/1.1 502 ") and b"this proxy" in head
+
+
+def test_off_loopback_without_an_admin_token_every_connect_is_407(
+    make_proxy: MakeProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    proxy = make_proxy(forward=True, host="0.0.0.0")
+    assert "answers every forward request 407" in caplog.text
+    proxy.url = "http://127.0.0.1:" + proxy.url.rsplit(":", 1)[1]
+    sock, head = connect(proxy, "api.openai.com:443", "Proxy-Authorization: Bearer x\r\n")
+    sock.close()
+    assert head.startswith(b"HTTP/1.1 407 ")

@@ -78,7 +78,9 @@ class BackgroundServer:
         self.url = ""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
-        self._uvicorn = ThreadServer(uvicorn_config(self.server.app, settings), self._on_ready)
+        door = self.server.protocol
+        config = uvicorn_config(self.server.app, settings, protocol=door)
+        self._uvicorn = ThreadServer(config, self._on_ready)
         self._thread = threading.Thread(target=self._run, name="tapeproxy-pytest", daemon=True)
 
     def _on_ready(self, url: str) -> None:

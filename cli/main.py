@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tapeproxy.cli import imports, looking, maintenance, tools
+from tapeproxy.cli import imports, looking, maintenance, run, tools
 from tapeproxy.cli.library import fail, option
 from tapeproxy.errors import ConfigError
 from tapeproxy.settings import Settings
@@ -66,6 +66,10 @@ def serve(
     ready_file: Annotated[Path | None, option("ready_file")] = None,
     fault: Annotated[list[str] | None, option("fault")] = None,
     fault_seed: Annotated[int | None, option("fault_seed")] = None,
+    forward: Annotated[bool | None, option("forward", "--no-forward")] = None,
+    ca_cert: Annotated[Path | None, option("ca_cert")] = None,
+    intercept: Annotated[list[str] | None, option("intercept")] = None,
+    allow_host: Annotated[list[str] | None, option("allow_host")] = None,
     config: Annotated[
         Path | None,
         typer.Option(help="Config file. Default: ./tapeproxy.toml if present.", metavar="FILE"),
@@ -83,7 +87,8 @@ def serve(
 def serve_settings(options: dict[str, Any]) -> Settings:
     """serve's parameters (None: not given) -> Settings, under the environment and the file."""
     config = options.pop("config")
-    for field in ("live", "ignore", "redact_field", "redact_pattern", "redact_keep", "fault"):
+    many = ("live", "ignore", "redact_field", "redact_pattern", "redact_keep", "fault")
+    for field in (*many, "intercept", "allow_host"):
         options[field] = tuple(options[field]) if options[field] else None
     try:
         if options["upstream"]:
@@ -97,6 +102,7 @@ def serve_settings(options: dict[str, Any]) -> Settings:
 # it: registering happens here, so importing a module never changes the app.
 COMMANDS = (
     ("serve", serve),
+    ("run", run.command(serve, serve_settings)),
     ("rekey", maintenance.rekey),
     ("verify", maintenance.verify),
     ("ls", tools.list_cassettes),

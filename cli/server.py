@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
@@ -11,6 +12,7 @@ import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -67,10 +69,14 @@ class ReadyServer(uvicorn.Server):
 
 
 def uvicorn_config(
-    app: ASGIApp, settings: Settings, keep_alive: int = KEEP_ALIVE_SECONDS
+    app: ASGIApp,
+    settings: Settings,
+    keep_alive: int = KEEP_ALIVE_SECONDS,
+    protocol: Callable[..., asyncio.Protocol] | None = None,
 ) -> uvicorn.Config:
     """uvicorn's settings for the app: `keep_alive` is the idle seconds before a connection
-    closes (tests give a short one)."""
+    closes (tests give a short one); `protocol` makes each connection's protocol (the
+    forward door's, which hands the reverse proxy's requests to the usual one)."""
     return uvicorn.Config(
         app,
         host=settings.host,
@@ -82,7 +88,9 @@ def uvicorn_config(
         server_header=False,
         date_header=False,  # a live answer carries the upstream's Date; no second one
         timeout_keep_alive=keep_alive,
-        http=HeadLimitedProtocol,  # httptools, with a cap and a deadline on each request's head
+        # httptools, with a cap and a deadline on each request's head (uvicorn calls what it
+        # is given with its keyword arguments: the class, or the forward door's factory)
+        http=cast("type[asyncio.Protocol]", protocol or HeadLimitedProtocol),
         # tapeproxy is reached directly, never through a proxy of its own: a client's
         # X-Forwarded-For must not change the address a request is judged by (a loopback
         # client claiming 8.8.8.8, or the reverse). It also saves a middleware per request.
@@ -113,7 +121,9 @@ def serve(settings: Settings) -> int:
     if isinstance(store, int):
         return store
     warn_at_start(settings, store)
-    tapeproxy = Server(settings, store)
+    tapeproxy = made_server(settings, store)
+    if isinstance(tapeproxy, int):
+        return tapeproxy
     del early  # (held weakly by the lines: gone, it is passed over from now on)
     announced: list[str] = []
 
@@ -128,7 +138,9 @@ def serve(settings: Settings) -> int:
         announced.append(url)
         print(f"tapeproxy {settings.mode.value} ready on {url}", flush=True)
 
-    server = ReadyServer(uvicorn_config(tapeproxy.app, settings), ready)
+    door = tapeproxy.protocol
+    config = uvicorn_config(tapeproxy.app, settings, protocol=door)
+    server = ReadyServer(config, ready)
     gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
     try:
         # uvicorn raises SystemExit when it cannot start; its reason is already logged.
@@ -144,6 +156,15 @@ def serve(settings: Settings) -> int:
         log.error("tapeproxy stopped before its cassettes were closed; see the error above")
         return 1
     return report(tapeproxy.final, settings) if announced else 1
+
+
+def made_server(settings: Settings, store: CassetteStore) -> Server | int:
+    """The Server, or 2 when it cannot be made (--forward: where its CA certificate goes)."""
+    try:
+        return Server(settings, store)
+    except ConfigError as exc:
+        log.error("%s", exc.message)
+        return 2
 
 
 def opened_store(settings: Settings) -> CassetteStore | int:

@@ -29,6 +29,8 @@ from tapeproxy.doors.sending import QuietCuts
 from tapeproxy.engine.core import Engine
 from tapeproxy.engine.stats import Snapshot
 from tapeproxy.errors import BadCassetteName, ConfigError
+from tapeproxy.forward.connection import sniffing
+from tapeproxy.forward.door import open_door
 from tapeproxy.logs import scrub_lines
 from tapeproxy.modes import Mode
 from tapeproxy.providers import provider_table
@@ -48,11 +50,16 @@ class Server:
 
     def __init__(self, settings: Settings, store: CassetteStore | None = None) -> None:
         store = open_store(settings.cassettes) if store is None else store
-        self.engine = Engine(settings, provider_table(settings.upstream), store)
+        providers = provider_table(settings.upstream)
+        self.engine = Engine(settings, providers, store)
         # Its log lines get the scrubbing its cassettes get: a request path may hold a key.
         scrub_lines(self.engine.scrubber.text)
         self.final: Snapshot | None = None
         self.app = self._app(settings)
+        # `--forward`: uvicorn's protocol becomes the forward door's, which hands it every
+        # request that is not a forward one (tapeproxy.forward.door).
+        self.forward = open_door(settings, self.app, providers, store) if settings.forward else None
+        self.protocol = sniffing(self.forward) if self.forward is not None else None
 
     def _app(self, settings: Settings) -> ASGIApp:
         engine = self.engine

@@ -17,17 +17,17 @@ from tapeproxy.engine.rules import parse_rule
 from tapeproxy.engine.timing import parse_timing
 from tapeproxy.errors import BadCassetteName, ConfigError
 from tapeproxy.faults.spec import parse_fault
+from tapeproxy.forward.hosts import AllowedHosts, HostPatterns
 from tapeproxy.modes import Mode
 from tapeproxy.providers import BUILTIN
 from tapeproxy.redaction.formats import check_keep
 from tapeproxy.redaction.scrubber import check_field, check_pattern
 from tapeproxy.redaction.secrets import masked_userinfo
+from tapeproxy.sizes import parse_size
 from tapeproxy.store.names import check_cassette_name
 
 ENV_PREFIX = "TAPEPROXY_"
 MIB = 1024 * 1024
-_SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?)?\s*$", re.IGNORECASE)
-_UNITS = {"k": 1024, "m": MIB, "g": 1024 * MIB}
 UPSTREAM_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 RESERVED_NAMES = frozenset({"v1", "__tapeproxy"})
 
@@ -147,6 +147,14 @@ class Settings(BaseModel):
         description="Once ready, write the URL it serves on into this file (removed at exit); "
         "the Docker image's health check reads it.",
     )
+    forward: bool = Field(False, description="Also serve the HTTPS forward proxy on this port.")
+    ca_cert: Path | None = Field(None, description="Where the forward proxy's CA cert is written.")
+    intercept: HostPatterns = Field(
+        (), description="A host to decrypt, or *.example.com; repeatable."
+    )
+    allow_host: AllowedHosts = Field(
+        (), description="A host a replay tunnels, not refuses; repeatable."
+    )
 
     @field_validator("cassette")
     @classmethod
@@ -244,15 +252,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
-
-
-def parse_size(text: str) -> int:
-    """`1048576`, `512KiB`, `32MiB`, `1GB` (powers of 1024 either way) -> bytes."""
-    match = _SIZE.match(text)
-    if match is None:
-        raise ValueError(f"{text!r} is not a size: write bytes, or a number with KiB, MiB or GiB")
-    number, unit = int(match.group(1)), (match.group(2) or "").lower()
-    return number * _UNITS.get(unit[:1], 1)
 
 
 def _checked(check: Callable[[str], object], value: tuple[str, ...]) -> tuple[str, ...]:

@@ -17,7 +17,9 @@ from tapeproxy.redaction.secrets import masked_userinfo
 from tapeproxy.settings import Settings, ToolSettings, env_name, option_name
 
 DEFAULT_CONFIG_FILE = "tapeproxy.toml"
-LIST_FIELDS = frozenset({"live", "ignore", "redact_field", "redact_keep"})
+LIST_FIELDS = frozenset(
+    {"live", "ignore", "redact_field", "redact_keep", "intercept", "allow_host"}
+)
 # A regular expression, a fault spec may hold a comma.
 LINE_FIELDS = frozenset({"redact_pattern", "fault"})
 DICT_FIELDS = frozenset({"upstream"})

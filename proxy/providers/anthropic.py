@@ -119,6 +119,7 @@ PROVIDER = Provider(
     name="anthropic",
     ends_streams=ends_with("/v1/messages"),
     base_url="https://api.anthropic.com",
+    hosts=("api.anthropic.com",),
     rules=MatchRules(
         ignore_body=("metadata",),
         key_headers=frozenset({"anthropic-version", "anthropic-beta"}),

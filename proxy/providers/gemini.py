@@ -114,6 +114,7 @@ def stream_path(path: str) -> bool:
 PROVIDER = Provider(
     name="gemini",
     base_url="https://generativelanguage.googleapis.com",
+    hosts=("generativelanguage.googleapis.com",),
     error_body=error_body,
     tokens=tokens,
     text=text,

@@ -9,6 +9,7 @@ PROVIDER = Provider(
     name="mistral",
     ends_streams=ends_with("/chat/completions"),
     base_url="https://api.mistral.ai",
+    hosts=("api.mistral.ai",),
     error_body=openai.error_body,
     tokens=openai.tokens,
     text=openai.text,

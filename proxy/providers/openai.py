@@ -163,6 +163,7 @@ PROVIDER = Provider(
     name="openai",
     ends_streams=ends_with("/chat/completions", "/completions", "/responses"),
     base_url="https://api.openai.com",
+    hosts=("api.openai.com",),
     rules=MatchRules(
         ignore_body=("user", "safety_identifier", "prompt_cache_key", "metadata"),
         key_headers=frozenset({"openai-beta"}),

@@ -186,3 +186,36 @@ def test_the_mcp_recipe_replays_a_tool_call_from_the_agent_cassette(tmp_path: Pa
         server.stop()
     assert result.returncode == 0, result.stderr
     assert result.stdout == '{"city": "Paris", "forecast": "sunny", "celsius": 21}\n'
+
+
+def test_the_run_recipe_records_then_replays_through_the_real_host_name(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    code = recipe("run-curl")
+    env = {k: v for k, v in client_env().items() if "proxy" not in k.lower()}
+    env |= {
+        "TAPEPROXY_UPSTREAM": f"openai={fake.url}",  # api.openai.com's requests reach the fake
+        "OPENAI_API_KEY": SECRET_OPENAI,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+    }
+    result = subprocess.run(
+        ["sh", "-c", "set -e\n" + code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    decoder = json.JSONDecoder()
+    first, end = decoder.raw_decode(result.stdout)
+    second, _ = decoder.raw_decode(result.stdout[end:].lstrip())
+    assert first == second and first["object"] == "chat.completion"
+    assert len(fake.hits) == 1  # the second run replayed
+    summary = [line for line in result.stderr.splitlines() if line.startswith("tapeproxy:")]
+    assert summary == [
+        "tapeproxy: replayed 0, recorded 1, misses 0",
+        "tapeproxy: replayed 1, recorded 0, misses 0",
+    ]
+    files = [p for p in (tmp_path / "cassettes").rglob("*") if p.is_file()]
+    assert files and not any(SECRET_OPENAI.encode() in p.read_bytes() for p in files)

@@ -51,6 +51,18 @@ def test_the_wheel_holds_one_top_level_package(wheel: Path) -> None:
     assert "tapeproxy/viewer/static/viewer.js" in names
 
 
+def test_every_subpackage_ships(wheel: Path) -> None:
+    """pyproject.toml lists the packages by hand: a new folder left off is not installed."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    folders = [p.parent.relative_to(ROOT / "proxy") for p in (ROOT / "proxy").rglob("__init__.py")]
+    missing = [
+        f
+        for f in folders
+        if f"tapeproxy/{f.as_posix()}/__init__.py".replace("/./", "/") not in names
+    ]
+    assert not missing, f"add to [tool.setuptools] packages: {missing}"
+
+
 def test_installed_wheel_imports_as_tapeproxy_only(wheel: Path, tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)

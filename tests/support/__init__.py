@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from tapeproxy.app import create_app
+from tapeproxy.app import Server
 from tapeproxy.cli.server import KEEP_ALIVE_SECONDS, ReadyServer, uvicorn_config
 from tapeproxy.settings import Settings
 from tapeproxy.store.protocol import parse_exchange_file
@@ -35,10 +35,11 @@ class ProxyServer:
 
     def __init__(self, settings: Settings, keep_alive: int = KEEP_ALIVE_SECONDS) -> None:
         self.settings = settings
-        self.app = create_app(settings)
+        self.tapeproxy = Server(settings)
+        self.app = self.tapeproxy.app
         self.url = ""
         self._ready = threading.Event()
-        config = uvicorn_config(self.app, settings, keep_alive)
+        config = uvicorn_config(self.app, settings, keep_alive, self.tapeproxy.protocol)
         self._server = ReadyServer(config, self._on_ready)
         self._thread = threading.Thread(target=self._run, name="tapeproxy-test", daemon=True)
 

@@ -78,6 +78,14 @@ SAMPLES: dict[str, tuple[str, list[str], Any]] = {
         ("slow:ttfb=5,gap=1@2,4", "reset@p=0.5"),
     ),
     "fault_seed": ("7", ["--fault-seed", "7"], 7),
+    "forward": ("true", ["--forward"], True),
+    "ca_cert": ("run/ca.pem", ["--ca-cert", "run/ca.pem"], Path("run/ca.pem")),
+    "intercept": (
+        "api.example.com, *.Example.org",
+        ["--intercept", "api.example.com", "--intercept", "*.Example.org"],
+        ("api.example.com", "*.example.org"),
+    ),
+    "allow_host": ("pypi.org", ["--allow-host", "pypi.org"], ("pypi.org",)),
 }
 
 

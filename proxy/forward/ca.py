@@ -1,0 +1,209 @@
+"""The forward proxy's run-scoped CA: made at each start by `cryptography`, its key in memory
+only, name-constrained to the intercepted hosts; a leaf certificate and a server-side
+`ssl.SSLContext` per host, minted when first asked and cached."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import ssl
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+# Hosts whose TLS contexts are kept (a context with its leaf is ~10 KB): an agent talks to a
+# handful of hosts; a crawl through `--intercept '*.example.com'` evicts the oldest.
+CONTEXTS = 256
+# A run lasts minutes to hours; a CA that outlives a clock skew of a day either way is enough.
+VALID = datetime.timedelta(days=7)
+SKEW = datetime.timedelta(days=1)
+
+
+def constraint(host: str) -> str:
+    """The nameConstraints DNS name that permits `host`: `*.example.com` -> `example.com`
+    (RFC 5280: a DNS constraint permits the name and every name below it)."""
+    return host[2:] if host.startswith("*.") else host
+
+
+class RunCA:
+    """One run's CA. `context(host)` is a server-side TLS context presenting a leaf for
+    `host`, offering HTTP/1.1 only over ALPN. The CA's certificate is `pem`; its key and the
+    leaves' key are never serialized except into a pipe, to load them into OpenSSL."""
+
+    def __init__(self, hosts: Iterable[str]) -> None:
+        names = sorted({constraint(h.lower().rstrip(".")) for h in hosts})
+        if not names:
+            raise ValueError("a forward-proxy CA needs at least one intercepted host")
+        self.names = tuple(names)
+        # P-256: a key in ~0.1 ms (RSA-2048 takes ~50 ms at every start) that every TLS
+        # client of the last decade accepts.
+        self._key = ec.generate_private_key(ec.SECP256R1())
+        self._leaf_key = ec.generate_private_key(ec.SECP256R1())
+        now = datetime.datetime.now(datetime.UTC)
+        subject = x509.Name(
+            [
+                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "tapeproxy"),
+                x509.NameAttribute(NameOID.COMMON_NAME, f"tapeproxy run CA {os.getpid()}"),
+            ]
+        )
+        public = self._key.public_key()
+        self.certificate = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(subject)
+            .public_key(public)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - SKEW)
+            .not_valid_after(now + VALID)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=False,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .add_extension(name_constraints(self.names), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
+            .sign(self._key, hashes.SHA256())
+        )
+        self.pem = self.certificate.public_bytes(serialization.Encoding.PEM)
+        self._contexts: OrderedDict[str, ssl.SSLContext] = OrderedDict()
+        self._lock = threading.Lock()  # contexts are made in worker threads
+        self._probe: ssl.SSLContext | None = None
+
+    def covers(self, host: str) -> bool:
+        """Whether the name constraints permit `host` (an IP address never)."""
+        host = host.lower().rstrip(".")
+        return any(host == n or host.endswith("." + n) for n in self.names)
+
+    def leaf(self, host: str) -> x509.Certificate:
+        """A certificate for `host`, signed by this CA, with the leaves' shared key."""
+        now = datetime.datetime.now(datetime.UTC)
+        ca_public = self._key.public_key()
+        return (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
+            .issuer_name(self.certificate.subject)
+            .public_key(self._leaf_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - SKEW)
+            .not_valid_after(now + VALID)
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(host)]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_public), critical=False
+            )
+            .sign(self._key, hashes.SHA256())
+        )
+
+    def cached(self, host: str) -> ssl.SSLContext | None:
+        """`host`'s context if it was made already (no signing: fine on the event loop)."""
+        with self._lock:
+            found = self._contexts.get(host.lower().rstrip("."))
+            if found is not None:
+                self._contexts.move_to_end(host.lower().rstrip("."))
+            return found
+
+    def context(self, host: str) -> ssl.SSLContext:
+        """The server-side context for `host` (made once, then from the cache)."""
+        host = host.lower().rstrip(".")
+        with self._lock:
+            found = self._contexts.get(host)
+            if found is not None:
+                self._contexts.move_to_end(host)
+                return found
+        made = self._make_context(host)
+        with self._lock:
+            self._contexts[host] = made
+            while len(self._contexts) > CONTEXTS:
+                self._contexts.popitem(last=False)
+        return made
+
+    def probe(self) -> ssl.SSLContext:
+        """A context offering `http/1.1` then `h2`, to learn what a client offers
+        (tapeproxy.forward.hello); its certificate is never checked by anyone."""
+        if self._probe is None:
+            self._probe = self._make_context(self.names[0], ["http/1.1", "h2"])
+        return self._probe
+
+    def _make_context(self, host: str, alpn: list[str] | None = None) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        # The door speaks HTTP/1.1 inside a tunnel.
+        context.set_alpn_protocols(alpn or ["http/1.1"])
+        chain = self.leaf(host).public_bytes(serialization.Encoding.PEM) + self.pem
+        key = self._leaf_key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        # `ssl` loads a certificate and key only from a path: each goes through a pipe, read
+        # by OpenSSL as /dev/fd/N, so the key never touches a disk.
+        with _piped(chain) as chain_path, _piped(key) as key_path:
+            context.load_cert_chain(chain_path, key_path)
+        return context
+
+    def write_certificate(self, path: Path) -> None:
+        """The CA's certificate (never its key) in `path`, written aside and renamed."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        aside = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        aside.write_bytes(self.pem)
+        os.replace(aside, path)
+
+
+def name_constraints(names: Iterable[str]) -> x509.NameConstraints:
+    """Permits the DNS `names` (and the names below them) and no IP address at all."""
+    excluded: list[x509.GeneralName] = [
+        x509.IPAddress(ipaddress.ip_network("0.0.0.0/0")),
+        x509.IPAddress(ipaddress.ip_network("::/0")),
+    ]
+    permitted: list[x509.GeneralName] = [x509.DNSName(n) for n in names]
+    return x509.NameConstraints(permitted_subtrees=permitted, excluded_subtrees=excluded)
+
+
+class _piped:
+    """`data` readable once at a /dev/fd path, through a pipe (a PEM is far below its buffer)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._read, write = os.pipe()
+        try:
+            os.write(write, data)
+        finally:
+            os.close(write)
+
+    def __enter__(self) -> str:
+        return f"/dev/fd/{self._read}"
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self._read)
+
+
+def bundle(ca_pem: bytes) -> bytes:
+    """The system's roots (certifi's when installed, else OpenSSL's default file) and the
+    run's CA: what a child process is told to trust."""
+    roots = b""
+    try:
+        import certifi
+
+        roots = Path(certifi.where()).read_bytes()
+    except (ImportError, OSError):
+        default = ssl.get_default_verify_paths().cafile
+        if default and Path(default).is_file():
+            roots = Path(default).read_bytes()
+    return roots.rstrip(b"\n") + b"\n" + ca_pem

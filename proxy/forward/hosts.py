@@ -1,0 +1,129 @@
+"""Which hosts the forward proxy decrypts and which upstream owns each; which it tunnels,
+refuses, or lets a CONNECT reach (pure, but for the generic upstreams `--intercept` adds)."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import MutableMapping
+from typing import Annotated
+from urllib.parse import urlsplit
+
+from pydantic import AfterValidator
+
+from tapeproxy.modes import Mode
+from tapeproxy.providers import generic
+from tapeproxy.providers.base import Provider
+
+TLS_PORT = 443
+
+
+def dns_host(url: str) -> str | None:
+    """The host of `url` when it is a DNS name a certificate can carry (not an IP address,
+    not localhost, which a child reaches directly: NO_PROXY covers loopback)."""
+    host = (urlsplit(url).hostname or "").lower().rstrip(".")
+    if not host or host == "localhost" or host.endswith(".localhost"):
+        return None
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    return None
+
+
+def matches(pattern: str, host: str) -> bool:
+    """`*.example.com` matches every name below example.com; any other pattern only itself."""
+    if pattern.startswith("*."):
+        return host.endswith(pattern[1:])
+    return host == pattern
+
+
+def check_pattern(pattern: str, addresses: bool = False) -> str:
+    """A host pattern as `--intercept` takes it (and `--allow-host`, which `addresses` lets
+    name an IP address too), lower-cased; else ValueError."""
+    name = pattern.strip().lower().rstrip(".").strip("[]")
+    if addresses and _address(name):
+        return name
+    bare = name[2:] if name.startswith("*.") else name
+    if not bare or "*" in bare or "/" in bare or ":" in bare or "." not in bare.strip("."):
+        raise ValueError(
+            f"host pattern {pattern!r}: give a DNS name (api.example.com) or *.example.com"
+        )
+    if dns_host(f"https://{bare}") is None:
+        raise ValueError(
+            f"host pattern {pattern!r}: an IP address or localhost is never intercepted"
+        )
+    return name
+
+
+class Interception:
+    """The intercepted hosts and their owners, the ports a CONNECT may reach, and what
+    becomes of every other host. Built from the provider table (each provider's `hosts`, and
+    its URL's host), `--intercept` and `--allow-host`."""
+
+    def __init__(
+        self,
+        providers: MutableMapping[str, Provider],
+        intercept: tuple[str, ...],
+        allow: tuple[str, ...],
+        mode: Mode,
+        replaying: bool,
+    ) -> None:
+        self.providers = (
+            providers  # the engine's own table: an intercepted host's upstream joins it
+        )
+        self.owners: list[tuple[str, str | None]] = []  # (pattern, upstream; None: its own)
+        self.ports = {TLS_PORT}
+        for provider in providers.values():
+            for pattern in provider.hosts:
+                self.owners.append((pattern, provider.name))
+            host = dns_host(provider.base_url)
+            if host is not None:
+                self.owners.append((host, provider.name))
+            port = urlsplit(provider.base_url).port
+            if port is not None:
+                self.ports.add(port)
+        self.owners += [(pattern, None) for pattern in intercept]
+        self.allow = allow
+        # What a replay cannot do: reach the network. Everything else tunnels the bytes.
+        self.tunnels = mode in (Mode.RECORD, Mode.AUTO, Mode.PASSTHROUGH) or (
+            mode is Mode.ONCE and not replaying
+        )
+
+    @property
+    def patterns(self) -> list[str]:
+        """Every intercepted host pattern: what the run's CA may vouch for."""
+        return [pattern for pattern, _ in self.owners]
+
+    def owner(self, host: str) -> str | None:
+        """The upstream that answers an intercepted `host`, or None when it is not intercepted.
+        A host only `--intercept` names gets an upstream of its own, named by the host."""
+        host = host.lower().rstrip(".")
+        for pattern, name in self.owners:
+            if matches(pattern, host):
+                if name is not None:
+                    return name
+                if host not in self.providers:
+                    self.providers[host] = generic(host, f"https://{host}")
+                return host
+        return None
+
+    def may_tunnel(self, host: str) -> bool:
+        """Whether a host that is not intercepted is tunnelled (else refused)."""
+        return self.tunnels or any(matches(p, host.lower().rstrip(".")) for p in self.allow)
+
+
+def _address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+# `--intercept` and `--allow-host` as Settings holds them: checked, lower-cased.
+HostPatterns = Annotated[
+    tuple[str, ...], AfterValidator(lambda value: tuple(check_pattern(p) for p in value))
+]
+AllowedHosts = Annotated[
+    tuple[str, ...], AfterValidator(lambda value: tuple(check_pattern(p, True) for p in value))
+]

@@ -1,0 +1,106 @@
+"""Which hosts the forward proxy decrypts and who owns them; a forward request's head and its
+Proxy-Authorization."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from tapeproxy.forward.hosts import Interception, check_pattern
+from tapeproxy.forward.request import BadRequest, authority, parse_head, proxy_auth_ok
+from tapeproxy.modes import Mode
+from tapeproxy.providers import provider_table
+
+TOKEN = "forward-admin-token-0123456789"
+
+
+def interception(mode: Mode = Mode.REPLAY, **upstreams: str) -> Interception:
+    providers = provider_table(upstreams)
+    return Interception(providers, ("*.example.com",), ("pypi.org",), mode, replaying=False)
+
+
+def test_a_builtin_keeps_its_host_whatever_url_it_is_given() -> None:
+    hosts = interception(openai="http://127.0.0.1:9000")
+    assert hosts.owner("api.openai.com") == "openai"
+    assert hosts.owner("API.Anthropic.com.") == "anthropic"
+    assert hosts.owner("generativelanguage.googleapis.com") == "gemini"
+    assert hosts.owner("127.0.0.1") is None and hosts.owner("localhost") is None
+    assert 9000 in hosts.ports and 443 in hosts.ports
+
+
+def test_an_upstream_of_the_users_owns_its_host() -> None:
+    hosts = interception(internal="https://llm.corp.test:8443/v1")
+    assert hosts.owner("llm.corp.test") == "internal"
+    assert 8443 in hosts.ports
+
+
+def test_an_intercepted_pattern_makes_an_upstream_per_host() -> None:
+    hosts = interception()
+    assert hosts.owner("a.example.com") == "a.example.com"
+    assert hosts.providers["a.example.com"].base_url == "https://a.example.com"
+    assert hosts.owner("example.com") is None  # `*.` is the names below it
+    assert "*.example.com" in hosts.patterns
+
+
+@pytest.mark.parametrize(
+    ("mode", "replaying", "tunnels"),
+    [
+        (Mode.RECORD, False, True),
+        (Mode.AUTO, False, True),
+        (Mode.PASSTHROUGH, False, True),
+        (Mode.REPLAY, False, False),
+        (Mode.ONCE, True, False),
+        (Mode.ONCE, False, True),
+    ],
+)
+def test_what_is_tunnelled(mode: Mode, replaying: bool, tunnels: bool) -> None:
+    hosts = Interception(provider_table({}), (), ("pypi.org",), mode, replaying)
+    assert hosts.may_tunnel("github.com") is tunnels
+    assert hosts.may_tunnel("pypi.org")  # --allow-host
+
+
+@pytest.mark.parametrize("bad", ["", "*", "*.com", "a.*.com", "localhost", "10.0.0.1", "x/y.com"])
+def test_bad_intercept_patterns(bad: str) -> None:
+    with pytest.raises(ValueError, match="host pattern"):
+        check_pattern(bad)
+
+
+def test_allow_host_may_name_an_address() -> None:
+    assert check_pattern("127.0.0.1", addresses=True) == "127.0.0.1"
+    assert check_pattern("[::1]", addresses=True) == "::1"
+    assert check_pattern("*.Example.COM.") == "*.example.com"
+
+
+def test_a_connect_head() -> None:
+    request = parse_head(b"CONNECT api.openai.com:443 HTTP/1.1\r\nHost: api.openai.com:443\r\n\r\n")
+    assert (request.method, request.host, request.port, request.rest) == (
+        "CONNECT", "api.openai.com", 443, b"",
+    )  # fmt: skip
+    absolute = parse_head(b"GET http://Api.OpenAI.com/v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert (absolute.host, absolute.port) == ("api.openai.com", 80)
+
+
+@pytest.mark.parametrize("target", ["api.openai.com", "api.openai.com:", ":443", "h:99999", "h:x"])
+def test_malformed_connect_targets(target: str) -> None:
+    with pytest.raises(BadRequest, match="malformed CONNECT target"):
+        authority(target)
+
+
+def test_ipv6_connect_target() -> None:
+    assert authority("[::1]:443") == ("::1", 443)
+
+
+def test_a_head_h11_cannot_read() -> None:
+    with pytest.raises(BadRequest, match="malformed request"):
+        parse_head(b"CONNECT a b c\r\n\r\n")
+
+
+def test_proxy_authorization() -> None:
+    basic = base64.b64encode(f"anyone:{TOKEN}".encode())
+    assert proxy_auth_ok([(b"proxy-authorization", b"Basic " + basic)], TOKEN)
+    assert proxy_auth_ok([(b"proxy-authorization", f"Bearer {TOKEN}".encode())], TOKEN)
+    assert not proxy_auth_ok([(b"proxy-authorization", b"Bearer nope")], TOKEN)
+    assert not proxy_auth_ok([(b"proxy-authorization", b"Basic !!!")], TOKEN)
+    assert not proxy_auth_ok([], TOKEN)
+    assert not proxy_auth_ok([(b"proxy-authorization", f"Bearer {TOKEN}".encode())], None)

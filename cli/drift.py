@@ -18,6 +18,7 @@ from tapeproxy.cli.library import (
     UpstreamOption,
     fail,
     missing_library,
+    option,
     price_table,
 )
 from tapeproxy.cli.output import print_json
@@ -62,6 +63,9 @@ JunitOption = Annotated[
 ]
 
 
+RecordFailuresOption = Annotated[bool | None, option("record_failures", "--no-record-failures")]
+
+
 def drift(
     names: NamesArgument = None,
     cassettes: CassettesOption = None,
@@ -72,6 +76,7 @@ def drift(
     max_requests: MaxRequestsOption = None,
     concurrency: ConcurrencyOption = 1,
     update: UpdateOption = False,
+    record_failures: RecordFailuresOption = None,
     as_json: JsonOption = False,
     markdown: MarkdownOption = None,
     junit: JunitOption = None,
@@ -92,7 +97,7 @@ def drift(
     from tapeproxy.tools.driftreport import summary
 
     try:
-        settings = _settings(cassettes, upstream, ignore, config)
+        settings = _settings(cassettes, upstream, ignore, record_failures, config)
         budget = Budget(max_cost, max_requests)
         table = price_table(prices, config)
         report = _run(settings, names or [], sample, budget, concurrency, update, table)
@@ -110,16 +115,22 @@ def drift(
 
 
 def _settings(
-    cassettes: str | None, upstream: list[str] | None, ignore: list[str] | None, config: Path | None
+    cassettes: str | None,
+    upstream: list[str] | None,
+    ignore: list[str] | None,
+    record_failures: bool | None,
+    config: Path | None,
 ) -> Settings:
     from tapeproxy.sources import load_settings, parse_pairs
 
     fields = {"cassettes", "upstream", "ignore", "max_record", "connect_timeout", "read_timeout"}
+    fields |= {"record_failures"}
     fields |= {"redact_field", "redact_pattern", "redact_keep"}
     given = {
         "cassettes": cassettes,
         "ignore": tuple(ignore or ()) or None,
         "upstream": parse_pairs(upstream, "upstream") if upstream else None,
+        "record_failures": record_failures,
     }
     return load_settings(given, config=config, fields=fields)
 
@@ -182,7 +193,8 @@ async def _drift(
     client = AiohttpUpstream(settings.connect_timeout, settings.read_timeout)
     try:
         sender = Sender(client, providers, rules, scrubber, settings.max_record)
-        return await Drift(store, sender, prices, update).run(chosen, budget, concurrency)
+        run = Drift(store, sender, prices, update, settings.record_failures)
+        return await run.run(chosen, budget, concurrency)
     finally:
         await client.close()
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from tapeproxy.errors import TapeproxyError
 from tapeproxy.exchange import answers
-from tapeproxy.exchange.model import Exchange
+from tapeproxy.exchange.model import Exchange, Outcome
 from tapeproxy.exchange.shape import ENUM_FIELDS, shape_of
 from tapeproxy.providers import BUILTIN
 from tapeproxy.providers.base import Provider
@@ -69,6 +69,7 @@ class DriftReport:
     skipped: list[Left] = field(default_factory=list)
     failed: list[Left] = field(default_factory=list)
     updated: list[Left] = field(default_factory=list)
+    not_updated: list[Left] = field(default_factory=list)  # (--update) and why not
     spent: float = 0.0
     unpriced: int = 0  # exchanges sent whose cost the price table does not know
 
@@ -92,6 +93,7 @@ class DriftReport:
             "skipped": [asdict(s) for s in self.skipped],
             "failed": [asdict(s) for s in self.failed],
             "updated": [asdict(s) for s in self.updated],
+            "not_updated": [asdict(s) for s in self.not_updated],
             "exchanges": [asdict(s) for s in self.checked],
         }
 
@@ -164,6 +166,8 @@ class Drift:
     sender: Sender
     prices: PriceTable
     update: bool = False
+    # As in a record run: a 429 or 5xx answer, or a stream cut short, is written only so.
+    record_failures: bool = False
     report: DriftReport = field(default_factory=DriftReport)
 
     async def run(self, chosen: list[Target], budget: Budget, concurrency: int = 1) -> DriftReport:
@@ -176,7 +180,8 @@ class Drift:
 
         await asyncio.gather(*(one(t) for t in sent))
         self.report.findings.sort(key=_order)
-        for listed in (self.report.checked, self.report.failed, self.report.updated):
+        report = self.report
+        for listed in (report.checked, report.failed, report.updated, report.not_updated):
             listed.sort(key=lambda left: (left.cassette, left.exchange))
         return self.report
 
@@ -226,8 +231,12 @@ class Drift:
         """Write the live answer over the recording, as a record run writes it; not when the
         request keys otherwise under today's rules (it would be another recording)."""
         if live.key != target.key:
-            why = "not updated: under today's match rules it keys as another request"
-            self.report.failed.append(_why(left, why))
+            why = "under today's match rules it keys as another request"
+            self.report.not_updated.append(_why(left, why))
+            return
+        if live.outcome is not Outcome.COMPLETE and not self.record_failures:
+            why = f"its answer ({live.outcome.value}) is recorded only with --record-failures"
+            self.report.not_updated.append(_why(left, why))
             return
         try:
             await asyncio.to_thread(self.store.write, target.cassette, live)

@@ -31,6 +31,9 @@ def summary(report: DriftReport) -> str:
     lines += [f"skipped: {s.cassette} {s.exchange} ({s.request}): {s.why}" for s in report.skipped]
     lines += [f"not sent: {s.cassette} {s.exchange} ({s.request}): {s.why}" for s in report.failed]
     lines += [f"updated: {s.cassette} {s.exchange} ({s.request})" for s in report.updated]
+    lines += [
+        f"not updated: {s.cassette} {s.exchange} ({s.request}): {s.why}" for s in report.not_updated
+    ]
     unpriced = f" ({report.unpriced} unpriced)" if report.unpriced else ""
     lines.append(
         f"{len(report.checked)} exchange(s) checked: {counts['error']} error(s), "

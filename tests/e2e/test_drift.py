@@ -10,6 +10,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import anthropic
 import httpx
@@ -135,8 +136,8 @@ def test_an_unchanged_provider_gives_no_finding_in_three_runs(
     fake, tools = fakes
     fake.mutation = None
     before = files_under(recorded)
-    for _ in range(3):
-        code, report = drift(recorded, fake, tools.url)
+    for how in ([], ["--concurrency", "4"], []):
+        code, report = drift(recorded, fake, tools.url, *how)
         assert report["findings"] == [] and report["failed"] == [], report
         assert code == 0
         assert report["checked"] == len(before) and report["skipped"] == []
@@ -264,3 +265,33 @@ def test_update_re_records_only_the_exchanges_with_an_error(
     assert set(after) == set(before)
     verify = CliRunner().invoke(app, ["verify", "--cassettes", str(library)])
     assert verify.exit_code == 0, verify.output
+    for cassette in CASSETTES:  # `tapeproxy diff` of each cassette, before and after
+        compared = CliRunner().invoke(
+            app, ["diff", str(recorded / cassette), str(library / cassette), "--json"]
+        )
+        assert compared.exit_code == (1 if cassette == "chat" else 0), compared.output
+        shown = json.loads(compared.output)
+        assert len(shown["changed"]) == (cassette == "chat") and not shown["only_a"]
+        assert not shown["only_b"]
+
+
+@pytest.mark.usefixtures("keys")
+def test_sample_markdown_and_junit(
+    recorded: Path, fakes: tuple[DriftingUpstream, ToolServer], tmp_path: Path
+) -> None:
+    fake, tools = fakes
+    code, report = drift(recorded, fake, tools.url, "--sample", "3")
+    assert code == 0 and report["checked"] == 3 and report["skipped"] == []
+    fake.mutation = "anthropic-reordered"
+    md, xml = tmp_path / "drift.md", tmp_path / "drift.xml"
+    try:
+        code, report = drift(recorded, fake, tools.url, "--markdown", str(md), "--junit", str(xml))
+    finally:
+        fake.mutation = None
+    assert code == 1
+    assert "| `error` | `anthropic-stream` |" in md.read_text()
+    suite = ElementTree.parse(xml).getroot()[0]
+    assert suite.get("tests") == str(report["checked"]) and suite.get("failures") == "1"
+    failed = [c for c in suite if c.find("failure") is not None]
+    assert [c.get("classname") for c in failed] == ["anthropic-stream"]
+    assert "events reordered" in (failed[0].findtext("failure") or "")

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,14 +19,17 @@ import anthropic
 import httpx
 import openai
 import pytest
+import yaml
 from mcp import Client
 from typer.testing import CliRunner
 
 from tapeproxy.cli.main import app
 from tapeproxy.settings import Settings
+from tests.e2e.test_ci_workflow import WORKFLOWS, without_expressions
+from tests.e2e.test_guide_recipes import recipe
 from tests.fakes.drifting import MUTATIONS, DriftingUpstream
 from tests.fakes.mcp_server import ToolServer
-from tests.support import ProxyServer, files_under
+from tests.support import ProxyServer, check_jsonschema, files_under
 
 KEYS = {
     "OPENAI_API_KEY": "sk-test-drift-openai",
@@ -295,3 +301,52 @@ def test_sample_markdown_and_junit(
     failed = [c for c in suite if c.find("failure") is not None]
     assert [c.get("classname") for c in failed] == ["anthropic-stream"]
     assert "events reordered" in (failed[0].findtext("failure") or "")
+
+
+@pytest.mark.usefixtures("keys")
+def test_the_weekly_ci_recipe_validates_and_its_drift_step_runs(
+    recorded: Path, fakes: tuple[DriftingUpstream, ToolServer], tmp_path: Path
+) -> None:
+    """docs/drift.md's workflow: a valid GitHub workflow on a weekly schedule, whose drift
+    step, run by bash as on the runner (against the fakes), writes the JUnit report and
+    fails the job on an error finding."""
+    text = recipe("drift-ci")
+    workflow = tmp_path / "drift.yml"
+    workflow.write_text(text)
+    checked = check_jsonschema(WORKFLOWS, workflow)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    loaded = yaml.safe_load(text)
+    cron = loaded[True]["schedule"][0]["cron"].split()  # YAML reads `on` as True
+    assert len(cron) == 5 and cron[2:4] == ["*", "*"] and cron[4] != "*"  # weekly
+    step = next(
+        s for s in loaded["jobs"]["drift"]["steps"] if "tapeproxy drift" in s.get("run", "")
+    )
+    assert "--junit" in step["run"]
+    project = tmp_path / "project"
+    shutil.copytree(recorded / "chat", project / "tests" / "cassettes" / "chat")
+    fake, _ = fakes
+    env = {
+        **os.environ,
+        **KEYS,
+        "CASSETTES": loaded["env"]["CASSETTES"],
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "TAPEPROXY_UPSTREAM": f"openai={fake.url}",
+    }
+    script = without_expressions(step["run"])
+    for mutation, code in ((None, 0), ("chat-field-removed", 1)):
+        fake.mutation = mutation
+        try:
+            ran = subprocess.run(
+                ["bash", "-eo", "pipefail", "-c", script],
+                cwd=project,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        finally:
+            fake.mutation = None
+        assert ran.returncode == code, ran.stdout + ran.stderr
+        suite = ElementTree.parse(project / "drift.xml").getroot()[0]
+        assert suite.get("failures") == str(code)
+        assert (project / "drift.md").read_text().startswith("# tapeproxy drift")

@@ -4,6 +4,7 @@ answers in the recorded shape (tapeproxy.tools.drift)."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -146,9 +147,11 @@ def _run(
 ) -> DriftReport:
     """Everything checked before anything is sent (the library, the cassettes, each
     upstream's URL and key); then the run, in its own event loop."""
+    from tapeproxy.cli.library import warn
     from tapeproxy.providers import provider_table
     from tapeproxy.store import open_store
     from tapeproxy.tools.drift import plan, targets
+    from tapeproxy.tools.driftreport import keep_last
     from tapeproxy.tools.driftsend import missing_keys, no_keys
 
     store = open_store(settings.cassettes)
@@ -169,7 +172,11 @@ def _run(
     missing = missing_keys(upstreams)
     if missing:
         raise no_keys(missing)
-    return asyncio.run(_drift(settings, store, chosen, (budget, concurrency, update), prices))
+    report = asyncio.run(_drift(settings, store, chosen, (budget, concurrency, update), prices))
+    problem = keep_last(store, report, datetime.now(UTC))
+    if problem is not None:
+        warn(problem)
+    return report
 
 
 async def _drift(

@@ -1,13 +1,16 @@
 """A drift report written out: the summary (exchanges checked, findings by level, cost spent,
 what the budget skipped), Markdown for a CI job summary, JUnit XML (a test case per exchange,
-a failure for an `error` finding). Pure: values in, text out."""
+a failure for an `error` finding); the last one kept in the library's state folder, for
+`tapeproxy report`."""
 
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 from xml.etree import ElementTree
 
+from tapeproxy.store.protocol import CassetteStore
 from tapeproxy.tools.drift import DriftReport, Finding, Left
 
 
@@ -119,3 +122,49 @@ def junit(report: DriftReport) -> bytes:
 def _case(suite: ElementTree.Element, left: Left) -> ElementTree.Element:
     name = f"{left.exchange} {left.request}"
     return ElementTree.SubElement(suite, "testcase", classname=left.cassette, name=name)
+
+
+LAST = "drift.json"  # the last drift report, in the library's state folder
+
+
+def keep_last(store: CassetteStore, report: DriftReport, finished: datetime) -> str | None:
+    """Keep the report in the state folder for `tapeproxy report` (never in a cassette);
+    why it could not be, else None."""
+    data = {"finished": finished.isoformat(timespec="seconds"), **report.to_dict()}
+    try:
+        store.write_state(LAST, json.dumps(data, indent=2).encode() + b"\n")
+    except OSError as exc:
+        return f"the report was not kept in the state folder: {exc}"
+    return None
+
+
+def last(store: CassetteStore) -> dict[str, Any] | None:
+    """The last drift report kept, None when there is none or it cannot be read."""
+    try:
+        raw = store.read_state(LAST)
+        saved = json.loads(raw) if raw is not None else None
+    except (OSError, ValueError):
+        return None
+    return saved if isinstance(saved, dict) and isinstance(saved.get("counts"), dict) else None
+
+
+def last_markdown(saved: dict[str, Any]) -> str:
+    """The last drift report as `tapeproxy report` shows it: when, what, its errors."""
+    counts = saved["counts"]
+    lines = [
+        "",
+        f"## Last drift ({_cell(str(saved.get('finished', '?')))})",
+        "",
+        f"{saved.get('checked', 0)} exchange(s) checked: **{counts.get('error', 0)} error(s)**, "
+        f"{counts.get('warn', 0)} warning(s), {counts.get('info', 0)} info; "
+        f"{len(saved.get('skipped') or [])} skipped by the budget.",
+        "",
+    ]
+    for f in saved.get("findings") or []:
+        if isinstance(f, dict) and f.get("level") in ("error", "warn"):
+            where = f"{f.get('cassette')} {f.get('exchange')}"
+            lines.append(
+                f"- {f.get('level')}: {_cell(where)} {_cell(str(f.get('path')))}: "
+                f"{_cell(str(f.get('what')))}"
+            )
+    return "\n".join(lines) + "\n"

@@ -301,6 +301,12 @@ def test_sample_markdown_and_junit(
     failed = [c for c in suite if c.find("failure") is not None]
     assert [c.get("classname") for c in failed] == ["anthropic-stream"]
     assert "events reordered" in (failed[0].findtext("failure") or "")
+    # The last report is kept in the state folder: `tapeproxy report` shows it.
+    shown = CliRunner().invoke(app, ["report", "--cassettes", str(recorded)])
+    assert shown.exit_code == 0 and "## Last drift" in shown.output, shown.output
+    assert "error: `anthropic-stream " in shown.output and "events reordered" in shown.output
+    shown = CliRunner().invoke(app, ["report", "--cassettes", str(recorded), "--json"])
+    assert json.loads(shown.output)["drift"]["counts"]["error"] == 1
 
 
 @pytest.mark.usefixtures("keys")

@@ -30,6 +30,7 @@ from tests.e2e.test_guide_recipes import recipe
 from tests.fakes.drifting import MUTATIONS, DriftingUpstream
 from tests.fakes.mcp_server import ToolServer
 from tests.support import ProxyServer, check_jsonschema, files_under
+from tests.support.viewer import View
 
 KEYS = {
     "OPENAI_API_KEY": "sk-test-drift-openai",
@@ -307,6 +308,12 @@ def test_sample_markdown_and_junit(
     assert "error: `anthropic-stream " in shown.output and "events reordered" in shown.output
     shown = CliRunner().invoke(app, ["report", "--cassettes", str(recorded), "--json"])
     assert json.loads(shown.output)["drift"]["counts"]["error"] == 1
+    viewer = View(recorded, tmp_path)  # and the viewer's library page
+    try:
+        page = httpx.get(viewer.url, timeout=30).text
+    finally:
+        viewer.stop()
+    assert 'id="drift"' in page and "events reordered" in page
 
 
 @pytest.mark.usefixtures("keys")

@@ -160,7 +160,7 @@ def _run(
     for name in names:
         if not store.entries(name):
             raise ConfigError(f"cassette {name!r} has no recordings under {store.where()}")
-    chosen = targets(store, names, prices, sample)
+    chosen, unreadable = targets(store, names, prices, sample)
     sent, _ = plan(chosen, budget)
     upstreams = {t.upstream for t in sent}
     unknown = sorted(upstreams - set(provider_table(settings.upstream)))
@@ -173,6 +173,7 @@ def _run(
     if missing:
         raise no_keys(missing)
     report = asyncio.run(_drift(settings, store, chosen, (budget, concurrency, update), prices))
+    report.failed += unreadable  # (`tapeproxy verify` says more of each)
     problem = keep_last(store, report, datetime.now(UTC))
     if problem is not None:
         warn(problem)

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tapeproxy.errors import TapeproxyError
+from tapeproxy.errors import CassetteCorrupt, TapeproxyError
 from tapeproxy.exchange import answers
 from tapeproxy.exchange.model import Exchange, Outcome
 from tapeproxy.exchange.shape import ENUM_FIELDS, shape_of
@@ -115,14 +115,20 @@ def targets(
     prices: PriceTable,
     sample: int | None = None,
     rng: random.Random | None = None,
-) -> list[Target]:
+) -> tuple[list[Target], list[Left]]:
     """The exchanges of the named cassettes (every cassette when none is named), in recorded
-    order; `sample`: that many of them, drawn at random (order kept). Blocking: reads files."""
+    order; `sample`: that many of them, drawn at random (order kept); and the recordings that
+    cannot be read, each with why. Blocking: reads files."""
     found = []
+    unreadable = []
     for cassette in list(names) or store.cassettes():
         for key, ordinals in store.entries(cassette).items():
             for ordinal in ordinals:
-                exchange = store.read(cassette, key, ordinal)
+                try:
+                    exchange = store.read(cassette, key, ordinal)
+                except CassetteCorrupt as exc:
+                    unreadable.append(Left(cassette, f"{key[:12]}#{ordinal}", "?", exc.message))
+                    continue
                 request = exchange.request
                 summary = f"{request.method} {request.upstream} {request.path}"
                 cost = estimate(exchange, prices)
@@ -133,7 +139,7 @@ def targets(
     if sample is not None and sample < len(found):
         drawn = set((rng or random.Random()).sample(range(len(found)), sample))
         found = [t for at, t in enumerate(found) if at in drawn]
-    return found
+    return found, unreadable
 
 
 def plan(chosen: list[Target], budget: Budget) -> tuple[list[Target], list[Left]]:
@@ -171,6 +177,7 @@ class Drift:
     report: DriftReport = field(default_factory=DriftReport)
 
     async def run(self, chosen: list[Target], budget: Budget, concurrency: int = 1) -> DriftReport:
+        """Send what the budget lets through (`concurrency` at once), compare, update."""
         sent, self.report.skipped = plan(chosen, budget)
         gate = asyncio.Semaphore(max(1, concurrency))
 
@@ -194,6 +201,9 @@ class Drift:
             live = await self.sender.send(recorded)
         except TapeproxyError as exc:
             self.report.failed.append(_why(left, exc.message))
+            return
+        except OSError as exc:  # a scratch file for the answer that could not be written
+            self.report.failed.append(_why(left, f"its answer could not be kept: {exc}"))
             return
         cost = estimate(live, self.prices)
         self.report.unpriced += cost is None

@@ -363,3 +363,18 @@ def test_the_weekly_ci_recipe_validates_and_its_drift_step_runs(
         suite = ElementTree.parse(project / "drift.xml").getroot()[0]
         assert suite.get("failures") == str(code)
         assert (project / "drift.md").read_text().startswith("# tapeproxy drift")
+
+
+@pytest.mark.usefixtures("keys")
+def test_a_recording_that_cannot_be_read_is_named_and_the_rest_checked(
+    recorded: Path, fakes: tuple[DriftingUpstream, ToolServer], tmp_path: Path
+) -> None:
+    fake, tools = fakes
+    library = tmp_path / "cassettes"
+    shutil.copytree(recorded, library)
+    broken = next((library / "errors").glob("*.json"))
+    broken.write_text("{")
+    code, report = drift(library, fake, tools.url, "errors")
+    assert code == 2 and report["checked"] == 1
+    assert [f["exchange"][:12] for f in report["failed"]] == [broken.name[:12]]
+    assert "cannot read" in report["failed"][0]["why"]

@@ -197,3 +197,22 @@ def test_a_stream_shape_is_unchanged_by_random_leaves(value: Any, data: Any) -> 
     first, second = shape_of(sse(*frames), SIGNS), shape_of(sse(*refilled), SIGNS)
     assert isinstance(first, Shape) and first.paths == second.paths
     assert compare(first, second) == []
+
+
+def test_ndjson_lines_and_a_streamed_json_document() -> None:
+    lines = [{"message": {"content": "a"}, "done": False}, {"done": True, "eval_count": 3}]
+    frames = [Frame(ms=0, text=json.dumps(line) + "\n") for line in lines]
+    headers: dict[str, str | list[str]] = {"content-type": "application/x-ndjson"}
+    ndjson = StoredResponse(status=200, headers=headers, dialect="ndjson", frames=frames)
+    shape = shape_of(ndjson, SIGNS)
+    assert shape.body == "ndjson" and shape.events == ("message",)
+    assert shape.paths["<message>.eval_count"] == {"number"}
+    pieces = ['[{"candidates": [{"finishReason": null}]}', ',{"candidates": []}]']
+    document = StoredResponse(
+        status=200,
+        headers={"content-type": "application/json"},
+        dialect="json",
+        frames=[Frame(ms=0, text=piece) for piece in pieces],
+    )
+    shape = shape_of(document, SIGNS)
+    assert shape.body == "json-stream" and "<message>.candidates[].finishReason" in shape.paths

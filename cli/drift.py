@@ -34,7 +34,10 @@ NamesArgument = Annotated[
     typer.Argument(help="The cassettes to check; default: every one.", metavar="[NAME]..."),
 ]
 SampleOption = Annotated[
-    int | None, typer.Option(help="Check only N exchanges, drawn at random.", metavar="N", min=1)
+    int | None,
+    typer.Option(
+        help="Check only N exchanges, drawn at random (an MCP session whole).", metavar="N", min=1
+    ),
 ]
 MaxCostOption = Annotated[
     float,

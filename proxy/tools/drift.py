@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tapeproxy.engine import jsonrpc
 from tapeproxy.errors import CassetteCorrupt, TapeproxyError
 from tapeproxy.exchange import answers
 from tapeproxy.exchange.model import Exchange, Outcome
@@ -34,6 +35,7 @@ class Target:
     request: str  # `POST openai /v1/chat/completions`
     upstream: str
     estimate: float | None  # USD, from its recorded usage and the price table
+    session: bool = False  # its answer carried an MCP session: sent in order, never at once
 
     @property
     def exchange(self) -> str:
@@ -117,7 +119,7 @@ def targets(
     rng: random.Random | None = None,
 ) -> tuple[list[Target], list[Left]]:
     """The exchanges of the named cassettes (every cassette when none is named), in recorded
-    order; `sample`: that many of them, drawn at random (order kept); and the recordings that
+    order; `sample`: about that many of them, drawn at random (_sampled); and the recordings that
     cannot be read, each with why. Blocking: reads files."""
     found = []
     unreadable = []
@@ -132,14 +134,26 @@ def targets(
                 request = exchange.request
                 summary = f"{request.method} {request.upstream} {request.path}"
                 cost = estimate(exchange, prices)
-                found.append(
-                    Target(cassette, key, ordinal, exchange.seq, summary, request.upstream, cost)
-                )
+                session = jsonrpc.SESSION_HEADER in exchange.response.headers
+                where = (cassette, key, ordinal, exchange.seq)
+                found.append(Target(*where, summary, request.upstream, cost, session))
     found.sort(key=lambda t: (t.cassette, t.seq, t.key, t.ordinal))
     if sample is not None and sample < len(found):
-        drawn = set((rng or random.Random()).sample(range(len(found)), sample))
-        found = [t for at, t in enumerate(found) if at in drawn]
+        found = _sampled(found, sample, rng or random.Random())
     return found, unreadable
+
+
+def _sampled(found: list[Target], count: int, rng: random.Random) -> list[Target]:
+    """`count` exchanges drawn at random, in recorded order; an MCP session is drawn whole
+    (its requests need the session its `initialize` opens), so a few more may come."""
+    units = _units(found)
+    rng.shuffle(units)
+    drawn: set[Target] = set()
+    for unit in units:
+        if len(drawn) >= count:
+            break
+        drawn.update(unit)
+    return [t for t in found if t in drawn]
 
 
 def plan(chosen: list[Target], budget: Budget) -> tuple[list[Target], list[Left]]:
@@ -181,11 +195,12 @@ class Drift:
         sent, self.report.skipped = plan(chosen, budget)
         gate = asyncio.Semaphore(max(1, concurrency))
 
-        async def one(target: Target) -> None:
+        async def one(unit: list[Target]) -> None:
             async with gate:
-                await self.check(target)
+                for target in unit:
+                    await self.check(target)
 
-        await asyncio.gather(*(one(t) for t in sent))
+        await asyncio.gather(*(one(unit) for unit in _units(sent)))
         self.report.findings.sort(key=_order)
         report = self.report
         for listed in (report.checked, report.failed, report.updated, report.not_updated):
@@ -198,7 +213,7 @@ class Drift:
             recorded = await asyncio.to_thread(
                 self.store.read, target.cassette, target.key, target.ordinal
             )
-            live = await self.sender.send(recorded)
+            live = await self.sender.send(recorded, target.cassette)
         except TapeproxyError as exc:
             self.report.failed.append(_why(left, exc.message))
             return
@@ -254,6 +269,22 @@ class Drift:
             self.report.failed.append(_why(left, f"not updated: {exc}"))
             return
         self.report.updated.append(_why(left, "re-recorded"))
+
+
+def _units(sent: list[Target]) -> list[list[Target]]:
+    """What may go at once: each exchange alone, but a cassette's MCP session whole, in
+    recorded order (its requests need the session its `initialize` opens)."""
+    units: list[list[Target]] = []
+    sessions: dict[str, list[Target]] = {}
+    for target in sent:
+        if not target.session:
+            units.append([target])
+        elif target.cassette in sessions:
+            sessions[target.cassette].append(target)
+        else:
+            sessions[target.cassette] = [target]
+            units.append(sessions[target.cassette])
+    return units
 
 
 def _why(left: Left, why: str) -> Left:

@@ -111,13 +111,14 @@ class Sender:
     rules: Rulebook
     scrubber: Scrubber
     max_record: int
-    # An MCP server's session, per upstream: the id its last answer minted (a legacy
-    # session's `initialize` is sent first, in recorded order), carried by the next requests.
-    sessions: dict[str, str] = field(default_factory=dict)
+    # An MCP server's session, per cassette and upstream: the id its last answer minted (a
+    # legacy session's `initialize` is sent first, in recorded order), carried by the next.
+    sessions: dict[tuple[str, str], str] = field(default_factory=dict)
 
-    async def send(self, recorded: Exchange) -> Exchange:
+    async def send(self, recorded: Exchange, scope: str = "") -> Exchange:
         """The recorded request sent live; its answer as the exchange recording would keep
-        (at the recorded ordinal and seq). UpstreamError when it cannot be sent or read."""
+        (at the recorded ordinal and seq). UpstreamError when it cannot be sent or read.
+        `scope` (its cassette) holds the MCP session its requests carry on."""
         request = recorded.request
         provider = self.providers.get(request.upstream)
         if provider is None:
@@ -125,8 +126,9 @@ class Sender:
         query = urlencode(request.query)
         body = payload_bytes(Payload.from_dict(request.body))
         headers = request_headers(recorded, provider.name)
-        session = self.sessions.get(provider.name)
-        if session is not None and any(k == "accept" for k, _ in headers):
+        place = (scope, provider.name)
+        session = self.sessions.get(place)
+        if session is not None:  # (its DELETE, which ends it, has no JSON-RPC body)
             headers.append((jsonrpc.SESSION_HEADER, session))
         url = provider.base_url + request.path + (f"?{query}" if query else "")
         raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
@@ -135,7 +137,7 @@ class Sender:
         )
         for name, value in answer.headers:
             if name == jsonrpc.SESSION_HEADER:
-                self.sessions[provider.name] = value
+                self.sessions[place] = value
         rules = self.rules.for_upstream(provider.name)
         named = {k.lower(): v for k, v in headers}
         parts, key = parts_and_key(

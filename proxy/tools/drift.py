@@ -16,7 +16,6 @@ from tapeproxy.errors import CassetteCorrupt, TapeproxyError
 from tapeproxy.exchange import answers
 from tapeproxy.exchange.model import Exchange, Outcome
 from tapeproxy.exchange.shape import ENUM_FIELDS, shape_of
-from tapeproxy.providers import BUILTIN
 from tapeproxy.providers.base import Provider
 from tapeproxy.store.protocol import CassetteStore
 from tapeproxy.tools.driftsend import Sender
@@ -208,6 +207,7 @@ class Drift:
         return self.report
 
     async def check(self, target: Target) -> None:
+        """One exchange: read, sent live, its shape compared; re-recorded if asked and broken."""
         left = Left(target.cassette, target.exchange, target.request, "")
         try:
             recorded = await asyncio.to_thread(
@@ -223,7 +223,7 @@ class Drift:
         cost = estimate(live, self.prices)
         self.report.unpriced += cost is None
         self.report.spent += cost if cost is not None else target.estimate or 0.0
-        provider = self.sender.providers.get(target.upstream) or BUILTIN["openai"]
+        provider = self.sender.providers[target.upstream]  # (send said so, were it not there)
         found = self.findings(recorded, live, provider, left)
         self.report.findings += found
         worst = max((LEVELS.index(f.level) for f in found), default=-1)
@@ -234,6 +234,8 @@ class Drift:
     def findings(
         self, recorded: Exchange, live: Exchange, provider: Provider, left: Left
     ) -> list[Finding]:
+        """The recorded answer's shape against the live one's, read by the provider's signs
+        (its keep-alive frames) and enum-like fields."""
         signs, enums = provider.frame_signs, ENUM_FIELDS | provider.enum_fields
         changes = compare(
             shape_of(recorded.response, signs, enums), shape_of(live.response, signs, enums)

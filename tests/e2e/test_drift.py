@@ -280,6 +280,9 @@ def test_update_re_records_only_the_exchanges_with_an_error(
     changed = {name for name in before if before[name] != after.get(name)}
     assert len(changed) == 1 and changed.pop().startswith("chat/")
     assert set(after) == set(before)
+    for path in library.rglob("*"):  # the keys drift sent: in no cassette, no state file
+        if path.is_file():
+            assert not any(key.encode() in path.read_bytes() for key in KEYS.values()), path
     verify = CliRunner().invoke(app, ["verify", "--cassettes", str(library)])
     assert verify.exit_code == 0, verify.output
     for cassette in CASSETTES:  # `tapeproxy diff` of each cassette, before and after
@@ -373,6 +376,7 @@ def test_the_weekly_ci_recipe_validates_and_its_drift_step_runs(
         finally:
             fake.mutation = None
         assert ran.returncode == code, ran.stdout + ran.stderr
+        assert "1 exchange(s) checked" in ran.stdout and KEYS["OPENAI_API_KEY"] not in ran.stdout
         suite = ElementTree.parse(project / "drift.xml").getroot()[0]
         assert suite.get("failures") == str(code)
         assert (project / "drift.md").read_text().startswith("# tapeproxy drift")

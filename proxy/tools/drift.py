@@ -65,7 +65,7 @@ class Left:
 
 @dataclass
 class DriftReport:
-    checked: list[Left] = field(default_factory=list)  # (why: the worst level, or `same`)
+    checked: list[Left] = field(default_factory=list)  # (why: its worst level, or `same`)
     findings: list[Finding] = field(default_factory=list)
     skipped: list[Left] = field(default_factory=list)
     failed: list[Left] = field(default_factory=list)
@@ -95,7 +95,15 @@ class DriftReport:
             "failed": [asdict(s) for s in self.failed],
             "updated": [asdict(s) for s in self.updated],
             "not_updated": [asdict(s) for s in self.not_updated],
-            "exchanges": [asdict(s) for s in self.checked],
+            "exchanges": [
+                {
+                    "cassette": s.cassette,
+                    "exchange": s.exchange,
+                    "request": s.request,
+                    "worst": s.why,
+                }
+                for s in self.checked
+            ],
         }
 
 

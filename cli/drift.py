@@ -26,7 +26,8 @@ from tapeproxy.cli.output import print_json
 from tapeproxy.errors import ConfigError, TapeproxyError
 from tapeproxy.settings import Settings
 from tapeproxy.store.protocol import CassetteStore
-from tapeproxy.tools.drift import Budget, DriftReport, Target
+from tapeproxy.tools.drift import DriftReport
+from tapeproxy.tools.driftplan import Budget, Target
 from tapeproxy.tools.prices import PriceTable
 
 NamesArgument = Annotated[
@@ -153,7 +154,7 @@ def _run(
     from tapeproxy.cli.library import warn
     from tapeproxy.providers import provider_table
     from tapeproxy.store import open_store
-    from tapeproxy.tools.drift import plan, targets
+    from tapeproxy.tools.driftplan import plan, targets
     from tapeproxy.tools.driftreport import keep_last
     from tapeproxy.tools.driftsend import missing_keys, no_keys
 

@@ -11,7 +11,8 @@ from typing import Any
 from xml.etree import ElementTree
 
 from tapeproxy.store.protocol import CassetteStore
-from tapeproxy.tools.drift import DriftReport, Finding, Left
+from tapeproxy.tools.drift import DriftReport, Finding
+from tapeproxy.tools.driftplan import Left
 
 
 def value_text(value: Any, width: int = 60) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import random
 
-from tapeproxy.tools.drift import Budget, DriftReport, Finding, Left, Target, _sampled, _units, plan
+from tapeproxy.tools.drift import DriftReport, Finding
+from tapeproxy.tools.driftplan import Budget, Left, Target, plan, sampled, units
 
 
 def target(n: int, cost: float | None, cassette: str = "c", session: bool = False) -> Target:
@@ -26,9 +27,9 @@ def test_the_budget_skips_what_would_pass_it_and_lets_a_cheaper_one_through() ->
 
 def test_an_mcp_session_is_one_unit_in_recorded_order() -> None:
     chosen = [target(0, None, "s", True), target(1, 0.1), target(2, None, "s", True)]
-    assert _units(chosen) == [[chosen[0], chosen[2]], [chosen[1]]]
+    assert units(chosen) == [[chosen[0], chosen[2]], [chosen[1]]]
     for seed in range(20):
-        drawn = _sampled(chosen, 1, random.Random(seed))
+        drawn = sampled(chosen, 1, random.Random(seed))
         assert drawn in ([chosen[1]], [chosen[0], chosen[2]])
 
 

@@ -95,8 +95,10 @@ def drift(
     Each finding is info (a field added, a new event type), warn (an enum value never seen)
     or error (a field removed or retyped, the status or content type changed, events
     reordered or missing, a tool removed or changed). Keys come from the environment
-    (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, MISTRAL_API_KEY). Nothing is written
-    unless --update. Exit 0 with no error finding, 1 with one, 2 when it could not run."""
+    (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY or GOOGLE_API_KEY, MISTRAL_API_KEY).
+    Nothing is written in the cassettes unless --update; the last report is kept in the
+    state folder (<library>/.tapeproxy/drift.json) for `tapeproxy report`. Exit 0 with no
+    error finding, 1 with one, 2 when it could not run."""
     from tapeproxy.tools.driftreport import junit as junit_xml
     from tapeproxy.tools.driftreport import markdown as markdown_text
     from tapeproxy.tools.driftreport import summary
@@ -126,6 +128,8 @@ def _settings(
     record_failures: bool | None,
     config: Path | None,
 ) -> Settings:
+    """What `serve` would record with: its library, upstreams, match and [redact] rules,
+    --max-record, --record-failures and timeouts, from the same sources."""
     from tapeproxy.sources import load_settings, parse_pairs
 
     fields = {"cassettes", "upstream", "ignore", "max_record", "connect_timeout", "read_timeout"}

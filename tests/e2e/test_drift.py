@@ -261,24 +261,32 @@ def test_the_budget_stops_before_spending_past_it_and_lists_what_it_skipped(
 
 
 @pytest.mark.usefixtures("keys")
+@pytest.mark.parametrize(
+    ("mutation", "broken"),
+    [("chat-field-removed", "chat"), ("anthropic-event-missing", "anthropic-stream")],
+)
 def test_update_re_records_only_the_exchanges_with_an_error(
-    recorded: Path, fakes: tuple[DriftingUpstream, ToolServer], tmp_path: Path
+    mutation: str,
+    broken: str,
+    recorded: Path,
+    fakes: tuple[DriftingUpstream, ToolServer],
+    tmp_path: Path,
 ) -> None:
     fake, tools = fakes
     library = tmp_path / "cassettes"
     shutil.copytree(recorded, library)
     before = files_under(library)
-    fake.mutation = "chat-field-removed"
+    fake.mutation = mutation
     try:
         code, report = drift(library, fake, tools.url, "--update")
-        again = drift(library, fake, tools.url, "chat")
+        again = drift(library, fake, tools.url, broken)
     finally:
         fake.mutation = None
     assert again[0] == 0 and again[1]["findings"] == []  # the new recording has the new shape
-    assert code == 1 and [u["cassette"] for u in report["updated"]] == ["chat"], report
+    assert code == 1 and [u["cassette"] for u in report["updated"]] == [broken], report
     after = files_under(library)
     changed = {name for name in before if before[name] != after.get(name)}
-    assert len(changed) == 1 and changed.pop().startswith("chat/")
+    assert len(changed) == 1 and changed.pop().startswith(f"{broken}/")
     assert set(after) == set(before)
     for path in library.rglob("*"):  # the keys drift sent: in no cassette, no state file
         if path.is_file():
@@ -289,9 +297,9 @@ def test_update_re_records_only_the_exchanges_with_an_error(
         compared = CliRunner().invoke(
             app, ["diff", str(recorded / cassette), str(library / cassette), "--json"]
         )
-        assert compared.exit_code == (1 if cassette == "chat" else 0), compared.output
+        assert compared.exit_code == (1 if cassette == broken else 0), compared.output
         shown = json.loads(compared.output)
-        assert len(shown["changed"]) == (cassette == "chat") and not shown["only_a"]
+        assert len(shown["changed"]) == (cassette == broken) and not shown["only_a"]
         assert not shown["only_b"]
 
 

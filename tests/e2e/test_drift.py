@@ -201,9 +201,10 @@ def test_each_mutation_is_found_at_its_level_and_path(
     cassette, level, path = EXPECTED[mutation]
     fake.mutation = mutation
     try:
-        code, report = drift(recorded, fake, tools.url, cassette)
+        code, report = drift(recorded, fake, tools.url)  # the whole library
     finally:
         fake.mutation = None
+    assert {f["cassette"] for f in report["findings"]} == {cassette}  # nothing else flagged
     at = {(f["level"], f["path"]) for f in report["findings"]}
     assert (level, path) in at, report["findings"]
     assert [f["level"] for f in report["findings"] if f["path"] == path] == [level]

@@ -116,12 +116,15 @@ def _bad(hit: Hit) -> Out | None:
     return None
 
 
-def on_json(where: str, change: Callable[[Any], Any]) -> Mutation:
-    """A mutation of the JSON answers to paths ending with `where`: `change` edits a copy
-    (and may return another JsonOut, for a status or content type)."""
+def on_json(where: str, change: Callable[[Any], Any], errors: bool = False) -> Mutation:
+    """A mutation of the JSON answers to paths ending with `where` (the error answers with
+    `errors`, else the others): `change` edits a copy (and may return another JsonOut, for a
+    status or content type)."""
 
     def mutate(path: str, out: Out) -> Out:
         if not path.endswith(where) or not isinstance(out, JsonOut):
+            return out
+        if (isinstance(out.payload, dict) and "error" in out.payload) != errors:
             return out
         payload = json.loads(json.dumps(out.payload))
         changed = change(payload)
@@ -173,7 +176,7 @@ def _status(status: int) -> Callable[[Any], JsonOut]:
 
 CHAT, MESSAGES, GEMINI = "/chat/completions", "/messages", ":streamGenerateContent"
 MUTATIONS: dict[str, Mutation] = {
-    "chat-field-removed": on_json(CHAT, lambda p: p.pop("usage", None)),
+    "chat-field-removed": on_json(CHAT, lambda p: p.pop("usage")),
     "chat-field-retyped": on_json(CHAT, lambda p: p.update(created=str(p["created"]))),
     "chat-field-renamed": on_json(
         CHAT, lambda p: p.update(fingerprint=p.pop("system_fingerprint"))
@@ -214,6 +217,6 @@ MUTATIONS: dict[str, Mutation] = {
             ),
         ),
     ),
-    "error-shape": on_json(CHAT, lambda p: p["error"].pop("type") if "error" in p else None),
-    "error-status": on_json(CHAT, lambda p: JsonOut(p, status=400) if "error" in p else JsonOut(p)),
+    "error-shape": on_json(CHAT, lambda p: p["error"].pop("type"), errors=True),
+    "error-status": on_json(CHAT, _status(400), errors=True),
 }

@@ -404,3 +404,14 @@ def test_a_recording_that_cannot_be_read_is_named_and_the_rest_checked(
     assert code == 2 and report["checked"] == 1
     assert [f["exchange"][:12] for f in report["failed"]] == [broken.name[:12]]
     assert "cannot read" in report["failed"][0]["why"]
+
+
+def test_no_library_or_no_such_cassette_is_one_line_and_exit_2(
+    recorded: Path, tmp_path: Path
+) -> None:
+    for args in (["--cassettes", str(tmp_path / "none")], ["nope", "--cassettes", str(recorded)]):
+        result = CliRunner().invoke(app, ["drift", *args])
+        assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
+    assert "no recordings" in result.output
+    result = CliRunner().invoke(app, ["drift", "mcp", "--cassettes", str(recorded)])
+    assert result.exit_code == 2 and "--upstream tools=URL" in result.output

@@ -56,7 +56,7 @@ def _paths(recorded: Shape, live: Shape) -> Iterator[Change]:
     for path, types in sorted(recorded.paths.items()):
         now = live.paths.get(path)
         if now is None:
-            if not _unseen_items(path, live) and _holds(_parent(path), live):
+            if not _unseen_items(path, live) and _holds(path, live):
                 yield Change("error", _shown(path), _types(types), None, "field removed")
             continue
         before, after = types - {"null"}, now - {"null"}
@@ -67,7 +67,7 @@ def _paths(recorded: Shape, live: Shape) -> Iterator[Change]:
         if (
             path not in recorded.paths
             and not _unseen_items(path, recorded)
-            and _holds(_parent(path), recorded)
+            and _holds(path, recorded)
         ):
             yield Change("info", _shown(path), None, _types(types), "field added")
 
@@ -100,12 +100,15 @@ def _parent(path: str) -> str | None:
     return None
 
 
-def _holds(parent: str | None, shape: Shape) -> bool:
-    """Whether `shape` has the container a path lies in: its fields are then each news;
-    else the container itself is (removed, added or retyped), said once, at its path."""
+def _holds(path: str, shape: Shape) -> bool:
+    """Whether `shape` has the container `path` lies in, of its kind (an object for a field,
+    an array for items): its fields are then each news; else the container itself is
+    (removed, added or retyped), said once, at its own path."""
+    parent = _parent(path)
     if parent is None:
         return True
-    return bool(shape.paths.get(parent, frozenset()) & {"object", "array"})
+    kind = "array" if path.endswith("[]") else "object"
+    return kind in shape.paths.get(parent, frozenset())
 
 
 def _enums(recorded: Shape, live: Shape) -> Iterator[Change]:

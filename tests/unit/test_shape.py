@@ -216,3 +216,12 @@ def test_ndjson_lines_and_a_streamed_json_document() -> None:
     )
     shape = shape_of(document, SIGNS)
     assert shape.body == "json-stream" and "<message>.candidates[].finishReason" in shape.paths
+
+
+def test_a_container_retyped_is_one_change_not_one_per_field() -> None:
+    assert changes(body({"usage": {"a": 1, "b": 2}}), body({"usage": [1, 2]})) == {
+        ("error", "usage", "field retyped")
+    }
+    assert changes(body({"usage": {"a": 1}}), body({"usage": "none"})) == {
+        ("error", "usage", "field retyped")
+    }

@@ -41,8 +41,8 @@ def report(
 ) -> None:
     """Per cassette (with the pytest plugin: per test) the exchanges, tokens and cost it holds,
     and the misses and faults of its last finished run (read from the state folder,
-    <library>/.tapeproxy/). Markdown by default; exit 0 whatever the runs came to, 2 on an
-    error."""
+    <library>/.tapeproxy/), then the last `tapeproxy drift` report kept there. Markdown by
+    default; exit 0 whatever the runs came to, 2 on an error."""
     from tapeproxy.cli.reports import print_json
     from tapeproxy.tools.listing import count_files
     from tapeproxy.tools.report import junit as junit_xml
@@ -61,10 +61,14 @@ def report(
             _write(junit, junit_xml(entries))
     except TapeproxyError as exc:
         raise fail(exc, as_json) from exc
+    from tapeproxy.tools.driftreport import last, last_markdown
+
+    drift = last(library.store)  # the last `tapeproxy drift`, when one left its report
     if as_json:
-        print_json({"cassettes": [e.to_dict() for e in entries], "prices": list(table.sources)})
+        shown = {"cassettes": [e.to_dict() for e in entries], "prices": list(table.sources)}
+        print_json({**shown, "drift": drift} if drift is not None else shown)
     else:
-        print(markdown_text(entries, table), end="")
+        print(markdown_text(entries, table) + (last_markdown(drift) if drift else ""), end="")
 
 
 def _write(path: Path, data: bytes) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tapeproxy.cli import imports, looking, maintenance, run, tools
+from tapeproxy.cli import drift, imports, looking, maintenance, run, tools
 from tapeproxy.cli.library import fail, option
 from tapeproxy.errors import ConfigError
 from tapeproxy.settings import Settings
@@ -112,6 +112,7 @@ COMMANDS = (
     ("redact", maintenance.redact),
     ("report", looking.report),
     ("view", looking.view),
+    ("drift", drift.drift),
 )
 # Commands that take a second word (`tapeproxy import vcr`): each group's help and its
 # commands, listed after COMMANDS.

@@ -141,6 +141,9 @@ class Provider:
     server_error_type: str = "server_error"
     overload: tuple[int, str] = (503, "overloaded")
     limit_headers: Callable[[int], list[tuple[str, str]]] = no_limit_headers
+    # Its answers' enum-like fields, on top of tapeproxy.exchange.shape.ENUM_FIELDS: a value
+    # never seen there is news to `tapeproxy drift`.
+    enum_fields: frozenset[str] = frozenset()
 
     def usage(self, payloads: Iterable[Any]) -> Usage | None:
         """The `usage` an exchange file keeps: input and output tokens."""

@@ -124,4 +124,5 @@ PROVIDER = Provider(
     ends_streams=stream_path,
     rate_limit_type="rate_limit_exceeded",
     overload=(503, "overloaded"),
+    enum_fields=frozenset({"finishReason", "blockReason", "modality"}),
 )

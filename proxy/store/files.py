@@ -23,6 +23,7 @@ from tapeproxy.store.protocol import (
     is_leftover,
     parse_exchange_file,
     read_exchange,
+    state_name,
     unreadable,
 )
 
@@ -118,6 +119,17 @@ class FileStore:
             state.remove_note(self._root, cassette)
         else:
             state.write_note(self._root, cassette, dump_last_run(record))
+
+    def read_state(self, name: str) -> bytes | None:
+        try:
+            return (self._root / state_name(name)).read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def write_state(self, name: str, data: bytes) -> None:
+        path = self._root / state_name(name)
+        state.make_folder(self._root)
+        write_atomic(path, data, durable=False)
 
     def where(self, cassette: str | None = None) -> str:
         return str(self._root if cassette is None else self._folder(cassette))

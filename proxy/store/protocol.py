@@ -23,6 +23,16 @@ EXCHANGE_FILE = re.compile(r"^([0-9a-f]{64})(?:\.([2-9]|[1-9]\d+))?\.json$")
 LIKE_EXCHANGE_FILE = re.compile(r"^[0-9a-f]{64}(?:\.\d+)?\.json$")
 
 
+STATE_FILE = re.compile(r"^[a-z][a-z0-9_-]{0,39}\.json$")
+
+
+def state_name(name: str) -> str:
+    """`.tapeproxy/<name>` in the library, for a state file's plain name (`drift.json`)."""
+    if not STATE_FILE.match(name):
+        raise ValueError(f"{name!r} is no state file name")
+    return f".tapeproxy/{name}"
+
+
 def exchange_file(key: str, ordinal: int) -> str:
     """`<key>.json` for the first recording of a request, `<key>.<n>.json` for the n-th."""
     return f"{key}.json" if ordinal == 1 else f"{key}.{ordinal}.json"
@@ -169,6 +179,15 @@ class CassetteStore(Protocol):
         """Keep the note atomically, outside the cassette (a file store: in the library's
         git-ignored state folder, `.tapeproxy/`). None removes it, and makes nothing where
         there is none."""
+        ...
+
+    def read_state(self, name: str) -> bytes | None:
+        """A file the tools keep in the library's state folder (`state_name`: the last drift
+        report), as it was written; None when there is none."""
+        ...
+
+    def write_state(self, name: str, data: bytes) -> None:
+        """Keep a file in the state folder atomically, outside every cassette."""
         ...
 
     def where(self, cassette: str | None = None) -> str:

@@ -26,6 +26,7 @@ from tapeproxy.store.protocol import (
     is_leftover,
     parse_exchange_file,
     read_exchange,
+    state_name,
     unreadable,
 )
 from tapeproxy.store.s3cache import ObjectCache, cache_root
@@ -167,6 +168,22 @@ class S3Store:
             return
         try:
             obstore.put(self._client, path, dump_last_run(record))
+        except FAILED as exc:
+            raise OSError(f"cannot write {self._url}/{path}: {why(exc)}") from exc
+
+    def read_state(self, name: str) -> bytes | None:
+        path = state_name(name)
+        try:
+            return bytes(obstore.get(self._client, path).bytes())
+        except MISSING:
+            return None
+        except FAILED as exc:
+            raise OSError(f"cannot read {self._url}/{path}: {why(exc)}") from exc
+
+    def write_state(self, name: str, data: bytes) -> None:
+        path = state_name(name)
+        try:
+            obstore.put(self._client, path, data)
         except FAILED as exc:
             raise OSError(f"cannot write {self._url}/{path}: {why(exc)}") from exc
 

@@ -26,6 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tapeproxy.doors.hosts import local_host
 from tapeproxy.errors import ConfigError, TapeproxyError
 from tapeproxy.store.protocol import CassetteStore
+from tapeproxy.tools.driftreport import last as last_drift
 from tapeproxy.tools.prices import PriceTable
 from tapeproxy.viewer import pages
 from tapeproxy.viewer.conversation import IMAGE_TYPES, SVG, Image
@@ -129,8 +130,10 @@ def _routes(
 ) -> list[tuple[str, Callable[[Request], Response]]]:
     def library(request: Request) -> Response:
         summaries, skipped = pages.library(store, prices)
-        where = store.where()
-        return render(request, "library.html", summaries=summaries, skipped=skipped, where=where)
+        where, drift = store.where(), last_drift(store)
+        return render(
+            request, "library.html", summaries=summaries, skipped=skipped, where=where, drift=drift
+        )
 
     def cassette(request: Request) -> Response:
         name = _given(request, "name")

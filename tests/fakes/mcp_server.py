@@ -28,21 +28,35 @@ class _Server(uvicorn.Server):
 class ToolServer:
     """`with ToolServer() as tools:` serves MCP at `tools.url` + "/mcp" until the block ends."""
 
-    def __init__(self) -> None:
+    def __init__(self, variant: str | None = None) -> None:
+        """`variant`: the server as its API drifted (`tool-removed`: no get_weather;
+        `schema-changed`: add takes a text `b`), for `tapeproxy drift`."""
         self.calls: list[str] = []  # the tools called, in order
         mcp = MCPServer("weather-tools")
 
-        @mcp.tool()
-        def add(a: int, b: int) -> int:
-            """Add two numbers."""
-            self.calls.append("add")
-            return a + b
+        if variant == "schema-changed":
 
-        @mcp.tool()
-        def get_weather(city: str) -> str:
-            """Today's weather in a city."""
-            self.calls.append("get_weather")
-            return f'{{"city": "{city}", "forecast": "sunny", "celsius": 21}}'
+            @mcp.tool(name="add")
+            def add_text(a: int, b: str) -> int:
+                """Add two numbers."""
+                self.calls.append("add")
+                return a + int(b)
+
+        else:
+
+            @mcp.tool()
+            def add(a: int, b: int) -> int:
+                """Add two numbers."""
+                self.calls.append("add")
+                return a + b
+
+        if variant != "tool-removed":
+
+            @mcp.tool()
+            def get_weather(city: str) -> str:
+                """Today's weather in a city."""
+                self.calls.append("get_weather")
+                return f'{{"city": "{city}", "forecast": "sunny", "celsius": 21}}'
 
         self._sock = socket.socket()
         self._sock.bind(("127.0.0.1", 0))

@@ -17,6 +17,7 @@ from tapeproxy.store.protocol import (
     is_leftover,
     parse_exchange_file,
     read_exchange,
+    state_name,
 )
 
 
@@ -88,6 +89,12 @@ class MemoryStore:
             self.notes.pop(note_name(cassette), None)
         else:
             self.notes[note_name(cassette)] = dump_last_run(record)
+
+    def read_state(self, name: str) -> bytes | None:
+        return self.notes.get(state_name(name))
+
+    def write_state(self, name: str, data: bytes) -> None:
+        self.notes[state_name(name)] = data
 
     def where(self, cassette: str | None = None) -> str:
         return "memory://" if cassette is None else f"memory://{check_folder_name(cassette)}"

@@ -236,11 +236,15 @@ class FakeUpstream:
             scripted = queue.popleft() if queue else None
         if scripted is not None:
             return self._scripted(scripted, out_headers)
-        out = _dispatch(hit)
+        out = self.answer(hit)
         if isinstance(out, StreamOut):
             return await self._stream(request, out, out_headers)
         out_headers["content-type"] = out.content_type
         return self._body(out.status, out.encode(), out_headers, compressible=True)
+
+    def answer(self, hit: Hit) -> Out:
+        """The built-in answer to a request (a subclass may change it: tests.fakes.drifting)."""
+        return _dispatch(hit)
 
     def _body(
         self, status: int, data: bytes, headers: CIMultiDict[str], *, compressible: bool

@@ -1,0 +1,222 @@
+"""`tapeproxy drift`: recorded requests sent to the live upstream again, and whether it still
+answers in the recorded shape (tapeproxy.tools.drift)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tapeproxy.cli.library import (
+    CassettesOption,
+    ConfigOption,
+    IgnoreOption,
+    JsonOption,
+    PricesOption,
+    UpstreamOption,
+    fail,
+    missing_library,
+    option,
+    price_table,
+)
+from tapeproxy.cli.output import print_json
+from tapeproxy.errors import ConfigError, TapeproxyError
+from tapeproxy.settings import Settings
+from tapeproxy.store.protocol import CassetteStore
+from tapeproxy.tools.drift import DriftReport
+from tapeproxy.tools.driftplan import Budget, Target
+from tapeproxy.tools.prices import PriceTable
+
+NamesArgument = Annotated[
+    list[str] | None,
+    typer.Argument(help="The cassettes to check; default: every one.", metavar="[NAME]..."),
+]
+SampleOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Check only N exchanges, drawn at random (an MCP session whole).", metavar="N", min=1
+    ),
+]
+MaxCostOption = Annotated[
+    float,
+    typer.Option(
+        help="Spend at most this many USD, estimated from each recording's usage and the price "
+        "table before it is sent (an exchange with no usage recorded counts as free).",
+        metavar="USD",
+        min=0.0,
+    ),
+]
+MaxRequestsOption = Annotated[
+    int | None, typer.Option(help="Send at most N requests.", metavar="N", min=0)
+]
+ConcurrencyOption = Annotated[
+    int, typer.Option(help="Requests under way at once.", metavar="N", min=1, max=64)
+]
+UpdateOption = Annotated[
+    bool,
+    typer.Option("--update", help="Re-record the exchanges with an error finding, nothing else."),
+]
+MarkdownOption = Annotated[
+    Path | None, typer.Option(help="Also write the report as Markdown.", metavar="FILE")
+]
+JunitOption = Annotated[
+    Path | None,
+    typer.Option(help="Also write a JUnit XML report (a test case per exchange).", metavar="FILE"),
+]
+
+
+RecordFailuresOption = Annotated[bool | None, option("record_failures", "--no-record-failures")]
+
+
+def drift(
+    names: NamesArgument = None,
+    cassettes: CassettesOption = None,
+    upstream: UpstreamOption = None,
+    ignore: IgnoreOption = None,
+    sample: SampleOption = None,
+    max_cost: MaxCostOption = 1.0,
+    max_requests: MaxRequestsOption = None,
+    concurrency: ConcurrencyOption = 1,
+    update: UpdateOption = False,
+    record_failures: RecordFailuresOption = None,
+    as_json: JsonOption = False,
+    markdown: MarkdownOption = None,
+    junit: JunitOption = None,
+    config: ConfigOption = None,
+    prices: PricesOption = None,
+) -> None:
+    """Send recorded requests to the live upstream again and say whether it still answers in
+    the recorded shape: status, content type, JSON paths and their types, enum values, a
+    stream's event grammar, an MCP server's tools. Never the text.
+
+    Each finding is info (a field added, a new event type), warn (an enum value never seen)
+    or error (a field removed or retyped, the status or content type changed, events
+    reordered or missing, a tool removed or changed). Keys come from the environment
+    (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY or GOOGLE_API_KEY, MISTRAL_API_KEY).
+    Nothing is written in the cassettes unless --update; the last report is kept in the
+    state folder (<library>/.tapeproxy/drift.json) for `tapeproxy report`. Exit 0 with no
+    error finding, 1 with one, 2 when it could not run."""
+    from tapeproxy.tools.driftreport import junit as junit_xml
+    from tapeproxy.tools.driftreport import markdown as markdown_text
+    from tapeproxy.tools.driftreport import summary
+
+    try:
+        settings = _settings(cassettes, upstream, ignore, record_failures, config)
+        budget = Budget(max_cost, max_requests)
+        table = price_table(prices, config)
+        report = _run(settings, names or [], sample, budget, concurrency, update, table)
+        if markdown is not None:
+            _write(markdown, markdown_text(report).encode())
+        if junit is not None:
+            _write(junit, junit_xml(report))
+    except TapeproxyError as exc:
+        raise fail(exc, as_json) from exc
+    if as_json:
+        print_json(report.to_dict())
+    else:
+        print(summary(report), end="")
+    raise typer.Exit(report.exit_code())
+
+
+def _settings(
+    cassettes: str | None,
+    upstream: list[str] | None,
+    ignore: list[str] | None,
+    record_failures: bool | None,
+    config: Path | None,
+) -> Settings:
+    """What `serve` would record with: its library, upstreams, match and [redact] rules,
+    --max-record, --record-failures and timeouts, from the same sources."""
+    from tapeproxy.sources import load_settings, parse_pairs
+
+    fields = {"cassettes", "upstream", "ignore", "max_record", "connect_timeout", "read_timeout"}
+    fields |= {"record_failures"}
+    fields |= {"redact_field", "redact_pattern", "redact_keep"}
+    given = {
+        "cassettes": cassettes,
+        "ignore": tuple(ignore or ()) or None,
+        "upstream": parse_pairs(upstream, "upstream") if upstream else None,
+        "record_failures": record_failures,
+    }
+    return load_settings(given, config=config, fields=fields)
+
+
+def _run(
+    settings: Settings,
+    names: list[str],
+    sample: int | None,
+    budget: Budget,
+    concurrency: int,
+    update: bool,
+    prices: PriceTable,
+) -> DriftReport:
+    """Everything checked before anything is sent (the library, the cassettes, each
+    upstream's URL and key); then the run, in its own event loop."""
+    from tapeproxy.cli.library import warn
+    from tapeproxy.providers import provider_table
+    from tapeproxy.store import open_store
+    from tapeproxy.tools.driftplan import plan, targets
+    from tapeproxy.tools.driftreport import keep_last
+    from tapeproxy.tools.driftsend import missing_keys, no_keys
+
+    store = open_store(settings.cassettes)
+    if not store.exists():
+        raise missing_library(store)
+    for name in names:
+        if not store.entries(name):
+            raise ConfigError(f"cassette {name!r} has no recordings under {store.where()}")
+    chosen, unreadable = targets(store, names, prices, sample)
+    sent, _ = plan(chosen, budget)
+    upstreams = {t.upstream for t in sent}
+    unknown = sorted(upstreams - set(provider_table(settings.upstream)))
+    if unknown:
+        raise ConfigError(
+            f"no URL for upstream {unknown[0]!r}: give --upstream {unknown[0]}=URL "
+            "(or set it in tapeproxy.toml) to send its recorded requests"
+        )
+    missing = missing_keys(upstreams)
+    if missing:
+        raise no_keys(missing)
+    report = asyncio.run(_drift(settings, store, chosen, (budget, concurrency, update), prices))
+    report.failed += unreadable  # (`tapeproxy verify` says more of each)
+    problem = keep_last(store, report, datetime.now(UTC))
+    if problem is not None:
+        warn(problem)
+    return report
+
+
+async def _drift(
+    settings: Settings,
+    store: CassetteStore,
+    chosen: list[Target],
+    how: tuple[Budget, int, bool],
+    prices: PriceTable,
+) -> DriftReport:
+    """The run, with the server's upstream client (made in this loop, closed after)."""
+    from tapeproxy.providers import Rulebook, provider_table
+    from tapeproxy.redaction.scrubber import Scrubber
+    from tapeproxy.tools.drift import Drift
+    from tapeproxy.tools.driftsend import Sender
+    from tapeproxy.upstream.client import AiohttpUpstream
+
+    budget, concurrency, update = how
+    providers = provider_table(settings.upstream)
+    scrubber = Scrubber.build(settings.redact_field, settings.redact_pattern, settings.redact_keep)
+    rules = Rulebook.build(providers, settings.ignore)
+    client = AiohttpUpstream(settings.connect_timeout, settings.read_timeout)
+    try:
+        sender = Sender(client, providers, rules, scrubber, settings.max_record)
+        run = Drift(store, sender, prices, update, settings.record_failures)
+        return await run.run(chosen, budget, concurrency)
+    finally:
+        await client.close()
+
+
+def _write(path: Path, data: bytes) -> None:
+    try:
+        path.write_bytes(data)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from exc

@@ -1,0 +1,139 @@
+"""What `tapeproxy drift` sends: the recorded exchanges of the cassettes named, in recorded
+order, perhaps a sample; an MCP session kept whole; what the budget (--max-cost, estimated
+before sending from each recording's usage and the price table; --max-requests) lets through,
+and what it skips and why. Blocking reads, through the CassetteStore protocol."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tapeproxy.engine import jsonrpc
+from tapeproxy.errors import CassetteCorrupt
+from tapeproxy.exchange import answers
+from tapeproxy.exchange.model import Exchange
+from tapeproxy.store.protocol import CassetteStore
+from tapeproxy.tools.prices import PriceTable
+
+
+@dataclass(frozen=True)
+class Target:
+    """One recorded exchange drift may send: where it is, what it asks, what it may cost."""
+
+    cassette: str
+    key: str
+    ordinal: int
+    seq: int
+    request: str  # `POST openai /v1/chat/completions`
+    upstream: str
+    estimate: float | None  # USD, from its recorded usage and the price table
+    session: bool = False  # its answer carried an MCP session: sent in order, never at once
+
+    @property
+    def exchange(self) -> str:
+        return f"{self.key[:12]}#{self.ordinal}"
+
+
+@dataclass(frozen=True)
+class Left:
+    """An exchange not checked: skipped by the budget, or one that could not be sent."""
+
+    cassette: str
+    exchange: str
+    request: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Budget:
+    max_cost: float = 1.0
+    max_requests: int | None = None
+
+
+def estimate(exchange: Exchange, prices: PriceTable) -> float | None:
+    """What sending it again may cost: its recorded usage at its model's price."""
+    return prices.cost(answers.model(exchange), answers.tokens(exchange))
+
+
+def targets(
+    store: CassetteStore,
+    names: Iterable[str],
+    prices: PriceTable,
+    sample: int | None = None,
+    rng: random.Random | None = None,
+) -> tuple[list[Target], list[Left]]:
+    """The exchanges of the named cassettes (every cassette when none is named), in recorded
+    order; `sample`: about that many of them, drawn at random (_sampled); and the recordings that
+    cannot be read, each with why. Blocking: reads files."""
+    found = []
+    unreadable = []
+    for cassette in list(names) or store.cassettes():
+        for key, ordinals in store.entries(cassette).items():
+            for ordinal in ordinals:
+                try:
+                    exchange = store.read(cassette, key, ordinal)
+                except CassetteCorrupt as exc:
+                    unreadable.append(Left(cassette, f"{key[:12]}#{ordinal}", "?", exc.message))
+                    continue
+                request = exchange.request
+                summary = f"{request.method} {request.upstream} {request.path}"
+                cost = estimate(exchange, prices)
+                session = jsonrpc.SESSION_HEADER in exchange.response.headers
+                where = (cassette, key, ordinal, exchange.seq)
+                found.append(Target(*where, summary, request.upstream, cost, session))
+    found.sort(key=lambda t: (t.cassette, t.seq, t.key, t.ordinal))
+    if sample is not None and sample < len(found):
+        found = sampled(found, sample, rng or random.Random())
+    return found, unreadable
+
+
+def sampled(found: list[Target], count: int, rng: random.Random) -> list[Target]:
+    """`count` exchanges drawn at random, in recorded order; an MCP session is drawn whole
+    (its requests need the session its `initialize` opens), so a few more may come."""
+    drawn_from = units(found)
+    rng.shuffle(drawn_from)
+    drawn: set[Target] = set()
+    for unit in drawn_from:
+        if len(drawn) >= count:
+            break
+        drawn.update(unit)
+    return [t for t in found if t in drawn]
+
+
+def plan(chosen: list[Target], budget: Budget) -> tuple[list[Target], list[Left]]:
+    """What the budget lets through, before anything is sent, and what it skips and why: an
+    exchange whose estimate would take the total past --max-cost, every one past
+    --max-requests. A cheaper one later may still fit."""
+    sent: list[Target] = []
+    skipped: list[Left] = []
+    total = 0.0
+    for target in chosen:
+        cost = target.estimate or 0.0
+        why = None
+        if budget.max_requests is not None and len(sent) >= budget.max_requests:
+            why = f"over --max-requests ({budget.max_requests})"
+        elif total + cost > budget.max_cost:
+            why = f"over --max-cost: ~${cost:.4f} more would pass ${budget.max_cost:g}"
+        if why is None:
+            sent.append(target)
+            total += cost
+        else:
+            skipped.append(Left(target.cassette, target.exchange, target.request, why))
+    return sent, skipped
+
+
+def units(sent: list[Target]) -> list[list[Target]]:
+    """What may go at once: each exchange alone, but a cassette's MCP session whole, in
+    recorded order (its requests need the session its `initialize` opens)."""
+    units: list[list[Target]] = []
+    sessions: dict[str, list[Target]] = {}
+    for target in sent:
+        if not target.session:
+            units.append([target])
+        elif target.cassette in sessions:
+            sessions[target.cassette].append(target)
+        else:
+            sessions[target.cassette] = [target]
+            units.append(sessions[target.cassette])
+    return units

@@ -1,0 +1,45 @@
+"""What drift sends (tapeproxy.tools.drift): the budget decided before anything is sent, an
+MCP session kept whole by --sample and --concurrency."""
+
+from __future__ import annotations
+
+import random
+
+from tapeproxy.tools.drift import DriftReport, Finding
+from tapeproxy.tools.driftplan import Budget, Left, Target, plan, sampled, units
+
+
+def target(n: int, cost: float | None, cassette: str = "c", session: bool = False) -> Target:
+    key = f"{n:064x}"
+    return Target(cassette, key, 1, n, "POST openai /v1/chat/completions", "openai", cost, session)
+
+
+def test_the_budget_skips_what_would_pass_it_and_lets_a_cheaper_one_through() -> None:
+    chosen = [target(0, 0.4), target(1, 0.5), target(2, 0.2), target(3, None)]
+    sent, skipped = plan(chosen, Budget(max_cost=0.7))
+    assert [t.seq for t in sent] == [0, 2, 3]
+    assert [s.exchange for s in skipped] == [chosen[1].exchange]
+    assert "--max-cost" in skipped[0].why
+    sent, skipped = plan(chosen, Budget(max_cost=10, max_requests=1))
+    assert [t.seq for t in sent] == [0] and all("--max-requests" in s.why for s in skipped)
+    assert plan(chosen, Budget(max_cost=0))[0] == [chosen[3]]  # nothing priced goes
+
+
+def test_an_mcp_session_is_one_unit_in_recorded_order() -> None:
+    chosen = [target(0, None, "s", True), target(1, 0.1), target(2, None, "s", True)]
+    assert units(chosen) == [[chosen[0], chosen[2]], [chosen[1]]]
+    for seed in range(20):
+        drawn = sampled(chosen, 1, random.Random(seed))
+        assert drawn in ([chosen[1]], [chosen[0], chosen[2]])
+
+
+def test_the_exit_code() -> None:
+    report = DriftReport()
+    assert report.exit_code() == 0
+    finding = Finding("warn", "c", "k#1", "POST", "object", ["a"], "b", "enum value never seen")
+    report.findings.append(finding)
+    assert report.exit_code() == 0
+    report.findings.append(Finding("error", "c", "k#1", "POST", "status", 200, 400, "status"))
+    assert report.exit_code() == 1 and report.counts() == {"info": 0, "warn": 1, "error": 1}
+    report.failed.append(Left("c", "k#2", "POST", "unreachable"))
+    assert report.exit_code() == 2

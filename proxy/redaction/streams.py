@@ -225,7 +225,7 @@ def frame_text(
 ) -> str:
     """One frame's raw text scrubbed alone: an SSE event's data lines and an NDJSON line as
     JSON (keeping the frame valid), a raw chunk (or a piece of a JSON document) as text."""
-    if dialect == "ndjson":
+    if dialect in ("ndjson", "eventstream"):  # an eventstream frame's text is one JSON object
         body = text.rstrip("\r\n")
         return json_text(body) + text[len(body) :] if body.strip() else text
     if dialect != "sse":

@@ -10,7 +10,7 @@ from typing import Any
 from tapeproxy.engine import jsonrpc
 from tapeproxy.engine.rules import MatchRules, build_rules
 from tapeproxy.exchange.framing import FrameSigns
-from tapeproxy.providers import anthropic, gemini, mistral, ollama, openai
+from tapeproxy.providers import anthropic, azure, bedrock, gemini, mistral, ollama, openai, vertex
 from tapeproxy.providers.base import Provider, TextField
 
 BUILTIN: Mapping[str, Provider] = {
@@ -21,6 +21,9 @@ BUILTIN: Mapping[str, Provider] = {
         gemini.PROVIDER,
         ollama.PROVIDER,
         mistral.PROVIDER,
+        azure.PROVIDER,
+        bedrock.PROVIDER,
+        vertex.PROVIDER,
     )
 }
 # Where a bare `/v1` request goes when no built-in claims it.

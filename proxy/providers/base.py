@@ -108,6 +108,9 @@ class Provider:
 
     name: str
     base_url: str
+    # Its real hosts, as patterns (`*` any run of name characters): what the forward proxy
+    # intercepts for it (`bedrock-runtime.*.amazonaws.com`).
+    hosts: tuple[str, ...] = ()
     # Default match rules: the headers that change the answer, the body fields that never do.
     rules: MatchRules = field(default_factory=MatchRules)
     # The provider's error shape for (tapeproxy error type, message, HTTP status).

@@ -1,0 +1,241 @@
+"""Bedrock through tapeproxy's reverse route with boto3's `bedrock-runtime`, parsed by botocore
+itself: recorded with `--resign aws` against a fake that checks each SigV4 signature for its
+own host, then replayed with the fake stopped and dummy keys, to identical results."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import boto3
+import httpx
+import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.config import Config
+from botocore.credentials import Credentials
+from botocore.exceptions import ClientError, EventStreamError
+from typer.testing import CliRunner
+
+from tapeproxy.cli.main import app
+from tests.conftest import MakeProxy
+from tests.fakes.sigv4 import SigV4Check
+from tests.fakes.upstream import FakeUpstream
+from tests.support import files_under, library_files
+
+# tapeproxy's own credentials (its environment), which the fake knows; and the client's.
+TAPE = ("AKIDTAPEPROXYOWN0001", "tape-SECRET-0123456789abcdefghij", "tape-TOKEN-session-abc123")
+CLIENT = ("AKIDCLIENTKEYS000002", "client-SECRET-9876543210zyxwvuts", "client-TOKEN-session-xyz")
+DUMMY = ("AKIDDUMMYREPLAY00003", "dummy-SECRET-000000000000000000", None)
+MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
+HELLO = [{"role": "user", "content": [{"text": "hello bedrock"}]}]
+INVOKE = {
+    "anthropic_version": "bedrock-2023-05-31",
+    "max_tokens": 64,
+    "messages": [{"role": "user", "content": "hello invoke"}],
+}
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """tapeproxy's own AWS chain: the environment's keys, no file, no instance metadata."""
+    for name, value in zip(
+        ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"), TAPE, strict=True
+    ):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+
+
+@pytest.fixture
+def bedrock(fake: FakeUpstream, aws_env: None) -> FakeUpstream:
+    """The fake, checking Bedrock requests' signatures for its own host and TAPE's keys."""
+    check = SigV4Check(*TAPE)
+    check.host = fake.url.removeprefix("http://")
+    fake.sigv4 = check
+    return fake
+
+
+Signed = list[str]
+FAKE = "fake:"  # a URL so marked is the fake's own, with no route prefix
+
+
+def client(url: str, keys: tuple[str, str, str | None], seen: Signed | None = None) -> Any:
+    """A bedrock-runtime client of tapeproxy's reverse route (or of the fake itself)."""
+    made = boto3.client(
+        "bedrock-runtime",
+        endpoint_url=url.removeprefix(FAKE) if url.startswith(FAKE) else f"{url}/bedrock",
+        region_name="us-east-1",
+        aws_access_key_id=keys[0],
+        aws_secret_access_key=keys[1],
+        aws_session_token=keys[2],
+        config=Config(retries={"mode": "standard", "max_attempts": 3}),
+    )
+    if seen is not None:  # every signature the client made, for the scan
+
+        def keep(request: Any, **_: Any) -> None:
+            seen.append(request.headers["Authorization"].decode().rsplit("=", 1)[1])
+
+        made.meta.events.register("before-send.bedrock-runtime.*", keep)
+    return made
+
+
+def calls(runtime: Any) -> dict[str, Any]:
+    """The four operations, each as botocore parsed it (no response metadata)."""
+    converse = runtime.converse(modelId=MODEL, messages=HELLO)
+    converse.pop("ResponseMetadata")
+    streamed = runtime.converse_stream(modelId=MODEL, messages=HELLO)
+    invoked = runtime.invoke_model(modelId=MODEL, body=json.dumps(INVOKE))
+    chunks = runtime.invoke_model_with_response_stream(modelId=MODEL, body=json.dumps(INVOKE))
+    return {
+        "converse": converse,
+        "converse_stream": list(streamed["stream"]),
+        "invoke_model": json.loads(invoked["body"].read()),
+        "invoke_stream": [json.loads(event["chunk"]["bytes"]) for event in chunks["body"]],
+    }
+
+
+def test_boto3_records_through_resign_and_replays_offline_to_identical_results(
+    make_proxy: MakeProxy, bedrock: FakeUpstream, cassettes: Path
+) -> None:
+    recorder = make_proxy(mode="record", resign="aws")
+    live = calls(client(recorder.url, CLIENT))
+    recorder.stop()
+    assert bedrock.count() == 4, "each one re-signed for the fake's host and accepted"
+    assert live["converse"]["output"]["message"]["content"][0]["text"] == "echo: hello bedrock"
+    assert [next(iter(e)) for e in live["converse_stream"]][-2:] == ["messageStop", "metadata"]
+    assert live["invoke_stream"][-1]["type"] == "message_stop"
+    bedrock.stop()
+    replayer = make_proxy(mode="replay")
+    assert calls(client(replayer.url, DUMMY)) == live
+    assert replayer.stats["replayed"] == 4
+    exchanges = [json.loads(p.read_text()) for p in library_files(cassettes)]
+    streams = [e for e in exchanges if e["response"].get("dialect") == "eventstream"]
+    assert len(streams) == 2
+    assert all("text" in frame for e in streams for frame in e["response"]["frames"])
+    assert all(e["usage"]["output_tokens"] > 0 for e in exchanges)
+
+
+def test_the_fake_refuses_a_signature_not_made_for_it(bedrock: FakeUpstream) -> None:
+    with pytest.raises(ClientError, match="signature we calculated does not match"):
+        client(FAKE + bedrock.url.replace("127.0.0.1", "localhost"), TAPE).converse(
+            modelId=MODEL, messages=HELLO
+        )
+    with pytest.raises(ClientError, match="security token included in the request is invalid"):
+        client(FAKE + bedrock.url, CLIENT).converse(modelId=MODEL, messages=HELLO)
+    assert client(FAKE + bedrock.url, TAPE).converse(modelId=MODEL, messages=HELLO)["usage"]
+
+
+def test_a_signed_request_without_resign_fails_in_one_line_naming_the_ways(
+    make_proxy: MakeProxy, bedrock: FakeUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    proxy = make_proxy(mode="record")
+    with caplog.at_level(logging.WARNING, logger="tapeproxy"), pytest.raises(ClientError) as raised:
+        client(proxy.url, CLIENT).converse(modelId=MODEL, messages=HELLO)
+    message = raised.value.response["Error"]["Message"]
+    assert "--resign aws" in message and "tapeproxy run" in message and "\n" not in message
+    assert any("--resign aws" in r.getMessage() for r in caplog.records)
+    assert bedrock.count() == 0
+
+
+def _raw_signed(url: str, when: str) -> httpx.Response:
+    """One Converse request signed by botocore's signer at `when` (X-Amz-Date)."""
+    body = json.dumps({"messages": HELLO}).encode()
+    request = AWSRequest("POST", f"{url}/bedrock/model/{MODEL}/converse", data=body)
+    request.headers["content-type"] = "application/json"
+    request.context["timestamp"] = when
+    request.headers["X-Amz-Date"] = when
+    auth = SigV4Auth(Credentials(*CLIENT), "bedrock", "us-east-1")
+    request.headers["X-Amz-Security-Token"] = CLIENT[2]
+    to_sign = auth.string_to_sign(request, auth.canonical_request(request))
+    signature = auth.signature(to_sign, request)
+    signed = auth.signed_headers(auth.headers_to_sign(request))
+    request.headers["Authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={auth.scope(request)}, "
+        f"SignedHeaders={signed}, Signature={signature}"
+    )
+    return httpx.post(request.url, content=body, headers=dict(request.headers.items()))
+
+
+def test_the_same_request_signed_at_two_times_has_one_key(
+    make_proxy: MakeProxy, bedrock: FakeUpstream
+) -> None:
+    recorder = make_proxy(mode="record", resign="aws")
+    first = _raw_signed(recorder.url, "20260101T000000Z")
+    recorder.stop()
+    bedrock.stop()
+    replayer = make_proxy(mode="replay")
+    second = _raw_signed(replayer.url, "20261127T120000Z")
+    assert second.status_code == 200, second.text
+    assert first.headers["x-tapeproxy-key"] == second.headers["x-tapeproxy-key"]
+    assert second.content == first.content
+
+
+def _recorded(make_proxy: MakeProxy, bedrock: FakeUpstream) -> Callable[..., Any]:
+    recorder = make_proxy(mode="record", resign="aws")
+    calls(client(recorder.url, CLIENT))
+    recorder.stop()
+    bedrock.stop()
+    return make_proxy
+
+
+def test_a_rate_limit_reaches_boto3_as_throttling_and_its_retry_gets_the_recording(
+    make_proxy: MakeProxy, bedrock: FakeUpstream
+) -> None:
+    _recorded(make_proxy, bedrock)
+    once = make_proxy(mode="replay", fault=("rate_limit:retry_after=0@1",))
+    answer = client(once.url, DUMMY).converse(modelId=MODEL, messages=HELLO)
+    assert answer["ResponseMetadata"]["RetryAttempts"] == 1
+    assert answer["output"]["message"]["content"][0]["text"] == "echo: hello bedrock"
+    always = make_proxy(mode="replay", fault=("rate_limit:retry_after=0",))
+    with pytest.raises(ClientError) as raised:
+        client(always.url, DUMMY).converse(modelId=MODEL, messages=HELLO)
+    assert raised.value.response["Error"]["Code"] == "ThrottlingException"
+
+
+def test_a_cut_bedrock_stream_reaches_botocore_as_an_error_mid_stream(
+    make_proxy: MakeProxy, bedrock: FakeUpstream
+) -> None:
+    _recorded(make_proxy, bedrock)
+    proxy = make_proxy(mode="replay", fault=("cut:after=2",))
+    events: list[Any] = []
+    with pytest.raises(EventStreamError, match="internalServerException"):
+        for event in client(proxy.url, DUMMY).converse_stream(modelId=MODEL, messages=HELLO)[
+            "stream"
+        ]:
+            events.append(event)
+    assert len(events) == 2
+
+
+def test_no_key_secret_token_or_signature_reaches_a_cassette_or_a_log(
+    make_proxy: MakeProxy, bedrock: FakeUpstream, cassettes: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    signatures: Signed = []
+    with caplog.at_level(logging.DEBUG):
+        recorder = make_proxy(mode="record", resign="aws")
+        calls(client(recorder.url, CLIENT, signatures))
+        recorder.stop()
+    resigned = [h.headers["authorization"].rsplit("=", 1)[1] for h in bedrock.hits]
+    secrets = [*TAPE, *CLIENT, *signatures, *resigned]
+    assert len(signatures) == len(resigned) == 4
+    recorded_logs = "\n".join(r.getMessage() for r in caplog.records if r.name != "botocore.hooks")
+    for secret in secrets:
+        assert secret not in recorded_logs
+        for name, data in files_under(cassettes).items():
+            assert secret.encode() not in data, name
+
+
+def test_show_full_prints_a_bedrock_stream_as_text(
+    make_proxy: MakeProxy, bedrock: FakeUpstream, cassettes: Path
+) -> None:
+    _recorded(make_proxy, bedrock)
+    result = CliRunner().invoke(app, ["show", "default", "--full", "--cassettes", str(cassettes)])
+    assert result.exit_code == 0, result.output
+    assert "echo: hello bedrock" in result.output
+    assert "echo: hello invoke" in result.output

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,7 @@ from typer.testing import CliRunner
 
 from tapeproxy.cli.main import app
 from tests.conftest import MakeProxy
+from tests.e2e.test_guide_recipes import RECIPE_URL, recipe
 from tests.fakes.upstream import FakeUpstream
 from tests.support import files_under, library_files
 from tests.support.aws import CLIENT, DUMMY, MODEL, TAPE, aws_env, bedrock
@@ -213,3 +217,27 @@ def test_show_full_prints_a_bedrock_stream_as_text(
     assert result.exit_code == 0, result.output
     assert "echo: hello bedrock" in result.output
     assert "echo: hello invoke" in result.output
+
+
+def test_the_guides_boto3_recipe_records_re_signed_then_replays_with_no_aws_variable(
+    make_proxy: MakeProxy, bedrock: FakeUpstream
+) -> None:
+    code = recipe("bedrock-boto3")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "TAPEPROXY_"))}
+
+    def run(url: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", code.replace(RECIPE_URL, url)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    recorder = make_proxy(mode="record", resign="aws")
+    assert run(recorder.url) == "echo: What is the capital of France?\n"
+    recorder.stop()
+    bedrock.stop()
+    assert run(make_proxy(mode="replay").url) == "echo: What is the capital of France?\n"

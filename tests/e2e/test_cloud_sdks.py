@@ -15,7 +15,9 @@ import pytest
 from google import genai
 from google.genai import types
 from google.oauth2.credentials import Credentials
+from typer.testing import CliRunner
 
+from tapeproxy.cli.main import app
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream
 from tests.support import SECRET_OPENAI, files_under, library_files
@@ -176,3 +178,14 @@ def test_google_genai_on_vertex_replays_offline(
     assert live[0] == "echo: hello cloud"
     assert all(hit.headers["authorization"] == f"Bearer {GOOGLE_TOKEN}" for hit in fake.hits)
     assert_nowhere(cassettes, GOOGLE_TOKEN, SECRET_OPENAI)
+
+
+def test_redact_replaces_a_vertex_project_in_the_cassette(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    record_then_replay(make_proxy, fake, on_vertex)
+    args = ["redact", "default", "--pattern", PROJECT, "--cassettes", str(cassettes)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert_nowhere(cassettes, PROJECT)
+    assert all("projects/[redacted]/" in p.read_text() for p in library_files(cassettes))

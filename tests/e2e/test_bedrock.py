@@ -27,7 +27,7 @@ from tapeproxy.cli.main import app
 from tests.conftest import MakeProxy
 from tests.e2e.test_guide_recipes import RECIPE_URL, recipe
 from tests.fakes.upstream import FakeUpstream
-from tests.support import files_under, library_files
+from tests.support import SECRET_OPENAI, files_under, library_files
 from tests.support.aws import CLIENT, DUMMY, MODEL, TAPE, aws_env, bedrock
 
 __all__ = ["aws_env", "bedrock"]  # fixtures this module uses
@@ -241,3 +241,63 @@ def test_the_guides_boto3_recipe_records_re_signed_then_replays_with_no_aws_vari
     recorder.stop()
     bedrock.stop()
     assert run(make_proxy(mode="replay").url) == "echo: What is the capital of France?\n"
+
+
+def test_a_miss_reaches_boto3_as_a_client_error_it_does_not_retry(
+    make_proxy: MakeProxy, bedrock: FakeUpstream
+) -> None:
+    _recorded(make_proxy, bedrock)
+    proxy = make_proxy(mode="replay")
+    other = [{"role": "user", "content": [{"text": "never recorded"}]}]
+    with pytest.raises(ClientError) as raised:
+        client(proxy.url, DUMMY).converse(modelId=MODEL, messages=other)
+    error = raised.value.response
+    assert (error["Error"]["Code"], error["ResponseMetadata"]["RetryAttempts"]) == (
+        "cassette_miss",
+        0,
+    )
+
+
+def test_a_key_in_a_bedrock_stream_is_scrubbed_and_the_replay_still_parses(
+    make_proxy: MakeProxy, bedrock: FakeUpstream, cassettes: Path
+) -> None:
+    leak = [{"role": "user", "content": [{"text": f"my key is {SECRET_OPENAI}"}]}]
+    asked = {**INVOKE, "messages": [{"role": "user", "content": f"my key is {SECRET_OPENAI}"}]}
+
+    def both(url: str, keys: tuple[str, str, str | None]) -> list[Any]:
+        runtime = client(url, keys)
+        events = list(runtime.converse_stream(modelId=MODEL, messages=leak)["stream"])
+        answer = runtime.invoke_model_with_response_stream(modelId=MODEL, body=json.dumps(asked))
+        return [events, [json.loads(e["chunk"]["bytes"]) for e in answer["body"]]]
+
+    recorder = make_proxy(mode="record", resign="aws")
+    live = both(recorder.url, CLIENT)
+    recorder.stop()
+    bedrock.stop()
+    assert SECRET_OPENAI in json.dumps(live)
+    for name, data in files_under(cassettes).items():
+        assert SECRET_OPENAI.encode() not in data, name
+    replayed = both(make_proxy(mode="replay").url, DUMMY)
+    assert SECRET_OPENAI not in json.dumps(replayed)
+    assert len(replayed[0]) == len(live[0]) and len(replayed[1]) == len(live[1])
+
+
+def test_a_bedrock_cassette_goes_to_har_and_back_byte_for_byte(
+    make_proxy: MakeProxy, bedrock: FakeUpstream, cassettes: Path, tmp_path: Path
+) -> None:
+    _recorded(make_proxy, bedrock)
+    har = tmp_path / "bedrock.har"
+    runner = CliRunner()
+    where = ["--cassettes", str(cassettes)]
+    done = runner.invoke(app, ["export", "har", "default", "-o", str(har), *where])
+    assert done.exit_code == 0, done.output
+    done = runner.invoke(app, ["import", "har", str(har), "--cassette", "back", *where])
+    assert done.exit_code == 0, done.output
+    replayer = make_proxy(mode="replay", cassette="back")
+    assert calls(client(replayer.url, DUMMY))["invoke_stream"][-1]["type"] == "message_stop"
+    streams = [
+        json.loads(p.read_text())["response"]
+        for p in library_files(cassettes / "back")
+        if "eventstream" in p.read_text()
+    ]
+    assert len(streams) == 2 and all("text" in f for s in streams for f in s["frames"])

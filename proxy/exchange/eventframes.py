@@ -106,6 +106,16 @@ def wire(text: str) -> bytes:
     return encode(Message(headers, body))
 
 
+def payload_of(record: Any) -> Any:
+    """The JSON a readable message's payload holds (a chunk's decoded `bytes`), in place:
+    changing it changes the record."""
+    payload = record.get("payload") if isinstance(record, dict) else None
+    value = payload.get("json") if isinstance(payload, dict) else None
+    if record.get(CHUNK) is not None and isinstance(value, dict):
+        return value.get(CHUNK)
+    return value
+
+
 def meaning(text: str) -> tuple[str, Any, str]:
     """What a stored frame says, as a FrameTest reads it: its event (the `:event-type`, or
     the `:exception-type` of an exception), its JSON (a chunk's decoded `bytes`), and its

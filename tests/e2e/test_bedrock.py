@@ -301,3 +301,32 @@ def test_a_bedrock_cassette_goes_to_har_and_back_byte_for_byte(
         if "eventstream" in p.read_text()
     ]
     assert len(streams) == 2 and all("text" in f for s in streams for f in s["frames"])
+
+
+def test_the_viewer_shows_a_bedrock_stream_as_text(
+    make_proxy: MakeProxy, bedrock: FakeUpstream, cassettes: Path
+) -> None:
+    _recorded(make_proxy, bedrock)
+    ui = make_proxy(mode="replay").url + "/__tapeproxy/ui/"
+    for path in library_files(cassettes):
+        if path.name.endswith(".json") and "eventstream" in path.read_text():
+            page = httpx.get(ui + f"exchange?cassette=default&file={path.name}").text
+            assert "echo: hello" in page.split('id="answer"')[1], path.name
+            assert "contentBlockDelta" in page or "content_block_delta" in page
+
+
+def test_a_stored_message_a_hand_edit_broke_is_a_one_line_cassette_corrupt(
+    make_proxy: MakeProxy, bedrock: FakeUpstream, cassettes: Path
+) -> None:
+    _recorded(make_proxy, bedrock)
+    for path in library_files(cassettes):
+        exchange = json.loads(path.read_text())
+        if exchange["response"].get("dialect") == "eventstream":
+            exchange["response"]["frames"][1]["text"] = '{"headers": {"a": {"int99": 1}}}'
+            path.write_text(json.dumps(exchange))
+    proxy = make_proxy(mode="replay")
+    with pytest.raises(ClientError) as raised:
+        client(proxy.url, DUMMY).converse_stream(modelId=MODEL, messages=HELLO)
+    error = raised.value.response["Error"]
+    assert error["Code"] == "cassette_corrupt"
+    assert "response.frames" in error["Message"] and "\n" not in error["Message"]

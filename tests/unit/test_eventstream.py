@@ -32,6 +32,8 @@ from tapeproxy.exchange.eventstream import (
     split,
 )
 from tapeproxy.exchange.framing import FrameSplitter, dialect_for
+from tapeproxy.redaction.scrubber import Scrubber
+from tapeproxy.redaction.secrets import MARKER
 
 _RANGES = {BYTE: 7, SHORT: 15, INT: 31, LONG: 63, TIMESTAMP: 63}
 
@@ -185,3 +187,31 @@ def test_a_truncated_stream_is_refused_and_a_frame_text_that_is_no_message_too()
         eventframes.wire('{"payload": {"text": ""}}')
     with pytest.raises(EventStreamError, match="header value"):
         eventframes.wire('{"headers": {"a": {"int99": 1}}, "payload": {"text": ""}}')
+
+
+def _delta(text: str, index: int = 0) -> bytes:
+    headers = (
+        (":event-type", "contentBlockDelta"),
+        (":content-type", "application/json"),
+        (":message-type", "event"),
+    )
+    payload = {"contentBlockIndex": index, "delta": {"text": text}, "p": "abc"}
+    return encode(Message(headers, json.dumps(payload, separators=(",", ":")).encode()))
+
+
+def test_a_key_split_across_bedrock_events_is_scrubbed_whole_and_each_frame_still_encodes() -> None:
+    key = "sk-ant-api03-" + "A1b2C3d4E5f6G7h8I9j0" * 3
+    raws = [
+        _delta("my key: " + key[:20]),
+        _delta(key[20:]),
+        _bedrock_chunk({"type": "content_block_delta", "delta": {"text": " " + key}}),
+    ]
+    frames = [{"ms": 0, "text": eventframes.readable(raw)} for raw in raws]
+    scrubbed = Scrubber.build().frames(frames, "eventstream")
+    joined = "".join(f["text"] for f in scrubbed)
+    assert key[:12] not in joined and key[-12:] not in joined
+    texts = [eventframes.meaning(f["text"])[1]["delta"]["text"] for f in scrubbed]
+    assert texts[0].startswith("my key: ") and MARKER in texts[0] + texts[1]
+    for one in scrubbed:  # valid messages still, botocore reads them
+        (parsed,) = _botocore(eventframes.wire(one["text"]))
+        assert json.loads(parsed.payload)

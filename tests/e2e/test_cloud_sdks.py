@@ -5,6 +5,7 @@ replayed with the fake stopped and dummy credentials, to identical results."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from tapeproxy.cli.main import app
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream
 from tests.support import SECRET_OPENAI, files_under, library_files
-from tests.support.aws import CLIENT, DUMMY, MODEL, aws_env, bedrock
+from tests.support.aws import API_KEY, CLIENT, DUMMY, MODEL, aws_env, bedrock
 
 __all__ = ["aws_env", "bedrock"]  # fixtures this module uses
 
@@ -189,3 +190,34 @@ def test_redact_replaces_a_vertex_project_in_the_cassette(
     assert result.exit_code == 0, result.output
     assert_nowhere(cassettes, PROJECT)
     assert all("projects/[redacted]/" in p.read_text() for p in library_files(cassettes))
+
+
+def test_a_bedrock_api_key_records_with_no_resign_and_is_stored_nowhere(
+    make_proxy: MakeProxy, bedrock: FakeUpstream, cassettes: Path
+) -> None:
+    def with_key(url: str, live: bool) -> list[Any]:
+        key = API_KEY if live else "dummy"
+        client = anthropic.AnthropicBedrock(
+            api_key=key, aws_region="us-east-1", base_url=f"{url}/bedrock", max_retries=0
+        )
+        return anthropic_text(client, MODEL)
+
+    live, replayed = record_then_replay(make_proxy, bedrock, with_key)
+    assert live == replayed and live[0][0] == "echo: hello cloud"
+    assert {hit.headers["authorization"] for hit in bedrock.hits} == {f"Bearer {API_KEY}"}
+    assert_nowhere(cassettes, API_KEY)
+
+
+def test_no_cloud_credential_reaches_a_log_line(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def every(url: str, live: bool) -> list[Any]:
+        return [azure(url, live), on_vertex(url, live), on_gemini(url, live)]
+
+    with caplog.at_level(logging.DEBUG, logger="tapeproxy"):
+        record_then_replay(make_proxy, fake, every)
+    lines = "\n".join(record.getMessage() for record in caplog.records)
+    assert "azure" in lines and "vertex" in lines, "one line per exchange was logged"
+    for secret in (AZURE_KEY, GOOGLE_TOKEN):
+        assert secret not in lines
+    assert_nowhere(cassettes, AZURE_KEY, GOOGLE_TOKEN)

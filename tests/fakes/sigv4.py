@@ -18,16 +18,22 @@ _AUTH = re.compile(
 
 
 class SigV4Check:
-    """Whether a request carries a valid signature by `credentials` for `host`."""
+    """Whether a request carries a valid signature by `credentials` for `host`, or (a Bedrock
+    API key, which covers no host) `Authorization: Bearer api_key`."""
 
-    def __init__(self, access_key: str, secret: str, token: str | None = None) -> None:
+    def __init__(
+        self, access_key: str, secret: str, token: str | None = None, api_key: str = ""
+    ) -> None:
         self.credentials = Credentials(access_key, secret, token)
+        self.api_key = api_key
         self.host = ""  # set once the fake listens
 
     def problem(
         self, method: str, path_qs: str, headers: Mapping[str, str], body: bytes
     ) -> str | None:
         """Why AWS would refuse the request, or None."""
+        if self.api_key and headers.get("authorization") == f"Bearer {self.api_key}":
+            return None
         found = _AUTH.match(headers.get("authorization", ""))
         if found is None:
             return "Missing Authentication Token"

@@ -14,6 +14,8 @@ from tests.fakes.upstream import FakeUpstream
 TAPE = ("AKIDTAPEPROXYOWN0001", "tape-SECRET-0123456789abcdefghij", "tape-TOKEN-session-abc123")
 CLIENT = ("AKIDCLIENTKEYS000002", "client-SECRET-9876543210zyxwvuts", "client-TOKEN-session-xyz")
 DUMMY = ("AKIDDUMMYREPLAY00003", "dummy-SECRET-000000000000000000", None)
+# A Bedrock API key (AWS_BEARER_TOKEN_BEDROCK), sent as a bearer token.
+API_KEY = "ABSKQmVkcm9ja0FQSUtleS1TECRET-bedrock-api-key-0123"
 MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
 
 
@@ -34,7 +36,7 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 @pytest.fixture
 def bedrock(fake: FakeUpstream, aws_env: None) -> FakeUpstream:
     """The fake, checking Bedrock requests' signatures for its own host and TAPE's keys."""
-    check = SigV4Check(*TAPE)
+    check = SigV4Check(*TAPE, api_key=API_KEY)
     check.host = fake.url.removeprefix("http://")
     fake.sigv4 = check
     return fake

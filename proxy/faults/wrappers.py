@@ -12,7 +12,7 @@ from typing import Any
 from tapeproxy.engine.hangup import Gone, Watch
 from tapeproxy.engine.inbound import Chunks, Live, Serve
 from tapeproxy.errors import UpstreamCut
-from tapeproxy.exchange.eventstream import Message, encode
+from tapeproxy.exchange.eventstream import EventStreamError, Message, decode, encode
 from tapeproxy.exchange.framing import FrameSplitter, dialect_for
 from tapeproxy.faults.spec import FaultSpec
 
@@ -46,7 +46,8 @@ def spoiled(
     else:
         pieces = aiter(inner)
     chunks = Spoiled(spec, pieces, stream, inner, cut, gone, ended)
-    chunks.farewell = cut_event(spec.text) if dialect == "eventstream" else b""
+    if dialect == "eventstream":
+        chunks.farewell, chunks.spoil = cut_event(spec.text), broken_message
     return Live(status, headers, chunks, held=True)
 
 
@@ -89,6 +90,18 @@ def broken(data: bytes) -> bytes:
     return half + b"}"  # (a whole document in half of it: a trailing brace breaks it)
 
 
+def broken_message(frame: bytes) -> bytes | None:
+    """An eventstream message that stays one, CRCs valid, with its JSON payload broken; None
+    when it is no message or carries no JSON."""
+    try:
+        message = decode(frame)
+    except EventStreamError:
+        return None
+    if not message.payload.startswith(b"{"):
+        return None
+    return encode(Message(message.headers, broken(message.payload)))
+
+
 def broken_frame(frame: bytes) -> bytes | None:
     """A stream frame with its JSON payload broken, or None when it carries none."""
     at = frame.find(b"{")
@@ -115,6 +128,7 @@ class Spoiled:
 
     last = False
     farewell = b""  # what a cut sends last (an eventstream's exception message)
+    spoil = staticmethod(broken_frame)  # how `malformed` breaks a stream's frame
 
     def __init__(
         self,
@@ -166,7 +180,7 @@ class Spoiled:
             if kind == "slow" and not first:
                 await pause(self._spec["gap"] / 1000, self._gone)
             first = False
-            bad = None if not spoil else broken_frame(piece) if self._stream else broken(piece)
+            bad = None if not spoil else self.spoil(piece) if self._stream else broken(piece)
             if bad is not None:
                 spoil = False
                 yield bad

@@ -330,3 +330,27 @@ def test_a_stored_message_a_hand_edit_broke_is_a_one_line_cassette_corrupt(
     error = raised.value.response["Error"]
     assert error["Code"] == "cassette_corrupt"
     assert "response.frames" in error["Message"] and "\n" not in error["Message"]
+
+
+def test_a_malformed_bedrock_stream_keeps_its_crcs_and_botocore_reads_a_broken_payload(
+    make_proxy: MakeProxy, bedrock: FakeUpstream
+) -> None:
+    _recorded(make_proxy, bedrock)
+    proxy = make_proxy(mode="replay", fault=("malformed",))
+    stream = client(proxy.url, DUMMY).converse_stream(modelId=MODEL, messages=HELLO)["stream"]
+    events = list(stream)  # every message whole: no checksum error
+    # botocore drops a payload it cannot read as JSON: the first event says nothing.
+    assert events[0] == {"messageStart": {}}
+    assert [next(iter(e)) for e in events][-1] == "metadata"
+
+
+def test_an_upstream_that_stops_mid_stream_records_nothing(
+    make_proxy: MakeProxy, bedrock: FakeUpstream, cassettes: Path
+) -> None:
+    bedrock.cut_after = 3
+    proxy = make_proxy(mode="record", resign="aws")
+    stream = client(proxy.url, CLIENT).converse_stream(modelId=MODEL, messages=HELLO)["stream"]
+    with pytest.raises(Exception):  # noqa: B017 (urllib3's or botocore's, as it happens)
+        list(stream)
+    proxy.stop()
+    assert library_files(cassettes) == []

@@ -116,8 +116,10 @@ class Capture:
         return ends_answer(splitter.dialect, itertools.chain([held], frames), signs)
 
     def _text(self, raw: bytes) -> str:
+        """A frame as its dialect's tests read it: an eventstream message made readable
+        (on the event loop: one larger than RECENT_BYTES is not, and says nothing)."""
         if self.splitter is not None and self.splitter.dialect == "eventstream":
-            return eventframes.readable(raw) or ""
+            return (eventframes.readable(raw) if len(raw) <= RECENT_BYTES else None) or ""
         return raw.decode("utf-8", "replace")
 
     def _json_whole(self, pending: bytes) -> bool:

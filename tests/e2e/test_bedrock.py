@@ -9,6 +9,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -354,3 +355,18 @@ def test_an_upstream_that_stops_mid_stream_records_nothing(
         list(stream)
     proxy.stop()
     assert library_files(cassettes) == []
+
+
+def test_boto3_gets_the_first_event_before_bedrock_sends_the_second(
+    make_proxy: MakeProxy, bedrock: FakeUpstream, cassettes: Path
+) -> None:
+    bedrock.frame_delay = 0.2
+    proxy = make_proxy(mode="record", resign="aws")
+    stream = client(proxy.url, CLIENT).converse_stream(modelId=MODEL, messages=HELLO)["stream"]
+    events = iter(stream)
+    assert "messageStart" in next(events)
+    first_event_at = time.monotonic()
+    assert list(events), "more events followed"
+    assert first_event_at < bedrock.frames_sent[1]
+    proxy.stop()
+    assert len(library_files(cassettes)) == 1

@@ -17,6 +17,8 @@ from typing import Any
 import boto3
 import httpx
 import pytest
+import vcr  # type: ignore[import-untyped]
+import yaml
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.config import Config
@@ -370,3 +372,30 @@ def test_boto3_gets_the_first_event_before_bedrock_sends_the_second(
     assert first_event_at < bedrock.frames_sent[1]
     proxy.stop()
     assert len(library_files(cassettes)) == 1
+
+
+def test_a_vcr_cassette_of_a_bedrock_stream_imports_readable_and_replays_to_boto3(
+    make_proxy: MakeProxy, bedrock: FakeUpstream, cassettes: Path, tmp_path: Path
+) -> None:
+    """What VCR.py keeps of boto3 (the signature's headers, the stream as one binary blob)
+    becomes one readable message per frame, with no credential."""
+    recorded = tmp_path / "bedrock.yaml"
+    direct = client(FAKE + bedrock.url, TAPE)
+    with vcr.use_cassette(str(recorded)):
+        live = list(direct.converse_stream(modelId=MODEL, messages=HELLO)["stream"])
+    [kept] = yaml.safe_load(recorded.read_text())["interactions"]
+    assert kept["request"]["headers"]["X-Amz-Security-Token"] == [TAPE[2].encode()]
+    where = ["--cassette", "default", "--cassettes", str(cassettes)]
+    where += ["--upstream", f"bedrock={bedrock.url}"]
+    done = CliRunner().invoke(app, ["import", "vcr", str(recorded), *where])
+    assert done.exit_code == 0, done.output
+    bedrock.stop()
+    [exchange] = [json.loads(p.read_text()) for p in library_files(cassettes)]
+    assert exchange["response"]["dialect"] == "eventstream"
+    assert all("text" in frame for frame in exchange["response"]["frames"])
+    for secret in TAPE:
+        for name, data in files_under(cassettes).items():
+            assert secret.encode() not in data, name
+    replayer = make_proxy(mode="replay")
+    replayed = client(replayer.url, DUMMY).converse_stream(modelId=MODEL, messages=HELLO)
+    assert list(replayed["stream"]) == live

@@ -3,6 +3,7 @@ its claim on bare `/v1` requests; and an upstream of the user's, which knows the
 
 from __future__ import annotations
 
+import fnmatch
 from typing import Any
 
 import pytest
@@ -258,3 +259,10 @@ def test_a_path_below_the_base_path_goes_upstream_as_it_came(path: str) -> None:
 def test_a_path_that_could_reach_above_the_base_path_is_refused(path: str) -> None:
     with pytest.raises(BadPath):
         check_path(path)
+
+
+@pytest.mark.parametrize("name", ["azure", "bedrock", "vertex"])
+def test_a_clouds_default_url_is_one_of_the_hosts_the_forward_proxy_intercepts(name: str) -> None:
+    provider = BUILTIN[name]
+    host = provider.base_url.split("://", 1)[1]
+    assert any(fnmatch.fnmatchcase(host, pattern) for pattern in provider.hosts)

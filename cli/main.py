@@ -48,6 +48,7 @@ def serve(
     record_failures: Annotated[
         bool | None, option("record_failures", "--no-record-failures")
     ] = None,
+    resign: Annotated[str | None, option("resign")] = None,
     replay_timing: Annotated[str | None, option("replay_timing")] = None,
     repeat: Annotated[str | None, option("repeat")] = None,
     strict_order: Annotated[bool | None, option("strict_order", "--any-order")] = None,

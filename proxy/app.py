@@ -39,6 +39,7 @@ from tapeproxy.sources import load_tool_settings
 from tapeproxy.store import open_store
 from tapeproxy.store.protocol import CassetteStore
 from tapeproxy.upstream.lazy import LazyUpstream
+from tapeproxy.upstream.signing import Signing
 
 log = logging.getLogger("tapeproxy")
 
@@ -67,7 +68,7 @@ class Server:
         @asynccontextmanager
         async def lifespan(app: Starlette) -> AsyncIterator[None]:
             upstream = LazyUpstream(settings.connect_timeout, settings.read_timeout)
-            engine.upstream = upstream
+            engine.upstream = Signing(upstream, settings.resign)
             if settings.mode is not Mode.REPLAY:  # it will go live: made now, not then
                 await upstream.make()
             try:

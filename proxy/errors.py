@@ -12,6 +12,7 @@
      |    +-- StoreUnreachable  the cassette store cannot be reached, and no local copy (422)
      +-- CassetteCorrupt      an exchange file that cannot be read back (422)
  +-- ClientGone           the client left before its answer was whole (499, never seen)
+     +-- NeedsResign          a SigV4-signed request going live with no --resign aws (400)
      +-- UpstreamError        the upstream did not answer properly
           +-- UpstreamUnreachable   connection refused, reset, DNS (502)
           +-- UpstreamTimeout       no answer in time (504)
@@ -72,6 +73,14 @@ class BodyTooLarge(TapeproxyError):
 class UnknownUpstream(TapeproxyError):
     status = 404
     error_type = "unknown_upstream"
+
+
+class NeedsResign(TapeproxyError):
+    """A request signed for tapeproxy's own host (SigV4 covers the host) that would go live:
+    the real host would refuse its signature."""
+
+    status = 400
+    error_type = "needs_resign"
 
 
 class CassetteMiss(TapeproxyError):

@@ -65,6 +65,9 @@ class Settings(BaseModel):
     record_failures: bool = Field(
         False, description="Also record 429/5xx answers and streams cut short."
     )
+    resign: str | None = Field(
+        None, pattern="^aws$", description="aws: re-sign SigV4 requests going live (Bedrock)."
+    )
     replay_timing: str = Field(
         "none", description="none, recorded, or a factor (0.5 = twice as fast) for stream frames."
     )

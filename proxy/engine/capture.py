@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from tapeproxy.engine.keying import RequestParts
 from tapeproxy.engine.spool import Spool
+from tapeproxy.exchange import eventframes
 from tapeproxy.exchange.framing import FrameSplitter, dialect_for, ends_answer, json_document
 from tapeproxy.exchange.layout import Outcome
 from tapeproxy.providers.base import Provider
@@ -110,9 +111,16 @@ class Capture:
         # CRLF), yet its client has it whole: it counts too.
         pending = splitter.pending
         held = pending.decode("utf-8", "replace") if pending.endswith(b"\r") else ""
-        frames = (raw.decode("utf-8", "replace") for raw in reversed(self._recent))
+        frames = map(self._text, reversed(self._recent))
         signs = self.provider.frame_signs
         return ends_answer(splitter.dialect, itertools.chain([held], frames), signs)
+
+    def _text(self, raw: bytes) -> str:
+        """A frame as its dialect's tests read it: an eventstream message made readable
+        (on the event loop: one larger than RECENT_BYTES is not, and says nothing)."""
+        if self.splitter is not None and self.splitter.dialect == "eventstream":
+            return (eventframes.readable(raw) if len(raw) <= RECENT_BYTES else None) or ""
+        return raw.decode("utf-8", "replace")
 
     def _json_whole(self, pending: bytes) -> bool:
         """A streamed JSON document is whole when it parses; one spooled past SPOOL_AFTER is

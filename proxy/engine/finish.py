@@ -16,15 +16,16 @@ from typing import Any
 
 from tapeproxy.engine import jsonrpc
 from tapeproxy.engine.capture import Capture
+from tapeproxy.exchange import eventframes
 from tapeproxy.exchange.bodies import response_payload, textual
 from tapeproxy.exchange.framing import (
     Dialect,
     FrameSigns,
     json_document,
-    json_items,
     read_frame,
     read_item,
 )
+from tapeproxy.exchange.jsonitems import json_items
 from tapeproxy.exchange.layout import (
     SCHEMA_VERSION,
     STREAMED,
@@ -195,6 +196,7 @@ def _finish_spooled(capture: Capture, cut: bool, truncated: bool, ms: int) -> Fi
 
 
 def _frames(capture: Capture) -> Iterator[Record]:
+    dialect = capture.splitter.dialect if capture.splitter is not None else "chunks"
     pieces = capture.spool.pieces(iter(capture.lengths))
     for count, (ms, raw) in enumerate(zip(capture.times, pieces, strict=True)):
         if count % YIELD_EVERY == YIELD_EVERY - 1:
@@ -202,7 +204,7 @@ def _frames(capture: Capture) -> Iterator[Record]:
             # and the event loop's thread, once it lets go of it, barely gets it back
             # (health took 1.4 s): hand it over now and then.
             time.sleep(0)
-        yield _frame(ms, raw)
+        yield _frame(ms, raw, dialect)
 
 
 def _utf8(capture: Capture) -> bool:
@@ -286,7 +288,11 @@ def _stream_meaning(
     return [m.payload for m in meanings], any(m.error for m in meanings)
 
 
-def _frame(ms: int, raw: bytes) -> Record:
+def _frame(ms: int, raw: bytes, dialect: Dialect) -> Record:
+    if dialect == "eventstream":  # stored readable where that gives back its very bytes
+        text = eventframes.readable(raw)
+        if text is not None:
+            return frame(ms, text)
     try:
         return frame(ms, raw.decode("utf-8"))
     except UnicodeDecodeError:

@@ -80,5 +80,8 @@ def refusal(provider: Provider, report: dict[str, Any], body: Payload) -> Refuse
         return as_rpc
     error = CassetteMiss(report["message"])
     shaped = provider.error_body(error.error_type, error.message, error.status)
-    shaped["error"]["details"] = {k: v for k, v in report.items() if k != "message"}
+    # Beside the message: inside `error`, or at the top of a flat shape (AWS's).
+    holder = shaped.get("error")
+    holder = holder if isinstance(holder, dict) else shaped
+    holder["details"] = {k: v for k, v in report.items() if k != "message"}
     return Refuse(error, shaped)

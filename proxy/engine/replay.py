@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from tapeproxy.exchange import eventframes
 from tapeproxy.exchange.bodies import Payload, payload_bytes
 from tapeproxy.exchange.head import head_problem
 from tapeproxy.exchange.model import Exchange, Frame, Outcome
@@ -22,7 +23,11 @@ def header_pairs(headers: dict[str, str | list[str]]) -> list[tuple[str, str]]:
     return [(k, one) for k, v in headers.items() for one in (v if isinstance(v, list) else [v])]
 
 
-def frame_bytes(frame: Frame) -> bytes:
+def frame_bytes(frame: Frame, dialect: str | None = None) -> bytes:
+    """A stored frame's bytes: its text (an eventstream message's readable text encoded back
+    to the message) or base64. ValueError for one that cannot be."""
+    if frame.text is not None and dialect == "eventstream":
+        return eventframes.wire(frame.text)
     if frame.text is not None:
         return frame.text.encode("utf-8")
     return base64.b64decode(frame.base64 or "")
@@ -88,7 +93,10 @@ class Replay:
                 headers.append(("content-length", str(len(body))))
             frames = ((0, body),) if body else ()
         else:
-            frames = tuple((frame.ms, frame_bytes(frame)) for frame in response.frames)
+            try:
+                frames = tuple((f.ms, frame_bytes(f, response.dialect)) for f in response.frames)
+            except ValueError as exc:
+                raise ValueError(f"response.frames: {exc}") from exc
         return cls(
             status=response.status,
             headers=_encoded(headers),

@@ -7,7 +7,7 @@ import base64
 import json
 import re
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from tapeproxy.engine import jsonrpc
 from tapeproxy.exchange.framing import Dialect, frame_payload, json_document
@@ -34,8 +34,8 @@ def payloads(exchange: Exchange) -> list[Any]:
     JSON array (Gemini's `streamGenerateContent` without `alt=sse`) gives its items."""
     response = exchange.response
     if response.frames is not None:
-        if response.dialect in ("sse", "ndjson"):
-            dialect: Dialect = "sse" if response.dialect == "sse" else "ndjson"
+        if response.dialect in ("sse", "ndjson", "eventstream"):
+            dialect = cast(Dialect, response.dialect)
             decoded = [frame_payload(dialect, frame_text(f)) for f in response.frames]
             return [payload for payload in decoded if payload is not None]
         return json_document("".join(map(frame_text, response.frames)).encode()) or []

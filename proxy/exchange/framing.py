@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-import codecs
-import itertools
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from tapeproxy.exchange import eventframes
+from tapeproxy.exchange.eventstream import PRELUDE, EventStreamError, message_length
+
 # sse: events; ndjson: lines; chunks: raw pieces of any chunked answer; json: raw pieces of
-# one JSON document streamed piecewise (Gemini's streamGenerateContent without alt=sse).
-Dialect = Literal["sse", "ndjson", "chunks", "json"]
+# one JSON document streamed piecewise (Gemini's streamGenerateContent without alt=sse);
+# eventstream: AWS's binary messages (Bedrock), each stored readable (exchange.eventframes).
+Dialect = Literal["sse", "ndjson", "chunks", "json", "eventstream"]
 
 _LINE_END = re.compile(rb"[\r\n]")
 _SSE_LINES = re.compile(r"\r\n|\r|\n")
@@ -66,6 +68,8 @@ def dialect_for(content_type: str, chunked: bool, asks_stream: bool = False) -> 
         return "sse"
     if "ndjson" in lowered or "jsonl" in lowered:
         return "ndjson"
+    if "vnd.amazon.eventstream" in lowered:
+        return "eventstream"
     if "json" in lowered:
         # Ordinary JSON answers come chunked too; they stay one readable JSON body.
         return "json" if chunked and asks_stream else None
@@ -82,6 +86,7 @@ class FrameSplitter:
         self._buffer = bytearray()
         self._scanned = 0  # the buffer up to here holds no frame end
         self._line_start = 0  # SSE: where the line being scanned starts
+        self.broken = False  # eventstream: a malformed prelude; the rest passes as it comes
 
     @property
     def pending(self) -> bytes:
@@ -90,6 +95,8 @@ class FrameSplitter:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         self._buffer += chunk
+        if self.broken:
+            return [self._take(len(self._buffer))] if self._buffer else []
         if self.dialect in ("chunks", "json"):
             whole = _whole_utf8(self._buffer)
             return [self._take(whole)] if whole else []
@@ -115,7 +122,19 @@ class FrameSplitter:
                 self._scanned = len(self._buffer)
                 return None
             return index + 1
+        if self.dialect == "eventstream":
+            return self._message_end() if len(self._buffer) >= PRELUDE else None
         return self._sse_end()
+
+    def _message_end(self) -> int | None:
+        """Where the first eventstream message ends, by its checked prelude; a malformed one
+        (over the limits, say) is never waited for: the rest passes on as it comes."""
+        try:
+            total = message_length(bytes(self._buffer[:PRELUDE]))
+        except EventStreamError:
+            self.broken = True
+            return len(self._buffer)
+        return total if len(self._buffer) >= total else None
 
     def _sse_end(self) -> int | None:
         """Where the first event ends: after an empty line. Per the SSE spec a line ends with
@@ -170,8 +189,18 @@ def frame_data(dialect: Dialect, frame: str) -> tuple[str, str | None]:
 
 
 def frame_payload(dialect: Dialect, frame: str) -> Any:
-    """The JSON a frame carries (an SSE event's data, an NDJSON line), or None."""
-    return _decoded(frame_data(dialect, frame)[1])
+    """The JSON a frame carries (an SSE event's data, an NDJSON line, an eventstream
+    message's payload), or None."""
+    return _said(dialect, frame)[1]
+
+
+def _said(dialect: Dialect, frame: str) -> tuple[str, Any, str | None]:
+    """A frame's event type, JSON and data (None when it carries none)."""
+    if dialect == "eventstream":
+        event, payload, text = eventframes.meaning(frame)
+        return event or "message", payload, text or None
+    event, data = frame_data(dialect, frame)
+    return event, _decoded(data), data
 
 
 def _decoded(text: str | None) -> Any:
@@ -195,8 +224,8 @@ class Meaning:
 def read_frame(dialect: Dialect, frame: str, signs: FrameSigns) -> Meaning:
     """A frame's meaning by the provider's `signs`. Final frames are the ones after which a
     client has the whole answer and may hang up; an error frame is final too."""
-    event, data = frame_data(dialect, frame)
-    return _judged(signs, event, _decoded(data), data or "")
+    event, payload, data = _said(dialect, frame)
+    return _judged(signs, event, payload, data or "")
 
 
 def read_item(payload: Any, signs: FrameSigns) -> Meaning:
@@ -213,11 +242,12 @@ def ends_answer(dialect: Dialect, newest_first: Iterable[str], signs: FrameSigns
     """Whether the last frame that says anything is final (a ping, a comment or a blank line
     after it does not count). It stops at that frame: O(1), not a parse of the stream."""
     for frame in newest_first:
-        event, data = frame_data(dialect, frame)
-        meaning = _judged(signs, event, _decoded(data), data or "")
+        event, payload, data = _said(dialect, frame)
+        meaning = _judged(signs, event, payload, data or "")
         if meaning.final:
             return True
-        if data is not None and not signs.idle(event, meaning.payload, data):
+        says = data is not None or payload is not None
+        if says and not signs.idle(event, meaning.payload, data or ""):
             return False
     return False
 
@@ -230,49 +260,3 @@ def json_document(body: bytes) -> list[Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, list) else [value]
-
-
-MAX_ITEM = 8 * 1024 * 1024  # an item of a streamed JSON array larger than this is not parsed
-
-
-def json_items(pieces: Iterable[bytes]) -> Iterator[Any]:
-    """The elements of a streamed JSON array read piece by piece, each parsed alone (a
-    document too large to parse whole); it stops at an element it cannot read, or one
-    larger than MAX_ITEM. A document that is no array yields nothing."""
-    decoder = json.JSONDecoder()
-    chars = codecs.getincrementaldecoder("utf-8")("replace")
-    text, started = "", False
-    for piece in itertools.chain(pieces, [None]):
-        last = piece is None
-        text += chars.decode(piece or b"", final=last)
-        at = 0
-        while True:
-            while at < len(text) and (text[at].isspace() or (started and text[at] == ",")):
-                at += 1
-            if at == len(text):
-                break
-            if not started:
-                if text[at] != "[":
-                    return
-                started, at = True, at + 1
-                continue
-            if text[at] == "]":
-                return
-            try:
-                item, end = decoder.raw_decode(text, at)
-            except ValueError:
-                if last or len(text) - at > MAX_ITEM:
-                    return
-                break
-            # An element is whole once a `,` or `]` follows it: a number at the end of the
-            # text so far (`1` of `10`, `1.5` of `1.5e-7`) may go on in the next piece.
-            after = end
-            while after < len(text) and text[after].isspace():
-                after += 1
-            if after == len(text) or text[after] not in ",]":
-                if last or len(text) - at > MAX_ITEM:
-                    return
-                break
-            at = end
-            yield item
-        text = text[at:]

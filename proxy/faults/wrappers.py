@@ -12,6 +12,7 @@ from typing import Any
 from tapeproxy.engine.hangup import Gone, Watch
 from tapeproxy.engine.inbound import Chunks, Live, Serve
 from tapeproxy.errors import UpstreamCut
+from tapeproxy.exchange.eventstream import EventStreamError, Message, decode, encode
 from tapeproxy.exchange.framing import FrameSplitter, dialect_for
 from tapeproxy.faults.spec import FaultSpec
 
@@ -33,7 +34,7 @@ def spoiled(
         status, headers, inner = answer.status, list(answer.headers), answer.chunks
     content_type = next((v for k, v in headers if k == b"content-type"), b"")
     dialect = dialect_for(content_type.decode("latin-1"), chunked=False)
-    stream = dialect in ("sse", "ndjson")
+    stream = dialect in ("sse", "ndjson", "eventstream")
     if spec.kind == "malformed":
         headers = [(k, v) for k, v in headers if k != b"content-length"]
     headers.append((b"x-tapeproxy-fault", spec.text.encode("latin-1", "replace")))
@@ -45,6 +46,8 @@ def spoiled(
     else:
         pieces = aiter(inner)
     chunks = Spoiled(spec, pieces, stream, inner, cut, gone, ended)
+    if dialect == "eventstream":
+        chunks.farewell, chunks.spoil = cut_event(spec.text), broken_message
     return Live(status, headers, chunks, held=True)
 
 
@@ -87,6 +90,18 @@ def broken(data: bytes) -> bytes:
     return half + b"}"  # (a whole document in half of it: a trailing brace breaks it)
 
 
+def broken_message(frame: bytes) -> bytes | None:
+    """An eventstream message that stays one, CRCs valid, with its JSON payload broken; None
+    when it is no message or carries no JSON."""
+    try:
+        message = decode(frame)
+    except EventStreamError:
+        return None
+    if not message.payload.startswith(b"{"):
+        return None
+    return encode(Message(message.headers, broken(message.payload)))
+
+
 def broken_frame(frame: bytes) -> bytes | None:
     """A stream frame with its JSON payload broken, or None when it carries none."""
     at = frame.find(b"{")
@@ -96,10 +111,24 @@ def broken_frame(frame: bytes) -> bytes | None:
     return frame[:at] + broken(frame[at:end]) + frame[end:]
 
 
+def cut_event(text: str) -> bytes:
+    """An eventstream's failure mid-stream as AWS sends it: an exception message, which
+    botocore raises as the stream's error before the connection drops."""
+    headers = (
+        (":exception-type", "internalServerException"),
+        (":content-type", "application/json"),
+        (":message-type", "exception"),
+    )
+    message = f"tapeproxy fault {text}: the stream is cut here"
+    return encode(Message(headers, json.dumps({"message": message}).encode()))
+
+
 class Spoiled:
     """The chunks of a spoiled answer (see `spoiled`): a door iterates them like a relay's."""
 
     last = False
+    farewell = b""  # what a cut sends last (an eventstream's exception message)
+    spoil = staticmethod(broken_frame)  # how `malformed` breaks a stream's frame
 
     def __init__(
         self,
@@ -137,6 +166,8 @@ class Spoiled:
             after = int(self._spec["after"])
             async for piece in self._cut(after):
                 yield piece
+            if self.farewell:
+                yield self.farewell
             if self._ended is not None:
                 unit = "frame(s)" if self._stream else "byte(s)"
                 self._ended(f"cut by the fault after {after} {unit}, nothing recorded")
@@ -149,7 +180,7 @@ class Spoiled:
             if kind == "slow" and not first:
                 await pause(self._spec["gap"] / 1000, self._gone)
             first = False
-            bad = None if not spoil else broken_frame(piece) if self._stream else broken(piece)
+            bad = None if not spoil else self.spoil(piece) if self._stream else broken(piece)
             if bad is not None:
                 spoil = False
                 yield bad

@@ -28,8 +28,14 @@ SKEW = datetime.timedelta(days=1)
 
 def constraint(host: str) -> str:
     """The nameConstraints DNS name that permits `host`: `*.example.com` -> `example.com`
-    (RFC 5280: a DNS constraint permits the name and every name below it)."""
-    return host[2:] if host.startswith("*.") else host
+    (RFC 5280: a DNS constraint permits the name and every name below it); a pattern with a
+    `*` inside a label, the labels after the last such one (`bedrock-runtime.*.amazonaws.com`
+    -> `amazonaws.com`: a constraint cannot say "one label", so it permits that domain)."""
+    if host.startswith("*."):
+        return host[2:]
+    labels = host.split(".")
+    wild = [i for i, label in enumerate(labels) if "*" in label]
+    return ".".join(labels[wild[-1] + 1 :]) if wild else host
 
 
 class RunCA:

@@ -4,6 +4,7 @@ refuses, or lets a CONNECT reach (pure, but for the generic upstreams `--interce
 from __future__ import annotations
 
 import ipaddress
+from fnmatch import fnmatchcase
 from collections.abc import MutableMapping
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -31,10 +32,17 @@ def dns_host(url: str) -> str | None:
 
 
 def matches(pattern: str, host: str) -> bool:
-    """`*.example.com` matches every name below example.com; any other pattern only itself."""
+    """`*.example.com` matches every name below example.com; a `*` inside a label (a
+    provider row's `bedrock-runtime.*.amazonaws.com`) any run of name characters in that one
+    label; any other pattern only itself."""
     if pattern.startswith("*."):
         return host.endswith(pattern[1:])
-    return host == pattern
+    if "*" not in pattern:
+        return host == pattern
+    labels, names = pattern.split("."), host.split(".")
+    return len(labels) == len(names) and all(
+        fnmatchcase(name, label) for label, name in zip(labels, names, strict=True)
+    )
 
 
 def check_pattern(pattern: str, addresses: bool = False) -> str:

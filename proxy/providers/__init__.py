@@ -10,7 +10,7 @@ from typing import Any
 from tapeproxy.engine import jsonrpc
 from tapeproxy.engine.rules import MatchRules, build_rules
 from tapeproxy.exchange.framing import FrameSigns
-from tapeproxy.providers import anthropic, gemini, mistral, ollama, openai
+from tapeproxy.providers import anthropic, azure, bedrock, gemini, mistral, ollama, openai, vertex
 from tapeproxy.providers.base import Provider, TextField
 
 BUILTIN: Mapping[str, Provider] = {
@@ -21,6 +21,9 @@ BUILTIN: Mapping[str, Provider] = {
         gemini.PROVIDER,
         ollama.PROVIDER,
         mistral.PROVIDER,
+        azure.PROVIDER,
+        bedrock.PROVIDER,
+        vertex.PROVIDER,
     )
 }
 # Where a bare `/v1` request goes when no built-in claims it.
@@ -30,11 +33,16 @@ BARE_V1_DEFAULT = "openai"
 def stream_text_fields(payload: Any) -> Iterator[TextField]:
     """The text fields of a stream payload in any built-in dialect: a gateway may speak any
     of them, and a frame's shape tells its dialect (`tapeproxy redact` has no upstream table)."""
+    # Each reader once, each field once: a cloud reads its models' own dialects too (Vertex
+    # Gemini's and Anthropic's), so two readers may find one field.
+    readers = {provider.text_fields: None for provider in BUILTIN.values()}
     seen = set()
-    for provider in BUILTIN.values():
-        if provider.text_fields not in seen:
-            seen.add(provider.text_fields)
-            yield from provider.text_fields(payload)
+    for reader in readers:
+        for found in reader(payload):
+            channel, holder, name = found
+            if (channel, id(holder), name) not in seen:
+                seen.add((channel, id(holder), name))
+                yield found
 
 
 def generic(name: str, url: str) -> Provider:

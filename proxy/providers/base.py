@@ -108,9 +108,10 @@ class Provider:
 
     name: str
     base_url: str
-    # The host names the forward proxy decrypts for it, whatever URL it was given
-    # (`*.example.com` for every name below one): `--upstream openai=URL` still owns
-    # api.openai.com, so a client that hard-codes it reaches that URL.
+    # Its real hosts, as patterns: what the forward proxy decrypts for it, whatever URL it was
+    # given (`--upstream openai=URL` still owns api.openai.com, so a client that hard-codes it
+    # reaches that URL). `*.example.com`: every name below example.com; a `*` inside a label:
+    # any run of name characters in that label (`bedrock-runtime.*.amazonaws.com`).
     hosts: tuple[str, ...] = ()
     # Default match rules: the headers that change the answer, the body fields that never do.
     rules: MatchRules = field(default_factory=MatchRules)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tapeproxy.exchange import eventframes
 from tapeproxy.exchange.layout import Record
 from tapeproxy.providers import stream_text_fields
 from tapeproxy.redaction.percent import decoded_with_starts, escaped, raw_spans
@@ -166,9 +167,20 @@ class Frame:
     head: str
     parsed: Parsed
     tail: str
+    message: bool = False  # an eventstream message: its text is the readable record
+
+    @property
+    def payload(self) -> Any:
+        """What the provider's text fields are read in (an eventstream message's payload)."""
+        if self.message:
+            return eventframes.payload_of(self.parsed.payload)
+        return self.parsed.payload
 
     @classmethod
     def read(cls, text: str, dialect: str | None) -> Frame | None:
+        if dialect == "eventstream":  # its text is one JSON object: the message readable
+            parsed = Parsed.read(text)
+            return None if parsed is None else cls("", parsed, "", message=True)
         if dialect == "ndjson":
             body = text.rstrip("\r\n")
             start = len(body) - len(body.lstrip())
@@ -199,9 +211,7 @@ def joined_frames(
     if not patterns:
         return frames
     read = [Frame.read(f["text"], dialect) if f.get("text") else None for f in frames]
-    numbered = (
-        (n, one.parsed.payload, one.parsed) for n, one in enumerate(read) if one is not None
-    )
+    numbered = ((n, one.payload, one.parsed) for n, one in enumerate(read) if one is not None)
     changed = scrub_joined(numbered, patterns, worth)
     return [
         {**f, "text": one.written()} if n in changed and one is not None else f
@@ -225,7 +235,7 @@ def frame_text(
 ) -> str:
     """One frame's raw text scrubbed alone: an SSE event's data lines and an NDJSON line as
     JSON (keeping the frame valid), a raw chunk (or a piece of a JSON document) as text."""
-    if dialect == "ndjson":
+    if dialect in ("ndjson", "eventstream"):  # an eventstream frame's text is one JSON object
         body = text.rstrip("\r\n")
         return json_text(body) + text[len(body) :] if body.strip() else text
     if dialect != "sse":

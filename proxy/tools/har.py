@@ -11,8 +11,9 @@ from collections.abc import Iterator, Mapping
 from typing import IO, Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
+from tapeproxy.exchange import eventframes
 from tapeproxy.exchange.bodies import Payload, payload_bytes
-from tapeproxy.exchange.model import Exchange
+from tapeproxy.exchange.model import Exchange, StoredResponse
 from tapeproxy.providers.base import Provider
 from tapeproxy.settings import RESERVED_NAMES, UPSTREAM_NAME
 from tapeproxy.store.protocol import CassetteStore
@@ -102,10 +103,26 @@ def _post_data(post: Mapping[str, Any] | None) -> bytes:
     return urlencode(params).encode("utf-8")
 
 
-def _frame_bytes(frame: Mapping[str, Any]) -> bytes:
+def _frame_bytes(frame: Mapping[str, Any], dialect: str | None = None) -> bytes:
+    """A frame's bytes on the wire (an eventstream message's from its readable text)."""
+    if frame.get("text") is not None and dialect == "eventstream":
+        return eventframes.wire(str(frame["text"]))
     if frame.get("text") is not None:
         return str(frame["text"]).encode("utf-8")
     return base64.b64decode(frame.get("base64") or "")
+
+
+def _frames_out(response: StoredResponse) -> list[dict[str, Any]]:
+    """A stream's frames as HAR keeps them: an eventstream's as the bytes they go as."""
+    if response.dialect != "eventstream":
+        return [f.model_dump(exclude_none=True) for f in response.frames or ()]
+    return [
+        {
+            "ms": f.ms,
+            "base64": base64.b64encode(_frame_bytes(f.model_dump(), "eventstream")).decode(),
+        }
+        for f in response.frames or ()
+    ]
 
 
 def write_har(
@@ -154,7 +171,7 @@ def har_entry(exchange: Exchange, providers: Mapping[str, Provider]) -> dict[str
     response = exchange.response
     ours: dict[str, Any] = {"upstream": exchange.request.upstream, "seq": exchange.seq}
     if response.frames is not None:
-        ours["frames"] = [f.model_dump(exclude_none=True) for f in response.frames]
+        ours["frames"] = _frames_out(response)
     if response.end_ms is not None:
         ours["end_ms"] = response.end_ms
     return {
@@ -234,7 +251,7 @@ def _answer(exchange: Exchange) -> tuple[bytes, dict[str, Any]]:
     """The answer's bytes (a stream's joined) and its HAR content: text where it is UTF-8."""
     response = exchange.response
     if response.frames is not None:
-        data = b"".join(_frame_bytes(f.model_dump()) for f in response.frames)
+        data = b"".join(_frame_bytes(f.model_dump(), response.dialect) for f in response.frames)
     else:
         data = payload_bytes(Payload.from_dict(response.body))
     headers = {k: v for k, v in response.headers.items() if isinstance(v, str)}

@@ -20,13 +20,15 @@ class Outbound:
     url: str
     headers: Sequence[tuple[bytes, bytes]]  # each byte as the client sent it
     body: bytes
+    host: bytes = b""  # the Host the client sent (a signature may cover it)
 
     @classmethod
     def of(
         cls, upstream: str, method: str, url: str, raw: Sequence[tuple[bytes, bytes]], body: bytes
     ) -> Outbound:
         """The client's request as it goes upstream: same method and body, headers cleaned."""
-        return cls(upstream, method, url, forward_headers(raw), body)
+        host = next((v for k, v in raw if k.lower() == b"host"), b"")
+        return cls(upstream, method, url, forward_headers(raw), body, host)
 
 
 class UpstreamResponse(Protocol):

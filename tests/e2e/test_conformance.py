@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tapeproxy.exchange import eventframes
 from tapeproxy.providers import BUILTIN
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream
@@ -67,6 +68,13 @@ MESSAGES = {"model": "claude-test-1", "max_tokens": 64, "messages": USER}
 GEMINI = f"/v1beta/models/gemini-test:streamGenerateContent?key={SECRET_GEMINI}"
 CONTENTS = {"contents": [{"parts": [{"text": "hi there"}]}]}
 OLLAMA_CHAT = {"model": "llama3", "messages": USER}
+AZURE = "/openai/deployments/gpt-4o-mini/chat/completions?api-version=2024-10-21"
+AZURE_KEY = {"api-key": SECRET_OPENAI}
+CONVERSE = "/model/anthropic.claude-3-haiku-20240307-v1:0/converse"
+CONVERSE_BODY = {"messages": [{"role": "user", "content": [{"text": "hi there"}]}]}
+VERTEX = "/v1/projects/my-project/locations/europe-west4/publishers"
+VERTEX_KEY = {"authorization": f"Bearer {SECRET_GEMINI}"}
+ON_VERTEX = {"anthropic_version": "vertex-2023-10-16", "max_tokens": 64, "messages": USER}
 
 WIRES: Mapping[str, Wire] = {
     "openai": Wire(
@@ -114,6 +122,47 @@ WIRES: Mapping[str, Wire] = {
         },
         Call("/api/chat", {**OLLAMA_CHAT, "stream": False}),
     ),
+    "azure": Wire(
+        {
+            "deployment": Call(AZURE, CHAT_STREAM.body, AZURE_KEY, b"data: [DONE]", b"\n\n"),
+            "v1": Call(
+                "/openai/v1/chat/completions", CHAT_STREAM.body, AZURE_KEY, b"data: [DONE]", b"\n\n"
+            ),
+        },
+        Call(AZURE, CHAT_BODY, AZURE_KEY),
+    ),
+    # An eventstream's final message is Converse's `metadata` event.
+    "bedrock": Wire(
+        {"converse": Call(CONVERSE + "-stream", CONVERSE_BODY, final=b"metadata")},
+        Call(CONVERSE, CONVERSE_BODY),
+    ),
+    "vertex": Wire(
+        {
+            "gemini": Call(
+                f"{VERTEX}/google/models/gemini-test:streamGenerateContent?alt=sse",
+                CONTENTS,
+                VERTEX_KEY,
+                final=b'"finishReason"',
+                tail=b"\r\n\r\n",
+            ),
+            "gemini-json": Call(
+                f"{VERTEX}/google/models/gemini-test:streamGenerateContent",
+                CONTENTS,
+                VERTEX_KEY,
+                final=b"]",
+                tail=b"]",
+                apart=True,
+            ),
+            "anthropic": Call(
+                f"{VERTEX}/anthropic/models/claude-test@1:streamRawPredict",
+                {**ON_VERTEX, "stream": True},
+                VERTEX_KEY,
+                final=b"event: message_stop",
+                tail=b"\n\n",
+            ),
+        },
+        Call(f"{VERTEX}/google/models/gemini-test:generateContent", CONTENTS, VERTEX_KEY),
+    ),
 }
 
 
@@ -142,8 +191,12 @@ def stored(cassettes: Path) -> list[dict[str, Any]]:
 
 
 def frames_of(exchange: dict[str, Any]) -> bytes:
+    """The frames' bytes as replay sends them (an eventstream message's from its text)."""
+    readable = exchange["response"]["dialect"] == "eventstream"
     return b"".join(
-        f["text"].encode() if "text" in f else base64.b64decode(f["base64"])
+        (eventframes.wire(f["text"]) if readable else f["text"].encode())
+        if "text" in f
+        else base64.b64decode(f["base64"])
         for f in exchange["response"]["frames"]
     )
 
@@ -178,7 +231,7 @@ def test_a_streamed_answer_replays_byte_for_byte(
     assert replayed == live
     [exchange] = stored(cassettes)
     assert (exchange["request"]["upstream"], exchange["outcome"]) == (provider, "complete")
-    assert exchange["response"]["dialect"] in {"sse", "ndjson", "json"}
+    assert exchange["response"]["dialect"] in {"sse", "ndjson", "json", "eventstream"}
     assert len(exchange["response"]["frames"]) >= 2, "kept as frames, not one blob"
     assert frames_of(exchange) == live[2]
     assert exchange["usage"]["output_tokens"] > 0

@@ -45,7 +45,8 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
-from . import anthropic_wire, gemini_wire, ollama_wire, openai_wire
+from . import anthropic_wire, bedrock_wire, gemini_wire, ollama_wire, openai_wire
+from .sigv4 import SigV4Check
 from .wire import JsonOut, Out, StreamOut, WireRequest, dumps
 
 Route = Callable[[WireRequest], Out]
@@ -61,6 +62,13 @@ ROUTES: dict[tuple[str, str], Route] = {
 }
 GEMINI_PATH = re.compile(
     r"^/v1(?:beta)?/models/(?P<model>[^:]+):(?P<action>generateContent|streamGenerateContent)$"
+)
+# Azure OpenAI: a deployment's path, or the v1 path, both OpenAI's chat.
+AZURE_CHAT = re.compile(r"^/openai/(?:deployments/[^/]+|v1)/chat/completions$")
+# Vertex AI: Gemini and Anthropic models under a project and region.
+VERTEX_PATH = re.compile(
+    r"^/v1(?:beta1)?/projects/[^/]+/locations/[^/]+/publishers/(?P<publisher>google|anthropic)"
+    r"/models/(?P<model>[^:]+):(?P<action>[A-Za-z]+)$"
 )
 _STOP_TIMEOUT = 10.0
 
@@ -126,6 +134,8 @@ class FakeUpstream:
         self.cut_after: int | None = None
         self.end_delay = 0.0
         self.stream_error_after: int | None = None
+        # Bedrock paths need a valid SigV4 signature for this fake's own host, as AWS's do.
+        self.sigv4: SigV4Check | None = None
         self.frames_sent: list[float] = []
         self.hits: list[Hit] = []
         self.url = ""
@@ -209,6 +219,8 @@ class FakeUpstream:
         await web.TCPSite(runner, "127.0.0.1", 0).start()
         port = runner.addresses[0][1]
         self._runner, self.url = runner, f"http://127.0.0.1:{port}"
+        if self.sigv4 is not None:
+            self.sigv4.host = f"127.0.0.1:{port}"
 
     # ------------------------------------------------------------------ test API
 
@@ -236,6 +248,9 @@ class FakeUpstream:
             scripted = queue.popleft() if queue else None
         if scripted is not None:
             return self._scripted(scripted, out_headers)
+        refused = self._unsigned(request, hit)
+        if refused is not None:
+            return refused
         out = self.answer(hit)
         if isinstance(out, StreamOut):
             return await self._stream(request, out, out_headers)
@@ -245,6 +260,20 @@ class FakeUpstream:
     def answer(self, hit: Hit) -> Out:
         """The built-in answer to a request (a subclass may change it: tests.fakes.drifting)."""
         return _dispatch(hit)
+
+    def _unsigned(self, request: web.Request, hit: Hit) -> web.Response | None:
+        """AWS's 403 for a Bedrock request not signed for this host with the known keys."""
+        if self.sigv4 is None or not bedrock_wire.PATH.match(hit.path):
+            return None
+        problem = self.sigv4.problem(hit.method, request.raw_path, hit.headers, hit.body)
+        if problem is None:
+            return None
+        kind = "InvalidSignatureException" if "signature" in problem else "UnrecognizedClient"
+        headers = {
+            "x-amzn-errortype": f"{kind}:http://internal.amazon.com/coral/",
+            "content-type": "application/json",
+        }
+        return web.Response(status=403, body=dumps({"message": problem}), headers=headers)
 
     def _body(
         self, status: int, data: bytes, headers: CIMultiDict[str], *, compressible: bool
@@ -324,7 +353,25 @@ def _dispatch(hit: Hit) -> Out:
     match = GEMINI_PATH.match(hit.path)
     if match is not None and hit.method == "POST":
         return gemini_wire.generate_content(replace(request, params=match.groupdict()))
+    if AZURE_CHAT.match(hit.path) and hit.method == "POST":
+        return openai_wire.chat_completions(request)
+    match = bedrock_wire.PATH.match(hit.path)
+    if match is not None and hit.method == "POST":
+        return bedrock_wire.dispatch(replace(request, params=match.groupdict()))
+    match = VERTEX_PATH.match(hit.path)
+    if match is not None and hit.method == "POST":
+        return _vertex(replace(request, params=match.groupdict()))
     return _generic(hit, parsed)
+
+
+def _vertex(request: WireRequest) -> Out:
+    """Gemini's two actions, or Anthropic's rawPredict and streamRawPredict (the Anthropic
+    SDK puts `stream` in the body; `anthropic_version` rides in the body, not a header)."""
+    if request.params["publisher"] == "google":
+        return gemini_wire.generate_content(request)
+    headers = {**request.headers, "x-api-key": "vertex", "anthropic-version": "vertex"}
+    body = {**request.body, "model": request.params["model"]}
+    return anthropic_wire.messages(replace(request, body=body, headers=headers))
 
 
 def _generic(hit: Hit, parsed: Any) -> JsonOut:

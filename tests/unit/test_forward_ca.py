@@ -82,3 +82,12 @@ def test_the_bundle_holds_system_roots_and_the_run_ca() -> None:
     assert joined.endswith(ca.pem)
     assert joined.count(b"BEGIN CERTIFICATE") > 10
     assert b"PRIVATE KEY" not in joined
+
+
+def test_a_pattern_with_a_star_inside_a_label_is_constrained_to_the_domain_after_it() -> None:
+    ca = RunCA(["bedrock-runtime.*.amazonaws.com", "*-aiplatform.googleapis.com"])
+    ext = ca.certificate.extensions.get_extension_for_class(x509.NameConstraints)
+    permitted = {n.value for n in ext.value.permitted_subtrees or []}
+    assert permitted == {"amazonaws.com", "googleapis.com"}
+    assert ca.covers("bedrock-runtime.us-east-1.amazonaws.com")
+    assert not ca.covers("evil.com")

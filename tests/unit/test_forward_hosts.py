@@ -104,3 +104,14 @@ def test_proxy_authorization() -> None:
     assert not proxy_auth_ok([(b"proxy-authorization", b"Basic !!!")], TOKEN)
     assert not proxy_auth_ok([], TOKEN)
     assert not proxy_auth_ok([(b"proxy-authorization", f"Bearer {TOKEN}".encode())], None)
+
+
+def test_the_clouds_hosts_are_intercepted_label_by_label() -> None:
+    hosts = interception()
+    assert hosts.owner("bedrock-runtime.us-east-1.amazonaws.com") == "bedrock"
+    assert hosts.owner("europe-west4-aiplatform.googleapis.com") == "vertex"
+    assert hosts.owner("myres.openai.azure.com") == "azure"
+    # A `*` inside a label never crosses a dot, and names outside the patterns stay out.
+    assert hosts.owner("bedrock-runtime.a.b.amazonaws.com") is None
+    assert hosts.owner("s3.us-east-1.amazonaws.com") is None
+    assert hosts.owner("storage.googleapis.com") is None

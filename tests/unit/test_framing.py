@@ -22,10 +22,10 @@ from tapeproxy.exchange.framing import (
     frame_data,
     frame_payload,
     json_document,
-    json_items,
     read_frame,
     read_item,
 )
+from tapeproxy.exchange.jsonitems import json_items
 
 
 def split(dialect: Dialect, chunks: list[bytes]) -> list[bytes]:

@@ -3,6 +3,7 @@ its claim on bare `/v1` requests; and an upstream of the user's, which knows the
 
 from __future__ import annotations
 
+import fnmatch
 from typing import Any
 
 import pytest
@@ -100,7 +101,8 @@ def test_an_upstream_of_the_users_knows_the_frames_of_every_builtin(
 def test_only_anthropic_takes_a_ping_for_a_keep_alive() -> None:
     ping = 'event: ping\ndata: {"type": "ping"}\n\n'
     idle = {p.name: p.frame_signs.idle("ping", {"type": "ping"}, ping) for p in EVERY}
-    assert idle == {name: name in ("anthropic", "tool") for name in idle}
+    # Anthropic on Vertex streams Anthropic's events.
+    assert idle == {name: name in ("anthropic", "vertex", "tool") for name in idle}
 
 
 def request(path: str, body: Any) -> RequestParts:
@@ -133,7 +135,7 @@ def test_a_stream_true_body_asks_any_provider_for_a_stream(
 def test_a_streaming_method_in_the_path_is_gemini_s_and_any_user_upstream_s(
     provider: Provider,
 ) -> None:
-    knows = provider.name in ("gemini", "tool")
+    knows = provider.name in ("gemini", "vertex", "tool")
     assert provider.stream_path(GEMINI_STREAM) is knows
     assert provider.asks_to_stream(request(GEMINI_STREAM, {"contents": []})) is knows
     assert provider.stream_path(GEMINI_STREAM + "/x") is False
@@ -149,9 +151,9 @@ def test_every_provider_drops_the_volatile_http_headers(provider: Provider, head
 
 # header -> the built-ins that call it volatile
 OWN_VOLATILE = {
-    "openai-processing-ms": {"openai"},
+    "openai-processing-ms": {"openai", "azure"},
     "anthropic-organization-id": {"anthropic"},
-    "anthropic-ratelimit-requests-remaining": {"anthropic"},
+    "anthropic-ratelimit-requests-remaining": {"anthropic", "vertex"},
     "mistral-correlation-id": {"mistral"},
     "x-kong-request-id": {"mistral"},
     "x-kong-upstream-latency": {"mistral"},
@@ -257,3 +259,10 @@ def test_a_path_below_the_base_path_goes_upstream_as_it_came(path: str) -> None:
 def test_a_path_that_could_reach_above_the_base_path_is_refused(path: str) -> None:
     with pytest.raises(BadPath):
         check_path(path)
+
+
+@pytest.mark.parametrize("name", ["azure", "bedrock", "vertex"])
+def test_a_clouds_default_url_is_one_of_the_hosts_the_forward_proxy_intercepts(name: str) -> None:
+    provider = BUILTIN[name]
+    host = provider.base_url.split("://", 1)[1]
+    assert any(fnmatch.fnmatchcase(host, pattern) for pattern in provider.hosts)

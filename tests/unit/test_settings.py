@@ -36,6 +36,7 @@ SAMPLES: dict[str, tuple[str, list[str], Any]] = {
     ),
     "live": ("openai, ,gemini", ["--live", "openai", "--live", "gemini"], ("openai", "gemini")),
     "record_failures": ("true", ["--record-failures"], True),
+    "resign": ("aws", ["--resign", "aws"], "aws"),
     "replay_timing": ("0.5", ["--replay-timing", "0.5"], "0.5"),
     "repeat": ("cycle", ["--repeat", "cycle"], RepeatPolicy.CYCLE),
     "strict_order": ("1", ["--strict-order"], True),

@@ -1,0 +1,98 @@
+"""SigV4 on the way up: a request a client signed for tapeproxy's own host (the reverse route)
+is re-signed for the real host with botocore's signer and tapeproxy's own AWS credentials
+(`--resign aws`), or refused in one line; one signed for the real host (the forward proxy)
+goes as it came. Credentials are read only here, when a request goes live, and kept nowhere."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+from tapeproxy.errors import ConfigError, NeedsResign
+from tapeproxy.upstream.protocol import Outbound, Upstream, UpstreamResponse
+
+SIGV4 = b"AWS4-HMAC-SHA256"
+SERVICE = "bedrock"
+# The headers a SigV4 signature is made of: the client's are dropped before signing anew.
+SIGNATURE_HEADERS = frozenset(
+    {b"authorization", b"x-amz-date", b"x-amz-security-token", b"x-amz-content-sha256"}
+)
+_REGION = re.compile(r"^bedrock-runtime(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com$")
+
+NO_RESIGN = (
+    "this request is SigV4-signed for tapeproxy's own address, so the real host would refuse "
+    "it: record with --resign aws (tapeproxy re-signs with its own AWS credentials), or "
+    "through the forward proxy (tapeproxy run), which keeps the client's signature"
+)
+
+
+def region_of(host: str) -> str:
+    """The region to sign for: the host's (`bedrock-runtime.REGION.amazonaws.com`), else
+    AWS_REGION or AWS_DEFAULT_REGION; ConfigError naming them when there is none."""
+    found = _REGION.match(host)
+    region = found.group(1) if found else None
+    region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if not region:
+        raise ConfigError(f"--resign aws: no region in {host!r}; set AWS_REGION")
+    return region
+
+
+class Signing:
+    """An `Upstream` that sees to SigV4-signed requests before `inner` sends them."""
+
+    def __init__(self, inner: Upstream, resign: str | None) -> None:
+        self.inner = inner
+        self.resign = resign
+        self._session: Any = None  # botocore's session: its credential chain, made once
+
+    async def open(self, request: Outbound) -> UpstreamResponse:
+        auth = next((v for k, v in request.headers if k.lower() == b"authorization"), b"")
+        host = urlsplit(request.url).netloc
+        if not auth.startswith(SIGV4) or request.host.decode("latin-1") == host:
+            return await self.inner.open(request)
+        if self.resign != "aws":
+            raise NeedsResign(NO_RESIGN)
+        # The credential chain may read files or ask the instance metadata service.
+        return await self.inner.open(await asyncio.to_thread(self._signed, request))
+
+    def _signed(self, request: Outbound) -> Outbound:
+        from botocore.auth import SigV4Auth
+        from botocore.awsrequest import AWSRequest
+
+        credentials = self._credentials()
+        kept = [(k, v) for k, v in request.headers if k.lower() not in SIGNATURE_HEADERS]
+        aws = AWSRequest(
+            method=request.method,
+            url=request.url,
+            data=request.body,
+            headers={k.decode("latin-1"): v.decode("latin-1") for k, v in kept},
+        )
+        region = region_of(urlsplit(request.url).hostname or "")
+        SigV4Auth(credentials, SERVICE, region).add_auth(aws)
+        fresh = [
+            (name.encode("latin-1"), value.encode("latin-1"))
+            for name, value in aws.headers.items()
+            if name.lower().encode("latin-1") in SIGNATURE_HEADERS
+        ]
+        headers = [*kept, *fresh]
+        return Outbound(request.upstream, request.method, request.url, headers, request.body)
+
+    def _credentials(self) -> Any:
+        """The standard AWS chain of tapeproxy's own process (environment, profile, SSO,
+        container, instance), frozen for this one request; ConfigError when it finds none."""
+        try:
+            import botocore.session
+        except ImportError as exc:
+            raise ConfigError("--resign aws needs botocore: pip install 'tapeproxy[aws]'") from exc
+        if self._session is None:
+            # botocore logs where it found the credentials, and its signer what it signs.
+            logging.getLogger("botocore").setLevel(logging.WARNING)
+            self._session = botocore.session.Session()
+        found = self._session.get_credentials()
+        if found is None:
+            raise ConfigError("--resign aws: no AWS credentials in tapeproxy's environment")
+        return found.get_frozen_credentials()

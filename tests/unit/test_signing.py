@@ -1,0 +1,113 @@
+"""`Signing`, the SigV4 step before an upstream call: what it leaves alone, what it refuses,
+and a re-signature botocore's own arithmetic accepts for the real host and region."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+from tapeproxy.errors import ConfigError, NeedsResign
+from tapeproxy.upstream.protocol import Outbound, UpstreamResponse
+from tapeproxy.upstream.signing import Signing, region_of
+from tests.fakes.sigv4 import SigV4Check
+from tests.support.aws import CLIENT, TAPE
+
+HOST = "bedrock-runtime.eu-west-3.amazonaws.com"
+URL = f"https://{HOST}/model/m/converse"
+BODY = b'{"messages":[]}'
+
+
+class Keep:
+    """An upstream that keeps what it was asked to send."""
+
+    def __init__(self) -> None:
+        self.sent: list[Outbound] = []
+
+    async def open(self, request: Outbound) -> UpstreamResponse:
+        self.sent.append(request)
+        return None  # type: ignore[return-value]
+
+
+def signed_for(host: str) -> list[tuple[bytes, bytes]]:
+    """A client's request signed for `host`, as boto3 signs it."""
+    request = AWSRequest("POST", f"http://{host}/model/m/converse", data=BODY)
+    request.headers["content-type"] = "application/json"
+    SigV4Auth(Credentials(*CLIENT), "bedrock", "eu-west-3").add_auth(request)
+    return [
+        (k.lower().encode(), v.encode() if isinstance(v, str) else v)
+        for k, v in request.headers.items()
+    ]
+
+
+def opened(signing: Signing, headers: list[tuple[bytes, bytes]], host: bytes) -> Outbound:
+    inner = signing.inner
+    assert isinstance(inner, Keep)
+    asyncio.run(signing.open(Outbound("bedrock", "POST", URL, headers, BODY, host)))
+    return inner.sent[-1]
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name, value in zip(
+        ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"), TAPE, strict=True
+    ):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    for name in ("AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_an_unsigned_request_and_one_signed_for_the_real_host_go_as_they_came() -> None:
+    plain = [(b"authorization", b"Bearer abc"), (b"content-type", b"application/json")]
+    assert opened(Signing(Keep(), None), plain, b"127.0.0.1:8787").headers == plain
+    forward = signed_for(HOST)
+    assert opened(Signing(Keep(), None), forward, HOST.encode()).headers == forward
+
+
+def test_one_signed_for_tapeproxy_is_refused_without_resign_naming_the_two_ways() -> None:
+    with pytest.raises(NeedsResign, match=r"--resign aws.*tapeproxy run"):
+        opened(Signing(Keep(), None), signed_for("127.0.0.1:8787"), b"127.0.0.1:8787")
+
+
+def test_resign_signs_anew_for_the_real_host_and_its_region_with_tapeproxys_keys(
+    env: None,
+) -> None:
+    sent = opened(Signing(Keep(), "aws"), signed_for("127.0.0.1:8787"), b"127.0.0.1:8787")
+    headers = {k.decode().lower(): v.decode() for k, v in sent.headers}
+    assert f"Credential={TAPE[0]}/" in headers["authorization"]
+    assert "/eu-west-3/bedrock/aws4_request" in headers["authorization"]
+    assert headers["x-amz-security-token"] == TAPE[2]
+    assert CLIENT[2] not in str(sent.headers)
+    check = SigV4Check(*TAPE)
+    check.host = HOST
+    assert check.problem("POST", "/model/m/converse", headers, BODY) is None
+
+
+def test_the_region_comes_from_the_host_else_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    assert region_of("bedrock-runtime-fips.us-gov-west-1.amazonaws.com") == "us-gov-west-1"
+    with pytest.raises(ConfigError, match="AWS_REGION"):
+        region_of("127.0.0.1")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "ap-south-1")
+    assert region_of("127.0.0.1") == "ap-south-1"
+    monkeypatch.setenv("AWS_REGION", "eu-north-1")
+    assert region_of("127.0.0.1") == "eu-north-1"
+
+
+def test_no_credentials_in_tapeproxys_environment_is_one_line(
+    env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name)
+    with pytest.raises(ConfigError, match="no AWS credentials"):
+        opened(Signing(Keep(), "aws"), signed_for("127.0.0.1:8787"), b"127.0.0.1:8787")

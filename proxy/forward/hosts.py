@@ -4,8 +4,8 @@ refuses, or lets a CONNECT reach (pure, but for the generic upstreams `--interce
 from __future__ import annotations
 
 import ipaddress
-from fnmatch import fnmatchcase
 from collections.abc import MutableMapping
+from fnmatch import fnmatchcase
 from typing import Annotated
 from urllib.parse import urlsplit
 

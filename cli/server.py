@@ -83,6 +83,10 @@ def uvicorn_config(
         date_header=False,  # a live answer carries the upstream's Date; no second one
         timeout_keep_alive=keep_alive,
         http=HeadLimitedProtocol,  # httptools, with a cap and a deadline on each request's head
+        # WebSocket sessions (proxy/doors/sockets.py), on the websockets library's sans-I/O
+        # protocol (its legacy one is deprecated).
+        ws="websockets-sansio",
+        ws_max_size=settings.max_frame,  # a client frame past it closes the session with 1009
         # tapeproxy is reached directly, never through a proxy of its own: a client's
         # X-Forwarded-For must not change the address a request is judged by (a loopback
         # client claiming 8.8.8.8, or the reverse). It also saves a middleware per request.

@@ -20,6 +20,8 @@ from tapeproxy.engine.refusals import miss_report, out_of_order, refusal
 from tapeproxy.engine.replay import Replay, ReplayCache
 from tapeproxy.engine.run import Run
 from tapeproxy.engine.runs import Opened, Runs
+from tapeproxy.engine.session import Parts
+from tapeproxy.engine.sessions import Sessions
 from tapeproxy.engine.stats import Counters, RunSummary, Snapshot
 from tapeproxy.errors import CassetteCorrupt, TapeproxyError
 from tapeproxy.faults.layer import Faults
@@ -31,7 +33,7 @@ from tapeproxy.redaction.scrubber import Scrubber
 from tapeproxy.settings import Settings
 from tapeproxy.store.names import check_cassette_name, derived_name
 from tapeproxy.store.protocol import CassetteStore
-from tapeproxy.upstream.protocol import Upstream
+from tapeproxy.upstream.protocol import SocketUpstream, Upstream
 
 MAX_MISSES = 50
 log = logging.getLogger("tapeproxy")
@@ -67,6 +69,14 @@ class Engine:
         self.keeper = Keeper(
             store, self.runs.ledger, self.replays, self.counters, self.scrubber, failures
         )
+        self.sessions = Sessions(self._session_parts(), self.current)  # WebSockets
+
+    def _session_parts(self) -> Parts:
+        upstream = lambda: self.upstream if isinstance(self.upstream, SocketUpstream) else None  # noqa: E731
+        return Parts(
+            self.settings, self.keyer, self.runs, self.store, self.counters, self.keeper,
+            self.scrubber, self.rules, self.faults, self.misses, self._target, upstream,
+        )  # fmt: skip
 
     async def exchange(self, inbound: Inbound) -> Answer:
         """Serve it from the cassette, refuse it, or go live (and record, as planned)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -73,6 +74,25 @@ class Keeper:
         is not kept (a 429 the SDK retried) leaves no gap in the numbering."""
         loop = asyncio.get_running_loop()
         kept = await loop.run_in_executor(self.writer, self._write, target, capture, cut)
+        return self._counted(target, kept)
+
+    async def keep_whole(self, target: Target, build: Callable[[], Exchange]) -> str:
+        """Number and write an exchange `build` makes in a writer thread (a WebSocket
+        session, read back from its spool there); the outcome for the log line."""
+
+        def write() -> Kept:
+            try:
+                exchange = build()
+            except OSError as exc:
+                log.error("recording a session: its scratch file failed: %s", exc)
+                return Kept("not recorded (write failed)", failed=True)
+            return self._store(target.run, exchange.key, target.anew, Finished(exchange))
+
+        loop = asyncio.get_running_loop()
+        kept = await loop.run_in_executor(self.writer, write)
+        return self._counted(target, kept)
+
+    def _counted(self, target: Target, kept: Kept) -> str:
         if kept.failed:
             self.counters.errors += 1
             self.counters.write_failures += 1

@@ -82,14 +82,17 @@ def count_miss(parts: Parts, run: Run, report: dict[str, Any]) -> dict[str, Any]
     return report
 
 
-async def refuse(keyed: Keyed, peer: Peer, message: str, code: int = MISS_CLOSE) -> None:
-    """The provider's error event with the report, then a close naming the cassette."""
+async def refuse(
+    keyed: Keyed, peer: Peer, message: str, code: int = MISS_CLOSE, why: str = ""
+) -> None:
+    """The provider's error event with the report, then a close naming the cassette (a
+    miss) or saying `why`."""
     event_id = f"event_tapeproxy_{secrets.token_hex(8)}"
     kind = "cassette_miss" if code == MISS_CLOSE else "server_error"
     event = keyed.provider.sockets.error_event(kind, message, event_id)
     await peer.send(json.dumps(event))
-    why = f"cassette miss in {keyed.cassette!r}" if code == MISS_CLOSE else "tapeproxy fault"
-    await peer.close(code, why[:120])
+    reason = why or f"tapeproxy: cassette miss in {keyed.cassette!r}"
+    await peer.close(code, reason[:120])  # a close reason holds at most 123 bytes
 
 
 class Replay:

@@ -49,13 +49,14 @@ class Relay:
             log.warning("%s", message)
             self.p.counters.errors += 1
             await self.peer.accept(None)  # accepted, so the client reads why
-            await refuse(self.keyed, self.peer, message, ERROR_CLOSE)
+            await refuse(self.keyed, self.peer, message, ERROR_CLOSE, "tapeproxy: upstream error")
             self.tape.discard()
             return
         await self.peer.accept(sock.subprotocol)
         if self.fault is not None and self.fault.kind == "server_error":
             self.p.counters.faults += 1
-            await refuse(self.keyed, self.peer, "tapeproxy fault: server_error", ERROR_CLOSE)
+            why = "tapeproxy fault: server_error"
+            await refuse(self.keyed, self.peer, why, ERROR_CLOSE, why)
             await sock.close(1000)
             self.tape.discard()
             return

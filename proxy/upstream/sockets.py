@@ -12,6 +12,7 @@ import aiohttp
 from yarl import URL
 
 from tapeproxy.errors import UpstreamError
+from tapeproxy.redaction.secrets import redact_url
 from tapeproxy.upstream.protocol import Closed, Message, Outbound
 from tapeproxy.upstream.request import prepare
 
@@ -109,7 +110,8 @@ async def connect(
         )
     except aiohttp.WSServerHandshakeError as exc:
         raise UpstreamError(
-            f"upstream {request.upstream!r} refused the WebSocket upgrade: {exc.status}"
+            f"upstream {request.upstream!r} at {redact_url(request.url)} refused the WebSocket "
+            f"upgrade: {exc.status}"
         ) from exc
     except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
         raise client.failed(request, exc) from exc

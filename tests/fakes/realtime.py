@@ -5,7 +5,7 @@ WebSocket session tests: aiohttp on 127.0.0.1 (ephemeral port) in a thread of it
   ``session.update`` -> ``session.updated``; ``conversation.item.create`` ->
   ``conversation.item.created``; ``response.create`` -> ``response.created``, text deltas
   (``response.output_text.delta``) or audio deltas, then ``response.done`` with usage.
-- ``/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent`` speaks
+- ``/ws/google.ai.generativelanguage.VERSION.GenerativeService.BidiGenerateContent`` speaks
   Gemini Live: ``setup`` -> ``setupComplete``; ``clientContent`` -> ``serverContent`` parts,
   ``turnComplete``, ``usageMetadata``.
 - ``/echo`` echoes each frame (text or binary) and closes with 1000 on ``bye``.
@@ -26,8 +26,6 @@ from types import TracebackType
 from typing import Any
 
 from aiohttp import WSMsgType, web
-
-GEMINI_PATH = "/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent"
 
 
 class FakeRealtime:
@@ -66,7 +64,7 @@ class FakeRealtime:
         self._loop = asyncio.new_event_loop()
         app = web.Application()
         app.router.add_get("/v1/realtime", self._realtime)
-        app.router.add_get(GEMINI_PATH, self._gemini)
+        app.router.add_get("/ws/{method}", self._gemini)  # v1beta, v1 or v1alpha
         app.router.add_get("/echo", self._echo)
         self._runner = web.AppRunner(app)
         self._loop.run_until_complete(self._runner.setup())
@@ -238,18 +236,11 @@ def gemini_answers(event: dict[str, Any], n: int) -> list[Any]:
     """Gemini Live's answers to one client message."""
     if "setup" in event:
         return [{"setupComplete": {}}]
-    if "clientContent" not in event and "realtimeInput" not in event:
+    asks = ("clientContent", "client_content", "realtimeInput", "realtime_input")
+    if not any(name in event for name in asks):
         return []
     parts = [{"text": "Hi"}, {"text": f" from live session {n}."}]
     out: list[Any] = [{"serverContent": {"modelTurn": {"parts": [part]}}} for part in parts]
-    out.append({"serverContent": {"turnComplete": True}})
-    out.append(
-        {
-            "usageMetadata": {
-                "promptTokenCount": 7,
-                "responseTokenCount": 5 + n,
-                "totalTokenCount": 12 + n,
-            }
-        }
-    )
+    usage = {"promptTokenCount": 7, "responseTokenCount": 5 + n, "totalTokenCount": 12 + n}
+    out.append({"serverContent": {"turnComplete": True}, "usageMetadata": usage})
     return out

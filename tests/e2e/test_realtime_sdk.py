@@ -1,0 +1,87 @@
+"""The official openai SDK's Realtime client (`client.realtime.connect`) through tapeproxy:
+a text turn and an audio turn recorded against the fake Realtime server, replayed offline
+(the server stopped) to the same events; a changed prompt gets the miss error event."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from websockets.exceptions import ConnectionClosedError
+
+from tapeproxy.modes import Mode
+from tapeproxy.settings import Settings
+from tests.fakes.realtime import FakeRealtime
+from tests.support import ProxyServer
+
+
+@pytest.fixture
+def realtime() -> Iterator[FakeRealtime]:
+    with FakeRealtime() as fake:
+        yield fake
+
+
+def proxy(cassettes: Path, upstream: str, mode: str) -> ProxyServer:
+    values: dict[str, Any] = {"cassettes": str(cassettes), "upstream": {"openai": upstream}}
+    settings = Settings(port=0, mode=Mode(mode), shutdown_timeout=2, **values)
+    return ProxyServer(settings).start()
+
+
+async def turns(url: str, prompt: str) -> list[dict[str, Any]]:
+    """A text turn then an audio turn: every event the SDK hands the agent."""
+    client = openai.AsyncOpenAI(base_url=url + "/openai/v1", api_key="sk-proj-sdksecret0123456789")
+    got: list[dict[str, Any]] = []
+    try:
+        await converse(client, prompt, got)
+    except ConnectionClosedError as exc:  # after a miss: closed with 1008
+        got.append({"closed": exc.rcvd.code if exc.rcvd is not None else None})
+    return got
+
+
+async def converse(client: openai.AsyncOpenAI, prompt: str, got: list[dict[str, Any]]) -> None:
+    async with client.realtime.connect(model="gpt-realtime") as connection:
+        await connection.session.update(session={"type": "realtime", "instructions": prompt})
+        for modality in ("text", "audio"):
+            await connection.conversation.item.create(
+                item={
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": f"{prompt} ({modality})"}],
+                }
+            )
+            await connection.response.create(response={"output_modalities": [modality]})
+            async for event in connection:
+                got.append(event.to_dict())
+                if event.type == "response.done":
+                    break
+                if event.type == "error":
+                    return
+
+
+def test_the_sdk_records_and_replays_a_text_and_an_audio_turn_offline(
+    realtime: FakeRealtime, cassettes: Path
+) -> None:
+    recorder = proxy(cassettes, realtime.url, "record")
+    recorded = asyncio.run(turns(recorder.url, "Say hi"))
+    recorder.stop()
+    kinds = [event["type"] for event in recorded]
+    assert kinds[0] == "session.created" and kinds.count("response.done") == 2
+    assert "response.output_audio.delta" in kinds and "response.output_text.delta" in kinds
+    realtime.stop()
+    replayer = proxy(cassettes, realtime.url, "replay")
+    try:
+        assert asyncio.run(turns(replayer.url, "Say hi")) == recorded
+    finally:
+        replayer.stop()
+    replayer = proxy(cassettes, realtime.url, "replay")  # a new run: the recording unused
+    try:
+        changed = asyncio.run(turns(replayer.url, "Say bye"))
+    finally:
+        replayer.stop()
+    [error] = [event for event in changed if event.get("type") == "error"]
+    assert error["type"] == "error" and error["error"]["type"] == "cassette_miss"
+    assert '"Say hi" -> "Say bye"' in error["error"]["message"]

@@ -141,8 +141,8 @@ class Replay:
         if timing is not None and frame.ms > self.clock:
             await asyncio.sleep((frame.ms - self.clock) * timing / 1000)
         self.clock = max(self.clock, frame.ms)
-        if self.fault is not None and not await fault_step(self.p, self.fault, self.sent):
-            await self.peer.close(ERROR_CLOSE, "")
+        if self.fault is not None and not await fault_step(self.fault, self.sent):
+            await self.peer.close(ERROR_CLOSE, "tapeproxy fault: cut")
             return False
         await self.peer.send(message_of(frame))
         self.sent += 1
@@ -186,11 +186,14 @@ class Replay:
             await self.peer.close(end.code, end.reason)
 
 
-async def fault_step(parts: Parts, fault: FaultSpec, sent: int) -> bool:
-    """A session fault before server frame `sent`: False when it ends the session."""
-    if fault.kind == "cut" and sent >= int(fault.params.get("after", 0)):
-        parts.counters.faults += 1
-        return False
+async def fault_step(fault: FaultSpec, sent: int) -> bool:
+    """A session fault before server frame `sent`: False when it ends the session here
+    (`cut:after=N`: after N server frames); `slow` waits its ttfb before the first frame
+    and its gap before each other (ms)."""
+    if fault.kind == "cut":
+        return sent < int(fault["after"])
     if fault.kind == "slow":
-        await asyncio.sleep(fault.params.get("ms", 200) / 1000)
+        wait = fault["ttfb"] if sent == 0 else fault["gap"]
+        if wait:
+            await asyncio.sleep(wait / 1000)
     return True

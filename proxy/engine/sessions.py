@@ -25,6 +25,7 @@ from tapeproxy.engine.session import (
     refuse,
 )
 from tapeproxy.engine.socketrelay import Relay
+from tapeproxy.faults.spec import FaultSpec
 
 
 class Sessions:
@@ -46,9 +47,7 @@ class Sessions:
         keyed.inbound = inbound
         run = p.runs.loaded(keyed.cassette) or await p.runs.get(keyed.cassette, keyed.mode)
         fault = p.faults.schedule.draw(keyed.key, inbound.fault)
-        if fault is not None and fault.kind == "reset":
-            p.counters.faults += 1
-            await peer.close(ERROR_CLOSE, "tapeproxy fault: reset")  # before accept: refused
+        if fault is not None and await self._stand_in(keyed, run, fault, peer):
             return
         ask, seq = run.ask(keyed.key)
         ordinal = run.pick(keyed.key, ask, p.settings.repeat)
@@ -64,9 +63,31 @@ class Sessions:
             report = await self._report(keyed, run, ask)
             await peer.accept(None)
             await refuse(keyed, peer, report["message"])
-        else:
-            target = await p.target(keyed, step, run, seq)
+        else:  # a session a fault spoils is never written, as an HTTP answer is not
+            target = None if fault is not None else await p.target(keyed, step, run, seq)
             await Relay(self.p, keyed, target, peer, fault).run(protocols)
+
+    async def _stand_in(self, keyed: Keyed, run: Run, fault: FaultSpec, peer: Peer) -> bool:
+        """Count `fault`; answer in place of the session (True) for those that stand in:
+        `reset` and `timeout` refuse the upgrade, `server_error`, `rate_limit` and
+        `overloaded` send the provider's error event and close 1011. Else (`cut`, `slow`)
+        the session goes on, spoiled as it runs."""
+        counters = self.p.counters
+        counters.faults += 1
+        counters.faults_by_kind[fault.kind] = counters.faults_by_kind.get(fault.kind, 0) + 1
+        run.faults[fault.kind] += 1
+        keyed.trace.fault = fault.text
+        why = f"tapeproxy fault: {fault.kind}"
+        if fault.kind in ("reset", "timeout"):
+            keyed.trace.log("faulted", 403)
+            await peer.close(ERROR_CLOSE, why)  # before accept: the upgrade is refused
+            return True
+        if fault.kind in ("server_error", "rate_limit", "overloaded"):
+            keyed.trace.log("faulted", 101)
+            await peer.accept(None)
+            await refuse(keyed, peer, why, ERROR_CLOSE, why)
+            return True
+        return False
 
     async def _report(self, keyed: Keyed, run: Run, ask: int) -> dict[str, Any]:
         report = await miss_report(keyed, run, ask, self.p.store, self.p.rules)

@@ -53,13 +53,6 @@ class Relay:
             self.tape.discard()
             return
         await self.peer.accept(sock.subprotocol)
-        if self.fault is not None and self.fault.kind == "server_error":
-            self.p.counters.faults += 1
-            why = "tapeproxy fault: server_error"
-            await refuse(self.keyed, self.peer, why, ERROR_CLOSE, why)
-            await sock.close(1000)
-            self.tape.discard()
-            return
         if self.target is not None:
             self.target.run.begin_recording()
         try:
@@ -105,7 +98,7 @@ class Relay:
             got = await sock.receive()
             if isinstance(got, Closed):
                 return got
-            if self.fault is not None and not await fault_step(self.p, self.fault, self.sent):
+            if self.fault is not None and not await fault_step(self.fault, self.sent):
                 return Closed(None, "tapeproxy fault: cut")
             self.tape.add("server", got)
             await self.peer.send(got)
@@ -130,6 +123,7 @@ class Relay:
             self.p.counters.too_large += 1
             why = f"over --max-record ({self.tape.size:,} bytes)"
         elif end.cut and by == "client":
+            self.p.counters.aborted += 1
             why = "the client dropped the session without a close"
         elif (end.cut or end.code == 1009) and not self.p.settings.record_failures:
             why = "the upstream dropped it without a close" if end.cut else "a frame too big"

@@ -6,13 +6,14 @@ credentials never written, and the bad input and faults of sessions."""
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 from websockets.typing import Subprotocol
 
@@ -137,3 +138,145 @@ def test_an_upgrade_with_no_recording_is_accepted_and_refused_in_replay(serve: S
     assert error["error"]["type"] == "cassette_miss"
     assert "has no recording for GET openai /v1/realtime" in error["error"]["message"]
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+
+
+def echo_url(proxy: ProxyServer) -> str:
+    return ws_url(proxy, "/tool/echo")
+
+
+def test_binary_frames_record_and_replay_byte_for_byte(
+    realtime: FakeRealtime, serve: Serve, cassettes: Path
+) -> None:
+    recorder = serve(realtime.url, mode="record")
+    with connect(echo_url(recorder)) as ws:
+        ws.send(b"\x00\xffaudio")
+        recorded = ws.recv(timeout=10)
+        ws.send("bye")
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+    recorder.stop()
+    assert recorded == b"\x00\xffaudio\x01"
+    [file] = files(cassettes)
+    frames = json.loads(file.read_text())["session"]["frames"]
+    assert [(f["direction"], f["type"]) for f in frames] == [
+        ("client", "binary"),
+        ("server", "binary"),
+        ("client", "text"),
+    ]
+    realtime.stop()
+    with connect(echo_url(serve(mode="replay"))) as ws:
+        ws.send(b"\x00\xffaudio")
+        assert ws.recv(timeout=10) == recorded
+        ws.send("bye")
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+    assert closed.value.rcvd is not None
+    assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1000, "bye")
+
+
+def test_a_client_frame_over_max_frame_closes_the_session_with_1009(
+    realtime: FakeRealtime, serve: Serve, cassettes: Path
+) -> None:
+    proxy = serve(realtime.url, mode="record", max_frame=1024)
+    with connect(echo_url(proxy)) as ws:
+        ws.send("x" * 2048)
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+    proxy.stop()
+    assert files(cassettes) == []
+
+
+def test_a_server_frame_over_max_frame_closes_the_session_with_1009(
+    realtime: FakeRealtime, serve: Serve, cassettes: Path
+) -> None:
+    proxy = serve(realtime.url, mode="record", max_frame=1024)
+    with connect(echo_url(proxy)) as ws:
+        ws.send("big:4096")
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+    proxy.stop()
+    assert files(cassettes) == []  # not written: it did not end with a close
+
+
+def test_a_client_that_drops_mid_session_leaves_nothing_written(
+    realtime: FakeRealtime, serve: Serve, cassettes: Path
+) -> None:
+    proxy = serve(realtime.url, mode="record")
+    with connect(echo_url(proxy)) as ws:
+        ws.send("one")
+        ws.recv(timeout=10)
+        ws.socket.shutdown(socket.SHUT_RDWR)  # no close frame: the TCP connection just ends
+    for _ in range(1000):  # the proxy counts it once it has closed the upstream leg
+        if proxy.get("/__tapeproxy/stats")["aborted"]:
+            break
+    assert proxy.get("/__tapeproxy/stats")["aborted"] == 1
+    assert realtime.sessions == 1
+    proxy.stop()
+    assert files(cassettes) == []
+
+
+def test_an_upstream_that_drops_without_a_close_is_not_written(
+    realtime: FakeRealtime, serve: Serve, cassettes: Path
+) -> None:
+    realtime.drop_after = 2  # session.created, session.updated, then the TCP connection ends
+    proxy = serve(realtime.url, mode="record")
+    with pytest.raises(ConnectionClosed) as closed:
+        session(proxy)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011
+    proxy.stop()
+    assert files(cassettes) == []
+    kept = serve(realtime.url, mode="record", record_failures=True)
+    with pytest.raises(ConnectionClosed):
+        session(kept)
+    kept.stop()
+    [file] = files(cassettes)
+    exchange = json.loads(file.read_text())
+    assert exchange["outcome"] == "upstream_cut" and exchange["session"]["end"]["cut"] is True
+
+
+def test_cut_after_3_ends_a_replayed_session_after_three_server_frames(
+    realtime: FakeRealtime, serve: Serve
+) -> None:
+    recorder = serve(realtime.url, mode="record")
+    session(recorder)
+    recorder.stop()
+    proxy = serve(mode="replay", fault=["cut:after=3"])
+    got: list[Any] = []
+    protocols = [Subprotocol("realtime")]
+    with (
+        connect(ws_url(proxy), subprotocols=protocols) as ws,
+        pytest.raises(ConnectionClosed) as closed,
+    ):
+        got.append(ws.recv(timeout=10))
+        ws.send(json.dumps({"type": "session.update", "session": {"instructions": "Say hi"}}))
+        got.append(ws.recv(timeout=10))
+        ws.send(json.dumps({"type": "response.create"}))
+        while True:
+            got.append(ws.recv(timeout=10))
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011
+    assert closed.value.rcvd.reason == "tapeproxy fault: cut"
+    assert proxy.get("/__tapeproxy/stats")["faults"] == 1
+    assert [json.loads(one)["type"] for one in got] == [
+        "session.created",
+        "session.updated",
+        "response.created",
+    ]
+
+
+def test_reset_refuses_the_upgrade_and_server_error_sends_the_error_event(
+    realtime: FakeRealtime, serve: Serve
+) -> None:
+    proxy = serve(realtime.url, mode="record")
+    headers = {"x-tapeproxy-fault": "reset"}
+    with pytest.raises(InvalidStatus):
+        connect(ws_url(proxy), additional_headers=headers)
+    headers = {"x-tapeproxy-fault": "server_error"}
+    with connect(ws_url(proxy), additional_headers=headers) as ws:
+        error = json.loads(ws.recv(timeout=10))
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+    assert error["type"] == "error" and error["error"]["type"] == "server_error"
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011
+    assert realtime.sessions == 0  # neither went upstream

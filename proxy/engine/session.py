@@ -130,10 +130,16 @@ class Replay:
             at += 1
         await self._end()
 
+    def _incoming(self, got: Message) -> Any:
+        """A client frame as matched: scrubbed as recording scrubbed the recorded one."""
+        scrubber = self.p.scrubber
+        seen = scrubber.json_text(got) if scrubber and isinstance(got, str) else got
+        ids, rules = self.keyed.provider.sockets.event_ids, self.keyed.rules
+        return matchable(decoded(seen), ids, rules)
+
     def _matches(self, frame: SocketFrame, got: Message) -> bool:
         ids, rules = self.keyed.provider.sockets.event_ids, self.keyed.rules
-        mine = matchable(decoded(got), ids, rules)
-        return bool(mine == matchable(recorded_value(frame), ids, rules))
+        return bool(self._incoming(got) == matchable(recorded_value(frame), ids, rules))
 
     async def _send(self, frame: SocketFrame) -> bool:
         """Send one server frame at its time; False when a fault cut the session here."""
@@ -150,9 +156,8 @@ class Replay:
 
     async def _miss(self, frame: SocketFrame, got: Message) -> None:
         ids, rules = self.keyed.provider.sockets.event_ids, self.keyed.rules
-        found = diff(
-            matchable(recorded_value(frame), ids, rules), matchable(decoded(got), ids, rules)
-        )
+        recorded = matchable(recorded_value(frame), ids, rules)
+        found = diff(recorded, self._incoming(got))[:12]
         lines = [
             f"cassette miss: cassette {self.keyed.cassette!r} (mode {self.keyed.mode.value}): "
             f"client frame #{self.matched + 1} of the WebSocket session {self.keyed.inbound.path} "

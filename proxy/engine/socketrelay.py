@@ -15,12 +15,12 @@ from tapeproxy.engine.keeper import Target
 from tapeproxy.engine.keyed import Keyed
 from tapeproxy.engine.session import ERROR_CLOSE, Parts, Peer, fault_step, kept_protocols, refuse
 from tapeproxy.errors import TapeproxyError, UpstreamError
+from tapeproxy.exchange import answers
 from tapeproxy.exchange.model import (
     Exchange,
     Outcome,
     Session,
     SessionEnd,
-    SocketFrame,
     StoredRequest,
     StoredResponse,
 )
@@ -151,29 +151,20 @@ class Relay:
 
         def build() -> Exchange:
             frames = tape.frames()
-            usage = socket_usage(keyed, frames)
-            return Exchange(
+            exchange = Exchange(
                 key=keyed.key,
                 ordinal=1,
                 seq=target.seq,
                 rules=keyed.rules.fingerprint(),
                 outcome=outcome,
-                usage=usage,
                 request=StoredRequest.model_validate(keyed.parts.to_dict()),
                 response=StoredResponse(status=101, headers=headers),
                 kind="websocket",
                 session=Session(subprotocol=kept[0] if kept else None, frames=frames, end=end),
             )
+            found = answers.tokens(exchange)  # the usage events, summed
+            return (
+                exchange if found is None else exchange.model_copy(update={"usage": found.stored()})
+            )
 
         return build
-
-
-def socket_usage(keyed: Keyed, frames: list[SocketFrame]) -> dict[str, int] | None:
-    """Tokens of the whole session: the provider's usage events (`response.done`,
-    `usageMetadata`) summed, one per turn."""
-    total: dict[str, int] = {}
-    for frame in frames:
-        if frame.direction == "server" and isinstance(frame.json_, dict):
-            for name, count in (keyed.provider.usage([frame.json_]) or {}).items():
-                total[name] = total.get(name, 0) + count
-    return total or None

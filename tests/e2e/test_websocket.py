@@ -14,14 +14,13 @@ from typing import Any
 import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
-from websockets.sync.client import ClientConnection, connect
+from websockets.sync.client import connect
 from websockets.typing import Subprotocol
 
-from tapeproxy.settings import Settings
 from tests.fakes.realtime import FakeRealtime
 from tests.support import ProxyServer
+from tests.support.sockets import KEY_PROTOCOL, Servers, files, session, ws_url
 
-KEY_PROTOCOL = "openai-insecure-api-key.sk-proj-secretsecret123456"
 Serve = Callable[..., ProxyServer]
 
 
@@ -33,50 +32,8 @@ def realtime() -> Iterator[FakeRealtime]:
 
 @pytest.fixture
 def serve(cassettes: Path) -> Iterator[Serve]:
-    started: list[ProxyServer] = []
-
-    def make(upstream: str = "http://127.0.0.1:9", **values: Any) -> ProxyServer:
-        settings = Settings(
-            port=0,
-            cassettes=str(cassettes),
-            upstream={"openai": upstream, "gemini": upstream, "tool": upstream},
-            shutdown_timeout=2,
-            **values,
-        )
-        server = ProxyServer(settings).start()
-        started.append(server)
-        return server
-
-    yield make
-    for server in started:
-        server.stop()
-
-
-def ws_url(proxy: ProxyServer, path: str = "/openai/v1/realtime?model=gpt-realtime") -> str:
-    return proxy.url.replace("http://", "ws://") + path
-
-
-def turn(ws: ClientConnection, prompt: str) -> list[Any]:
-    """One text turn, the events the client receives (session.created first)."""
-    got = [json.loads(ws.recv(timeout=10))]
-    update = {"type": "session.update", "event_id": "evt_a1", "session": {"instructions": prompt}}
-    ws.send(json.dumps(update))
-    got.append(json.loads(ws.recv(timeout=10)))
-    ws.send(json.dumps({"type": "response.create", "event_id": "evt_a2"}))
-    while got[-1]["type"] != "response.done":
-        got.append(json.loads(ws.recv(timeout=10)))
-    return got
-
-
-def session(proxy: ProxyServer, prompt: str = "Say hi") -> tuple[list[Any], str | None]:
-    protocols = [Subprotocol("realtime"), Subprotocol(KEY_PROTOCOL)]
-    headers = {"Authorization": "Bearer sk-proj-headersecret123456"}
-    with connect(ws_url(proxy), subprotocols=protocols, additional_headers=headers) as ws:
-        return turn(ws, prompt), ws.subprotocol
-
-
-def files(cassettes: Path) -> list[Path]:
-    return sorted(p for p in cassettes.rglob("*.json") if ".tapeproxy" not in p.parts)
+    with Servers(cassettes) as servers:
+        yield servers.start
 
 
 def test_a_session_is_recorded_and_replays_offline_to_the_same_events(

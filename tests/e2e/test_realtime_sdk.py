@@ -5,6 +5,7 @@ a text turn and an audio turn recorded against the fake Realtime server, replaye
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,11 @@ from websockets.exceptions import ConnectionClosedError
 
 from tapeproxy.modes import Mode
 from tapeproxy.settings import Settings
+from tests.e2e.test_guide_recipes import recipe
 from tests.fakes.realtime import FakeRealtime
 from tests.support import ProxyServer
+
+pytest_plugins = ["pytester"]
 
 
 @pytest.fixture
@@ -85,3 +89,24 @@ def test_the_sdk_records_and_replays_a_text_and_an_audio_turn_offline(
     [error] = [event for event in changed if event.get("type") == "error"]
     assert error["type"] == "error" and error["error"]["type"] == "cassette_miss"
     assert '"Say hi" -> "Say bye"' in error["error"]["message"]
+
+
+def test_the_realtime_recipe_records_once_then_replays_offline(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, realtime: FakeRealtime
+) -> None:
+    for name in list(os.environ):
+        if name.startswith(("TAPEPROXY_", "OPENAI_")):
+            monkeypatch.delenv(name)
+    code = recipe("realtime")
+    path = code.splitlines()[0].removeprefix("# ")
+    pytester.mkdir("tests")
+    (pytester.path / path).write_text(code, encoding="utf-8")
+    monkeypatch.setenv("TAPEPROXY_UPSTREAM", f"openai={realtime.url}")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-recipesecret0123456789")
+    pytester.runpytest("--tapeproxy-mode", "once").assert_outcomes(passed=1)
+    assert realtime.sessions == 1
+    realtime.stop()
+    monkeypatch.delenv("OPENAI_API_KEY")
+    replay = pytester.runpytest()
+    replay.assert_outcomes(passed=1)
+    replay.stdout.fnmatch_lines(["tapeproxy: 1 replayed, 0 recorded, 0 missed*"])

@@ -10,6 +10,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -78,3 +79,19 @@ def test_redact_scrubs_frames_and_replay_still_matches(recorded: tuple[Path, Ser
     code, out = run("prune", "voice", "--cassettes", str(library))
     assert code == 0 and "1 kept" in out
     assert len(files(library / "voice")) == 1
+
+
+def test_the_viewer_shows_a_session_as_its_turns_and_a_timeline(
+    recorded: tuple[Path, Servers],
+) -> None:
+    library, servers = recorded
+    [file] = files(library / "voice")
+    server = servers.start(mode="replay", cassette="voice")
+    page = httpx.get(server.url + f"/__tapeproxy/ui/exchange?cassette=voice&file={file.name}")
+    assert page.status_code == 200
+    text = page.text
+    assert "WebSocket session: 9 frames over" in text
+    assert text.count("<progress max=") == 9
+    assert "client: {&#34;type&#34;: &#34;session.update&#34;" in text
+    assert "Say hi" in text.split('id="conversation"')[1].split('id="answer"')[0]
+    assert "Hello from session 1." in text.split('id="answer"')[1]

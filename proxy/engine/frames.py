@@ -8,13 +8,19 @@ import base64
 import json
 import tempfile
 import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
 from tapeproxy.engine.rules import MatchRules, parse_path, without_path
 from tapeproxy.exchange.bodies import Payload, payload_bytes, response_payload
+from tapeproxy.exchange.jsontext import indent2
 from tapeproxy.exchange.model import SocketFrame
+from tapeproxy.exchange.tokens import Tokens
 from tapeproxy.redaction.scrubber import Scrubber
 from tapeproxy.upstream.protocol import Message
+
+TokenReader = Callable[[Iterable[Any]], Tokens | None]
+FRAME_ITEM = b"\n" + b" " * 6  # a frame's lines sit at exchange -> session -> frames
 
 
 def frame_record(direction: str, message: Message, ms: int, scrubber: Scrubber) -> dict[str, Any]:
@@ -68,13 +74,17 @@ def recorded_value(frame: SocketFrame) -> Any:
 
 
 class Tape:
-    """The frames of a session under way, in a temp file, one JSON line each; `size` counts
-    their payload bytes, and past `limit` (--max-record) nothing more is kept."""
+    """The frames of a session under way, in a temp file, one JSON line each (never all in
+    memory: a long audio session is written to its exchange file frame by frame, `pieces`);
+    `size` counts their payload bytes, and past `limit` (--max-record) nothing more is
+    kept; `tokens` sums the usage events (`read` is the provider's reader of one)."""
 
-    def __init__(self, limit: int, scrubber: Scrubber) -> None:
+    def __init__(self, limit: int, scrubber: Scrubber, read: TokenReader) -> None:
         self.started = time.monotonic()
         self.limit = limit
         self.scrubber = scrubber
+        self.read = read
+        self.tokens: Tokens | None = None
         self.size = 0
         self.over = False
         self.count = 0
@@ -92,13 +102,22 @@ class Tape:
             return
         record = frame_record(direction, message, self.ms(), self.scrubber)
         self._file.write(json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n")
+        event = record.get("json")
+        if direction == "server" and isinstance(event, dict):
+            found = self.read([event])
+            if found is not None:
+                self.tokens = found if self.tokens is None else self.tokens + found
 
-    def frames(self) -> list[SocketFrame]:
-        """Read back (in a writer thread, as the session is written)."""
+    def pieces(self, ascii: bool) -> Iterator[bytes]:
+        """The frames as their exchange file lays them out (the items of the session's
+        `frames` list, exchange -> session -> frames), read back one at a time in a writer
+        thread as the file is written (`dump_around`)."""
         if self._file is None:
-            return []
+            return
         self._file.seek(0)
-        return [SocketFrame.model_validate(json.loads(line)) for line in self._file]
+        for index, line in enumerate(self._file):
+            text = indent2(json.loads(line), ensure_ascii=ascii).replace(b"\n", FRAME_ITEM)
+            yield (b"," + FRAME_ITEM if index else b"") + text
 
     def discard(self) -> None:
         if self._file is not None:

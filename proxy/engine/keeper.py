@@ -76,17 +76,17 @@ class Keeper:
         kept = await loop.run_in_executor(self.writer, self._write, target, capture, cut)
         return self._counted(target, kept)
 
-    async def keep_whole(self, target: Target, build: Callable[[], Exchange]) -> str:
-        """Number and write an exchange `build` makes in a writer thread (a WebSocket
-        session, read back from its spool there); the outcome for the log line."""
+    async def keep_whole(self, target: Target, build: Callable[[], Finished]) -> str:
+        """Number and write what `build` makes in a writer thread (a WebSocket session,
+        its frames read back from their spool as they are written); the log line's outcome."""
 
         def write() -> Kept:
             try:
-                exchange = build()
+                finished = build()
+                return self._store(target.run, finished.exchange.key, target.anew, finished)
             except OSError as exc:
                 log.error("recording a session: its scratch file failed: %s", exc)
                 return Kept("not recorded (write failed)", failed=True)
-            return self._store(target.run, exchange.key, target.anew, Finished(exchange))
 
         loop = asyncio.get_running_loop()
         kept = await loop.run_in_executor(self.writer, write)

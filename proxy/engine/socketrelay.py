@@ -10,12 +10,12 @@ import logging
 from collections.abc import Callable
 from typing import Literal
 
+from tapeproxy.engine.finish import Finished
 from tapeproxy.engine.frames import Tape
 from tapeproxy.engine.keeper import Target
 from tapeproxy.engine.keyed import Keyed
 from tapeproxy.engine.session import ERROR_CLOSE, Parts, Peer, fault_step, kept_protocols, refuse
 from tapeproxy.errors import TapeproxyError, UpstreamError
-from tapeproxy.exchange import answers
 from tapeproxy.exchange.model import (
     Exchange,
     Outcome,
@@ -38,7 +38,7 @@ class Relay:
         self, parts: Parts, keyed: Keyed, target: Target | None, peer: Peer, fault: FaultSpec | None
     ) -> None:
         self.p, self.keyed, self.target, self.peer, self.fault = parts, keyed, target, peer, fault
-        self.tape = Tape(parts.settings.max_record, parts.scrubber)
+        self.tape = Tape(parts.settings.max_record, parts.scrubber, keyed.provider.tokens)
         self.sent = 0
 
     async def run(self, protocols: list[str]) -> None:
@@ -143,28 +143,22 @@ class Relay:
 
     def _builder(
         self, end: SessionEnd, subprotocol: str | None, outcome: Outcome
-    ) -> Callable[[], Exchange]:
+    ) -> Callable[[], Finished]:
+        """What the writer thread writes: the session's skeleton, its frames in pieces."""
         keyed, tape, target = self.keyed, self.tape, self.target
         assert target is not None
         kept = kept_protocols([subprotocol] if subprotocol else [], self.p.scrubber)
         headers: dict[str, str | list[str]] = {"sec-websocket-protocol": kept[0]} if kept else {}
-
-        def build() -> Exchange:
-            frames = tape.frames()
-            exchange = Exchange(
-                key=keyed.key,
-                ordinal=1,
-                seq=target.seq,
-                rules=keyed.rules.fingerprint(),
-                outcome=outcome,
-                request=StoredRequest.model_validate(keyed.parts.to_dict()),
-                response=StoredResponse(status=101, headers=headers),
-                kind="websocket",
-                session=Session(subprotocol=kept[0] if kept else None, frames=frames, end=end),
-            )
-            found = answers.tokens(exchange)  # the usage events, summed
-            return (
-                exchange if found is None else exchange.model_copy(update={"usage": found.stored()})
-            )
-
-        return build
+        skeleton = Exchange(
+            key=keyed.key,
+            ordinal=1,
+            seq=target.seq,
+            rules=keyed.rules.fingerprint(),
+            outcome=outcome,
+            usage=None if tape.tokens is None else tape.tokens.stored(),
+            request=StoredRequest.model_validate(keyed.parts.to_dict()),
+            response=StoredResponse(status=101, headers=headers),
+            kind="websocket",
+            session=Session(subprotocol=kept[0] if kept else None, end=end),
+        )
+        return lambda: Finished(skeleton, tape.pieces if tape.count else None)

@@ -223,5 +223,9 @@ def load_exchange(raw: bytes) -> Exchange:
 
 
 def dump_around(skeleton: Exchange, middle: Callable[[bool], Iterable[bytes]]) -> Iterator[bytes]:
-    """`render_around` of an exchange's Record (exchangefile.py)."""
-    return render_around(skeleton.record(), middle)
+    """`render_around` of an exchange's Record (exchangefile.py); a WebSocket session's
+    frames are its middle."""
+    record = skeleton.record()
+    if skeleton.session is not None:
+        record["session"]["frames"] = [STREAMED]
+    return render_around(record, middle)

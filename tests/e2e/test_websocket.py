@@ -17,6 +17,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 from websockets.typing import Subprotocol
 
+from tapeproxy.exchange.model import dump_exchange, load_exchange
 from tests.fakes.realtime import FakeRealtime
 from tests.support import ProxyServer
 from tests.support.sockets import KEY_PROTOCOL, Servers, files, session, ws_url
@@ -48,6 +49,8 @@ def test_a_session_is_recorded_and_replays_offline_to_the_same_events(
     text = file.read_text()
     assert "secretsecret" not in text and "headersecret" not in text  # never written
     exchange = json.loads(text)
+    # Written frame by frame from its spool, laid out as the model renders it whole.
+    assert dump_exchange(load_exchange(file.read_bytes())) == file.read_bytes()
     assert exchange["kind"] == "websocket"
     assert exchange["usage"] == {"input_tokens": 20, "output_tokens": 11}
     frames = exchange["session"]["frames"]
@@ -237,3 +240,39 @@ def test_reset_refuses_the_upgrade_and_server_error_sends_the_error_event(
     assert error["type"] == "error" and error["error"]["type"] == "server_error"
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011
     assert realtime.sessions == 0  # neither went upstream
+
+
+def test_a_session_over_max_record_is_relayed_whole_but_not_written(
+    realtime: FakeRealtime, serve: Serve, cassettes: Path
+) -> None:
+    proxy = serve(realtime.url, mode="record", max_record=4096)
+    with connect(echo_url(proxy)) as ws:
+        for n in range(8):
+            ws.send(f"frame {n} " + "x" * 1000)
+            assert json.loads(ws.recv(timeout=10))["echo"].startswith(f"frame {n} ")
+        ws.send("bye")
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+    assert proxy.get("/__tapeproxy/stats")["too_large"] == 1
+    proxy.stop()
+    assert files(cassettes) == []
+
+
+def test_auto_records_then_replays_passthrough_writes_nothing_and_live_goes_beside(
+    realtime: FakeRealtime, serve: Serve, cassettes: Path
+) -> None:
+    passthrough = serve(realtime.url, mode="passthrough")
+    session(passthrough)
+    passthrough.stop()
+    assert files(cassettes) == [] and realtime.sessions == 1
+    recorder = serve(realtime.url, mode="auto")
+    recorded, _ = session(recorder)
+    recorder.stop()
+    assert len(files(cassettes)) == 1 and realtime.sessions == 2
+    replayed, _ = session(serve(realtime.url, mode="auto"))  # a new run: the recording answers
+    assert replayed == recorded and realtime.sessions == 2
+    live = serve(realtime.url, mode="replay", live=["openai"])
+    fresh, _ = session(live)  # partial replay: the session goes live as a whole
+    live.stop()
+    assert fresh != recorded and realtime.sessions == 3
+    assert [p.parent.name for p in files(cassettes)] == ["default", "default.derived"]

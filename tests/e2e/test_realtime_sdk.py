@@ -29,9 +29,9 @@ def realtime() -> Iterator[FakeRealtime]:
         yield fake
 
 
-def proxy(cassettes: Path, upstream: str, mode: str) -> ProxyServer:
+def proxy(cassettes: Path, upstream: str, mode: str, *faults: str) -> ProxyServer:
     values: dict[str, Any] = {"cassettes": str(cassettes), "upstream": {"openai": upstream}}
-    settings = Settings(port=0, mode=Mode(mode), shutdown_timeout=2, **values)
+    settings = Settings(port=0, mode=Mode(mode), shutdown_timeout=2, fault=list(faults), **values)
     return ProxyServer(settings).start()
 
 
@@ -86,6 +86,13 @@ def test_the_sdk_records_and_replays_a_text_and_an_audio_turn_offline(
         changed = asyncio.run(turns(replayer.url, "Say bye"))
     finally:
         replayer.stop()
+    cut = proxy(cassettes, realtime.url, "replay", "cut:after=3")
+    try:
+        faulted = asyncio.run(turns(cut.url, "Say hi"))
+    finally:
+        cut.stop()
+    assert faulted[:3] == recorded[:3]  # three server frames, then the connection ends
+    assert faulted[3:] == [{"closed": 1011}]
     [error] = [event for event in changed if event.get("type") == "error"]
     assert error["type"] == "error" and error["error"]["type"] == "cassette_miss"
     assert '"Say hi" -> "Say bye"' in error["error"]["message"]
@@ -110,3 +117,37 @@ def test_the_realtime_recipe_records_once_then_replays_offline(
     replay = pytester.runpytest()
     replay.assert_outcomes(passed=1)
     replay.stdout.fnmatch_lines(["tapeproxy: 1 replayed, 0 recorded, 0 missed*"])
+
+
+async def two_turns(url: str) -> list[dict[str, Any]]:
+    """Two turns of Responses over one WebSocket, the second following the first's id."""
+    client = openai.AsyncOpenAI(base_url=url + "/openai/v1", api_key="sk-proj-sdksecret0123456789")
+    got: list[dict[str, Any]] = []
+    previous = None
+    async with client.responses.connect() as connection:
+        for prompt in ("Hello?", "And again?"):
+            await connection.response.create(
+                model="gpt-5", input=prompt, previous_response_id=previous
+            )
+            async for event in connection:
+                got.append(event.to_dict())
+                if event.type == "response.completed":
+                    previous = event.response.id
+                    break
+    return got
+
+
+def test_responses_over_websocket_records_and_replays_two_turns(
+    realtime: FakeRealtime, cassettes: Path
+) -> None:
+    recorder = proxy(cassettes, realtime.url, "record")
+    recorded = asyncio.run(two_turns(recorder.url))
+    recorder.stop()
+    assert [e["type"] for e in recorded].count("response.completed") == 2
+    assert realtime.seen[1]["previous_response_id"] == "resp_1_1"
+    realtime.stop()
+    replayer = proxy(cassettes, realtime.url, "replay")
+    try:
+        assert asyncio.run(two_turns(replayer.url)) == recorded
+    finally:
+        replayer.stop()

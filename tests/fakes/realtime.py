@@ -66,6 +66,7 @@ class FakeRealtime:
         app.router.add_get("/v1/realtime", self._realtime)
         app.router.add_get("/ws/{method}", self._gemini)  # v1beta, v1 or v1alpha
         app.router.add_get("/echo", self._echo)
+        app.router.add_get("/v1/responses", self._responses)  # Responses in WebSocket mode
         self._runner = web.AppRunner(app)
         self._loop.run_until_complete(self._runner.setup())
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -128,6 +129,19 @@ class FakeRealtime:
             for out in gemini_answers(event, n):
                 if not await self._send(ws, sent, out):
                     return ws
+        return ws
+
+    async def _responses(self, request: web.Request) -> web.WebSocketResponse:
+        ws, n = await self._open(request)
+        turns = itertools.count(1)
+        async for msg in ws:
+            if msg.type is not WSMsgType.TEXT:
+                continue
+            event = json.loads(msg.data)
+            self.seen.append(event)
+            if event.get("type") == "response.create":
+                for out in responses_answers(event, n, next(turns)):
+                    await ws.send_str(json.dumps(out))
         return ws
 
     async def _echo(self, request: web.Request) -> web.WebSocketResponse:
@@ -243,4 +257,32 @@ def gemini_answers(event: dict[str, Any], n: int) -> list[Any]:
     out: list[Any] = [{"serverContent": {"modelTurn": {"parts": [part]}}} for part in parts]
     usage = {"promptTokenCount": 7, "responseTokenCount": 5 + n, "totalTokenCount": 12 + n}
     out.append({"serverContent": {"turnComplete": True}, "usageMetadata": usage})
+    return out
+
+
+def responses_answers(event: dict[str, Any], n: int, turn: int) -> list[Any]:
+    """The Responses API's stream events for one `response.create`, over a WebSocket."""
+    rid = f"resp_{n}_{turn}"
+    base = {"id": rid, "object": "response", "created_at": 1700000000, "model": event.get("model")}
+    words = ["Turn", f" {turn}", f" of session {n}."]
+    out: list[Any] = [
+        {
+            "type": "response.created",
+            "sequence_number": 0,
+            "response": {**base, "status": "in_progress", "output": []},
+        }
+    ]
+    for index, word in enumerate(words, start=1):
+        delta = {"item_id": f"msg_{n}_{turn}", "output_index": 0, "content_index": 0, "delta": word}
+        out.append({"type": "response.output_text.delta", "sequence_number": index, **delta})
+    message = {
+        "id": f"msg_{n}_{turn}",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+    }
+    message["content"] = [{"type": "output_text", "text": "".join(words), "annotations": []}]
+    usage = {"input_tokens": 9, "output_tokens": 3, "total_tokens": 12}
+    done = {**base, "status": "completed", "output": [message], "usage": usage}
+    out.append({"type": "response.completed", "sequence_number": len(words) + 1, "response": done})
     return out

@@ -31,7 +31,7 @@ def realtime() -> Iterator[FakeRealtime]:
 
 def proxy(cassettes: Path, upstream: str, mode: str, *faults: str) -> ProxyServer:
     values: dict[str, Any] = {"cassettes": str(cassettes), "upstream": {"openai": upstream}}
-    settings = Settings(port=0, mode=Mode(mode), shutdown_timeout=2, fault=list(faults), **values)
+    settings = Settings(port=0, mode=Mode(mode), shutdown_timeout=2, fault=faults, **values)
     return ProxyServer(settings).start()
 
 

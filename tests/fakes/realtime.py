@@ -275,7 +275,7 @@ def responses_answers(event: dict[str, Any], n: int, turn: int) -> list[Any]:
     for index, word in enumerate(words, start=1):
         delta = {"item_id": f"msg_{n}_{turn}", "output_index": 0, "content_index": 0, "delta": word}
         out.append({"type": "response.output_text.delta", "sequence_number": index, **delta})
-    message = {
+    message: dict[str, Any] = {
         "id": f"msg_{n}_{turn}",
         "type": "message",
         "role": "assistant",

@@ -95,15 +95,28 @@ async def refuse(
     await peer.close(code, reason[:120])  # a close reason holds at most 123 bytes
 
 
+# A recorded session read back, with each server frame as it goes on the wire (made in the
+# worker thread that reads the file, not frame by frame on the event loop).
+Ready = tuple[Exchange, list[Message | None]]
+
+
+def ready(store: CassetteStore, cassette: str, key: str, ordinal: int) -> Ready:
+    """Blocking: recording `ordinal` of `key`, its server frames made ready to send."""
+    exchange = store.read(cassette, key, ordinal)
+    frames = exchange.session.frames if exchange.session is not None else []
+    return exchange, [message_of(f) if f.direction == "server" else None for f in frames]
+
+
 class Replay:
     """A recorded session played back causally: the server frames before the first client
     frame at once, then for each client frame that matches the next recorded one, the server
     frames recorded after it."""
 
     def __init__(
-        self, parts: Parts, keyed: Keyed, exchange: Exchange, peer: Peer, fault: FaultSpec | None
+        self, parts: Parts, keyed: Keyed, ready: Ready, peer: Peer, fault: FaultSpec | None
     ) -> None:
         self.p, self.keyed, self.peer, self.fault = parts, keyed, peer, fault
+        exchange, self.wire = ready
         self.session = exchange.session or Session(end=SessionEnd(ms=0, cut=True))
         self.sent = 0
         self.matched = 0  # client frames matched so far
@@ -116,7 +129,7 @@ class Replay:
         while at < len(frames):
             frame = frames[at]
             if frame.direction == "server":
-                if not await self._send(frame):
+                if not await self._send(frame, self.wire[at]):
                     return
                 at += 1
                 continue
@@ -141,7 +154,7 @@ class Replay:
         ids, rules = self.keyed.provider.sockets.event_ids, self.keyed.rules
         return bool(self._incoming(got) == matchable(recorded_value(frame), ids, rules))
 
-    async def _send(self, frame: SocketFrame) -> bool:
+    async def _send(self, frame: SocketFrame, message: Message | None) -> bool:
         """Send one server frame at its time; False when a fault cut the session here."""
         timing = self.keyed.timing
         if timing is not None and frame.ms > self.clock:
@@ -150,7 +163,7 @@ class Replay:
         if self.fault is not None and not await fault_step(self.fault, self.sent):
             await self.peer.close(ERROR_CLOSE, "tapeproxy fault: cut")
             return False
-        await self.peer.send(message_of(frame))
+        await self.peer.send(message_of(frame) if message is None else message)
         self.sent += 1
         return True
 

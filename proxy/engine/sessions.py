@@ -22,6 +22,7 @@ from tapeproxy.engine.session import (
     Replay,
     count_miss,
     kept_protocols,
+    ready,
     refuse,
 )
 from tapeproxy.engine.socketrelay import Relay
@@ -54,11 +55,11 @@ class Sessions:
         step = plan(keyed.mode, ordinal is not None, keyed.runs_live, run.held)
         run.replayed_from |= step.action in (Action.SERVE, Action.REFUSE)
         if step.action is Action.SERVE and ordinal is not None:
-            exchange = await asyncio.to_thread(p.store.read, keyed.cassette, keyed.key, ordinal)
+            recorded = await asyncio.to_thread(ready, p.store, keyed.cassette, keyed.key, ordinal)
             run.served.add((keyed.key, ordinal))
             p.counters.replayed += 1
             keyed.trace.log("replayed", 101)
-            await Replay(self.p, keyed, exchange, peer, fault).run()
+            await Replay(self.p, keyed, recorded, peer, fault).run()
         elif step.action is Action.REFUSE:
             report = await self._report(keyed, run, ask)
             await peer.accept(None)

@@ -140,6 +140,7 @@ class Replay:
                 await self._miss(frame, got)
                 return
             self.matched += 1
+            self.clock = max(self.clock, frame.ms)  # the gaps count from the client's frame
             at += 1
         await self._end()
 

@@ -5,7 +5,10 @@ a text turn and an audio turn recorded against the fake Realtime server, replaye
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,9 @@ from tapeproxy.settings import Settings
 from tests.e2e.test_guide_recipes import recipe
 from tests.fakes.realtime import FakeRealtime
 from tests.support import ProxyServer
+from tests.support.serve import ROOT
+
+NODE_DIR = ROOT / "tests" / "node"
 
 pytest_plugins = ["pytester"]
 
@@ -151,3 +157,25 @@ def test_responses_over_websocket_records_and_replays_two_turns(
         assert asyncio.run(two_turns(replayer.url)) == recorded
     finally:
         replayer.stop()
+
+
+@pytest.mark.skipif(
+    shutil.which("node") is None or not (NODE_DIR / "node_modules" / "ws").is_dir(),
+    reason="needs node and `npm install --prefix tests/node` (.ci/run does it)",
+)
+def test_the_node_sdk_replays_the_python_recording(realtime: FakeRealtime, cassettes: Path) -> None:
+    recorder = proxy(cassettes, realtime.url, "record")
+    recorded = asyncio.run(turns(recorder.url, "Say hi"))
+    recorder.stop()
+    realtime.stop()
+    replayer = proxy(cassettes, realtime.url, "replay")
+    try:
+        script = str(NODE_DIR / "realtime.mjs")
+        base = replayer.url + "/openai/v1"
+        done = subprocess.run(
+            ["node", script, base, "Say hi"], capture_output=True, text=True, timeout=60
+        )
+    finally:
+        replayer.stop()
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == recorded

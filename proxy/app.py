@@ -92,9 +92,10 @@ class Server:
 
 
 class Doors:
-    """Splits by path: `/__tapeproxy/...` (and lifespan) to the control API, every other request
-    to the front as its bytes came, with no router in between (every method is forwarded,
-    and a path holding `%0a` is not refused by a route pattern)."""
+    """Splits by path: `/__tapeproxy/...` (and lifespan) to the control API, every other
+    WebSocket upgrade to the session door, every other request to the front as its bytes
+    came, with no router in between (every method is forwarded, and a path holding `%0a` is
+    not refused by a route pattern)."""
 
     def __init__(self, control: ASGIApp, front: ASGIApp, sockets: ASGIApp) -> None:
         self.control = control
@@ -102,12 +103,13 @@ class Doors:
         self.sockets = sockets
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not scope["path"].startswith(CONTROL_PREFIX):
-            await self.front(scope, receive, send)
-        elif scope["type"] == "websocket":
+        ours = scope["type"] == "lifespan" or scope["path"].startswith(CONTROL_PREFIX)
+        if ours:
+            await self.control(scope, receive, send)
+        elif scope["type"] == "websocket":  # an upgrade on any route: a session
             await self.sockets(scope, receive, send)
         else:
-            await self.control(scope, receive, send)
+            await self.front(scope, receive, send)
 
 
 UI = CONTROL_PREFIX + "ui"

@@ -276,3 +276,22 @@ def test_auto_records_then_replays_passthrough_writes_nothing_and_live_goes_besi
     live.stop()
     assert fresh != recorded and realtime.sessions == 3
     assert [p.parent.name for p in files(cassettes)] == ["default", "default.derived"]
+
+
+def test_a_key_in_the_query_reaches_the_upstream_but_neither_the_file_nor_the_key(
+    realtime: FakeRealtime, serve: Serve, cassettes: Path
+) -> None:
+    secret = "AIzaSyQueryKeyForTapeproxy0123456789abcd"
+    recorder = serve(realtime.url, mode="record")
+    with connect(ws_url(recorder, f"/tool/echo?key={secret}")) as ws:
+        ws.send("bye")
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+    recorder.stop()
+    [file] = files(cassettes)
+    assert secret not in file.read_text() and secret[:12] not in file.read_text()
+    with connect(ws_url(serve(mode="replay"), "/tool/echo?key=another-key-value")) as ws:
+        ws.send("bye")  # keyed without its credential: the same session
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000

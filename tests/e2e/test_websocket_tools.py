@@ -95,3 +95,22 @@ def test_the_viewer_shows_a_session_as_its_turns_and_a_timeline(
     assert "client: {&#34;type&#34;: &#34;session.update&#34;" in text
     assert "Say hi" in text.split('id="conversation"')[1].split('id="answer"')[0]
     assert "Hello from session 1." in text.split('id="answer"')[1]
+
+
+def test_the_session_page_in_headless_chromium(recorded: tuple[Path, Servers]) -> None:
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.common.by import By
+
+    from tests.support.browser import ARTIFACTS, chromium
+
+    assert webdriver is not None
+    library, servers = recorded
+    [file] = files(library / "voice")
+    server = servers.start(mode="replay", cassette="voice")
+    with chromium() as browser:
+        browser.get(server.url + f"/__tapeproxy/ui/exchange?cassette=voice&file={file.name}")
+        timeline = browser.find_element(By.ID, "timeline")
+        assert "WebSocket session: 9 frames" in timeline.text
+        assert len(timeline.find_elements(By.TAG_NAME, "progress")) == 9
+        assert "Hello from session 1." in browser.find_element(By.ID, "answer").text
+        assert browser.save_screenshot(str(ARTIFACTS / "viewer-websocket-session.png"))

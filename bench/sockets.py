@@ -62,7 +62,27 @@ def run_baseline(count: int) -> None:
             for frame in sent:
                 await ws.send_text(frame)
 
-    app = Starlette(routes=[WebSocketRoute("/openai/v1/realtime", session)])
+    async def echo(ws: WebSocket) -> None:
+        await ws.accept()
+        while True:
+            await ws.send_text(await ws.receive_text())
+
+    async def audio(ws: WebSocket) -> None:
+        """Asked `N`: N audio deltas of 100 KB, as a long voice session sends."""
+        await ws.accept()
+        delta = json.dumps({"type": "response.output_audio.delta", "delta": "A" * 100_000})
+        while True:
+            for _ in range(int(await ws.receive_text())):
+                await ws.send_text(delta)
+            await ws.send_text("done")
+
+    app = Starlette(
+        routes=[
+            WebSocketRoute("/openai/v1/realtime", session),
+            WebSocketRoute("/openai/v1/echo", echo),
+            WebSocketRoute("/openai/v1/audio", audio),
+        ]
+    )
 
     class ReadyServer(uvicorn.Server):
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -109,9 +129,57 @@ def serve_argv(workdir: Path, mode: str, upstream: str) -> list[str]:
     ]  # fmt: skip
 
 
-def timed(server: Server, count: int, rounds: int) -> float:
-    asyncio.run(one_session(server.url, count))  # warm-up, unmeasured
-    return statistics.median(asyncio.run(one_session(server.url, count)) for _ in range(rounds))
+async def round_trips(url: str, count: int) -> list[float]:
+    """Seconds for each of `count` frames to come back from the echo route, one at a time."""
+    took = []
+    async with connect(url.replace("http://", "ws://") + "/openai/v1/echo") as ws:
+        for n in range(count):
+            began = time.perf_counter()
+            await ws.send(json.dumps({"type": "input_audio_buffer.append", "n": n}))
+            await ws.recv()
+            took.append(time.perf_counter() - began)
+    return took
+
+
+async def long_session(url: str, frames: int) -> None:
+    async with connect(url.replace("http://", "ws://") + "/openai/v1/audio", max_size=None) as ws:
+        await ws.send(str(frames))
+        while await ws.recv() != "done":
+            pass
+
+
+def recording(workdir: Path, frames: int) -> None:
+    """Recording's cost per relayed frame (p50 round trip through `--mode record` against
+    the upstream directly), and peak RSS while recording a session of `frames` 100 KB
+    frames. Targets: <= 1 ms added; <= 120 MB for a 50 MB session."""
+    upstream = start("upstream", [sys.executable, __file__, "baseline"], workdir)
+    recorder = start("record", serve_argv(workdir, "record", upstream.url + "/openai"), workdir)
+    try:
+        direct = statistics.median(asyncio.run(round_trips(upstream.url, 1000)))
+        ours = statistics.median(asyncio.run(round_trips(recorder.url, 1000)))
+        asyncio.run(long_session(recorder.url, frames))
+        _, peak = recorder.memory_mb()
+    finally:
+        recorder.stop()
+        upstream.stop()
+    added = (ours - direct) * 1000
+    print(f"recording, 1,000 frames one at a time: direct p50 {direct * 1000:.3f} ms, through")
+    print(f"  tapeproxy {ours * 1000:.3f} ms: {added:.3f} ms added (target <= 1 ms): "
+          f"{'met' if added <= 1 else 'NOT met'}")  # fmt: skip
+    size = frames * 100_000 / 1e6
+    print(f"recording a {size:.0f} MB session: peak RSS {peak or 0:.0f} MB (target <= 120 MB): "
+          f"{'met' if peak is not None and peak <= 120 else 'NOT met'}")  # fmt: skip
+
+
+def timed(servers: tuple[Server, Server], count: int, rounds: int) -> tuple[float, float]:
+    """The median of each server's rounds, taken in turns (a noisy box slows both alike)."""
+    for server in servers:
+        asyncio.run(one_session(server.url, count))  # warm-up, unmeasured
+    took: tuple[list[float], list[float]] = ([], [])
+    for _ in range(rounds):
+        for server, times in zip(servers, took, strict=True):
+            times.append(asyncio.run(one_session(server.url, count)))
+    return statistics.median(took[0]), statistics.median(took[1])
 
 
 def main(argv: list[str]) -> int:
@@ -119,6 +187,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("what", nargs="?", default="compare", choices=["compare", "baseline"])
     parser.add_argument("--frames", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--record", action="store_true", help="recording's targets too")
     args = parser.parse_args(argv)
     if args.what == "baseline":
         run_baseline(args.frames)
@@ -133,13 +202,12 @@ def main(argv: list[str]) -> int:
         )
         replay = start("replay", serve_argv(workdir, "replay", "http://127.0.0.1:9"), workdir)
         try:
-            bare, ours = (
-                timed(baseline, args.frames, args.rounds),
-                timed(replay, args.frames, args.rounds),
-            )
+            bare, ours = timed((baseline, replay), args.frames, args.rounds)
         finally:
             baseline.stop()
             replay.stop()
+        if args.record:
+            recording(workdir, 500)
     ratio = ours / bare
     verdict = "met" if ratio <= TARGET else "NOT met"
     print(f"{args.frames}-frame session, median of {args.rounds}:")

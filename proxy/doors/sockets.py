@@ -60,6 +60,8 @@ class AsgiPeer:
         if self.closed:
             return
         self.closed = True
+        # A close frame's reason holds at most 123 bytes of UTF-8: cut on a character.
+        reason = reason.encode("utf-8")[:123].decode("utf-8", "ignore")
         with contextlib.suppress(OSError):
             await self._send({"type": "websocket.close", "code": code, "reason": reason})
 

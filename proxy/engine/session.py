@@ -72,6 +72,17 @@ def kept_protocols(protocols: list[str], scrubber: Scrubber) -> list[str]:
     return [p for p in protocols if not p.startswith(CREDENTIAL_PROTOCOL) and scrubber.text(p) == p]
 
 
+RESERVED_CLOSE = frozenset({1004, 1005, 1006, 1015})  # never sent in a close frame (RFC 6455)
+
+
+def sendable(code: int | None, cut: int = ERROR_CLOSE) -> int:
+    """A close code a close frame may carry: `cut` for none (the other side dropped), 1000
+    for one RFC 6455 reserves for what was seen, not sent (1005 "no status", 1006...)."""
+    if code is None:
+        return cut
+    return 1000 if code in RESERVED_CLOSE or not 1000 <= code <= 4999 else code
+
+
 def count_miss(parts: Parts, run: Run, report: dict[str, Any]) -> dict[str, Any]:
     """A miss counted, journalled and logged like an HTTP miss; the report, scrubbed."""
     parts.counters.misses += 1
@@ -92,7 +103,7 @@ async def refuse(
     event = keyed.provider.sockets.error_event(kind, message, event_id)
     await peer.send(json.dumps(event))
     reason = why or f"tapeproxy: cassette miss in {keyed.cassette!r}"
-    await peer.close(code, reason[:120])  # a close reason holds at most 123 bytes
+    await peer.close(code, reason)
 
 
 # A recorded session read back, with each server frame as it goes on the wire (made in the
@@ -199,10 +210,10 @@ class Replay:
         if end.cut or end.code is None:
             await self.peer.close(ERROR_CLOSE, "")
         elif end.by == "server":
-            await self.peer.close(end.code, end.reason)
+            await self.peer.close(sendable(end.code), end.reason)
         else:  # the client closed it: wait for its close
             await self.peer.receive()
-            await self.peer.close(end.code, end.reason)
+            await self.peer.close(sendable(end.code), end.reason)
 
 
 async def fault_step(fault: FaultSpec, sent: int) -> bool:

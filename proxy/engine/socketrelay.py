@@ -14,7 +14,15 @@ from tapeproxy.engine.finish import Finished
 from tapeproxy.engine.frames import Tape
 from tapeproxy.engine.keeper import Target
 from tapeproxy.engine.keyed import Keyed
-from tapeproxy.engine.session import ERROR_CLOSE, Parts, Peer, fault_step, kept_protocols, refuse
+from tapeproxy.engine.session import (
+    ERROR_CLOSE,
+    Parts,
+    Peer,
+    fault_step,
+    kept_protocols,
+    refuse,
+    sendable,
+)
 from tapeproxy.errors import TapeproxyError, UpstreamError
 from tapeproxy.exchange.model import (
     Exchange,
@@ -59,7 +67,7 @@ class Relay:
             end, by = await self._pump(sock)
             await self._keep(end, by, sock.subprotocol)
             if by == "server":  # on disk before the client sees the end, as an HTTP answer is
-                await self.peer.close(end.code or ERROR_CLOSE, end.reason)
+                await self.peer.close(sendable(end.code), end.reason)
         finally:
             if self.target is not None:
                 self.target.run.end_recording()
@@ -90,7 +98,7 @@ class Relay:
         if down in done:  # the client is told once the session is written (run)
             return down.result(), "server"
         closed = up.result()
-        await sock.close(closed.code or 1000, closed.reason)
+        await sock.close(sendable(closed.code, 1000), closed.reason)
         return closed, "client"
 
     async def _down(self, sock: UpstreamSocket) -> Closed:

@@ -101,7 +101,8 @@ class Tape:
         if self.over or self._file is None:
             return
         record = frame_record(direction, message, self.ms(), self.scrubber)
-        self._file.write(json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n")
+        # ASCII: a JSON frame may hold a lone surrogate (`"\ud83d"`), which UTF-8 cannot.
+        self._file.write(json.dumps(record).encode("ascii") + b"\n")
         event = record.get("json")
         if direction == "server" and isinstance(event, dict):
             found = self.read([event])
@@ -116,8 +117,12 @@ class Tape:
             return
         self._file.seek(0)
         for index, line in enumerate(self._file):
-            text = indent2(json.loads(line), ensure_ascii=ascii).replace(b"\n", FRAME_ITEM)
-            yield (b"," + FRAME_ITEM if index else b"") + text
+            record = json.loads(line)
+            try:
+                text = indent2(record, ensure_ascii=ascii)
+            except UnicodeEncodeError:  # a lone surrogate: valid JSON only escaped
+                text = indent2(record, ensure_ascii=True)
+            yield (b"," + FRAME_ITEM if index else b"") + text.replace(b"\n", FRAME_ITEM)
 
     def discard(self) -> None:
         if self._file is not None:

@@ -295,3 +295,29 @@ def test_a_key_in_the_query_reaches_the_upstream_but_neither_the_file_nor_the_ke
         with pytest.raises(ConnectionClosed) as closed:
             ws.recv(timeout=10)
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        '{"b": 1,"a":[1.0, 2e5]}',  # no layout json.dumps writes: kept as text
+        '{"type":"delta","delta":"caf\\u00e9 \\ud83d"}',  # escapes and a lone surrogate
+        '{\n  "indented": true\n}\n',
+        "not json at all",
+    ],
+)
+def test_server_text_frames_replay_byte_for_byte_whatever_their_layout(
+    realtime: FakeRealtime, serve: Serve, cassettes: Path, sent: str
+) -> None:
+    recorder = serve(realtime.url, mode="record")
+    with connect(echo_url(recorder)) as ws:
+        ws.send("raw:" + sent)
+        assert ws.recv(timeout=10) == sent
+        ws.send("bye")
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+    recorder.stop()
+    realtime.stop()
+    with connect(echo_url(serve(mode="replay"))) as ws:
+        ws.send("raw:" + sent)
+        assert ws.recv(timeout=10) == sent

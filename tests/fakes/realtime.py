@@ -8,7 +8,8 @@ WebSocket session tests: aiohttp on 127.0.0.1 (ephemeral port) in a thread of it
 - ``/ws/google.ai.generativelanguage.VERSION.GenerativeService.BidiGenerateContent`` speaks
   Gemini Live: ``setup`` -> ``setupComplete``; ``clientContent`` -> ``serverContent`` parts,
   ``turnComplete``, ``usageMetadata``.
-- ``/echo`` echoes each frame (text or binary) and closes with 1000 on ``bye``.
+- ``/echo`` echoes each frame (text or binary) and closes with 1000 on ``bye``; ``raw:TEXT``
+  is answered with TEXT as given, ``big:N`` with N bytes.
 
 Ids and text vary on every live session (a counter), so a replay that gives back the
 recorded ones is told from a live call. Knobs: ``drop_after`` (server frames, then the TCP
@@ -155,6 +156,9 @@ class FakeRealtime:
                 if msg.data == "bye":
                     await ws.close(code=1000, message=b"bye")
                     break
+                if msg.data.startswith("raw:"):  # sent as given: a layout of the test's own
+                    await ws.send_str(msg.data[4:])
+                    continue
                 if msg.data.startswith("big:"):
                     await ws.send_str("x" * int(msg.data[4:]))
                     continue

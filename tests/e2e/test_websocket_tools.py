@@ -114,3 +114,17 @@ def test_the_session_page_in_headless_chromium(recorded: tuple[Path, Servers]) -
         assert len(timeline.find_elements(By.TAG_NAME, "progress")) == 9
         assert "Hello from session 1." in browser.find_element(By.ID, "answer").text
         assert browser.save_screenshot(str(ARTIFACTS / "viewer-websocket-session.png"))
+
+
+def test_export_har_gives_a_session_its_websocket_messages(
+    recorded: tuple[Path, Servers], tmp_path: Path
+) -> None:
+    library, _ = recorded
+    out = tmp_path / "voice.har"
+    code, _ = run("export", "har", "voice", "-o", str(out), "--cassettes", str(library))
+    assert code == 0
+    [entry] = json.loads(out.read_text())["log"]["entries"]
+    messages = entry["_webSocketMessages"]
+    assert [m["type"] for m in messages[:3]] == ["receive", "send", "receive"]
+    assert json.loads(messages[0]["data"])["type"] == "session.created"
+    assert {m["opcode"] for m in messages} == {1}

@@ -179,15 +179,17 @@ class Replay:
         self.sent += 1
         return True
 
-    async def _miss(self, frame: SocketFrame, got: Message) -> None:
+    async def _miss(self, frame: SocketFrame | None, got: Message) -> None:
+        """`got` is not `frame`, the next client frame recorded (None: none was)."""
         ids, rules = self.keyed.provider.sockets.event_ids, self.keyed.rules
-        recorded = matchable(recorded_value(frame), ids, rules)
-        found = diff(recorded, self._incoming(got))[:12]
+        recorded = None if frame is None else matchable(recorded_value(frame), ids, rules)
+        found = [] if frame is None else diff(recorded, self._incoming(got))[:12]
+        why = "it differs in:" if frame is not None else "the recorded session had no more."
         lines = [
             f"cassette miss: cassette {self.keyed.cassette!r} (mode {self.keyed.mode.value}): "
             f"client frame #{self.matched + 1} of the WebSocket session {self.keyed.inbound.path} "
-            f"(key {self.keyed.key[:12]}) is not the one recorded; it differs in:",
-            *(f"  {d.render()}" for d in found[:12]),
+            f"(key {self.keyed.key[:12]}) is not the one recorded; {why}",
+            *(f"  {d.render()}" for d in found),
             "To record it, run with --mode record or --mode auto.",
         ]
         report: dict[str, Any] = {
@@ -197,7 +199,7 @@ class Replay:
             "key": self.keyed.key,
             "closest": {
                 "frame": self.matched + 1,
-                "differences": [d.to_dict() for d in found[:12]],
+                "differences": [d.to_dict() for d in found],
             },
         }
         run = self.p.runs.loaded(self.keyed.cassette)
@@ -211,8 +213,11 @@ class Replay:
             await self.peer.close(ERROR_CLOSE, "")
         elif end.by == "server":
             await self.peer.close(sendable(end.code), end.reason)
-        else:  # the client closed it: wait for its close
-            await self.peer.receive()
+        else:  # the client closed it: wait for its close; a frame instead is a miss
+            got = await self.peer.receive()
+            if not isinstance(got, Closed):
+                await self._miss(None, got)
+                return
             await self.peer.close(sendable(end.code), end.reason)
 
 

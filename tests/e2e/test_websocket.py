@@ -20,7 +20,7 @@ from websockets.typing import Subprotocol
 from tapeproxy.exchange.model import dump_exchange, load_exchange
 from tests.fakes.realtime import FakeRealtime
 from tests.support import ProxyServer
-from tests.support.sockets import KEY_PROTOCOL, Servers, files, session, ws_url
+from tests.support.sockets import KEY_PROTOCOL, Servers, files, session, turn, ws_url
 
 Serve = Callable[..., ProxyServer]
 
@@ -321,3 +321,20 @@ def test_server_text_frames_replay_byte_for_byte_whatever_their_layout(
     with connect(echo_url(serve(mode="replay"))) as ws:
         ws.send("raw:" + sent)
         assert ws.recv(timeout=10) == sent
+
+
+def test_a_client_frame_after_the_recorded_ones_is_a_miss(
+    realtime: FakeRealtime, serve: Serve
+) -> None:
+    recorder = serve(realtime.url, mode="record")
+    session(recorder)
+    recorder.stop()
+    with connect(ws_url(serve(mode="replay")), subprotocols=[Subprotocol("realtime")]) as ws:
+        turn(ws, "Say hi")
+        ws.send(json.dumps({"type": "response.create"}))  # one more than was recorded
+        error = json.loads(ws.recv(timeout=10))
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+    assert "client frame #3 " in error["error"]["message"]
+    assert "the recorded session had no more" in error["error"]["message"]
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008

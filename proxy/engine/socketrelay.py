@@ -72,6 +72,7 @@ class Relay:
             if self.target is not None:
                 self.target.run.end_recording()
             self.tape.discard()
+            await sock.close(1000)  # a fault's cut, a shutdown: the upstream's leg ends too
 
     async def _connect(self, protocols: list[str]) -> UpstreamSocket:
         upstream = self.p.upstream()

@@ -338,3 +338,21 @@ def test_a_client_frame_after_the_recorded_ones_is_a_miss(
     assert "client frame #3 " in error["error"]["message"]
     assert "the recorded session had no more" in error["error"]["message"]
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+
+
+def test_cut_on_a_live_session_ends_both_legs_and_writes_nothing(
+    realtime: FakeRealtime, serve: Serve, cassettes: Path
+) -> None:
+    proxy = serve(realtime.url, mode="record", fault=["cut:after=2"])
+    got: list[Any] = []
+    with connect(ws_url(proxy)) as ws, pytest.raises(ConnectionClosed) as closed:
+        got.append(ws.recv(timeout=10))
+        ws.send(json.dumps({"type": "session.update", "session": {"instructions": "Say hi"}}))
+        got.append(ws.recv(timeout=10))
+        ws.send(json.dumps({"type": "response.create"}))
+        while True:
+            got.append(ws.recv(timeout=10))
+    assert len(got) == 2
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011
+    proxy.stop()
+    assert files(cassettes) == []

@@ -13,7 +13,7 @@ from typing import Any
 from tapeproxy.engine.inbound import Inbound
 from tapeproxy.engine.keyed import Current, Keyed
 from tapeproxy.engine.plan import Action, plan
-from tapeproxy.engine.refusals import miss_report
+from tapeproxy.engine.refusals import miss_report, out_of_order
 from tapeproxy.engine.run import Run
 from tapeproxy.engine.session import (
     ERROR_CLOSE,
@@ -55,6 +55,12 @@ class Sessions:
         step = plan(keyed.mode, ordinal is not None, keyed.runs_live, run.held)
         run.replayed_from |= step.action in (Action.SERVE, Action.REFUSE)
         if step.action is Action.SERVE and ordinal is not None:
+            if run.order is not None and (wrong := out_of_order(keyed, run, ordinal)):
+                p.counters.misses += 1  # --strict-order: refused as an HTTP request is
+                run.misses += 1
+                await peer.accept(None)
+                await refuse(keyed, peer, p.scrubber.text(wrong.message))
+                return
             recorded = await asyncio.to_thread(ready, p.store, keyed.cassette, keyed.key, ordinal)
             run.served.add((keyed.key, ordinal))
             p.counters.replayed += 1

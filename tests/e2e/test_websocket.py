@@ -356,3 +356,23 @@ def test_cut_on_a_live_session_ends_both_legs_and_writes_nothing(
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1011
     proxy.stop()
     assert files(cassettes) == []
+
+
+def test_strict_order_refuses_a_session_out_of_the_recorded_order(
+    realtime: FakeRealtime, serve: Serve
+) -> None:
+    recorder = serve(realtime.url, mode="record")
+    with connect(echo_url(recorder)) as ws:
+        ws.send("bye")
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+    session(recorder)
+    recorder.stop()
+    proxy = serve(mode="replay", strict_order=True)
+    protocols = [Subprotocol("realtime")]
+    with connect(ws_url(proxy), subprotocols=protocols) as ws:  # the second, asked first
+        error = json.loads(ws.recv(timeout=10))
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+    assert "--strict-order" in error["error"]["message"]
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008

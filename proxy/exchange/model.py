@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 # How the file is laid out lives in exchangefile.py: named here too, for every reader.
 from tapeproxy.exchange.layout import (
@@ -149,6 +149,12 @@ class Exchange(_Model):
     kind: Literal["websocket"] | None = None  # None: an HTTP exchange
     session: Session | None = None  # a WebSocket session (kind `websocket`)
     _read_as: int = PrivateAttr(default=SCHEMA_VERSION)
+
+    @model_validator(mode="after")
+    def _session_of_its_kind(self) -> Exchange:
+        if (self.kind == "websocket") != (self.session is not None):
+            raise ValueError("a websocket exchange holds a session, and only it does")
+        return self
 
     @property
     def read_as(self) -> int:

@@ -53,6 +53,7 @@ METAVARS = {
     "log_level": "LEVEL",
     "max_body": "SIZE",
     "max_record": "SIZE",
+    "max_frame": "SIZE",
     "admin_token": "TOKEN",
     "redact_field": "PATH",
     "redact_pattern": "REGEX",

@@ -60,6 +60,7 @@ def serve(
     log_level: Annotated[str | None, option("log_level")] = None,
     max_body: Annotated[str | None, option("max_body")] = None,
     max_record: Annotated[str | None, option("max_record")] = None,
+    max_frame: Annotated[str | None, option("max_frame")] = None,
     admin_token: Annotated[str | None, option("admin_token")] = None,
     redact_field: Annotated[list[str] | None, option("redact_field")] = None,
     redact_pattern: Annotated[list[str] | None, option("redact_pattern")] = None,

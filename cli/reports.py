@@ -120,8 +120,8 @@ def print_rows(cassette: str, rows: Sequence[Row], as_json: bool) -> None:
             r.path,
             r.what,
             str(r.status),
-            "yes" if r.streamed else "no",
-            str(r.frames) if r.streamed else "-",
+            "websocket" if r.socket else "yes" if r.streamed else "no",
+            str(r.frames) if r.streamed or r.socket else "-",
             f"{r.input_tokens}/{r.output_tokens}" if r.usage_known else "unknown",
             usd(r.cost_usd),
             r.key[:12],
@@ -158,6 +158,8 @@ def details(row: Row) -> str:
     if row.unreadable:
         return f"nothing in it was read | key {row.key[:12]}"
     stream = f"stream, {row.frames} frames" if row.streamed else "not streamed"
+    if row.socket:
+        stream = f"websocket session, {row.frames} frames"
     tokens = tokens_text(row.tokens) if row.usage_known else "tokens unknown"
     return (
         f"{'' if row.tool else 'model '}{row.what} | status {row.status} | {stream} | "
@@ -176,6 +178,8 @@ def full_view(item: Listed, frames: bool) -> dict[str, Any]:
     out["text"] = answers.text(exchange)
     if response.frames is None:
         out["response_body"] = body_view(response.body)
+    if exchange.session is not None:
+        out["session"] = answers.session_lines(exchange)
     if frames and response.frames is not None:
         out["frame_texts"] = [answers.frame_text(f) for f in response.frames]
     return out
@@ -203,6 +207,10 @@ def _print_bodies(exchange: Exchange, frames: bool) -> None:
         print(f"-- tool result\n{call['result'] if call['result'] is not None else '(none)'}")
     print("-- request body")
     print(_pretty(body_view(exchange.request.body)))
+    if exchange.session is not None:
+        print(f"-- websocket session ({len(exchange.session.frames)} frames)")
+        print("\n".join(answers.session_lines(exchange)))
+        return
     if response.frames is None:
         print("-- response body")
         print(_pretty(body_view(response.body)))

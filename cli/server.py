@@ -91,6 +91,10 @@ def uvicorn_config(
         # httptools, with a cap and a deadline on each request's head (uvicorn calls what it
         # is given with its keyword arguments: the class, or the forward door's factory)
         http=cast("type[asyncio.Protocol]", protocol or HeadLimitedProtocol),
+        # WebSocket sessions (proxy/doors/sockets.py), on the websockets library's sans-I/O
+        # protocol (its legacy one is deprecated).
+        ws="websockets-sansio",
+        ws_max_size=settings.max_frame,  # a client frame past it closes the session with 1009
         # tapeproxy is reached directly, never through a proxy of its own: a client's
         # X-Forwarded-For must not change the address a request is judged by (a loopback
         # client claiming 8.8.8.8, or the reverse). It also saves a middleware per request.

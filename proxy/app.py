@@ -26,6 +26,7 @@ from tapeproxy.doors.control import (
 )
 from tapeproxy.doors.front import Front
 from tapeproxy.doors.sending import QuietCuts
+from tapeproxy.doors.sockets import serve_socket
 from tapeproxy.engine.core import Engine
 from tapeproxy.engine.stats import Snapshot
 from tapeproxy.errors import BadCassetteName, ConfigError
@@ -93,24 +94,30 @@ class Server:
             },
         )
         if is_loopback(settings.host):  # open to this machine: not to a rebound host name
-            return Doors(LocalOnly(control, settings.admin_token), Front(engine))
-        return Doors(control, Front(engine))
+            guarded: ASGIApp = LocalOnly(control, settings.admin_token)
+            return Doors(guarded, Front(engine), partial(serve_socket, engine))
+        return Doors(control, Front(engine), partial(serve_socket, engine))
 
 
 class Doors:
-    """Splits by path: `/__tapeproxy/...` (and lifespan) to the control API, every other request
-    to the front as its bytes came, with no router in between (every method is forwarded,
-    and a path holding `%0a` is not refused by a route pattern)."""
+    """Splits by path: `/__tapeproxy/...` (and lifespan) to the control API, every other
+    WebSocket upgrade to the session door, every other request to the front as its bytes
+    came, with no router in between (every method is forwarded, and a path holding `%0a` is
+    not refused by a route pattern)."""
 
-    def __init__(self, control: ASGIApp, front: ASGIApp) -> None:
+    def __init__(self, control: ASGIApp, front: ASGIApp, sockets: ASGIApp) -> None:
         self.control = control
         self.front = front
+        self.sockets = sockets
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not scope["path"].startswith(CONTROL_PREFIX):
-            await self.front(scope, receive, send)
-        else:
+        ours = scope["type"] == "lifespan" or scope["path"].startswith(CONTROL_PREFIX)
+        if ours:
             await self.control(scope, receive, send)
+        elif scope["type"] == "websocket":  # an upgrade on any route: a session
+            await self.sockets(scope, receive, send)
+        else:
+            await self.front(scope, receive, send)
 
 
 UI = CONTROL_PREFIX + "ui"

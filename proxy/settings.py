@@ -97,6 +97,9 @@ class Settings(BaseModel):
         gt=0,
         description="Largest answer recorded (bytes, or 64MiB); a larger one passes, unrecorded.",
     )
+    max_frame: int = Field(
+        16 * MIB, gt=0, description="Largest WebSocket frame (bytes, or 16MiB); more closes 1009."
+    )
     admin_token: str | None = Field(
         None,
         description="Bearer token that control requests changing state (PUT) must carry.",
@@ -108,7 +111,7 @@ class Settings(BaseModel):
     def _library(cls, value: Any) -> Any:
         return os.fspath(value) if isinstance(value, os.PathLike) else value
 
-    @field_validator("max_body", "max_record", mode="before")
+    @field_validator("max_body", "max_record", "max_frame", mode="before")
     @classmethod
     def _size(cls, value: Any) -> Any:
         return parse_size(value) if isinstance(value, str) else value

@@ -6,27 +6,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import tempfile
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
 from tapeproxy.engine import jsonrpc
-from tapeproxy.engine.capture import Capture
-from tapeproxy.engine.hangup import Watch
+from tapeproxy.engine.forward import forward
 from tapeproxy.engine.inbound import Answer, Inbound, Live, Refuse, Serve
 from tapeproxy.engine.keeper import Keeper, Target
 from tapeproxy.engine.keyed import Current, Keyed, Keyer
 from tapeproxy.engine.plan import Action, Step, plan, stream_goes_live
-from tapeproxy.engine.recorder import Recording
 from tapeproxy.engine.refusals import miss_report, out_of_order, refusal
-from tapeproxy.engine.relay import Relay
 from tapeproxy.engine.replay import Replay, ReplayCache
 from tapeproxy.engine.run import Run
 from tapeproxy.engine.runs import Opened, Runs
-from tapeproxy.engine.spool import Spool
+from tapeproxy.engine.session import Parts
+from tapeproxy.engine.sessions import Sessions
 from tapeproxy.engine.stats import Counters, RunSummary, Snapshot
-from tapeproxy.errors import CassetteCorrupt, ClientGone, TapeproxyError, UpstreamError
+from tapeproxy.errors import CassetteCorrupt, TapeproxyError
 from tapeproxy.faults.layer import Faults
 from tapeproxy.faults.spec import FaultSpec
 from tapeproxy.modes import SERVES_RECORDINGS, Mode
@@ -36,8 +33,7 @@ from tapeproxy.redaction.scrubber import Scrubber
 from tapeproxy.settings import Settings
 from tapeproxy.store.names import check_cassette_name, derived_name
 from tapeproxy.store.protocol import CassetteStore
-from tapeproxy.upstream.hopheaders import answer_headers
-from tapeproxy.upstream.protocol import Outbound, Upstream, UpstreamResponse
+from tapeproxy.upstream.protocol import SocketUpstream, Upstream
 
 MAX_MISSES = 50
 log = logging.getLogger("tapeproxy")
@@ -73,6 +69,14 @@ class Engine:
         self.keeper = Keeper(
             store, self.runs.ledger, self.replays, self.counters, self.scrubber, failures
         )
+        self.sessions = Sessions(self._session_parts(), self.current)  # WebSockets
+
+    def _session_parts(self) -> Parts:
+        upstream = lambda: self.upstream if isinstance(self.upstream, SocketUpstream) else None  # noqa: E731
+        return Parts(
+            self.settings, self.keyer, self.runs, self.store, self.counters, self.keeper,
+            self.scrubber, self.rules, self.faults, self.misses, self._target, upstream,
+        )  # fmt: skip
 
     async def exchange(self, inbound: Inbound) -> Answer:
         """Serve it from the cassette, refuse it, or go live (and record, as planned)."""
@@ -167,54 +171,10 @@ class Engine:
         log.warning("%s", report["message"])
         return refusal(keyed.provider, report, keyed.parts.body)
 
-    async def _open(self, keyed: Keyed) -> tuple[UpstreamResponse, Watch | None]:
-        """The upstream's answer, and the watch of the client that stops the call when the
-        client hangs up; the relay of the answer watches on with it and closes it."""
-        if self.upstream is None:
-            raise UpstreamError("tapeproxy is not started: no upstream client yet")
-        self.counters.upstream_calls += 1
-        inbound = keyed.inbound
-        query = f"?{inbound.query}" if inbound.query else ""
-        outbound = Outbound.of(
-            keyed.provider.name,
-            inbound.method,
-            keyed.provider.base_url + inbound.path + query,
-            inbound.headers,
-            inbound.body,
-        )
-        watch = None if inbound.gone is None else Watch(inbound.gone)  # (no cost to a replay)
-        opening = self.upstream.open(outbound)
-        try:
-            return await (opening if watch is None else watch.unless_gone(opening)), watch
-        except BaseException as exc:
-            if watch is not None:
-                watch.close()
-            if isinstance(exc, ClientGone):
-                self.counters.aborted += 1
-            raise
-
     async def _forward(self, keyed: Keyed, target: Target | None) -> Live:
-        answer, watch = await self._open(keyed)
-        capture = None
-        if target is not None:
-            capture = Capture(
-                provider=keyed.provider,
-                request=keyed.parts,
-                key=keyed.key,
-                seq=target.seq,
-                rules=keyed.rules.fingerprint(),
-                status=answer.status,
-                headers=list(answer.headers),
-                chunked=answer.chunked,
-                spool=Spool(tempfile.TemporaryFile),
-                limit=self.settings.max_record,
-            )
-        headers = answer_headers(answer.headers, keep_length=keyed.parts.method == "HEAD")
-        headers.append(("x-tapeproxy-key", keyed.key))
-        raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
-        recording = Recording(keyed.trace, answer.status, self.keeper, capture, target)
-        relay = Relay(answer, recording, watch, self.settings.read_timeout)
-        return Live(answer.status, raw, relay, held=recording.writes and answer.whole)
+        return await forward(
+            self.upstream, self.counters, self.keeper, self.settings, keyed, target
+        )
 
     async def switch(
         self, cassette: str | None, mode: Mode | None, opened: Opened | None = None

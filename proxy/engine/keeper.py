@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -73,6 +74,25 @@ class Keeper:
         is not kept (a 429 the SDK retried) leaves no gap in the numbering."""
         loop = asyncio.get_running_loop()
         kept = await loop.run_in_executor(self.writer, self._write, target, capture, cut)
+        return self._counted(target, kept)
+
+    async def keep_whole(self, target: Target, build: Callable[[], Finished]) -> str:
+        """Number and write what `build` makes in a writer thread (a WebSocket session,
+        its frames read back from their spool as they are written); the log line's outcome."""
+
+        def write() -> Kept:
+            try:
+                finished = build()
+                return self._store(target.run, finished.exchange.key, target.anew, finished)
+            except OSError as exc:
+                log.error("recording a session: its scratch file failed: %s", exc)
+                return Kept("not recorded (write failed)", failed=True)
+
+        loop = asyncio.get_running_loop()
+        kept = await loop.run_in_executor(self.writer, write)
+        return self._counted(target, kept)
+
+    def _counted(self, target: Target, kept: Kept) -> str:
         if kept.failed:
             self.counters.errors += 1
             self.counters.write_failures += 1

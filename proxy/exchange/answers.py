@@ -33,6 +33,9 @@ def payloads(exchange: Exchange) -> list[Any]:
     text (its layout could not be reproduced byte for byte) is decoded all the same, and a
     JSON array (Gemini's `streamGenerateContent` without `alt=sse`) gives its items."""
     response = exchange.response
+    if exchange.session is not None:  # a WebSocket session: the server's JSON events
+        frames = exchange.session.frames
+        return [f.json_ for f in frames if f.direction == "server" and f.json_ is not None]
     if response.frames is not None:
         if response.dialect in ("sse", "ndjson", "eventstream"):
             dialect = cast(Dialect, response.dialect)
@@ -81,11 +84,27 @@ def _first(
 def tokens(exchange: Exchange, decoded: list[Any] | None = None) -> Tokens | None:
     """The answer's token counts from its provider's usage block (a stream's last one); the
     file's own `usage` where the answer holds none that a provider reads."""
-    found = _first(exchange, lambda provider, payloads: provider.tokens(payloads), decoded)
+    if exchange.session is not None:
+        found = _session_tokens(exchange, _payloads(exchange, decoded))
+    else:
+        found = _first(exchange, lambda provider, payloads: provider.tokens(payloads), decoded)
     stored = exchange.usage
     if found is None and stored:
         return Tokens(stored.get("input_tokens", 0), stored.get("output_tokens", 0))
     return found
+
+
+def _session_tokens(exchange: Exchange, events: list[Any]) -> Tokens | None:
+    """A session's tokens: its usage events (one per turn: `response.done`, `usageMetadata`)
+    summed."""
+    total: Tokens | None = None
+    for event in events:
+        for provider in readers(exchange.request.upstream):
+            found = provider.tokens([event])
+            if found is not None:
+                total = found if total is None else total + found
+                break
+    return total
 
 
 def text(exchange: Exchange, decoded: list[Any] | None = None) -> str:
@@ -100,12 +119,28 @@ def model(exchange: Exchange, decoded: list[Any] | None = None) -> str | None:
         found = _named_model(payload)
         if found:
             return found
+    if exchange.session is not None:
+        return _session_model(exchange)
     body = exchange.request.body or {}
     asked = body.get("json")
     if isinstance(asked, dict) and isinstance(asked.get("model"), str):
         return str(asked["model"])
     match = _MODEL_PATH.search(exchange.request.path)
     return match.group(1) if match else None
+
+
+def _session_model(exchange: Exchange) -> str | None:
+    """A session's model: its upgrade's `?model=` (Realtime), else its setup message's
+    (Gemini Live's `setup.model`, `models/` dropped)."""
+    for name, value in exchange.request.query:
+        if name == "model" and value:
+            return value
+    assert exchange.session is not None
+    for frame in exchange.session.frames:
+        setup = frame.json_.get("setup") if isinstance(frame.json_, dict) else None
+        if isinstance(setup, dict) and isinstance(setup.get("model"), str):
+            return str(setup["model"]).removeprefix("models/")
+    return None
 
 
 def _named_model(payload: Any) -> str | None:
@@ -128,3 +163,27 @@ def tool_call(exchange: Exchange, decoded: list[Any] | None = None) -> dict[str,
 def joined_frames(exchange: Exchange) -> str:
     """A stream's frames as one text, every byte (for answers no provider reads text from)."""
     return "".join(map(frame_text, exchange.response.frames or []))
+
+
+def session_lines(exchange: Exchange, width: int = 160) -> list[str]:
+    """A WebSocket session as lines, one a frame (`+ms client|server payload`, long ones
+    cut), then how it ended: what `tapeproxy show --full` prints."""
+    if exchange.session is None:
+        return []
+    lines = []
+    for frame in exchange.session.frames:
+        if frame.base64 is not None:
+            shown = f"<binary, {len(base64.b64decode(frame.base64))} bytes>"
+        elif frame.text is not None:
+            shown = frame.text
+        else:
+            shown = json.dumps(frame.json_, ensure_ascii=False)
+        if len(shown) > width:
+            shown = shown[: width - 3] + "..."
+        lines.append(f"+{frame.ms}ms {frame.direction:6} {shown}")
+    end = exchange.session.end
+    closed = f"closed {end.code} by the {end.by}" if end.by else f"closed {end.code}"
+    lines.append(
+        f"+{end.ms}ms {'cut (no close frame)' if end.cut else closed} {end.reason}".rstrip()
+    )
+    return lines

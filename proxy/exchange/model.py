@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 # How the file is laid out lives in exchangefile.py: named here too, for every reader.
 from tapeproxy.exchange.layout import (
@@ -34,6 +34,9 @@ __all__ = [
     "NewerSchema",
     "Outcome",
     "Record",
+    "Session",
+    "SessionEnd",
+    "SocketFrame",
     "StoredRequest",
     "StoredResponse",
     "dump_around",
@@ -98,6 +101,41 @@ class StoredResponse(_Model):
     _body = field_validator("body")(checked_body)
 
 
+class SocketFrame(_Model):
+    """One WebSocket frame of a session: who sent it, when, and its payload (a JSON text
+    frame as `json` and the `style` that renders it back byte-equal; other text as `text`;
+    a binary frame as `base64`)."""
+
+    direction: Literal["client", "server"]
+    type: Literal["text", "binary"]
+    ms: int = Field(ge=0, description="Milliseconds from the start of the session.")
+    json_: Any = Field(default=None, alias="json")
+    style: str | None = None
+    text: str | None = None
+    base64: str | None = None
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class SessionEnd(_Model):
+    """How a session ended: a close frame (its code, its reason, and which side sent it)
+    or a cut (the connection dropped with no close)."""
+
+    ms: int = Field(ge=0)
+    by: Literal["client", "server"] | None = None
+    code: int | None = None
+    reason: str = ""
+    cut: bool = False
+
+
+class Session(_Model):
+    """A WebSocket session: the subprotocol the upstream chose, its frames, its end."""
+
+    subprotocol: str | None = None
+    frames: list[SocketFrame] = Field(default_factory=list)
+    end: SessionEnd
+
+
 class Exchange(_Model):
     schema_version: int = SCHEMA_VERSION
     key: str
@@ -108,7 +146,15 @@ class Exchange(_Model):
     usage: dict[str, int] | None = None
     request: StoredRequest
     response: StoredResponse
+    kind: Literal["websocket"] | None = None  # None: an HTTP exchange
+    session: Session | None = None  # a WebSocket session (kind `websocket`)
     _read_as: int = PrivateAttr(default=SCHEMA_VERSION)
+
+    @model_validator(mode="after")
+    def _session_of_its_kind(self) -> Exchange:
+        if (self.kind == "websocket") != (self.session is not None):
+            raise ValueError("a websocket exchange holds a session, and only it does")
+        return self
 
     @property
     def read_as(self) -> int:
@@ -117,7 +163,7 @@ class Exchange(_Model):
 
     def record(self) -> Record:
         """The exchange as its file holds it: plain data, no None anywhere."""
-        return self.model_dump(exclude_none=True)
+        return self.model_dump(exclude_none=True, by_alias=True)
 
     def untimed(self, seq: int) -> Exchange:
         """The exchange with its timings (frame arrivals, when a cut came) left out, and
@@ -127,7 +173,12 @@ class Exchange(_Model):
         if frames is not None:
             frames = [one.model_copy(update={"ms": 0}) for one in frames]
         untimed = response.model_copy(update={"frames": frames, "end_ms": None})
-        return self.model_copy(update={"seq": seq, "response": untimed})
+        session = self.session
+        if session is not None:
+            timeless = [one.model_copy(update={"ms": 0}) for one in session.frames]
+            end = session.end.model_copy(update={"ms": 0})
+            session = session.model_copy(update={"frames": timeless, "end": end})
+        return self.model_copy(update={"seq": seq, "response": untimed, "session": session})
 
     def same_recording(self, new: Exchange) -> bool:
         """True when `new` is what this stored one holds but for timing and recording order
@@ -178,5 +229,9 @@ def load_exchange(raw: bytes) -> Exchange:
 
 
 def dump_around(skeleton: Exchange, middle: Callable[[bool], Iterable[bytes]]) -> Iterator[bytes]:
-    """`render_around` of an exchange's Record (exchangefile.py)."""
-    return render_around(skeleton.record(), middle)
+    """`render_around` of an exchange's Record (exchangefile.py); a WebSocket session's
+    frames are its middle."""
+    record = skeleton.record()
+    if skeleton.session is not None:
+        record["session"]["frames"] = [STREAMED]
+    return render_around(record, middle)

@@ -47,6 +47,25 @@ def generic_error(error_type: str, message: str, status: int) -> dict[str, Any]:
     return {"error": {"type": error_type, "message": message}}
 
 
+def socket_error(error_type: str, message: str, event_id: str) -> dict[str, Any]:
+    """A WebSocket session's error event, in OpenAI Realtime's shape (the common one)."""
+    return {
+        "type": "error",
+        "event_id": event_id,
+        "error": {"type": error_type, "message": message},
+    }
+
+
+@dataclass(frozen=True)
+class Sockets:
+    """What a provider's WebSocket sessions look like: its error event (tapeproxy error
+    type, message, event id), and the client fields that are event ids (fresh on every
+    run, so left out when a client frame is matched)."""
+
+    error_event: Callable[[str, str, str], dict[str, Any]] = socket_error
+    event_ids: frozenset[str] = frozenset({"event_id"})
+
+
 def no_limit_headers(retry_after: int) -> list[tuple[str, str]]:
     return []
 
@@ -145,6 +164,8 @@ class Provider:
     # Its answers' enum-like fields, on top of tapeproxy.exchange.shape.ENUM_FIELDS: a value
     # never seen there is news to `tapeproxy drift`.
     enum_fields: frozenset[str] = frozenset()
+    # Its WebSocket sessions (Realtime, Responses over WebSocket, Gemini Live).
+    sockets: Sockets = Sockets()
 
     def usage(self, payloads: Iterable[Any]) -> Usage | None:
         """The `usage` an exchange file keeps: input and output tokens."""

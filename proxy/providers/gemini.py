@@ -10,6 +10,7 @@ from tapeproxy.exchange.framing import FrameSigns
 from tapeproxy.exchange.tokens import Tokens, tokens_of
 from tapeproxy.providers.base import (
     Provider,
+    Sockets,
     TextField,
     error_frame,
     pick_int,
@@ -46,6 +47,11 @@ def error_body(error_type: str, message: str, status: int) -> dict[str, Any]:
     }
 
 
+def live_error(error_type: str, message: str, event_id: str) -> dict[str, Any]:
+    """Gemini Live's error, as its REST errors are shaped (Live sends no event ids)."""
+    return {"error": {"code": 400, "message": message, "status": error_type.upper()}}
+
+
 def tokens(payloads: Iterable[Any]) -> Tokens | None:
     """`usageMetadata`: the prompt (cached content included), and as output the candidates
     plus the thinking tokens, which Google bills as output but counts apart."""
@@ -53,7 +59,7 @@ def tokens(payloads: Iterable[Any]) -> Tokens | None:
     for payload in payloads:
         block = payload.get("usageMetadata") if isinstance(payload, dict) else None
         if isinstance(block, dict):
-            output = pick_int(block, "candidatesTokenCount")
+            output = pick_int(block, "candidatesTokenCount", "responseTokenCount")  # Live
             thoughts = pick_int(block, "thoughtsTokenCount")
             if thoughts is not None:
                 output = (output or 0) + thoughts
@@ -125,4 +131,5 @@ PROVIDER = Provider(
     rate_limit_type="rate_limit_exceeded",
     overload=(503, "overloaded"),
     enum_fields=frozenset({"finishReason", "blockReason", "modality"}),
+    sockets=Sockets(error_event=live_error, event_ids=frozenset()),
 )

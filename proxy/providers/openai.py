@@ -10,6 +10,7 @@ from tapeproxy.exchange.framing import FrameSigns
 from tapeproxy.exchange.tokens import Tokens, tokens_of
 from tapeproxy.providers.base import (
     Provider,
+    Sockets,
     TextField,
     ends_with,
     error_frame,
@@ -26,6 +27,12 @@ RESPONSES_FINAL = frozenset({"response.completed", "response.failed", "response.
 
 def error_body(error_type: str, message: str, status: int) -> dict[str, Any]:
     return {"error": {"message": message, "type": error_type, "param": None, "code": error_type}}
+
+
+def realtime_error(error_type: str, message: str, event_id: str) -> dict[str, Any]:
+    """The Realtime API's error event (`type: error`), as its SDKs read it."""
+    error = {"type": error_type, "code": error_type, "message": message, "param": None}
+    return {"type": "error", "event_id": event_id, "error": {**error, "event_id": None}}
 
 
 def tokens(payloads: Iterable[Any]) -> Tokens | None:
@@ -177,4 +184,5 @@ PROVIDER = Provider(
     rate_limit_type="rate_limit_exceeded",
     overload=(503, "server_overloaded"),
     limit_headers=limit_headers,
+    sockets=Sockets(error_event=realtime_error),
 )

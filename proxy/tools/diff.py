@@ -128,7 +128,18 @@ def view(exchange: Exchange) -> dict[str, Any]:
     """The fields of an exchange that a diff compares."""
     request, response = exchange.request, exchange.response
     answer: dict[str, Any] = {"status": response.status, "headers": response.headers}
-    if response.frames is None:
+    if exchange.session is not None:  # a WebSocket session: its events both ways, untimed
+        session = exchange.session
+        answer["session"] = {
+            "frames": [
+                {"direction": f.direction, "payload": f.json_ if f.text is None else f.text}
+                if f.base64 is None
+                else {"direction": f.direction, "base64": f.base64}
+                for f in session.frames
+            ],
+            "end": session.end.model_dump(exclude={"ms"}),
+        }
+    elif response.frames is None:
         answer["body"] = body_view(response.body)
     else:
         # No provider reads text from it (a tool call, raw chunks): every byte counts.

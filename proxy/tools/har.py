@@ -11,9 +11,10 @@ from collections.abc import Iterator, Mapping
 from typing import IO, Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
+from tapeproxy.engine.frames import message_of
 from tapeproxy.exchange import eventframes
 from tapeproxy.exchange.bodies import Payload, payload_bytes
-from tapeproxy.exchange.model import Exchange, StoredResponse
+from tapeproxy.exchange.model import Exchange, SocketFrame, StoredResponse
 from tapeproxy.providers.base import Provider
 from tapeproxy.settings import RESERVED_NAMES, UPSTREAM_NAME
 from tapeproxy.store.protocol import CassetteStore
@@ -174,7 +175,7 @@ def har_entry(exchange: Exchange, providers: Mapping[str, Provider]) -> dict[str
         ours["frames"] = _frames_out(response)
     if response.end_ms is not None:
         ours["end_ms"] = response.end_ms
-    return {
+    entry = {
         "startedDateTime": EPOCH,
         "time": 0,
         "request": _request(exchange, providers),
@@ -183,6 +184,18 @@ def har_entry(exchange: Exchange, providers: Mapping[str, Provider]) -> dict[str
         "timings": {"send": 0, "wait": 0, "receive": 0},
         FIELD: ours,
     }
+    if exchange.session is not None:  # Chrome DevTools' field for a WebSocket's messages
+        entry["_webSocketMessages"] = [socket_message(f) for f in exchange.session.frames]
+    return entry
+
+
+def socket_message(frame: SocketFrame) -> dict[str, Any]:
+    """One frame as DevTools writes it: sent or received, seconds from the start, opcode 1
+    (text) or 2 (binary, its data base64)."""
+    binary = frame.base64 is not None
+    data = frame.base64 if binary else message_of(frame)
+    kind = "send" if frame.direction == "client" else "receive"
+    return {"type": kind, "time": frame.ms / 1000, "opcode": 2 if binary else 1, "data": data}
 
 
 def _request(exchange: Exchange, providers: Mapping[str, Provider]) -> dict[str, Any]:

@@ -37,6 +37,7 @@ class Row:
     model: str | None
     status: int
     streamed: bool
+    socket: bool  # a WebSocket session
     frames: int
     kind: str  # `json`, `text`, `base64`, `empty`, or `sse: 12 frames`
     outcome: str
@@ -69,7 +70,10 @@ class Row:
 
 def row_of(exchange: Exchange, prices: PriceTable) -> Row:
     response, request = exchange.response, exchange.request
-    if response.frames is not None:
+    session = exchange.session
+    if session is not None:
+        kind = f"websocket: {len(session.frames)} frames"
+    elif response.frames is not None:
         kind = f"{response.dialect}: {len(response.frames)} frames"
     else:
         kind = next(iter(response.body or {"empty": None}))
@@ -89,7 +93,8 @@ def row_of(exchange: Exchange, prices: PriceTable) -> Row:
         model=model,
         status=response.status,
         streamed=response.frames is not None,
-        frames=len(response.frames or ()),
+        socket=session is not None,
+        frames=len(response.frames or (session.frames if session is not None else ())),
         kind=kind,
         outcome=exchange.outcome.value,
         input_tokens=tokens.input_tokens,
@@ -117,6 +122,7 @@ def unreadable_row(key: str, ordinal: int, problem: str) -> Row:
         model=None,
         status=0,
         streamed=False,
+        socket=False,
         frames=0,
         kind="-",
         outcome="unreadable",

@@ -6,9 +6,11 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
 
 from tapeproxy.exchange import answers
-from tapeproxy.exchange.model import Exchange
+from tapeproxy.exchange.model import Exchange, SocketFrame
 from tapeproxy.redaction.scrubber import Scrubber
 from tapeproxy.store.protocol import CassetteStore, exchange_file
 from tapeproxy.tools.rekey import RekeyReport, RulesFor, rekey
@@ -39,7 +41,8 @@ def redact(
     gets the key it has now (rekey's crash-safe ordering: no file is overwritten before its
     content is safe at its new place); requests that became equal are numbered in recorded
     order."""
-    moves: RekeyReport = rekey(store, cassette, rules_for, dry_run, transform=scrubber.exchange)
+    transform = partial(scrubbed, scrubber)
+    moves: RekeyReport = rekey(store, cassette, rules_for, dry_run, transform=transform)
     report = RedactReport(
         cassette,
         dry_run,
@@ -55,6 +58,24 @@ def redact(
     if not dry_run:
         report.left = matches_left(store, cassette, scrubber)
     return report
+
+
+def scrubbed(scrubber: Scrubber, exchange: Exchange) -> Exchange:
+    """`Scrubber.exchange`, and a WebSocket session's frames too (as recording scrubs them)."""
+    out = scrubber.exchange(exchange)
+    session = out.session
+    if session is None or not scrubber:
+        return out
+    frames = [_scrubbed_frame(scrubber, frame) for frame in session.frames]
+    return out.model_copy(update={"session": session.model_copy(update={"frames": frames})})
+
+
+def _scrubbed_frame(scrubber: Scrubber, frame: SocketFrame) -> SocketFrame:
+    if frame.json_ is not None:
+        return frame.model_copy(update={"json_": scrubber.value(frame.json_)})
+    if frame.text is not None:
+        return frame.model_copy(update={"text": scrubber.json_text(frame.text)})
+    return frame
 
 
 def matches_left(store: CassetteStore, cassette: str, scrubber: Scrubber) -> list[str]:
@@ -74,10 +95,12 @@ def recorded_text(exchange: Exchange) -> str:
     digits a pattern like `[0-9a-f]{8}` would match in every file."""
     response = exchange.response
     frames = [{"text": f.text, "base64": f.base64} for f in response.frames or ()]
-    carried = {
+    carried: dict[str, Any] = {
         "request": exchange.request.model_dump(mode="json"),
         "response": {"headers": response.headers, "body": response.body, "frames": frames},
     }
+    if exchange.session is not None:  # a WebSocket session's frames, both ways
+        carried["session"] = [f.json_ or f.text for f in exchange.session.frames]
     # What scrubbing each piece alone can miss: a match split across two stream frames (in
     # the assistant's joined text, or the frames' joined bytes) and one in a binary body.
     seen = [json.dumps(carried, ensure_ascii=False)]

@@ -92,6 +92,7 @@ def _renamed(
             if changed is not exchange:
                 state = replace(state, update={"request": changed.request, **state.update})
                 state.update.setdefault("response", changed.response)
+                state.update.setdefault("session", changed.session)  # a WebSocket's frames
             sources.setdefault(state.key, {}).setdefault(old_key, []).append((exchange, state))
     renamed: list[tuple[Exchange, Exchange]] = []
     copies: list[Place] = []

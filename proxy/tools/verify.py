@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from tapeproxy.engine.frames import message_of
 from tapeproxy.engine.keying import request_key, stored_request
 from tapeproxy.engine.replay import Replay
 from tapeproxy.engine.rules import MatchRules, unstored_headers
@@ -106,7 +107,11 @@ def _check_file(
     if (exchange.key, exchange.ordinal) != parsed:
         return f"names {exchange_file(exchange.key, exchange.ordinal)} inside; renamed by hand?"
     try:
-        Replay.of(exchange, exchange.key)  # what replay sends: a hand edit may leave none
+        if exchange.session is not None:  # a WebSocket session: each frame as it is sent
+            for frame in exchange.session.frames:
+                message_of(frame)
+        else:
+            Replay.of(exchange, exchange.key)  # what replay sends: a hand edit may leave none
     except ValueError as exc:
         return f"unreadable: {exc}"
     for side, body in (("request", exchange.request.body), ("response", exchange.response.body)):

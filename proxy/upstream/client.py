@@ -15,7 +15,7 @@ from yarl import URL
 from tapeproxy.errors import UpstreamCut, UpstreamError, UpstreamTimeout, UpstreamUnreachable
 from tapeproxy.redaction.secrets import redact_text, redact_url
 from tapeproxy.upstream.inflate import CAPS, INFLATABLE, InflateLimits, Inflater, unknown_encoding
-from tapeproxy.upstream.protocol import Outbound
+from tapeproxy.upstream.protocol import Outbound, UpstreamSocket
 from tapeproxy.upstream.request import prepare
 
 # An answer's head is bounded: each line (the status line, a header's name and value) and
@@ -159,6 +159,28 @@ class AiohttpUpstream:
                 "gzip or deflate (accept-encoding); this upstream ignored that."
             )
         return AiohttpResponse(request.upstream, response, named, self.read_timeout, self._limits)
+
+    async def connect(
+        self, request: Outbound, protocols: Sequence[str], max_frame: int
+    ) -> UpstreamSocket:
+        """A WebSocket session to the upstream (tapeproxy.upstream.sockets)."""
+        from tapeproxy.upstream.sockets import connect  # its few users pay for it
+
+        return await connect(self, request, protocols, max_frame)
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        return self._session
+
+    @property
+    def proxies(self) -> EnvProxies:
+        return self._proxies
+
+    def tls(self) -> ssl.SSLContext:
+        return self._context()
+
+    def failed(self, request: Outbound, exc: BaseException) -> UpstreamError:
+        return self._failed(request, exc)
 
     async def close(self) -> None:
         await self._session.close()

@@ -6,10 +6,11 @@ nor opens a session. The import runs in a worker thread, never on the event loop
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tapeproxy.errors import UpstreamError
-from tapeproxy.upstream.protocol import Outbound, UpstreamResponse
+from tapeproxy.upstream.protocol import Outbound, UpstreamResponse, UpstreamSocket
 
 if TYPE_CHECKING:
     from tapeproxy.upstream.client import AiohttpUpstream
@@ -29,6 +30,14 @@ class LazyUpstream:
         if self._closed:  # a request that raced the server's shutdown
             raise UpstreamError("tapeproxy is stopping: no request goes upstream now")
         return await client.open(request)
+
+    async def connect(
+        self, request: Outbound, protocols: Sequence[str], max_frame: int
+    ) -> UpstreamSocket:
+        client = self._client or await self._made_unless_closed()
+        if self._closed:
+            raise UpstreamError("tapeproxy is stopping: no session goes upstream now")
+        return await client.connect(request, protocols, max_frame)
 
     async def _made_unless_closed(self) -> AiohttpUpstream:
         if self._closed:

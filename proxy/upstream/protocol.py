@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from tapeproxy.upstream.hopheaders import forward_headers
 
@@ -53,3 +53,37 @@ class UpstreamResponse(Protocol):
 
 class Upstream(Protocol):
     async def open(self, request: Outbound) -> UpstreamResponse: ...
+
+
+@dataclass(frozen=True)
+class Closed:
+    """How a WebSocket ended: a close frame's code and reason, or a cut (`code` None: the
+    connection dropped with no close frame)."""
+
+    code: int | None
+    reason: str = ""
+
+    @property
+    def cut(self) -> bool:
+        return self.code is None
+
+
+# A WebSocket data frame: text as str, binary as bytes.
+Message = str | bytes
+
+
+class UpstreamSocket(Protocol):
+    """A WebSocket open to the upstream: the subprotocol it chose; frames each way."""
+
+    subprotocol: str | None
+
+    async def receive(self) -> Message | Closed: ...
+    async def send(self, message: Message) -> None: ...
+    async def close(self, code: int, reason: str = "") -> None: ...
+
+
+@runtime_checkable
+class SocketUpstream(Protocol):
+    async def connect(
+        self, request: Outbound, protocols: Sequence[str], max_frame: int
+    ) -> UpstreamSocket: ...

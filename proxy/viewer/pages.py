@@ -22,6 +22,7 @@ from tapeproxy.viewer.conversation import (
     answer_messages,
     mcp_tool_call,
 )
+from tapeproxy.viewer.sessions import conversation_body, frame_line
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,11 @@ def exchange(store: CassetteStore, name: str, file: str, prices: PriceTable) -> 
     frames = found.response.frames or []
     steps = [Step(n, frame.ms, frame_text(frame)) for n, frame in enumerate(frames)]
     response = None if found.response.frames is not None else body_view(found.response.body)
+    if found.session is not None:  # a WebSocket session: its turns, its frames both ways
+        messages = reader.messages(conversation_body(found.session))
+        frames_both = found.session.frames
+        steps = [Step(n, frame.ms, frame_line(frame)) for n, frame in enumerate(frames_both)]
+        response = None
     return ExchangeView(
         cassette=name,
         row=row_of(found, prices),

@@ -52,6 +52,7 @@ SAMPLES: dict[str, tuple[str, list[str], Any]] = {
     "log_level": ("DEBUG", ["--log-level", "DEBUG"], "debug"),
     "max_body": ("512KiB", ["--max-body", "512KiB"], 512 * 1024),
     "max_record": ("1048576", ["--max-record", "1MiB"], 1024 * 1024),
+    "max_frame": ("2097152", ["--max-frame", "2MiB"], 2 * 1024 * 1024),
     "admin_token": (
         "0123456789abcdef-x",
         ["--admin-token", "0123456789abcdef-x"],

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import re
 from collections.abc import Callable, Iterable
 from enum import StrEnum
 from pathlib import Path
@@ -22,14 +21,12 @@ from tapeproxy.modes import Mode
 from tapeproxy.providers import BUILTIN
 from tapeproxy.redaction.formats import check_keep
 from tapeproxy.redaction.scrubber import check_field, check_pattern
-from tapeproxy.redaction.secrets import masked_userinfo
 from tapeproxy.sizes import parse_size
 from tapeproxy.store.names import check_cassette_name
+from tapeproxy.upstream.urls import check_upstreams
 
 ENV_PREFIX = "TAPEPROXY_"
 MIB = 1024 * 1024
-UPSTREAM_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
-RESERVED_NAMES = frozenset({"v1", "__tapeproxy"})
 
 
 class RepeatPolicy(StrEnum):
@@ -173,21 +170,7 @@ class Settings(BaseModel):
     @field_validator("upstream")
     @classmethod
     def _upstreams(cls, value: dict[str, str]) -> dict[str, str]:
-        for name, url in value.items():
-            if not UPSTREAM_NAME.match(name) or name in RESERVED_NAMES:
-                shown = masked_userinfo(name)  # (`https://user:pass@host/a=b` splits at =)
-                raise ValueError(f"upstream name {shown!r}: use lowercase letters, digits, - or _")
-            shown = f"upstream {name}={masked_userinfo(url)!r}"  # never its password
-            if not re.match(r"^https?://[^/\s]+", url):
-                raise ValueError(f"{shown} needs an http:// or https:// URL")
-            if re.search(r"[\s#]", url):  # each would go on the request line as it is
-                raise ValueError(f"{shown}: a URL holds no space and no #fragment")
-            if "?" in url:  # the client's path would go after the query
-                raise ValueError(
-                    f"{shown}: no ?query in an upstream URL (the client's path and query are "
-                    "added to it)"
-                )
-        return {name: url.rstrip("/") for name, url in value.items()}
+        return check_upstreams(value)
 
     @field_validator("live")
     @classmethod

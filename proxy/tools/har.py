@@ -16,9 +16,9 @@ from tapeproxy.exchange import eventframes
 from tapeproxy.exchange.bodies import Payload, payload_bytes
 from tapeproxy.exchange.model import Exchange, SocketFrame, StoredResponse
 from tapeproxy.providers.base import Provider
-from tapeproxy.settings import RESERVED_NAMES, UPSTREAM_NAME
 from tapeproxy.store.protocol import CassetteStore
 from tapeproxy.tools.importing import Skip, Whole
+from tapeproxy.upstream.urls import RESERVED_NAMES, UPSTREAM_NAME
 
 FIELD = "_tapeproxy"  # HAR 1.2 lets a writer add fields whose names start with `_`
 MAX_MS = 2**31  # some 24 days: no answer a recording keeps lasts longer

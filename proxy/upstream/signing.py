@@ -9,11 +9,18 @@ import asyncio
 import logging
 import os
 import re
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from tapeproxy.errors import ConfigError, NeedsResign
-from tapeproxy.upstream.protocol import Outbound, Upstream, UpstreamResponse
+from tapeproxy.errors import ConfigError, NeedsResign, UpstreamError
+from tapeproxy.upstream.protocol import (
+    Outbound,
+    SocketUpstream,
+    Upstream,
+    UpstreamResponse,
+    UpstreamSocket,
+)
 
 SIGV4 = b"AWS4-HMAC-SHA256"
 SERVICE = "bedrock"
@@ -58,6 +65,14 @@ class Signing:
             raise NeedsResign(NO_RESIGN)
         # The credential chain may read files or ask the instance metadata service.
         return await self.inner.open(await asyncio.to_thread(self._signed, request))
+
+    async def connect(
+        self, request: Outbound, protocols: Sequence[str], max_frame: int
+    ) -> UpstreamSocket:
+        """A WebSocket session, as it came (no provider signs an upgrade with SigV4)."""
+        if not isinstance(self.inner, SocketUpstream):
+            raise UpstreamError("this upstream client has no WebSocket support")
+        return await self.inner.connect(request, protocols, max_frame)
 
     def _signed(self, request: Outbound) -> Outbound:
         from botocore.auth import SigV4Auth

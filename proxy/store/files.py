@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tapeproxy.errors import CassetteCorrupt
-from tapeproxy.exchange.model import Exchange, dump_exchange
+from tapeproxy.exchange.model import Exchange
 from tapeproxy.store import state, upkeep
+from tapeproxy.store.blobs import BLOBS, checked, fetcher, is_blob, packed
 from tapeproxy.store.durable import create_atomic, fsync_folder, write_atomic
 from tapeproxy.store.lastrun import dump_last_run, read_note, unreadable_note
 from tapeproxy.store.names import check_folder_name, named_cassettes
@@ -27,6 +28,7 @@ from tapeproxy.store.protocol import (
 )
 
 if TYPE_CHECKING:
+    from tapeproxy.exchange.blobs import Fetch
     from tapeproxy.store.lastrun import LastRun
 
 log = logging.getLogger("tapeproxy")
@@ -75,18 +77,53 @@ class FileStore:
             raw = path.read_bytes()
         except OSError as exc:
             raise unreadable(str(path), cassette, exc) from exc
-        return read_exchange(raw, str(path), cassette)
+        return read_exchange(raw, str(path), cassette, self._fetch(cassette))
 
     def write(self, cassette: str, exchange: Exchange, fresh: bool = False) -> bool:
         path = self._path(cassette, exchange.key, exchange.ordinal)
-        if not fresh and holds_same(_bytes(path), exchange):
+        data, blobs, version = packed(exchange)
+        if not fresh and holds_same(_bytes(path), exchange, self._fetch(cassette), version):
             return False
-        write_atomic(path, dump_exchange(exchange))
+        self._put_blobs(cassette, blobs)
+        write_atomic(path, data)
         return True
 
     def create(self, cassette: str, exchange: Exchange) -> bool:
         path = self._path(cassette, exchange.key, exchange.ordinal)
-        return create_atomic(path, dump_exchange(exchange))
+        data, blobs, _ = packed(exchange)
+        self._put_blobs(cassette, blobs)  # first: a file never refers to a blob not there
+        return create_atomic(path, data)
+
+    def blobs(self, cassette: str) -> list[str]:
+        try:
+            with os.scandir(self._folder(cassette) / BLOBS) as listing:
+                return sorted(e.name for e in listing if is_blob(e.name) and e.is_file())
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def read_blob(self, cassette: str, digest: str) -> bytes | None:
+        return _bytes(self._folder(cassette) / BLOBS / digest)
+
+    def delete_blob(self, cassette: str, digest: str) -> None:
+        path = self._folder(cassette) / BLOBS / digest
+        try:
+            path.unlink()
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        fsync_folder(path.parent)
+
+    def _fetch(self, cassette: str) -> Fetch:
+        return fetcher(lambda digest: self.read_blob(cassette, digest))
+
+    def _put_blobs(self, cassette: str, blobs: dict[str, bytes]) -> None:
+        """Each blob written unless it is already there whole (its name is its content's)."""
+        for digest, data in blobs.items():
+            try:
+                checked(digest, self.read_blob(cassette, digest))
+            except ValueError:
+                folder = self._folder(cassette) / BLOBS
+                folder.mkdir(parents=True, exist_ok=True)
+                write_atomic(folder / digest, data)
 
     def write_pieces(
         self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes], create: bool = False

@@ -14,6 +14,7 @@ from tapeproxy.exchange.model import NewerSchema, load_exchange
 from tapeproxy.problems import json_path, one_line, said
 
 if TYPE_CHECKING:
+    from tapeproxy.exchange.blobs import Fetch
     from tapeproxy.exchange.model import Exchange
     from tapeproxy.store.lastrun import LastRun
 
@@ -54,11 +55,11 @@ def entries_of(names: Iterable[str]) -> dict[str, list[int]]:
     return found
 
 
-def read_exchange(raw: bytes, where: str, cassette: str) -> Exchange:
-    """An exchange file's bytes read back; CassetteCorrupt in one line naming `where` when
-    they cannot be (the bytes' own error as its cause)."""
+def read_exchange(raw: bytes, where: str, cassette: str, fetch: Fetch | None = None) -> Exchange:
+    """An exchange file's bytes read back, its blobs joined with `fetch`; CassetteCorrupt in
+    one line naming `where` when they cannot be (the bytes' own error as its cause)."""
     try:
-        return load_exchange(raw)
+        return load_exchange(raw, fetch)
     except NewerSchema as exc:
         raise CassetteCorrupt(f"cannot read {where}: {exc}") from exc
     except ValueError as exc:  # bad JSON, and pydantic's ValidationError
@@ -87,17 +88,18 @@ def why_unreadable(exc: CassetteCorrupt) -> str:
     return f"{at}: {said(first)}{got}" + (f" (and {more} more problem(s))" if more else "")
 
 
-def holds_same(raw: bytes | None, exchange: Exchange) -> bool:
+def holds_same(raw: bytes | None, exchange: Exchange, fetch: Fetch, version: int) -> bool:
     """Whether stored bytes hold the same recording (`Exchange.same_recording`), so that it is
-    not written again. No bytes, bytes that cannot be read, or a file in an older
-    schema_version (written again: upgraded) are not the same."""
+    not written again. No bytes, bytes (or blobs) that cannot be read, or a file in another
+    schema_version than `version`, the one it would be written in (written again:
+    upgraded), are not the same."""
     if raw is None:
         return False
     try:
-        stored = load_exchange(raw)
+        stored = load_exchange(raw, fetch)
     except ValueError:
         return False
-    return stored.read_as == stored.schema_version and stored.same_recording(exchange)
+    return stored.read_as == version and stored.same_recording(exchange)
 
 
 class CassetteStore(Protocol):
@@ -137,8 +139,9 @@ class CassetteStore(Protocol):
         ...
 
     def write(self, cassette: str, exchange: Exchange, fresh: bool = False) -> bool:
-        """Store one recording atomically, replacing what is at its key and ordinal; False
-        (and nothing written) when the same recording (`holds_same`) is already there.
+        """Store one recording atomically (its blobs first: `blobs.packed`), replacing what is
+        at its key and ordinal; False (and nothing written) when the same recording
+        (`holds_same`) is already there.
         `fresh`: the caller knows no recording is there, so none is read to compare."""
         ...
 
@@ -158,6 +161,19 @@ class CassetteStore(Protocol):
 
     def delete(self, cassette: str, key: str, ordinal: int) -> None:
         """Remove one recording; none there is no error."""
+        ...
+
+    def blobs(self, cassette: str) -> list[str]:
+        """The digests of the blobs a cassette holds (its recordings' large strings, stored
+        once: `store/blobs.py`), sorted; [] when none."""
+        ...
+
+    def read_blob(self, cassette: str, digest: str) -> bytes | None:
+        """A blob's bytes as stored (not checked: `blobs.checked` does); None when none."""
+        ...
+
+    def delete_blob(self, cassette: str, digest: str) -> None:
+        """Remove one blob; none there is no error."""
         ...
 
     def read_last_run(self, cassette: str) -> LastRun | None:

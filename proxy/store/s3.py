@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 import obstore
 
 from tapeproxy.errors import ConfigError, StoreUnreachable
-from tapeproxy.exchange.model import Exchange, dump_exchange
+from tapeproxy.exchange.model import Exchange
+from tapeproxy.store.blobs import packed
 from tapeproxy.store.lastrun import NOTES, dump_last_run, note_name, read_note, unreadable_note
 from tapeproxy.store.names import check_folder_name, named_cassettes
 from tapeproxy.store.protocol import (
@@ -28,6 +29,7 @@ from tapeproxy.store.protocol import (
     read_exchange,
     unreadable,
 )
+from tapeproxy.store.s3blobs import S3Blobs
 from tapeproxy.store.s3cache import ObjectCache, cache_root
 from tapeproxy.store.s3client import (
     ENDPOINT_VARIABLES,
@@ -61,6 +63,7 @@ class S3Store:
         self._etags: dict[str, dict[str, str]] = {}  # cassette -> name -> ETag, last listed
         self._lock = threading.Lock()
         self._offline = False  # said once: a listing came from the cache
+        self._blobs = S3Blobs(self._client, self._url, self._cache)
         try:
             next(iter(obstore.list(self._client, chunk_size=1)), None)
         except FAILED as exc:
@@ -89,22 +92,36 @@ class S3Store:
         raw = None if etag is None else self._cache.get(path, etag)
         if raw is None:
             raw = self._fetch(path, where, cassette)
-        return read_exchange(raw, where, cassette)
+        return read_exchange(raw, where, cassette, self._blobs.fetch(check_folder_name(cassette)))
 
     def write(self, cassette: str, exchange: Exchange, fresh: bool = False) -> bool:
         path = self._path(cassette, exchange.key, exchange.ordinal)
-        if not fresh and holds_same(self._current(path), exchange):
+        data, blobs, version = packed(exchange)
+        fetch = self._blobs.fetch(check_folder_name(cassette))
+        if not fresh and holds_same(self._current(path), exchange, fetch, version):
             return False
-        self._put(path, dump_exchange(exchange))
+        self._blobs.put(check_folder_name(cassette), blobs)
+        self._put(path, data)
         return True
 
     def create(self, cassette: str, exchange: Exchange) -> bool:
         path = self._path(cassette, exchange.key, exchange.ordinal)
+        data, blobs, _ = packed(exchange)
+        self._blobs.put(check_folder_name(cassette), blobs)  # first: never a reference to none
         try:
-            self._put(path, dump_exchange(exchange), create=True)
+            self._put(path, data, create=True)
         except TAKEN:
             return False
         return True
+
+    def blobs(self, cassette: str) -> list[str]:
+        return self._blobs.listed(check_folder_name(cassette))
+
+    def read_blob(self, cassette: str, digest: str) -> bytes | None:
+        return self._blobs.read(check_folder_name(cassette), digest)
+
+    def delete_blob(self, cassette: str, digest: str) -> None:
+        self._blobs.delete(check_folder_name(cassette), digest)
 
     def write_pieces(
         self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes], create: bool = False

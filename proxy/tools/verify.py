@@ -12,11 +12,13 @@ from tapeproxy.engine.keying import request_key, stored_request
 from tapeproxy.engine.replay import Replay
 from tapeproxy.engine.rules import MatchRules, unstored_headers
 from tapeproxy.errors import CassetteCorrupt
+from tapeproxy.exchange.blobs import pack
 from tapeproxy.exchange.model import Exchange
 from tapeproxy.providers import default_rules
 from tapeproxy.redaction.formats import FORMATS
 from tapeproxy.redaction.percent import decoded
 from tapeproxy.redaction.scrubber import Scrubber
+from tapeproxy.store.blobs import BLOBS, checked
 from tapeproxy.store.protocol import (
     LIKE_EXCHANGE_FILE,
     CassetteStore,
@@ -65,6 +67,7 @@ def verify(
     formats), hold none of them (an older tapeproxy stored answer headers as they came). A
     file in an older schema_version is noted, and with `upgrade` written again in today's."""
     verdict = Verdict(cassette)
+    used: set[str] = set()
     for name in store.names(cassette):
         if is_leftover(name):
             verdict.warnings.append(
@@ -87,7 +90,9 @@ def verify(
             # The cause says what is wrong (a field by its JSON path); not where, nor to verify.
             verdict.flag(name, f"unreadable: {why_unreadable(exc)}")
             continue
-        if exchange.read_as != exchange.schema_version:
+        done = pack(exchange.record())
+        used |= set(done.blobs)
+        if exchange.read_as < done.record["schema_version"]:
             if upgrade and (exchange.key, exchange.ordinal) == parsed:
                 store.write(cassette, exchange)
                 verdict.upgraded.append(name)
@@ -97,7 +102,28 @@ def verify(
         problem = problem or (_key_held(cassette, exchange, keys) if keys else None)
         if problem:
             verdict.flag(name, problem)
+    _check_blobs(store, cassette, used, verdict)
     return verdict
+
+
+def _check_blobs(store: CassetteStore, cassette: str, used: set[str], verdict: Verdict) -> None:
+    """Each blob must hash to its name (a recording that uses an edited one is flagged as
+    unreadable too); one no recording uses is worth knowing (prune removes it)."""
+    for digest in store.blobs(cassette):
+        name = f"{BLOBS}/{digest}"
+        try:
+            checked(digest, store.read_blob(cassette, digest))
+        except ValueError:
+            verdict.flag(
+                name,
+                "does not hold what its name (its SHA-256) says: edited? "
+                "record the recordings that use it again",
+            )
+            continue
+        if digest not in used:
+            verdict.warnings.append(
+                {"file": name, "problem": "used by no recording; `tapeproxy prune` removes it"}
+            )
 
 
 def _check_file(

@@ -39,7 +39,8 @@ def list_cassettes(
     cost_usd adds up the exchanges whose model has a price; it is null when none has, and
     `unpriced` counts the exchanges it leaves out."""
     from tapeproxy.cli.reports import print_summaries
-    from tapeproxy.tools.listing import count_files, summarize
+    from tapeproxy.tools.listing import count_files
+    from tapeproxy.tools.summaries import summarize
 
     try:
         library = open_library(cassettes, None, None, config, rules=False)

@@ -3,6 +3,7 @@ last-run notes in the library's state folder."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -93,6 +94,25 @@ class FileStore:
         data, blobs, _ = packed(exchange)
         self._put_blobs(cassette, blobs)  # first: a file never refers to a blob not there
         return create_atomic(path, data)
+
+    def stamps(self, cassette: str) -> dict[str, str]:
+        found = {}
+        try:
+            with os.scandir(self._folder(cassette)) as listing:
+                for entry in listing:
+                    if parse_exchange_file(entry.name) is not None:
+                        with contextlib.suppress(OSError):  # gone since it was listed
+                            st = entry.stat()
+                            found[entry.name] = f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        return found
+
+    def read_state(self, name: str) -> bytes | None:
+        return state.read_state(self._root, name)
+
+    def write_state(self, name: str, data: bytes) -> None:
+        state.write_state(self._root, name, data)
 
     def blobs(self, cassette: str) -> list[str]:
         try:

@@ -163,6 +163,23 @@ class CassetteStore(Protocol):
         """Remove one recording; none there is no error."""
         ...
 
+    def stamps(self, cassette: str) -> dict[str, str]:
+        """Each exchange file of a cassette with a stamp that changes whenever its content
+        does (a file's inode, size and mtime; an object's ETag), from one listing: nothing
+        is read. {} when there is no such cassette."""
+        ...
+
+    def read_state(self, name: str) -> bytes | None:
+        """What this machine keeps about the library under `name` (a summary cache: never
+        in a cassette; a file store: in its state folder, `.tapeproxy/`); None when none or
+        it cannot be read."""
+        ...
+
+    def write_state(self, name: str, data: bytes) -> None:
+        """Keep `data` under `name`, replaced whole (a reader sees the old or the new); a
+        failure is no error: it is a cache."""
+        ...
+
     def blobs(self, cassette: str) -> list[str]:
         """The digests of the blobs a cassette holds (its recordings' large strings, stored
         once: `store/blobs.py`), sorted; [] when none."""

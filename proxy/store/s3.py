@@ -29,7 +29,7 @@ from tapeproxy.store.protocol import (
     read_exchange,
     unreadable,
 )
-from tapeproxy.store.s3blobs import S3Blobs
+from tapeproxy.store.s3blobs import BlobsAndState, S3Blobs
 from tapeproxy.store.s3cache import ObjectCache, cache_root
 from tapeproxy.store.s3client import (
     ENDPOINT_VARIABLES,
@@ -50,7 +50,7 @@ MAX_LISTINGS = 256  # cassettes whose last listing (names and ETags) is kept in 
 log = logging.getLogger("tapeproxy")
 
 
-class S3Store:
+class S3Store(BlobsAndState):
     """A library in a bucket, under a prefix (`BACKENDS["s3"]`). Opening it asks the store
     once, so a wrong endpoint, credentials or bucket fail at start, in one line."""
 
@@ -113,15 +113,6 @@ class S3Store:
         except TAKEN:
             return False
         return True
-
-    def blobs(self, cassette: str) -> list[str]:
-        return self._blobs.listed(check_folder_name(cassette))
-
-    def read_blob(self, cassette: str, digest: str) -> bytes | None:
-        return self._blobs.read(check_folder_name(cassette), digest)
-
-    def delete_blob(self, cassette: str, digest: str) -> None:
-        self._blobs.delete(check_folder_name(cassette), digest)
 
     def write_pieces(
         self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes], create: bool = False

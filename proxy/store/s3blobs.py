@@ -1,5 +1,6 @@
-"""The S3 store's blobs: one object each, `PREFIX/<cassette>/blobs/<sha256>`, read through
-the local cache, where a blob's name (its content's digest) is all that checks it."""
+"""The S3 store's blobs (one object each, `PREFIX/<cassette>/blobs/<sha256>`, read through
+the local cache, where a blob's name, its content's digest, is all that checks it), and the
+stamps and local state the summary cache asks of it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from obstore.store import S3Store as Client
 
 from tapeproxy.exchange.blobs import Fetch
 from tapeproxy.store.blobs import BLOBS, checked, fetcher, is_blob
+from tapeproxy.store.names import check_folder_name
+from tapeproxy.store.protocol import parse_exchange_file
 from tapeproxy.store.s3cache import ObjectCache
 from tapeproxy.store.s3client import FAILED, MISSING, why
 
@@ -76,3 +79,33 @@ class S3Blobs:
                 obstore.put(self._client, path, data)
             except FAILED as exc:
                 raise OSError(f"cannot write {self._url}/{path}: {why(exc)}") from exc
+
+
+class BlobsAndState:
+    """What S3Store answers of the protocol for blobs and the summary cache."""
+
+    _blobs: S3Blobs
+    _cache: ObjectCache
+
+    def _listed(self, cassette: str) -> dict[str, str]:
+        raise NotImplementedError
+
+    def stamps(self, cassette: str) -> dict[str, str]:
+        """The ETags of the cassette's last listing."""
+        listed = self._listed(cassette)
+        return {name: etag for name, etag in listed.items() if parse_exchange_file(name)}
+
+    def read_state(self, name: str) -> bytes | None:
+        return self._cache.read_state(name)
+
+    def write_state(self, name: str, data: bytes) -> None:
+        self._cache.write_state(name, data)
+
+    def blobs(self, cassette: str) -> list[str]:
+        return self._blobs.listed(check_folder_name(cassette))
+
+    def read_blob(self, cassette: str, digest: str) -> bytes | None:
+        return self._blobs.read(check_folder_name(cassette), digest)
+
+    def delete_blob(self, cassette: str, digest: str) -> None:
+        self._blobs.delete(check_folder_name(cassette), digest)

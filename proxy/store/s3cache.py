@@ -103,6 +103,19 @@ class ObjectCache:
             found[name] = etag
         self.keep_listing(cassette, found)
 
+    def read_state(self, name: str) -> bytes | None:
+        """A cache of the tools' (the summary cache) kept with this store's objects."""
+        try:
+            return (self.root / "state" / name).read_bytes()
+        except OSError:
+            return None
+
+    def write_state(self, name: str, data: bytes) -> None:
+        path = self.root / "state" / name
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        self._keep(path, [data])
+
     def _object(self, name: str) -> Path:
         hashed = _hash(name)
         return self.root / OBJECTS / hashed[:2] / hashed

@@ -13,8 +13,9 @@ from tapeproxy.exchange.answers import frame_text
 from tapeproxy.exchange.model import Exchange
 from tapeproxy.store.protocol import CassetteStore, parse_exchange_file
 from tapeproxy.tools.diff import CassetteDiff, Side, body_view, compare
-from tapeproxy.tools.listing import Row, Summary, read_all, row_of, summarize
+from tapeproxy.tools.listing import Row, Summary, read_all, row_of
 from tapeproxy.tools.prices import PriceTable
+from tapeproxy.tools.summaries import summarize
 from tapeproxy.viewer.conversation import (
     Image,
     Message,

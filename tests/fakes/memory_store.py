@@ -4,6 +4,7 @@ run on it, and it passes the same conformance suite as every backend of the tabl
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 
 from tapeproxy.errors import CassetteCorrupt
@@ -29,6 +30,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self.data: dict[str, dict[str, bytes]] = {}
         self.notes: dict[str, bytes] = {}
+        self.state: dict[str, bytes] = {}
         self.blob_data: dict[str, dict[str, bytes]] = {}  # cassette -> digest -> bytes
 
     def cassettes(self, skipped: dict[str, str] | None = None) -> list[str]:
@@ -72,6 +74,20 @@ class MemoryStore:
             return False
         files[name] = data
         return True
+
+    def stamps(self, cassette: str) -> dict[str, str]:
+        files = self._files(cassette)
+        return {
+            name: hashlib.sha256(data).hexdigest()
+            for name, data in files.items()
+            if parse_exchange_file(name)
+        }
+
+    def read_state(self, name: str) -> bytes | None:
+        return self.state.get(name)
+
+    def write_state(self, name: str, data: bytes) -> None:
+        self.state[name] = data
 
     def blobs(self, cassette: str) -> list[str]:
         return sorted(self.blob_data.get(check_folder_name(cassette), {}))

@@ -1,0 +1,117 @@
+"""The summary cache: each exchange file's row (as `ls`, `report` and the viewer's library page
+add it up) kept by the file's stamp (`CassetteStore.stamps`: inode, size and mtime, or an
+ETag) in the library's state, so a command that walks the whole library reads only the files
+that changed since it last looked."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import astuple, fields
+from typing import Any
+
+from tapeproxy.exchange.tokens import Tokens
+from tapeproxy.store.protocol import CassetteStore, parse_exchange_file
+from tapeproxy.tools.listing import Row, Summary, Tick, listed, no_tick, summary_of
+from tapeproxy.tools.prices import NO_PRICES, PriceTable
+
+# Bumped whenever a row's fields or their meaning change: an older cache is then rebuilt.
+VERSION = 1
+# A row but its cost (the price table is the caller's) and its problem (an unreadable file
+# is never cached: it is read again each time).
+FIELDS = tuple(f.name for f in fields(Row) if f.name not in ("cost_usd", "problem"))
+_COST = [f.name for f in fields(Row)].index("cost_usd")
+
+Entry = list[Any]  # [stamp, *FIELDS values]
+
+
+def cache_name(cassette: str) -> str:
+    """The state file of one cassette's summaries (a hash: any cassette name fits)."""
+    return f"summaries/{hashlib.sha256(cassette.encode()).hexdigest()[:32]}.json"
+
+
+def cached_rows(
+    store: CassetteStore, cassette: str, prices: PriceTable = NO_PRICES, tick: Tick = no_tick
+) -> list[Row]:
+    """Every exchange's row, in recorded order, as `listing.show` gives them: those whose
+    file has the stamp the cache holds taken from it, the others read (and kept)."""
+    stamps = store.stamps(cassette)
+    cached = load(store.read_state(cache_name(cassette)), cassette)
+    kept: dict[str, Entry] = {}
+    rows = []
+    for name, stamp in stamps.items():
+        place = parse_exchange_file(name)
+        if place is None:
+            continue
+        entry = cached.get(name)
+        row = _row(entry, prices) if entry is not None and entry[0] == stamp else None
+        if row is None:
+            found = listed(store, cassette, *place, prices)
+            row, entry = found.row, _entry(stamp, found.row, found.exchange is not None)
+        if entry is not None:
+            kept[name] = entry
+        rows.append(row)
+        tick()
+    if kept != cached:
+        store.write_state(cache_name(cassette), dump(kept, cassette))
+    return sorted(rows, key=lambda row: (row.seq, row.file))
+
+
+def summarize(
+    store: CassetteStore, cassette: str, prices: PriceTable = NO_PRICES, tick: Tick = no_tick
+) -> Summary:
+    """A cassette's summary, as `ls` lists it, through the summary cache."""
+    return summary_of(cassette, cached_rows(store, cassette, prices, tick))
+
+
+def _entry(stamp: str, row: Row, readable: bool) -> Entry | None:
+    if not readable:
+        return None
+    values = list(astuple(row))
+    del values[_COST]
+    values.pop()  # its problem: None for a readable file
+    return [stamp, *values]
+
+
+def _row(entry: Entry, prices: PriceTable) -> Row | None:
+    """The row an entry holds, costed with `prices` as `row_of` costs it (a model's price
+    for the tokens its answer's usage block gave); None for an entry of the wrong shape
+    (never trusted: the file is read again)."""
+    if len(entry) != len(FIELDS) + 1:
+        return None
+    try:
+        values = dict(zip(FIELDS, entry[1:], strict=True))
+        model, usage_known = values["model"], values["usage_known"]
+        tokens = Tokens(*(int(values[f"{kind}_tokens"]) for kind in _KINDS))
+        cost = prices.cost(model, tokens) if usage_known and model is not None else None
+        return Row(**values, cost_usd=cost)
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return None
+
+
+_KINDS = ("input", "output", "cached", "cache_write")
+
+
+def load(raw: bytes | None, cassette: str) -> dict[str, Entry]:
+    """A cache file's entries; {} when there is none, or it is damaged (its digest, over the
+    rest, does not match), of another version or another cassette: it is rebuilt."""
+    if raw is None:
+        return {}
+    digest, _, body = raw.partition(b"\n")
+    if digest.decode("ascii", "replace") != hashlib.sha256(body).hexdigest():
+        return {}
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return {}
+    if not isinstance(data, dict) or data.get("version") != VERSION:
+        return {}
+    entries = data.get("entries")
+    if data.get("cassette") != cassette or not isinstance(entries, dict):
+        return {}
+    return {k: v for k, v in entries.items() if isinstance(v, list) and v}
+
+
+def dump(entries: dict[str, Entry], cassette: str) -> bytes:
+    body = json.dumps({"version": VERSION, "cassette": cassette, "entries": entries}).encode()
+    return hashlib.sha256(body).hexdigest().encode() + b"\n" + body

@@ -195,10 +195,15 @@ def price_table(prices: Path | None, config: Path | None) -> PriceTable:
 
 
 @contextmanager
-def progress(total: int, what: str) -> Iterator[Callable[[], None]]:
-    """A tick per file read; a bar on stderr when there are many files and it is a terminal."""
+def progress(total: int | Callable[[], int], what: str) -> Iterator[Callable[[], None]]:
+    """A tick per file read; a bar on stderr when there are many files and it is a terminal.
+    `total` may be a function, called only for a terminal (counting lists every cassette)."""
     console = make_console(stderr=True)
-    if total <= PROGRESS_FROM or not console.is_terminal:
+    if not console.is_terminal:
+        yield lambda: None
+        return
+    total = total() if callable(total) else total
+    if total <= PROGRESS_FROM:
         yield lambda: None
         return
     columns = (TextColumn(what), BarColumn(), MofNCompleteColumn())

@@ -55,7 +55,7 @@ def report(
         library = open_library(cassettes, None, None, config, rules=False)
         table = price_table(prices, config)
         names = library.store.cassettes()
-        with progress(count_files(library.store, names), "reading cassettes") as tick:
+        with progress(lambda: count_files(library.store, names), "reading cassettes") as tick:
             entries = build(library.store, names, table, tick)
         if junit is not None:
             _write(junit, junit_xml(entries))

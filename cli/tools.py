@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -46,7 +47,8 @@ def list_cassettes(
         library = open_library(cassettes, None, None, config, rules=False)
         table = price_table(prices, config)
         names = library.store.cassettes()
-        with progress(count_files(library.store, names), "reading cassettes") as tick:
+        count = partial(count_files, library.store, names)
+        with progress(count, "reading cassettes") as tick:
             found = [summarize(library.store, name, table, tick) for name in names]
     except TapeproxyError as exc:
         raise fail(exc, as_json) from exc

@@ -112,3 +112,25 @@ def reference(value: dict[str, Any]) -> str | None:
     if not DIGEST.match(digest):
         raise ValueError(f"a blob reference names {named!r}, not sha256:<64 hex digits>")
     return digest
+
+
+def held(bodies: list[Any]) -> tuple[set[str], bool]:
+    """What `pack` would give of a record with these bodies, without building its file: the
+    digests of the blobs its large strings are, and whether it is written in version 2 (a
+    blob, or a literal). Walked by type alone: `verify` asks it of every file."""
+    digests: set[str] = set()
+    marked = False
+    stack = [body for body in bodies if body]
+    while stack:
+        value = stack.pop()
+        kind = type(value)
+        if kind is dict:
+            marked = marked or REF in value or LITERAL in value
+            stack.extend(value.values())
+        elif kind is list:
+            stack.extend(value)
+        elif kind is str and len(value) >= BLOB_MIN // 4:
+            data = value.encode("utf-8", "surrogatepass")
+            if len(data) >= BLOB_MIN:
+                digests.add(digest_of(data))
+    return digests, marked or bool(digests)

@@ -19,6 +19,7 @@ from tapeproxy.store.durable import create_atomic, fsync_folder, write_atomic
 from tapeproxy.store.lastrun import dump_last_run, read_note, unreadable_note
 from tapeproxy.store.names import check_folder_name, named_cassettes
 from tapeproxy.store.protocol import (
+    EXCHANGE_FILE,
     entries_of,
     exchange_file,
     holds_same,
@@ -100,10 +101,11 @@ class FileStore:
         try:
             with os.scandir(self._folder(cassette)) as listing:
                 for entry in listing:
-                    if parse_exchange_file(entry.name) is not None:
+                    name = entry.name
+                    if name.endswith(".json") and EXCHANGE_FILE.match(name):
                         with contextlib.suppress(OSError):  # gone since it was listed
                             st = entry.stat()
-                            found[entry.name] = f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+                            found[name] = f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
         except (FileNotFoundError, NotADirectoryError):
             return {}
         return found

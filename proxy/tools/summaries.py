@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import astuple, fields
+from dataclasses import asdict, astuple, fields
 from typing import Any
 
 from tapeproxy.exchange.tokens import Tokens
@@ -31,11 +31,15 @@ def cache_name(cassette: str) -> str:
 
 
 def cached_rows(
-    store: CassetteStore, cassette: str, prices: PriceTable = NO_PRICES, tick: Tick = no_tick
+    store: CassetteStore,
+    cassette: str,
+    prices: PriceTable = NO_PRICES,
+    tick: Tick = no_tick,
+    stamps: dict[str, str] | None = None,
 ) -> list[Row]:
     """Every exchange's row, in recorded order, as `listing.show` gives them: those whose
     file has the stamp the cache holds taken from it, the others read (and kept)."""
-    stamps = store.stamps(cassette)
+    stamps = store.stamps(cassette) if stamps is None else stamps
     cached = load(store.read_state(cache_name(cassette)), cassette)
     kept: dict[str, Entry] = {}
     rows = []
@@ -60,8 +64,60 @@ def cached_rows(
 def summarize(
     store: CassetteStore, cassette: str, prices: PriceTable = NO_PRICES, tick: Tick = no_tick
 ) -> Summary:
-    """A cassette's summary, as `ls` lists it, through the summary cache."""
-    return summary_of(cassette, cached_rows(store, cassette, prices, tick))
+    """A cassette's summary, as `ls` lists it, through the summary cache: kept whole too, by
+    the stamps of all its files and the price table, so a cassette where nothing changed
+    builds no row at all."""
+    stamps = store.stamps(cassette)
+    sign = _sign(stamps, prices)
+    total = _total(store.read_state(total_name(cassette)), cassette, sign)
+    if total is not None:
+        for _ in stamps:
+            tick()
+        return total
+    summary = summary_of(cassette, cached_rows(store, cassette, prices, tick, stamps))
+    body = json.dumps({"cassette": cassette, "sign": sign, "summary": asdict(summary)}).encode()
+    store.write_state(
+        total_name(cassette), hashlib.sha256(body).hexdigest().encode() + b"\n" + body
+    )
+    return summary
+
+
+def total_name(cassette: str) -> str:
+    return cache_name(cassette).removesuffix(".json") + ".total.json"
+
+
+def _sign(stamps: dict[str, str], prices: PriceTable) -> str:
+    listing = "\n".join(f"{name} {stamp}" for name, stamp in sorted(stamps.items()))
+    return hashlib.sha256(f"{VERSION}|{_priced(prices)}|{listing}".encode()).hexdigest()
+
+
+_PRICED: dict[int, tuple[PriceTable, str]] = {}
+
+
+def _priced(prices: PriceTable) -> str:
+    """A digest of a price table, worked out once per table."""
+    known = _PRICED.get(id(prices))
+    if known is None or known[0] is not prices:
+        text = repr((sorted(prices.models.items()), prices.sources, prices.date))
+        known = _PRICED[id(prices)] = (prices, hashlib.sha256(text.encode()).hexdigest())
+    return known[1]
+
+
+def _total(raw: bytes | None, cassette: str, sign: str) -> Summary | None:
+    """The summary kept for exactly these files and prices; None when there is none, it is
+    for others, or it is damaged (never trusted)."""
+    if raw is None:
+        return None
+    digest, _, body = raw.partition(b"\n")
+    if digest.decode("ascii", "replace") != hashlib.sha256(body).hexdigest():
+        return None
+    try:
+        data = json.loads(body)
+        if data["cassette"] != cassette or data["sign"] != sign:
+            return None
+        return Summary(**data["summary"])
+    except (ValueError, TypeError, KeyError):
+        return None
 
 
 def _entry(stamp: str, row: Row, readable: bool) -> Entry | None:

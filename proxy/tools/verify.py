@@ -12,7 +12,7 @@ from tapeproxy.engine.keying import request_key, stored_request
 from tapeproxy.engine.replay import Replay
 from tapeproxy.engine.rules import MatchRules, unstored_headers
 from tapeproxy.errors import CassetteCorrupt
-from tapeproxy.exchange.blobs import pack
+from tapeproxy.exchange.blobs import BLOBS_VERSION, INLINE_VERSION, held
 from tapeproxy.exchange.model import Exchange
 from tapeproxy.providers import default_rules
 from tapeproxy.redaction.formats import FORMATS
@@ -27,6 +27,7 @@ from tapeproxy.store.protocol import (
     parse_exchange_file,
     why_unreadable,
 )
+from tapeproxy.tools.verified import Verified
 
 RulesFor = Callable[[str], MatchRules]
 
@@ -68,6 +69,7 @@ def verify(
     file in an older schema_version is noted, and with `upgrade` written again in today's."""
     verdict = Verdict(cassette)
     used: set[str] = set()
+    before = Verified(store, cassette, keys)
     for name in store.names(cassette):
         if is_leftover(name):
             verdict.warnings.append(
@@ -84,26 +86,47 @@ def verify(
                 )
             continue
         verdict.checked += 1
-        try:
-            exchange = store.read(cassette, *parsed)
-        except CassetteCorrupt as exc:
-            # The cause says what is wrong (a field by its JSON path); not where, nor to verify.
-            verdict.flag(name, f"unreadable: {why_unreadable(exc)}")
-            continue
-        done = pack(exchange.record())
-        used |= set(done.blobs)
-        if exchange.read_as < done.record["schema_version"]:
-            if upgrade and (exchange.key, exchange.ordinal) == parsed:
-                store.write(cassette, exchange)
-                verdict.upgraded.append(name)
-            else:
-                verdict.outdated.append(name)
-        problem = _check_file(cassette, exchange, parsed, rules_for)
-        problem = problem or (_key_held(cassette, exchange, keys) if keys else None)
-        if problem:
-            verdict.flag(name, problem)
+        blobs = before.sound_before(name, rules_for)
+        if blobs is None:
+            blobs = _one(store, cassette, name, parsed, (rules_for, upgrade, keys), verdict, before)
+        used |= blobs
     _check_blobs(store, cassette, used, verdict)
+    before.save()
     return verdict
+
+
+def _one(
+    store: CassetteStore,
+    cassette: str,
+    name: str,
+    parsed: tuple[str, int],
+    how: tuple[RulesFor, bool, Scrubber | None],
+    verdict: Verdict,
+    before: Verified,
+) -> set[str]:
+    """One file read and checked (kept in `before` when sound); the blobs it uses."""
+    rules_for, upgrade, keys = how
+    try:
+        exchange = store.read(cassette, *parsed)
+    except CassetteCorrupt as exc:
+        # The cause says what is wrong (a field by its JSON path); not where, nor to verify.
+        verdict.flag(name, f"unreadable: {why_unreadable(exc)}")
+        return set()
+    blobs, marked = held([exchange.request.body, exchange.response.body])
+    current = exchange.read_as >= (BLOBS_VERSION if marked else INLINE_VERSION)
+    if not current:
+        if upgrade and (exchange.key, exchange.ordinal) == parsed:
+            store.write(cassette, exchange)  # a new stamp: checked again next time
+            verdict.upgraded.append(name)
+        else:
+            verdict.outdated.append(name)
+    problem = _check_file(cassette, exchange, parsed, rules_for)
+    problem = problem or (_key_held(cassette, exchange, keys) if keys else None)
+    if problem:
+        verdict.flag(name, problem)
+    elif current:
+        before.sound(name, exchange.request.upstream, rules_for, blobs)
+    return blobs
 
 
 def _check_blobs(store: CassetteStore, cassette: str, used: set[str], verdict: Verdict) -> None:

@@ -8,15 +8,18 @@ import json
 import multiprocessing
 import os
 from pathlib import Path
+from typing import Any
 
 from typer.testing import CliRunner
 
 from tapeproxy.cli.main import app
+from tapeproxy.engine.keying import request_key, stored_request
 from tapeproxy.exchange.model import Exchange, dump_exchange
+from tapeproxy.providers import Rulebook, provider_table
 from tapeproxy.store.files import FileStore
 from tapeproxy.store.state import STATE_DIR
 from tapeproxy.tools.listing import show
-from tapeproxy.tools.summaries import cache_name, cached_rows, dump, load
+from tapeproxy.tools.summaries import cache_name, cached_rows, dump, load, total_name
 from tests.support import files_under
 from tests.support.exchanges import exchange
 
@@ -80,9 +83,15 @@ def test_a_damaged_cache_is_never_trusted_and_is_rebuilt(tmp_path: Path) -> None
     library(root)
     truth = ls(root)
     raw = cache_file(root).read_bytes()
+    total = root / STATE_DIR / total_name("trip")  # the cassette's sum, kept by its stamps
+    summed = total.read_bytes()
+    total.write_bytes(summed.replace(b'"input_tokens": 60', b'"input_tokens": 61'))
+    assert total.read_bytes() != summed
+    assert ls(root) == truth, "a damaged sum is not trusted"
     damaged = raw.replace(b"10,", b"77,", 1)  # a flipped digit
     assert damaged != raw
     cache_file(root).write_bytes(damaged)
+    total.unlink()
     assert ls(root) == truth
     assert load(cache_file(root).read_bytes(), "trip"), "written again, whole"
 
@@ -90,10 +99,12 @@ def test_a_damaged_cache_is_never_trusted_and_is_rebuilt(tmp_path: Path) -> None
     name = next(iter(entries))
     entries[name] = [entries[name][0], "not", "a", "row"]  # a sound file, a bad entry
     cache_file(root).write_bytes(dump(entries, "trip"))
+    total.unlink()
     assert ls(root) == truth
     assert len(load(cache_file(root).read_bytes(), "trip")[name]) > 4, "that entry rebuilt"
 
     cache_file(root).write_bytes(b"\x00garbage")
+    total.write_bytes(b"\x00garbage")
     assert ls(root) == truth
 
 
@@ -122,3 +133,42 @@ def test_two_processes_updating_it_at_once_corrupt_nothing(tmp_path: Path) -> No
     assert cached_rows(store, "trip") == show(store, "trip"), "and true to the files"
     leftovers = [p for p in (root / STATE_DIR).rglob("*") if p.name.endswith(".tmp")]
     assert not leftovers and os.listdir(root / "trip")
+
+
+def keyed_library(root: Path) -> FileStore:
+    """Five recordings keyed as tapeproxy keys them (verify checks each key)."""
+    rules = Rulebook.build(provider_table({}), ()).for_upstream("openai")
+    store = FileStore(root)
+    for n in range(5):
+        base = exchange(seq=n)
+        request = base.request.model_copy(update={"body": {"json": {"question": n}}})
+        key = request_key(stored_request(request), rules)
+        store.write(
+            "trip",
+            base.model_copy(update={"key": key, "request": request, "rules": rules.fingerprint()}),
+        )
+    return store
+
+
+def verify(root: Path) -> tuple[int, list[dict[str, Any]]]:
+    result = runner.invoke(app, ["verify", "trip", "--cassettes", str(root), "--json"])
+    return result.exit_code, json.loads(result.output)
+
+
+def test_verify_reads_again_only_what_changed_and_trusts_no_damaged_note(tmp_path: Path) -> None:
+    root = tmp_path / "cassettes"
+    keyed_library(root)
+    assert verify(root)[0] == 0
+    kept = root / STATE_DIR / "verified"
+    [note] = kept.iterdir()
+    assert verify(root)[0] == 0 and verify(root)[1][0]["checked"] == 5
+    path = sorted((root / "trip").glob("*.json"))[2]
+    raw = path.read_bytes()
+    path.write_bytes(raw.replace(b'"question": ', b'"question":-'))  # same size, same inode
+    code, found = verify(root)
+    assert code == 1 and found[0]["problems"][0]["file"] == path.name, found
+    path.write_bytes(raw)
+    assert verify(root)[0] == 0
+    note.write_bytes(note.read_bytes().replace(b'"ok"', b'"ko"'))  # damaged: not trusted
+    path.write_bytes(b"{}")
+    assert verify(root)[0] == 1

@@ -13,9 +13,9 @@ from tapeproxy.exchange.answers import frame_text
 from tapeproxy.exchange.model import Exchange
 from tapeproxy.store.protocol import CassetteStore, parse_exchange_file
 from tapeproxy.tools.diff import CassetteDiff, Side, body_view, compare
-from tapeproxy.tools.listing import Row, Summary, read_all, row_of
+from tapeproxy.tools.listing import Row, Summary, listed, row_of
 from tapeproxy.tools.prices import PriceTable
-from tapeproxy.tools.summaries import summarize
+from tapeproxy.tools.summaries import cached_rows, summarize
 from tapeproxy.viewer.conversation import (
     Image,
     Message,
@@ -76,11 +76,37 @@ def duration(found: Exchange | None) -> int | None:
     return response.frames[-1].ms if response.frames else None
 
 
-def cassette(store: CassetteStore, name: str, prices: PriceTable) -> list[Line]:
-    found = read_all(store, name, prices)
-    if not found:
+PAGE = 200  # exchanges a cassette's page lists
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a cassette's exchanges, in recorded order: `lines` from `start` (0-based)
+    of `total`; `previous` and `following`, where the pages before and after start (None
+    at either end)."""
+
+    lines: list[Line]
+    start: int
+    total: int
+    previous: int | None
+    following: int | None
+
+
+def cassette(store: CassetteStore, name: str, prices: PriceTable, start: int = 0) -> Page:
+    """A page of a cassette: the order from the summary cache (no file read but those that
+    changed), then only the page's own exchanges read (for how long each answer took)."""
+    rows = cached_rows(store, name, prices)
+    if not rows:
         raise ConfigError(f"cassette {name!r} has no recordings under {store.where()}")
-    return [Line(item.row, duration(item.exchange)) for item in found]
+    start = max(0, min(start, (len(rows) - 1) // PAGE * PAGE))
+    lines = []
+    for row in rows[start : start + PAGE]:
+        found = None if row.unreadable else listed(store, name, row.key, row.ordinal, prices)
+        lines.append(
+            Line(row, None) if found is None else Line(found.row, duration(found.exchange))
+        )
+    following = start + PAGE if start + PAGE < len(rows) else None
+    return Page(lines, start, len(rows), max(0, start - PAGE) if start else None, following)
 
 
 def read(store: CassetteStore, name: str, file: str) -> Exchange:

@@ -128,8 +128,9 @@ def library_store(cassettes: str | None, config: Path | None) -> CassetteStore:
     """The library's store, whether or not it is there."""
     from tapeproxy.store import open_store
 
-    settings = load_settings({"cassettes": cassettes}, config=config, fields={"cassettes"})
-    return open_store(settings.cassettes)
+    fields = {"cassettes", "cache_size"}
+    settings = load_settings({"cassettes": cassettes}, config=config, fields=fields)
+    return open_store(settings.cassettes, settings.cache_size)
 
 
 def open_library(
@@ -151,9 +152,9 @@ def open_library(
             "upstream": parse_pairs(upstream, "upstream") if upstream else None,
         },
         config=config,
-        fields={"cassettes", "upstream", "ignore"} if rules else {"cassettes"},
+        fields={"cassettes", "cache_size", *(("upstream", "ignore") if rules else ())},
     )
-    store = open_store(settings.cassettes)
+    store = open_store(settings.cassettes, settings.cache_size)
     if not store.exists():
         raise missing_library(store)
     book = Rulebook.build(provider_table(settings.upstream), settings.ignore)

@@ -59,6 +59,7 @@ def serve(
     log_level: Annotated[str | None, option("log_level")] = None,
     max_body: Annotated[str | None, option("max_body")] = None,
     max_record: Annotated[str | None, option("max_record")] = None,
+    cache_size: Annotated[str | None, option("cache_size")] = None,
     admin_token: Annotated[str | None, option("admin_token")] = None,
     redact_field: Annotated[list[str] | None, option("redact_field")] = None,
     redact_pattern: Annotated[list[str] | None, option("redact_pattern")] = None,

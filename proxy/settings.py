@@ -26,6 +26,7 @@ from tapeproxy.store.names import check_cassette_name
 
 ENV_PREFIX = "TAPEPROXY_"
 MIB = 1024 * 1024
+CACHE_SIZE = "Largest an s3:// library's local cache grows (bytes, or 1GiB); LRU out first."
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"k": 1024, "m": MIB, "g": 1024 * MIB}
 UPSTREAM_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -94,6 +95,7 @@ class Settings(BaseModel):
         gt=0,
         description="Largest answer recorded (bytes, or 64MiB); a larger one passes, unrecorded.",
     )
+    cache_size: int = Field(1024 * MIB, gt=0, description=CACHE_SIZE)
     admin_token: str | None = Field(
         None,
         description="Bearer token that control requests changing state (PUT) must carry.",
@@ -105,7 +107,7 @@ class Settings(BaseModel):
     def _library(cls, value: Any) -> Any:
         return os.fspath(value) if isinstance(value, os.PathLike) else value
 
-    @field_validator("max_body", "max_record", mode="before")
+    @field_validator("max_body", "max_record", "cache_size", mode="before")
     @classmethod
     def _size(cls, value: Any) -> Any:
         return parse_size(value) if isinstance(value, str) else value

@@ -54,12 +54,12 @@ class S3Store(BlobsAndState):
     """A library in a bucket, under a prefix (`BACKENDS["s3"]`). Opening it asks the store
     once, so a wrong endpoint, credentials or bucket fail at start, in one line."""
 
-    def __init__(self, location: str) -> None:
+    def __init__(self, location: str, cache_size: int = 2**30) -> None:
         bucket, prefix = split_bucket(location)
         self._url = f"s3://{bucket}" + (f"/{prefix}" if prefix else "")
         self._client = connect(bucket, prefix)
         endpoint = next((os.environ[v] for v in ENDPOINT_VARIABLES if os.environ.get(v)), "")
-        self._cache = ObjectCache(cache_root(f"{endpoint}|{self._url}"))
+        self._cache = ObjectCache(cache_root(f"{endpoint}|{self._url}"), cache_size)
         self._etags: dict[str, dict[str, str]] = {}  # cassette -> name -> ETag, last listed
         self._lock = threading.Lock()
         self._offline = False  # said once: a listing came from the cache

@@ -10,19 +10,21 @@ import json
 from dataclasses import asdict, astuple, fields
 from typing import Any
 
+from tapeproxy.exchange.model import Exchange
 from tapeproxy.exchange.tokens import Tokens
 from tapeproxy.store.protocol import CassetteStore, parse_exchange_file
 from tapeproxy.tools.listing import Row, Summary, Tick, listed, no_tick, summary_of
 from tapeproxy.tools.prices import NO_PRICES, PriceTable
 
 # Bumped whenever a row's fields or their meaning change: an older cache is then rebuilt.
-VERSION = 1
+VERSION = 2
 # A row but its cost (the price table is the caller's) and its problem (an unreadable file
 # is never cached: it is read again each time).
 FIELDS = tuple(f.name for f in fields(Row) if f.name not in ("cost_usd", "problem"))
 _COST = [f.name for f in fields(Row)].index("cost_usd")
+_SEQ = FIELDS.index("seq") + 1  # where an entry holds its seq (the order)
 
-Entry = list[Any]  # [stamp, *FIELDS values]
+Entry = list[Any]  # [stamp, *FIELDS values, duration_ms]
 
 
 def cache_name(cassette: str) -> str:
@@ -39,26 +41,80 @@ def cached_rows(
 ) -> list[Row]:
     """Every exchange's row, in recorded order, as `listing.show` gives them: those whose
     file has the stamp the cache holds taken from it, the others read (and kept)."""
+    return [row for row, _ in cached_page(store, cassette, prices, None, tick, stamps)[0]]
+
+
+Timed = tuple[Row, int | None]  # a row, and how long its answer took (`duration`)
+
+
+def cached_page(
+    store: CassetteStore,
+    cassette: str,
+    prices: PriceTable = NO_PRICES,
+    window: slice | None = None,
+    tick: Tick = no_tick,
+    stamps: dict[str, str] | None = None,
+) -> tuple[list[Timed], int]:
+    """The rows of `window` of a cassette's exchanges in recorded order (all with None), with
+    their durations, and how many it holds: the order from the cache, rows built only for
+    the window, no file read but those that changed."""
     stamps = store.stamps(cassette) if stamps is None else stamps
     cached = load(store.read_state(cache_name(cassette)), cassette)
     kept: dict[str, Entry] = {}
-    rows = []
+    order: list[tuple[int, str, Timed | Entry]] = []
     for name, stamp in stamps.items():
-        place = parse_exchange_file(name)
-        if place is None:
+        if parse_exchange_file(name) is None:
             continue
         entry = cached.get(name)
-        row = _row(entry, prices) if entry is not None and entry[0] == stamp else None
-        if row is None:
-            found = listed(store, cassette, *place, prices)
-            row, entry = found.row, _entry(stamp, found.row, found.exchange is not None)
-        if entry is not None:
+        if entry is not None and entry[0] == stamp and _shaped(entry):
             kept[name] = entry
-        rows.append(row)
+            order.append((entry[_SEQ], name, entry))
+        else:
+            timed = _read(store, cassette, name, stamp, prices, kept)
+            order.append((timed[0].seq, name, timed))
         tick()
+    order.sort(key=lambda item: (item[0], item[1]))
+    rows = []
+    for _, name, item in order if window is None else order[window]:
+        built = item if isinstance(item, tuple) else _row(item, prices)
+        rows.append(built or _read(store, cassette, name, stamps[name], prices, kept))
     if kept != cached:
         store.write_state(cache_name(cassette), dump(kept, cassette))
-    return sorted(rows, key=lambda row: (row.seq, row.file))
+    return rows, len(order)
+
+
+def duration(found: Exchange | None) -> int | None:
+    """How long an answer took, where the recording knows (a stream's last frame, a cut's
+    end); a whole answer keeps no time."""
+    if found is None:
+        return None
+    response = found.response
+    if response.end_ms is not None:
+        return response.end_ms
+    return response.frames[-1].ms if response.frames else None
+
+
+def _read(
+    store: CassetteStore,
+    cassette: str,
+    name: str,
+    stamp: str,
+    prices: PriceTable,
+    kept: dict[str, Entry],
+) -> Timed:
+    """A file's row read from it, and kept (unless it cannot be read)."""
+    key, ordinal = parse_exchange_file(name) or ("", 0)
+    found = listed(store, cassette, key, ordinal, prices)
+    took = duration(found.exchange)
+    if found.exchange is not None:
+        kept[name] = _entry(stamp, found.row, took)
+    else:
+        kept.pop(name, None)
+    return found.row, took
+
+
+def _shaped(entry: Entry) -> bool:
+    return len(entry) == len(FIELDS) + 2 and type(entry[_SEQ]) is int
 
 
 def summarize(
@@ -120,27 +176,26 @@ def _total(raw: bytes | None, cassette: str, sign: str) -> Summary | None:
         return None
 
 
-def _entry(stamp: str, row: Row, readable: bool) -> Entry | None:
-    if not readable:
-        return None
+def _entry(stamp: str, row: Row, took: int | None) -> Entry:
     values = list(astuple(row))
     del values[_COST]
     values.pop()  # its problem: None for a readable file
-    return [stamp, *values]
+    return [stamp, *values, took]
 
 
-def _row(entry: Entry, prices: PriceTable) -> Row | None:
+def _row(entry: Entry, prices: PriceTable) -> Timed | None:
     """The row an entry holds, costed with `prices` as `row_of` costs it (a model's price
     for the tokens its answer's usage block gave); None for an entry of the wrong shape
     (never trusted: the file is read again)."""
-    if len(entry) != len(FIELDS) + 1:
+    took = entry[-1]
+    if not _shaped(entry) or not (took is None or type(took) is int):
         return None
     try:
-        values = dict(zip(FIELDS, entry[1:], strict=True))
+        values = dict(zip(FIELDS, entry[1:-1], strict=True))
         model, usage_known = values["model"], values["usage_known"]
         tokens = Tokens(*(int(values[f"{kind}_tokens"]) for kind in _KINDS))
         cost = prices.cost(model, tokens) if usage_known and model is not None else None
-        return Row(**values, cost_usd=cost)
+        return Row(**values, cost_usd=cost), took
     except (TypeError, ValueError, KeyError, AttributeError):
         return None
 

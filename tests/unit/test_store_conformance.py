@@ -296,3 +296,19 @@ def test_a_blob_that_was_changed_or_lost_makes_its_recording_unreadable(
         store.read("chat", KEY_A, 1)
     assert store.write("chat", with_body(KEY_A, 1, {"image": IMAGE})) is True, "written again"
     assert store.read("chat", KEY_A, 1).request.body == {"json": {"image": IMAGE}}
+
+
+def test_stamps_follow_each_file_and_state_is_kept_outside_every_cassette(
+    store: CassetteStore,
+) -> None:
+    store.write("c", exchange())
+    first = store.stamps("c")
+    assert list(first) == [exchange_file(KEY_A, 1)]
+    assert store.stamps("c") == first, "nothing changed: the same stamps"
+    store.write("c", exchange(text="data: other\n\n"))
+    assert store.stamps("c") != first, "a file rewritten has another stamp"
+    assert store.stamps("nothing") == {}
+    store.write_state("summaries/x.json", b"kept")
+    assert store.read_state("summaries/x.json") == b"kept"
+    assert store.read_state("summaries/none.json") is None
+    assert store.cassettes() == ["c"] and store.names("c") == [exchange_file(KEY_A, 1)]

@@ -60,6 +60,8 @@ class FileStore:
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
             if any(parse_exchange_file(name) or is_leftover(name) for name in files):
                 names.append(Path(folder).relative_to(self._root).as_posix())
+                if BLOBS in dirs:  # the cassette's blobs (a killed write's temp file too)
+                    dirs.remove(BLOBS)
         for name, why in sorted(unlisted.items()):
             if skipped is not None:
                 skipped[name] = why

@@ -96,6 +96,10 @@ def test_verify_catches_an_edited_blob_and_prune_removes_an_unused_one(
     converse(recorder.url, turns=2)
     recorder.stop()
     [blob] = (cassettes / "vision" / "blobs").iterdir()
+    (blob.parent / f".{blob.name}.99999999-1.tmp").write_bytes(b"killed")  # a killed write's
+    code, out = cli("ls", "--cassettes", str(cassettes), "--json")
+    assert code == 0 and [c["cassette"] for c in json.loads(out)] == ["vision"], out
+    (blob.parent / f".{blob.name}.99999999-1.tmp").unlink()
     stray_text = "x" * 70_000
     stray = cassettes / "vision" / "blobs" / hashlib.sha256(stray_text.encode()).hexdigest()
     stray.write_text(stray_text)

@@ -129,8 +129,9 @@ def library_store(cassettes: str | None, config: Path | None) -> CassetteStore:
     """The library's store, whether or not it is there."""
     from tapeproxy.store import open_store
 
-    settings = load_settings({"cassettes": cassettes}, config=config, fields={"cassettes"})
-    return open_store(settings.cassettes)
+    fields = {"cassettes", "cache_size"}
+    settings = load_settings({"cassettes": cassettes}, config=config, fields=fields)
+    return open_store(settings.cassettes, settings.cache_size)
 
 
 def open_library(
@@ -152,9 +153,9 @@ def open_library(
             "upstream": parse_pairs(upstream, "upstream") if upstream else None,
         },
         config=config,
-        fields={"cassettes", "upstream", "ignore"} if rules else {"cassettes"},
+        fields={"cassettes", "cache_size", *(("upstream", "ignore") if rules else ())},
     )
-    store = open_store(settings.cassettes)
+    store = open_store(settings.cassettes, settings.cache_size)
     if not store.exists():
         raise missing_library(store)
     book = Rulebook.build(provider_table(settings.upstream), settings.ignore)
@@ -196,10 +197,15 @@ def price_table(prices: Path | None, config: Path | None) -> PriceTable:
 
 
 @contextmanager
-def progress(total: int, what: str) -> Iterator[Callable[[], None]]:
-    """A tick per file read; a bar on stderr when there are many files and it is a terminal."""
+def progress(total: int | Callable[[], int], what: str) -> Iterator[Callable[[], None]]:
+    """A tick per file read; a bar on stderr when there are many files and it is a terminal.
+    `total` may be a function, called only for a terminal (counting lists every cassette)."""
     console = make_console(stderr=True)
-    if total <= PROGRESS_FROM or not console.is_terminal:
+    if not console.is_terminal:
+        yield lambda: None
+        return
+    total = total() if callable(total) else total
+    if total <= PROGRESS_FROM:
         yield lambda: None
         return
     columns = (TextColumn(what), BarColumn(), MofNCompleteColumn())

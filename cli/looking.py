@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -55,7 +55,7 @@ def report(
         library = open_library(cassettes, None, None, config, rules=False)
         table = price_table(prices, config)
         names = library.store.cassettes()
-        with progress(count_files(library.store, names), "reading cassettes") as tick:
+        with progress(lambda: count_files(library.store, names), "reading cassettes") as tick:
             entries = build(library.store, names, table, tick)
         if junit is not None:
             _write(junit, junit_xml(entries))
@@ -96,12 +96,11 @@ def view(
 ) -> None:
     """Look at the cassettes in a browser: a read-only page on 127.0.0.1 (its URL is printed)
     with every cassette's exchanges, tokens and cost, each exchange as a conversation, and
-    two cassettes compared; with --server, a running server's last misses. Nothing is
-    written; no asset comes from another host. A running `tapeproxy serve` shows the same
+    two cassettes compared; with --server, a running server's last misses. No cassette is
+    written (a summary of each file is kept in the state folder); no asset comes from
+    another host. A running `tapeproxy serve` shows the same
     page, with its misses, at /__tapeproxy/ui/."""
     import contextlib
-
-    import uvicorn
 
     from tapeproxy.cli.server import ReadyServer
     from tapeproxy.viewer.app import viewer_app
@@ -116,15 +115,46 @@ def view(
         app = viewer_app(library.store, table, live, scrub=library_scrubber(config).text)
     except TapeproxyError as exc:
         raise fail(exc) from exc
-    settings = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off"
-    )
 
     def ready(url: str) -> None:
         print(f"tapeproxy view of {library.store.where()} on {url}/", flush=True)
 
-    running = ReadyServer(settings, ready)
+    running = ReadyServer(view_config(app, port), ready)
     with contextlib.suppress(SystemExit):  # uvicorn's reason for not starting is logged
         running.run()
     if not running.started:
         raise fail(f"could not listen on 127.0.0.1:{port}; see the error above", code=1)
+    abandon_pages()
+
+
+VIEW_GRACE = 3  # seconds a stopping viewer lets a page under way finish
+
+
+def view_config(app: Any, port: int) -> Any:
+    """uvicorn's settings for the viewer: quiet, and a bounded grace when it stops."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=VIEW_GRACE,
+    )
+
+
+def abandon_pages() -> None:
+    """Exit now, when a page is still being worked out in a worker thread (a cassette that
+    takes minutes to read): it only reads, so nothing is lost, and the viewer stops on
+    SIGTERM within its grace whatever a page is doing (Python would wait for the thread)."""
+    import os
+    import sys
+    import threading
+
+    main = threading.main_thread()
+    if any(t is not main and t.is_alive() and not t.daemon for t in threading.enumerate()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)

@@ -61,6 +61,7 @@ def serve(
     max_body: Annotated[str | None, option("max_body")] = None,
     max_record: Annotated[str | None, option("max_record")] = None,
     max_frame: Annotated[str | None, option("max_frame")] = None,
+    cache_size: Annotated[str | None, option("cache_size")] = None,
     admin_token: Annotated[str | None, option("admin_token")] = None,
     redact_field: Annotated[list[str] | None, option("redact_field")] = None,
     redact_pattern: Annotated[list[str] | None, option("redact_pattern")] = None,

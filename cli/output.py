@@ -111,6 +111,10 @@ def print_prune(report: PruneReport, as_json: bool) -> None:
         highlight=False,
         markup=False,
     )
+    if report.blobs:
+        console.print(
+            f"{verb} {len(report.blobs)} blob(s) no recording uses", highlight=False, markup=False
+        )
     if report.needs_yes:
         console.print(
             "that run also recorded: prune deletes them only with --yes (a run that records "

@@ -71,7 +71,7 @@ class Usage:
         if not names:
             return {}
         from tapeproxy.store import open_store
-        from tapeproxy.tools.listing import summarize
+        from tapeproxy.tools.summaries import summarize
 
         store, lines = open_store(self.cassettes), {}
         for name in names:

@@ -175,7 +175,7 @@ def opened_store(settings: Settings) -> CassetteStore | int:
     """The store --cassettes opens, which a recording mode can write; else the exit status
     (2: no backend opens it, 1: it cannot be written), with its reason logged."""
     try:
-        store = open_store(settings.cassettes)
+        store = open_store(settings.cassettes, settings.cache_size)
     except ConfigError as exc:
         log.error("%s", exc.message)
         return 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -39,13 +40,15 @@ def list_cassettes(
     cost_usd adds up the exchanges whose model has a price; it is null when none has, and
     `unpriced` counts the exchanges it leaves out."""
     from tapeproxy.cli.reports import print_summaries
-    from tapeproxy.tools.listing import count_files, summarize
+    from tapeproxy.tools.listing import count_files
+    from tapeproxy.tools.summaries import summarize
 
     try:
         library = open_library(cassettes, None, None, config, rules=False)
         table = price_table(prices, config)
         names = library.store.cassettes()
-        with progress(count_files(library.store, names), "reading cassettes") as tick:
+        count = partial(count_files, library.store, names)
+        with progress(count, "reading cassettes") as tick:
             found = [summarize(library.store, name, table, tick) for name in names]
     except TapeproxyError as exc:
         raise fail(exc, as_json) from exc

@@ -87,7 +87,7 @@ def cli_page(render: Callable[[list[str]], str] = help_text) -> str:
 
 def _default(field: str, model: type[BaseModel]) -> str:
     value: Any = model.model_fields[field].get_default(call_default_factory=True)
-    if field in ("max_body", "max_record"):
+    if field in ("max_body", "max_record", "cache_size"):
         return f"`{value // MIB}MiB`"
     if isinstance(value, bool):
         return "off" if not value else "on"

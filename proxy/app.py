@@ -51,7 +51,7 @@ class Server:
     one `settings.cassettes` opens."""
 
     def __init__(self, settings: Settings, store: CassetteStore | None = None) -> None:
-        store = open_store(settings.cassettes) if store is None else store
+        store = open_store(settings.cassettes, settings.cache_size) if store is None else store
         providers = provider_table(settings.upstream)
         self.engine = Engine(settings, providers, store)
         # Its log lines get the scrubbing its cassettes get: a request path may hold a key.

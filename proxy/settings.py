@@ -27,6 +27,7 @@ from tapeproxy.upstream.urls import check_upstreams
 
 ENV_PREFIX = "TAPEPROXY_"
 MIB = 1024 * 1024
+CACHE_SIZE = "Largest an s3:// library's local cache grows (bytes, or 1GiB); LRU out first."
 
 
 class RepeatPolicy(StrEnum):
@@ -97,6 +98,7 @@ class Settings(BaseModel):
     max_frame: int = Field(
         16 * MIB, gt=0, description="Largest WebSocket frame (bytes, or 16MiB); more closes 1009."
     )
+    cache_size: int = Field(1024 * MIB, gt=0, description=CACHE_SIZE)
     admin_token: str | None = Field(
         None,
         description="Bearer token that control requests changing state (PUT) must carry.",
@@ -108,7 +110,7 @@ class Settings(BaseModel):
     def _library(cls, value: Any) -> Any:
         return os.fspath(value) if isinstance(value, os.PathLike) else value
 
-    @field_validator("max_body", "max_record", "max_frame", mode="before")
+    @field_validator("max_body", "max_record", "max_frame", "cache_size", mode="before")
     @classmethod
     def _size(cls, value: Any) -> Any:
         return parse_size(value) if isinstance(value, str) else value

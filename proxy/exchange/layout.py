@@ -12,7 +12,9 @@ from typing import Any
 
 from tapeproxy.exchange.jsontext import indent2
 
-SCHEMA_VERSION = 1
+# 2: a body's large strings may be blobs beside the file (exchange/blobs.py); a file with
+# none is still written as 1.
+SCHEMA_VERSION = 2
 
 # An exchange file's data: str keys, JSON values (and an Outcome, a str, as its `outcome`).
 Record = dict[str, Any]

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 # How the file is laid out lives in exchangefile.py: named here too, for every reader.
+from tapeproxy.exchange.blobs import BLOBS_VERSION, INLINE_VERSION, Fetch, unpack
 from tapeproxy.exchange.layout import (
     FRAME_INDENT,
     SCHEMA_VERSION,
@@ -148,7 +149,8 @@ class Exchange(_Model):
     response: StoredResponse
     kind: Literal["websocket"] | None = None  # None: an HTTP exchange
     session: Session | None = None  # a WebSocket session (kind `websocket`)
-    _read_as: int = PrivateAttr(default=SCHEMA_VERSION)
+    # A new exchange is as one read from a file with no blob (so the two compare equal).
+    _read_as: int = PrivateAttr(default=INLINE_VERSION)
 
     @model_validator(mode="after")
     def _session_of_its_kind(self) -> Exchange:
@@ -192,9 +194,16 @@ class Exchange(_Model):
 
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
 # Version N -> the step that turns a version-N file into a version-N+1 one, as in mitmproxy's
-# io/compat.py. A format change bumps SCHEMA_VERSION and adds its `migrate_N_to_N+1` here;
-# none has been needed yet, so the chain is empty while SCHEMA_VERSION is 1.
-MIGRATIONS: dict[int, Migration] = {}
+# io/compat.py. A format change bumps SCHEMA_VERSION and adds its `migrate_N_to_N+1` here.
+
+
+def migrate_1_to_2(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 lets a body's large strings be blobs (exchange/blobs.py): a version-1 file
+    holds none, and its objects are never read as references, so it is whole as it is."""
+    return {**data, "schema_version": 2}
+
+
+MIGRATIONS: dict[int, Migration] = {1: migrate_1_to_2}
 
 
 def migrate(data: dict[str, Any]) -> dict[str, Any]:
@@ -210,12 +219,14 @@ def migrate(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def dump_exchange(exchange: Exchange) -> bytes:
-    """The exchange file's bytes: `render` of its Record (exchangefile.py)."""
-    return render(exchange.record())
+    """The exchange file's bytes, every body inline (so in version 1, which any tapeproxy
+    reads; a store writes large strings as blobs: store/blobs.py): `render` of its Record."""
+    return render({**exchange.record(), "schema_version": INLINE_VERSION})
 
 
-def load_exchange(raw: bytes) -> Exchange:
-    """An exchange file read back, migrated from an older schema_version where it is one."""
+def load_exchange(raw: bytes, fetch: Fetch | None = None) -> Exchange:
+    """An exchange file read back, migrated from an older schema_version where it is one;
+    its blob references (version 2) joined back with `fetch` (none: a ValueError)."""
     try:
         data = json.loads(raw)
     except RecursionError as exc:  # not a ValueError: it would be no one-line CassetteCorrupt
@@ -223,15 +234,22 @@ def load_exchange(raw: bytes) -> Exchange:
     if not isinstance(data, dict):
         raise ValueError("an exchange file holds one JSON object")
     read_as = schema_version(data)
+    if read_as >= BLOBS_VERSION and b'"$blob' in raw:
+        data = unpack(data, fetch or _no_blobs)
     exchange = Exchange.model_validate(migrate(data))
     exchange._read_as = read_as
     return exchange
 
 
+def _no_blobs(digest: str) -> bytes:
+    raise ValueError(f"it refers to blob {digest}, and no blobs were given to read it with")
+
+
 def dump_around(skeleton: Exchange, middle: Callable[[bool], Iterable[bytes]]) -> Iterator[bytes]:
-    """`render_around` of an exchange's Record (exchangefile.py); a WebSocket session's
-    frames are its middle."""
-    record = skeleton.record()
+    """`render_around` of an exchange's Record (exchangefile.py), in version 1: its body is
+    written inline, piece by piece, so the file holds no blob reference; a WebSocket
+    session's frames are its middle."""
+    record = {**skeleton.record(), "schema_version": INLINE_VERSION}
     if skeleton.session is not None:
         record["session"]["frames"] = [STREAMED]
     return render_around(record, middle)

@@ -16,18 +16,21 @@ if TYPE_CHECKING:
     from tapeproxy.store.protocol import CassetteStore
 
 
+CACHE_SIZE = 2**30  # a remote store's local cache, at most (Settings.cache_size's default)
+
+
 # A new backend is one file in store/ and one row here: `scheme://location` opens
 # BACKENDS[scheme](location), and a location with no scheme is a folder. Typed as the
 # protocol, so mypy checks each row implements it; tests/unit/test_store_conformance.py runs
 # its suite on each row.
-def open_folder(location: str) -> CassetteStore:
-    """A folder (store/files.py)."""
+def open_folder(location: str, cache_size: int = CACHE_SIZE) -> CassetteStore:
+    """A folder (store/files.py); it keeps no cache of what it reads."""
     from tapeproxy.store.files import FileStore
 
     return FileStore(location)
 
 
-def open_s3(location: str) -> CassetteStore:
+def open_s3(location: str, cache_size: int = CACHE_SIZE) -> CassetteStore:
     """`s3://BUCKET/PREFIX` (store/s3.py), whose client, obstore, is the `s3` extra: imported
     only for such a library, and one line when it is not installed."""
     try:
@@ -38,18 +41,19 @@ def open_s3(location: str) -> CassetteStore:
         raise ConfigError(
             f"--cassettes s3://{location} needs the obstore package: pip install 'tapeproxy[s3]'"
         ) from exc
-    return S3Store(location)
+    return S3Store(location, cache_size)
 
 
-BACKENDS: dict[str, Callable[[str], CassetteStore]] = {"file": open_folder, "s3": open_s3}
+BACKENDS: dict[str, Callable[[str, int], CassetteStore]] = {"file": open_folder, "s3": open_s3}
 FOLDER = "file"  # the backend of a location given with no scheme
 
 
-def open_store(location: str | os.PathLike[str]) -> CassetteStore:
+def open_store(location: str | os.PathLike[str], cache_size: int = CACHE_SIZE) -> CassetteStore:
     """The store at `location` (`--cassettes`): a folder, or `SCHEME://...` of a backend of
-    BACKENDS. An unknown scheme is a ConfigError naming the known ones."""
+    BACKENDS; `cache_size` bounds a remote store's local cache (`--cache-size`). An unknown
+    scheme is a ConfigError naming the known ones."""
     scheme, rest = split_location(os.fspath(location))
-    return BACKENDS[scheme](rest)
+    return BACKENDS[scheme](rest, cache_size)
 
 
 def split_location(location: str) -> tuple[str, str]:

@@ -3,6 +3,7 @@ last-run notes in the library's state folder."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -11,12 +12,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tapeproxy.errors import CassetteCorrupt
-from tapeproxy.exchange.model import Exchange, dump_exchange
+from tapeproxy.exchange.model import Exchange
 from tapeproxy.store import state, upkeep
+from tapeproxy.store.blobs import BLOBS, checked, fetcher, is_blob, packed
 from tapeproxy.store.durable import create_atomic, fsync_folder, write_atomic
 from tapeproxy.store.lastrun import dump_last_run, read_note, unreadable_note
 from tapeproxy.store.names import check_folder_name, named_cassettes
 from tapeproxy.store.protocol import (
+    EXCHANGE_FILE,
     entries_of,
     exchange_file,
     holds_same,
@@ -28,6 +31,7 @@ from tapeproxy.store.protocol import (
 )
 
 if TYPE_CHECKING:
+    from tapeproxy.exchange.blobs import Fetch
     from tapeproxy.store.lastrun import LastRun
 
 log = logging.getLogger("tapeproxy")
@@ -57,6 +61,8 @@ class FileStore:
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
             if any(parse_exchange_file(name) or is_leftover(name) for name in files):
                 names.append(Path(folder).relative_to(self._root).as_posix())
+                if BLOBS in dirs:  # the cassette's blobs (a killed write's temp file too)
+                    dirs.remove(BLOBS)
         for name, why in sorted(unlisted.items()):
             if skipped is not None:
                 skipped[name] = why
@@ -76,18 +82,73 @@ class FileStore:
             raw = path.read_bytes()
         except OSError as exc:
             raise unreadable(str(path), cassette, exc) from exc
-        return read_exchange(raw, str(path), cassette)
+        return read_exchange(raw, str(path), cassette, self._fetch(cassette))
 
     def write(self, cassette: str, exchange: Exchange, fresh: bool = False) -> bool:
         path = self._path(cassette, exchange.key, exchange.ordinal)
-        if not fresh and holds_same(_bytes(path), exchange):
+        data, blobs, version = packed(exchange)
+        if not fresh and holds_same(_bytes(path), exchange, self._fetch(cassette), version):
             return False
-        write_atomic(path, dump_exchange(exchange))
+        self._put_blobs(cassette, blobs)
+        write_atomic(path, data)
         return True
 
     def create(self, cassette: str, exchange: Exchange) -> bool:
         path = self._path(cassette, exchange.key, exchange.ordinal)
-        return create_atomic(path, dump_exchange(exchange))
+        data, blobs, _ = packed(exchange)
+        self._put_blobs(cassette, blobs)  # first: a file never refers to a blob not there
+        return create_atomic(path, data)
+
+    def stamps(self, cassette: str) -> dict[str, str]:
+        found = {}
+        try:
+            with os.scandir(self._folder(cassette)) as listing:
+                for entry in listing:
+                    name = entry.name
+                    if name.endswith(".json") and EXCHANGE_FILE.match(name):
+                        with contextlib.suppress(OSError):  # gone since it was listed
+                            st = entry.stat()
+                            found[name] = f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        return found
+
+    def read_state(self, name: str) -> bytes | None:
+        return state.read_state(self._root, name)
+
+    def write_state(self, name: str, data: bytes) -> None:
+        state.write_state(self._root, name, data)
+
+    def blobs(self, cassette: str) -> list[str]:
+        try:
+            with os.scandir(self._folder(cassette) / BLOBS) as listing:
+                return sorted(e.name for e in listing if is_blob(e.name) and e.is_file())
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def read_blob(self, cassette: str, digest: str) -> bytes | None:
+        return _bytes(self._folder(cassette) / BLOBS / digest)
+
+    def delete_blob(self, cassette: str, digest: str) -> None:
+        path = self._folder(cassette) / BLOBS / digest
+        try:
+            path.unlink()
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        fsync_folder(path.parent)
+
+    def _fetch(self, cassette: str) -> Fetch:
+        return fetcher(lambda digest: self.read_blob(cassette, digest))
+
+    def _put_blobs(self, cassette: str, blobs: dict[str, bytes]) -> None:
+        """Each blob written unless it is already there whole (its name is its content's)."""
+        for digest, data in blobs.items():
+            try:
+                checked(digest, self.read_blob(cassette, digest))
+            except ValueError:
+                folder = self._folder(cassette) / BLOBS
+                folder.mkdir(parents=True, exist_ok=True)
+                write_atomic(folder / digest, data)
 
     def write_pieces(
         self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes], create: bool = False

@@ -14,6 +14,7 @@ from tapeproxy.exchange.model import NewerSchema, load_exchange
 from tapeproxy.problems import json_path, one_line, said
 
 if TYPE_CHECKING:
+    from tapeproxy.exchange.blobs import Fetch
     from tapeproxy.exchange.model import Exchange
     from tapeproxy.store.lastrun import LastRun
 
@@ -64,11 +65,11 @@ def entries_of(names: Iterable[str]) -> dict[str, list[int]]:
     return found
 
 
-def read_exchange(raw: bytes, where: str, cassette: str) -> Exchange:
-    """An exchange file's bytes read back; CassetteCorrupt in one line naming `where` when
-    they cannot be (the bytes' own error as its cause)."""
+def read_exchange(raw: bytes, where: str, cassette: str, fetch: Fetch | None = None) -> Exchange:
+    """An exchange file's bytes read back, its blobs joined with `fetch`; CassetteCorrupt in
+    one line naming `where` when they cannot be (the bytes' own error as its cause)."""
     try:
-        return load_exchange(raw)
+        return load_exchange(raw, fetch)
     except NewerSchema as exc:
         raise CassetteCorrupt(f"cannot read {where}: {exc}") from exc
     except ValueError as exc:  # bad JSON, and pydantic's ValidationError
@@ -97,17 +98,18 @@ def why_unreadable(exc: CassetteCorrupt) -> str:
     return f"{at}: {said(first)}{got}" + (f" (and {more} more problem(s))" if more else "")
 
 
-def holds_same(raw: bytes | None, exchange: Exchange) -> bool:
+def holds_same(raw: bytes | None, exchange: Exchange, fetch: Fetch, version: int) -> bool:
     """Whether stored bytes hold the same recording (`Exchange.same_recording`), so that it is
-    not written again. No bytes, bytes that cannot be read, or a file in an older
-    schema_version (written again: upgraded) are not the same."""
+    not written again. No bytes, bytes (or blobs) that cannot be read, or a file in another
+    schema_version than `version`, the one it would be written in (written again:
+    upgraded), are not the same."""
     if raw is None:
         return False
     try:
-        stored = load_exchange(raw)
+        stored = load_exchange(raw, fetch)
     except ValueError:
         return False
-    return stored.read_as == stored.schema_version and stored.same_recording(exchange)
+    return stored.read_as == version and stored.same_recording(exchange)
 
 
 class CassetteStore(Protocol):
@@ -147,8 +149,9 @@ class CassetteStore(Protocol):
         ...
 
     def write(self, cassette: str, exchange: Exchange, fresh: bool = False) -> bool:
-        """Store one recording atomically, replacing what is at its key and ordinal; False
-        (and nothing written) when the same recording (`holds_same`) is already there.
+        """Store one recording atomically (its blobs first: `blobs.packed`), replacing what is
+        at its key and ordinal; False (and nothing written) when the same recording
+        (`holds_same`) is already there.
         `fresh`: the caller knows no recording is there, so none is read to compare."""
         ...
 
@@ -168,6 +171,36 @@ class CassetteStore(Protocol):
 
     def delete(self, cassette: str, key: str, ordinal: int) -> None:
         """Remove one recording; none there is no error."""
+        ...
+
+    def stamps(self, cassette: str) -> dict[str, str]:
+        """Each exchange file of a cassette with a stamp that changes whenever its content
+        does (a file's inode, size and mtime; an object's ETag), from one listing: nothing
+        is read. {} when there is no such cassette."""
+        ...
+
+    def read_state(self, name: str) -> bytes | None:
+        """What this machine keeps about the library under `name` (a summary cache: never
+        in a cassette; a file store: in its state folder, `.tapeproxy/`); None when none or
+        it cannot be read."""
+        ...
+
+    def write_state(self, name: str, data: bytes) -> None:
+        """Keep `data` under `name`, replaced whole (a reader sees the old or the new); a
+        failure is no error: it is a cache."""
+        ...
+
+    def blobs(self, cassette: str) -> list[str]:
+        """The digests of the blobs a cassette holds (its recordings' large strings, stored
+        once: `store/blobs.py`), sorted; [] when none."""
+        ...
+
+    def read_blob(self, cassette: str, digest: str) -> bytes | None:
+        """A blob's bytes as stored (not checked: `blobs.checked` does); None when none."""
+        ...
+
+    def delete_blob(self, cassette: str, digest: str) -> None:
+        """Remove one blob; none there is no error."""
         ...
 
     def read_last_run(self, cassette: str) -> LastRun | None:

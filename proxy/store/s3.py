@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 import obstore
 
 from tapeproxy.errors import ConfigError, StoreUnreachable
-from tapeproxy.exchange.model import Exchange, dump_exchange
+from tapeproxy.exchange.model import Exchange
+from tapeproxy.store.blobs import packed
 from tapeproxy.store.lastrun import NOTES, dump_last_run, note_name, read_note, unreadable_note
 from tapeproxy.store.names import check_folder_name, named_cassettes
 from tapeproxy.store.protocol import (
@@ -29,6 +30,7 @@ from tapeproxy.store.protocol import (
     state_name,
     unreadable,
 )
+from tapeproxy.store.s3blobs import BlobsAndState, S3Blobs
 from tapeproxy.store.s3cache import ObjectCache, cache_root
 from tapeproxy.store.s3client import (
     ENDPOINT_VARIABLES,
@@ -49,19 +51,20 @@ MAX_LISTINGS = 256  # cassettes whose last listing (names and ETags) is kept in 
 log = logging.getLogger("tapeproxy")
 
 
-class S3Store:
+class S3Store(BlobsAndState):
     """A library in a bucket, under a prefix (`BACKENDS["s3"]`). Opening it asks the store
     once, so a wrong endpoint, credentials or bucket fail at start, in one line."""
 
-    def __init__(self, location: str) -> None:
+    def __init__(self, location: str, cache_size: int = 2**30) -> None:
         bucket, prefix = split_bucket(location)
         self._url = f"s3://{bucket}" + (f"/{prefix}" if prefix else "")
         self._client = connect(bucket, prefix)
         endpoint = next((os.environ[v] for v in ENDPOINT_VARIABLES if os.environ.get(v)), "")
-        self._cache = ObjectCache(cache_root(f"{endpoint}|{self._url}"))
+        self._cache = ObjectCache(cache_root(f"{endpoint}|{self._url}"), cache_size)
         self._etags: dict[str, dict[str, str]] = {}  # cassette -> name -> ETag, last listed
         self._lock = threading.Lock()
         self._offline = False  # said once: a listing came from the cache
+        self._blobs = S3Blobs(self._client, self._url, self._cache)
         try:
             next(iter(obstore.list(self._client, chunk_size=1)), None)
         except FAILED as exc:
@@ -90,19 +93,24 @@ class S3Store:
         raw = None if etag is None else self._cache.get(path, etag)
         if raw is None:
             raw = self._fetch(path, where, cassette)
-        return read_exchange(raw, where, cassette)
+        return read_exchange(raw, where, cassette, self._blobs.fetch(check_folder_name(cassette)))
 
     def write(self, cassette: str, exchange: Exchange, fresh: bool = False) -> bool:
         path = self._path(cassette, exchange.key, exchange.ordinal)
-        if not fresh and holds_same(self._current(path), exchange):
+        data, blobs, version = packed(exchange)
+        fetch = self._blobs.fetch(check_folder_name(cassette))
+        if not fresh and holds_same(self._current(path), exchange, fetch, version):
             return False
-        self._put(path, dump_exchange(exchange))
+        self._blobs.put(check_folder_name(cassette), blobs)
+        self._put(path, data)
         return True
 
     def create(self, cassette: str, exchange: Exchange) -> bool:
         path = self._path(cassette, exchange.key, exchange.ordinal)
+        data, blobs, _ = packed(exchange)
+        self._blobs.put(check_folder_name(cassette), blobs)  # first: never a reference to none
         try:
-            self._put(path, dump_exchange(exchange), create=True)
+            self._put(path, data, create=True)
         except TAKEN:
             return False
         return True

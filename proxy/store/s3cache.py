@@ -5,7 +5,8 @@ last listing, so that a replay that cannot reach the store still serves what thi
 read before.
 
 It lives in `$XDG_CACHE_HOME/tapeproxy/s3/` (else `~/.cache/...`), one folder per store
-location, never in a cassette. A cache that cannot be written is no error: it is a cache."""
+location, never in a cassette, its objects bounded by `--cache-size` (least recently used out
+first). A cache that cannot be written is no error: it is a cache."""
 
 from __future__ import annotations
 
@@ -45,8 +46,10 @@ class ObjectCache:
     """Objects by name (each with its ETag), and listings by cassette, in one local folder.
     An entry is `digest\netag\ncontent`: the digest covers the ETag and the content."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, limit: int = 2**30) -> None:
         self.root = root
+        self.limit = limit  # bytes the objects may take (`--cache-size`)
+        self._size: int | None = None  # what they take, as this process counts: None, unknown
 
     def get(self, name: str, etag: str) -> bytes | None:
         """The object's bytes as cached for that ETag, or None (none cached, or its content
@@ -62,13 +65,55 @@ class ObjectCache:
                 path.unlink()
             return None
         kept, _, data = body.partition(b"\n")
-        return data if kept == etag.encode("utf-8") else None  # else another version
+        if kept != etag.encode("utf-8"):
+            return None  # another version
+        with contextlib.suppress(OSError):  # used now: the least recently used go first
+            os.utime(path)
+        return data
 
     def put(self, name: str, etag: str, data: bytes) -> None:
-        """Keep `data` as the object's version `etag`, in place of any other version."""
+        """Keep `data` as the object's version `etag`, in place of any other version; then,
+        past the limit, the least recently used objects go. One larger than the whole limit
+        is not kept."""
+        if len(data) > self.limit:
+            return
         body = [etag.encode("utf-8"), b"\n", data]
         digest = hashlib.sha256(b"".join(body)).hexdigest().encode("ascii")
         self._keep(self._object(name), [digest, b"\n", *body])
+        self._grew(DIGEST + 2 + len(body[0]) + len(data))
+
+    def _grew(self, added: int) -> None:
+        """Count what was added (the folder is looked at once, at the first put); past the
+        limit, look again (other processes share the cache) and evict."""
+        if self._size is None:
+            self._size = sum(size for _, size, _ in self._entries())
+        self._size += added
+        if self._size > self.limit:
+            self._evict()
+
+    def _evict(self) -> None:
+        """Remove the least recently used (oldest mtime: a read touches it) until what is
+        left takes at most 80% of the limit, so eviction is not paid at every put."""
+        entries = sorted(self._entries())
+        total = sum(size for _, size, _ in entries)
+        for _, size, path in entries:
+            if total <= self.limit * 0.8:
+                break
+            with contextlib.suppress(OSError):
+                path.unlink()
+                total -= size
+        self._size = total
+
+    def _entries(self) -> list[tuple[int, int, Path]]:
+        """Each cached object: (mtime in ns, size, path)."""
+        found = []
+        for folder, _, names in os.walk(self.root / OBJECTS):
+            for name in names:
+                path = Path(folder, name)
+                with contextlib.suppress(OSError):
+                    st = path.stat()
+                    found.append((st.st_mtime_ns, st.st_size, path))
+        return found
 
     def listing(self, cassette: str) -> dict[str, str] | None:
         """A cassette's last listing (file name -> ETag), or None when there is none."""
@@ -102,6 +147,19 @@ class ObjectCache:
         else:
             found[name] = etag
         self.keep_listing(cassette, found)
+
+    def read_state(self, name: str) -> bytes | None:
+        """A cache of the tools' (the summary cache) kept with this store's objects."""
+        try:
+            return (self.root / "state" / name).read_bytes()
+        except OSError:
+            return None
+
+    def write_state(self, name: str, data: bytes) -> None:
+        path = self.root / "state" / name
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        self._keep(path, [data])
 
     def _object(self, name: str) -> Path:
         hashed = _hash(name)

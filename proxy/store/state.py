@@ -1,7 +1,7 @@
-"""The library's state folder, `<library>/.tapeproxy/`: what a server keeps between runs (each
-cassette's last-run note, for `tapeproxy prune`), outside every cassette folder, so that a
-replay writes nothing into the cassettes it serves; git-ignored by the `.gitignore` of `*` it
-is made with."""
+"""The library's state folder, `<library>/.tapeproxy/`: what is kept between runs (each
+cassette's last-run note, for `tapeproxy prune`; the summary cache of `ls` and others),
+outside every cassette folder, so that a replay writes nothing into the cassettes it serves;
+git-ignored by the `.gitignore` of `*` it is made with."""
 
 from __future__ import annotations
 
@@ -64,3 +64,23 @@ def make_folder(library: Path) -> Path:
         write_atomic(ignore, IGNORE.encode())
     (folder / RUNS_DIR).mkdir(exist_ok=True)
     return folder
+
+
+def read_state(library: Path, name: str) -> bytes | None:
+    """`<library>/.tapeproxy/<name>` (a cache kept there), or None."""
+    try:
+        return (library / STATE_DIR / name).read_bytes()
+    except OSError:
+        return None
+
+
+def write_state(library: Path, name: str, data: bytes) -> None:
+    """Keep a cache's file in the state folder, renamed into place whole, not synced (it may
+    be lost; a torn one is caught by what it holds); nothing when it cannot be written, or
+    when there is no library folder."""
+    if not library.is_dir():
+        return
+    with contextlib.suppress(OSError):
+        path = make_folder(library) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, data, durable=False)

@@ -232,12 +232,6 @@ def unpriced(rows: list[Row]) -> list[Row]:
     ]
 
 
-def summarize(
-    store: CassetteStore, cassette: str, prices: PriceTable = NO_PRICES, tick: Tick = no_tick
-) -> Summary:
-    return summary_of(cassette, show(store, cassette, prices, tick))
-
-
 def summary_of(cassette: str, rows: list[Row]) -> Summary:
     """A cassette's summary from its rows (`show`'s, or `row_of` each exchange already read)."""
     total = sum((row.tokens for row in rows), Tokens())

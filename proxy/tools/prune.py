@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC
 
 from tapeproxy.errors import ConfigError, TapeproxyError
+from tapeproxy.store.blobs import unused_blobs as blobs_unused_by
 from tapeproxy.store.lastrun import NOTES, LastRun, note_name, recording_digest
 from tapeproxy.store.protocol import CassetteStore, exchange_file
 
@@ -50,6 +51,7 @@ class PruneReport:
     # That run also recorded, so deleting what it left unused waits for --yes (a dry run
     # says so; without --yes, prune raises NeedsYes).
     needs_yes: bool = False
+    blobs: list[str] = field(default_factory=list)  # blobs no recording uses: deleted
 
 
 def prune(
@@ -60,6 +62,8 @@ def prune(
     recorded, only with `yes` (NeedsYes). The note is rewritten with nothing unused, so a
     second prune deletes nothing more."""
     note = store.read_last_run(cassette)
+    if (note is None or note.failed or note.misses) and unused_blobs(store, cassette):
+        return _blobs_only(store, cassette, dry_run)  # unused, from the files alone
     if note is None:
         raise NoFinishedRun(
             f"cassette {cassette!r} has no finished replay run on record (no note of it in "
@@ -98,6 +102,43 @@ def prune(
             store.delete(cassette, *places[name])
         if note.unused:
             store.write_last_run(cassette, note.model_copy(update={"unused": [], "digests": {}}))
+    report.blobs = _drop_blobs(store, cassette, dry_run, set(report.pruned))
+    return report
+
+
+def _drop_blobs(store: CassetteStore, cassette: str, dry_run: bool, pruned: set[str]) -> list[str]:
+    """The blobs no recording left uses, deleted (with `dry_run`, only listed)."""
+    unused = unused_blobs(store, cassette, pruned if dry_run else set())
+    if not dry_run:
+        for digest in unused:
+            store.delete_blob(cassette, digest)
+    return unused
+
+
+def unused_blobs(store: CassetteStore, cassette: str, leaving: set[str] | None = None) -> list[str]:
+    """The blobs of a cassette that no recording uses (but those named in `leaving`, which
+    are about to go); none when a recording cannot be read (what it uses is unknown). A
+    server recording into the cassette at the same time may have put a blob whose file is
+    not written yet: prune a cassette no server records into."""
+    held = store.blobs(cassette)
+    if not held:
+        return []
+    used = []
+    try:
+        for name, place in _places(store, cassette).items():
+            if name not in (leaving or set()):
+                used.append(store.read(cassette, *place))
+    except TapeproxyError:
+        return []
+    return blobs_unused_by(held, used)
+
+
+def _blobs_only(store: CassetteStore, cassette: str, dry_run: bool) -> PruneReport:
+    """With no finished run that passed to go by, only the blobs no recording uses go."""
+    run = "no finished replay run that passed (so no recording is deleted)"
+    report = PruneReport(cassette, dry_run, run=run)
+    report.kept = sum(len(ordinals) for ordinals in store.entries(cassette).values())
+    report.blobs = _drop_blobs(store, cassette, dry_run, set())
     return report
 
 

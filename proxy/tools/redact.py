@@ -13,6 +13,7 @@ from tapeproxy.exchange import answers
 from tapeproxy.exchange.model import Exchange, SocketFrame
 from tapeproxy.redaction.scrubber import Scrubber
 from tapeproxy.store.protocol import CassetteStore, exchange_file
+from tapeproxy.tools.prune import unused_blobs
 from tapeproxy.tools.rekey import RekeyReport, RulesFor, rekey
 
 
@@ -57,6 +58,10 @@ def redact(
             report.moved.append((old, new))
     if not dry_run:
         report.left = matches_left(store, cassette, scrubber)
+        # A scrubbed string held in a blob was written as a new blob: the old one, which
+        # holds what was scrubbed, goes.
+        for digest in unused_blobs(store, cassette):
+            store.delete_blob(cassette, digest)
     return report
 
 

@@ -10,8 +10,9 @@ from xml.etree import ElementTree
 
 from tapeproxy.store.lastrun import LastRun
 from tapeproxy.store.protocol import CassetteStore
-from tapeproxy.tools.listing import Summary, Tick, no_tick, summarize
+from tapeproxy.tools.listing import Summary, Tick, no_tick
 from tapeproxy.tools.prices import PriceTable
+from tapeproxy.tools.summaries import summarize
 
 
 @dataclass(frozen=True)

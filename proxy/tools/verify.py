@@ -13,11 +13,13 @@ from tapeproxy.engine.keying import request_key, stored_request
 from tapeproxy.engine.replay import Replay
 from tapeproxy.engine.rules import MatchRules, unstored_headers
 from tapeproxy.errors import CassetteCorrupt
+from tapeproxy.exchange.blobs import BLOBS_VERSION, INLINE_VERSION, held
 from tapeproxy.exchange.model import Exchange
 from tapeproxy.providers import default_rules
 from tapeproxy.redaction.formats import FORMATS
 from tapeproxy.redaction.percent import decoded
 from tapeproxy.redaction.scrubber import Scrubber
+from tapeproxy.store.blobs import BLOBS, checked
 from tapeproxy.store.protocol import (
     LIKE_EXCHANGE_FILE,
     CassetteStore,
@@ -26,6 +28,7 @@ from tapeproxy.store.protocol import (
     parse_exchange_file,
     why_unreadable,
 )
+from tapeproxy.tools.verified import Verified
 
 RulesFor = Callable[[str], MatchRules]
 
@@ -66,6 +69,8 @@ def verify(
     formats), hold none of them (an older tapeproxy stored answer headers as they came). A
     file in an older schema_version is noted, and with `upgrade` written again in today's."""
     verdict = Verdict(cassette)
+    used: set[str] = set()
+    before = Verified(store, cassette, keys)
     for name in store.names(cassette):
         if is_leftover(name):
             verdict.warnings.append(
@@ -82,23 +87,67 @@ def verify(
                 )
             continue
         verdict.checked += 1
-        try:
-            exchange = store.read(cassette, *parsed)
-        except CassetteCorrupt as exc:
-            # The cause says what is wrong (a field by its JSON path); not where, nor to verify.
-            verdict.flag(name, f"unreadable: {why_unreadable(exc)}")
-            continue
-        if exchange.read_as != exchange.schema_version:
-            if upgrade and (exchange.key, exchange.ordinal) == parsed:
-                store.write(cassette, exchange)
-                verdict.upgraded.append(name)
-            else:
-                verdict.outdated.append(name)
-        problem = _check_file(cassette, exchange, parsed, rules_for)
-        problem = problem or (_key_held(cassette, exchange, keys) if keys else None)
-        if problem:
-            verdict.flag(name, problem)
+        blobs = before.sound_before(name, rules_for)
+        if blobs is None:
+            blobs = _one(store, cassette, name, parsed, (rules_for, upgrade, keys), verdict, before)
+        used |= blobs
+    _check_blobs(store, cassette, used, verdict)
+    before.save()
     return verdict
+
+
+def _one(
+    store: CassetteStore,
+    cassette: str,
+    name: str,
+    parsed: tuple[str, int],
+    how: tuple[RulesFor, bool, Scrubber | None],
+    verdict: Verdict,
+    before: Verified,
+) -> set[str]:
+    """One file read and checked (kept in `before` when sound); the blobs it uses."""
+    rules_for, upgrade, keys = how
+    try:
+        exchange = store.read(cassette, *parsed)
+    except CassetteCorrupt as exc:
+        # The cause says what is wrong (a field by its JSON path); not where, nor to verify.
+        verdict.flag(name, f"unreadable: {why_unreadable(exc)}")
+        return set()
+    blobs, marked = held([exchange.request.body, exchange.response.body])
+    current = exchange.read_as >= (BLOBS_VERSION if marked else INLINE_VERSION)
+    if not current:
+        if upgrade and (exchange.key, exchange.ordinal) == parsed:
+            store.write(cassette, exchange)  # a new stamp: checked again next time
+            verdict.upgraded.append(name)
+        else:
+            verdict.outdated.append(name)
+    problem = _check_file(cassette, exchange, parsed, rules_for)
+    problem = problem or (_key_held(cassette, exchange, keys) if keys else None)
+    if problem:
+        verdict.flag(name, problem)
+    elif current:
+        before.sound(name, exchange.request.upstream, rules_for, blobs)
+    return blobs
+
+
+def _check_blobs(store: CassetteStore, cassette: str, used: set[str], verdict: Verdict) -> None:
+    """Each blob must hash to its name (a recording that uses an edited one is flagged as
+    unreadable too); one no recording uses is worth knowing (prune removes it)."""
+    for digest in store.blobs(cassette):
+        name = f"{BLOBS}/{digest}"
+        try:
+            checked(digest, store.read_blob(cassette, digest))
+        except ValueError:
+            verdict.flag(
+                name,
+                "does not hold what its name (its SHA-256) says: edited? "
+                "record the recordings that use it again",
+            )
+            continue
+        if digest not in used:
+            verdict.warnings.append(
+                {"file": name, "problem": "used by no recording; `tapeproxy prune` removes it"}
+            )
 
 
 def _check_file(

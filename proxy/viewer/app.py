@@ -136,8 +136,9 @@ def _routes(
         )
 
     def cassette(request: Request) -> Response:
-        name = _given(request, "name")
-        return render(request, "cassette.html", name=name, rows=pages.cassette(store, name, prices))
+        name, start = _given(request, "name"), _number(request.query_params.get("start"))
+        page = pages.cassette(store, name, prices, max(start, 0))
+        return render(request, "cassette.html", name=name, paged=page, rows=page.lines)
 
     def exchange(request: Request) -> Response:
         name, file = _given(request, "cassette"), _given(request, "file")

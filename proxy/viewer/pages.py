@@ -13,8 +13,9 @@ from tapeproxy.exchange.answers import frame_text
 from tapeproxy.exchange.model import Exchange
 from tapeproxy.store.protocol import CassetteStore, parse_exchange_file
 from tapeproxy.tools.diff import CassetteDiff, Side, body_view, compare
-from tapeproxy.tools.listing import Row, Summary, read_all, row_of, summarize
+from tapeproxy.tools.listing import Row, Summary, row_of
 from tapeproxy.tools.prices import PriceTable
+from tapeproxy.tools.summaries import cached_page, summarize
 from tapeproxy.viewer.conversation import (
     Image,
     Message,
@@ -67,20 +68,34 @@ class Line:
     duration_ms: int | None
 
 
-def duration(found: Exchange | None) -> int | None:
-    if found is None:
-        return None
-    response = found.response
-    if response.end_ms is not None:
-        return response.end_ms
-    return response.frames[-1].ms if response.frames else None
+PAGE = 200  # exchanges a cassette's page lists
 
 
-def cassette(store: CassetteStore, name: str, prices: PriceTable) -> list[Line]:
-    found = read_all(store, name, prices)
-    if not found:
+@dataclass(frozen=True)
+class Page:
+    """One page of a cassette's exchanges, in recorded order: `lines` from `start` (0-based)
+    of `total`; `previous` and `following`, where the pages before and after start (None
+    at either end)."""
+
+    lines: list[Line]
+    start: int
+    total: int
+    previous: int | None
+    following: int | None
+
+
+def cassette(store: CassetteStore, name: str, prices: PriceTable, start: int = 0) -> Page:
+    """A page of a cassette, from the summary cache: no file read but those that changed,
+    no row built but the page's."""
+    stamps = store.stamps(name)
+    total = sum(1 for file in stamps if parse_exchange_file(file))
+    if not total:
         raise ConfigError(f"cassette {name!r} has no recordings under {store.where()}")
-    return [Line(item.row, duration(item.exchange)) for item in found]
+    start = max(0, min(start, (total - 1) // PAGE * PAGE))
+    rows, total = cached_page(store, name, prices, slice(start, start + PAGE), stamps=stamps)
+    lines = [Line(row, took) for row, took in rows]
+    following = start + PAGE if start + PAGE < total else None
+    return Page(lines, start, total, max(0, start - PAGE) if start else None, following)
 
 
 def read(store: CassetteStore, name: str, file: str) -> Exchange:

@@ -120,8 +120,10 @@ def test_redaction_rules_apply_to_a_large_answer_too(
     fake.script("/v1/files/f/content", Reply(body=answer, headers={"content-type": "text/plain"}))
     proxy = make_proxy(mode="record", redact_pattern=[r"sk-live-\w+"])
     assert httpx.get(proxy.url + "/openai/v1/files/f/content").text == answer
-    path, _ = only_exchange(cassettes)
-    text = path.read_text()
+    # Held whole to be scrubbed, the answer's text is a blob beside its exchange file.
+    files = library_files(cassettes)
+    assert len(files) == 2 and files[0].parent.name == "blobs", files
+    text = "".join(path.read_text() for path in files)
     assert secret not in text and "token [redacted" in text.replace("\\n", "\n")
 
 

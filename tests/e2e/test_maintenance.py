@@ -23,7 +23,6 @@ from typer.testing import CliRunner
 
 from tapeproxy.cli.main import app
 from tapeproxy.engine import ledger
-from tapeproxy.exchange import layout as exchangefile
 from tapeproxy.exchange import model as models
 from tapeproxy.providers import Rulebook, provider_table
 from tapeproxy.redaction.scrubber import Scrubber
@@ -684,35 +683,8 @@ def test_the_version_1_fixture_loads_and_verify_passes(tmp_path: Path) -> None:
     assert code == 0 and "ok" in out and "older schema_version" not in out
 
 
-def test_verify_upgrade_rewrites_a_file_of_an_older_schema(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Today's files are version 1: an tapeproxy of a (fake) version 2 reads the version-1
-    fixture through its migrate_1_to_2, and `verify --upgrade` rewrites it as version 2."""
-    root = tmp_path / "cassettes"
-    (root / "v1").mkdir(parents=True)
-    [fixture] = (FIXTURES / "schema_v1").glob("*.json")
-    path = root / "v1" / fixture.name
-    path.write_bytes(fixture.read_bytes())
-
-    def migrate_1_to_2(data: dict[str, Any]) -> dict[str, Any]:
-        return {**data, "schema_version": 2}
-
-    # SCHEMA_VERSION lives in exchangefile.py (models.py names it too): both are bumped.
-    monkeypatch.setattr(exchangefile, "SCHEMA_VERSION", 2)
-    monkeypatch.setattr(models, "SCHEMA_VERSION", 2)
-    monkeypatch.setattr(models, "MIGRATIONS", {1: migrate_1_to_2})
-    code, out = cli("verify", "v1", "--cassettes", str(root))
-    assert code == 0 and "1 file(s) in an older schema_version" in out
-    assert path.read_bytes() == fixture.read_bytes(), "verify alone changes nothing"
-    code, out = cli("verify", "v1", "--cassettes", str(root), "--upgrade", "--json")
-    assert code == 0, out
-    assert json.loads(out)[0]["upgraded"] == [fixture.name]
-    upgraded = json.loads(path.read_text())
-    assert upgraded["schema_version"] == 2
-    assert {**upgraded, "schema_version": 1} == json.loads(fixture.read_text())
-    code, out = cli("verify", "v1", "--cassettes", str(root), "--json")
-    assert code == 0 and json.loads(out)[0]["outdated"] == []
+# `verify --upgrade` (a version-1 file holding a large string, rewritten with its blob):
+# tests/e2e/test_blobs.py.
 
 
 def test_a_file_of_a_newer_tapeproxy_is_refused_with_a_line_saying_to_upgrade(

@@ -4,10 +4,13 @@ run on it, and it passes the same conformance suite as every backend of the tabl
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 
 from tapeproxy.errors import CassetteCorrupt
-from tapeproxy.exchange.model import Exchange, dump_exchange
+from tapeproxy.exchange.blobs import Fetch
+from tapeproxy.exchange.model import Exchange
+from tapeproxy.store.blobs import fetcher, packed
 from tapeproxy.store.lastrun import LastRun, dump_last_run, note_name, read_note
 from tapeproxy.store.names import check_folder_name, named_cassettes
 from tapeproxy.store.protocol import (
@@ -28,6 +31,8 @@ class MemoryStore:
     def __init__(self) -> None:
         self.data: dict[str, dict[str, bytes]] = {}
         self.notes: dict[str, bytes] = {}
+        self.state: dict[str, bytes] = {}
+        self.blob_data: dict[str, dict[str, bytes]] = {}  # cassette -> digest -> bytes
 
     def cassettes(self, skipped: dict[str, str] | None = None) -> list[str]:
         found = [
@@ -49,23 +54,53 @@ class MemoryStore:
         raw = self._files(cassette).get(name)
         if raw is None:
             raise CassetteCorrupt(f"cannot read {where}: no such recording")
-        return read_exchange(raw, where, cassette)
+        return read_exchange(raw, where, cassette, self._fetch(cassette))
 
     def write(self, cassette: str, exchange: Exchange, fresh: bool = False) -> bool:
         name = exchange_file(exchange.key, exchange.ordinal)
         files = self.data.setdefault(check_folder_name(cassette), {})
-        if not fresh and holds_same(files.get(name), exchange):
+        data, blobs, version = packed(exchange)
+        if not fresh and holds_same(files.get(name), exchange, self._fetch(cassette), version):
             return False
-        files[name] = dump_exchange(exchange)
+        self.blob_data.setdefault(check_folder_name(cassette), {}).update(blobs)
+        files[name] = data
         return True
 
     def create(self, cassette: str, exchange: Exchange) -> bool:
         name = exchange_file(exchange.key, exchange.ordinal)
         files = self.data.setdefault(check_folder_name(cassette), {})
+        data, blobs, _ = packed(exchange)
+        self.blob_data.setdefault(check_folder_name(cassette), {}).update(blobs)
         if name in files:
             return False
-        files[name] = dump_exchange(exchange)
+        files[name] = data
         return True
+
+    def stamps(self, cassette: str) -> dict[str, str]:
+        files = self._files(cassette)
+        return {
+            name: hashlib.sha256(data).hexdigest()
+            for name, data in files.items()
+            if parse_exchange_file(name)
+        }
+
+    def read_state(self, name: str) -> bytes | None:
+        return self.state.get(name)
+
+    def write_state(self, name: str, data: bytes) -> None:
+        self.state[name] = data
+
+    def blobs(self, cassette: str) -> list[str]:
+        return sorted(self.blob_data.get(check_folder_name(cassette), {}))
+
+    def read_blob(self, cassette: str, digest: str) -> bytes | None:
+        return self.blob_data.get(check_folder_name(cassette), {}).get(digest)
+
+    def delete_blob(self, cassette: str, digest: str) -> None:
+        self.blob_data.get(check_folder_name(cassette), {}).pop(digest, None)
+
+    def _fetch(self, cassette: str) -> Fetch:
+        return fetcher(lambda digest: self.read_blob(cassette, digest))
 
     def write_pieces(
         self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes], create: bool = False

@@ -16,9 +16,10 @@ from tapeproxy.modes import Mode
 from tapeproxy.providers import BUILTIN
 from tapeproxy.store.lastrun import LastRun
 from tapeproxy.store.protocol import CassetteStore, exchange_file
-from tapeproxy.tools.listing import show, summarize
+from tapeproxy.tools.listing import show
 from tapeproxy.tools.prune import prune
 from tapeproxy.tools.rekey import rekey
+from tapeproxy.tools.summaries import summarize
 from tapeproxy.tools.verify import verify
 from tests.fakes.memory_store import MemoryStore
 

@@ -53,6 +53,7 @@ SAMPLES: dict[str, tuple[str, list[str], Any]] = {
     "max_body": ("512KiB", ["--max-body", "512KiB"], 512 * 1024),
     "max_record": ("1048576", ["--max-record", "1MiB"], 1024 * 1024),
     "max_frame": ("2097152", ["--max-frame", "2MiB"], 2 * 1024 * 1024),
+    "cache_size": ("10485760", ["--cache-size", "10MiB"], 10 * 1024 * 1024),
     "admin_token": (
         "0123456789abcdef-x",
         ["--admin-token", "0123456789abcdef-x"],

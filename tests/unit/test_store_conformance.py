@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tapeproxy.errors import BadCassetteName, CassetteCorrupt, ConfigError
-from tapeproxy.exchange.model import dump_exchange
+from tapeproxy.exchange.blobs import digest_of
+from tapeproxy.exchange.model import Exchange, dump_exchange
 from tapeproxy.store import BACKENDS, open_store
 from tapeproxy.store.lastrun import LastRun
 from tapeproxy.store.protocol import CassetteStore, exchange_file
@@ -248,3 +250,76 @@ def test_an_unknown_scheme_is_one_line_naming_the_known_ones(given: str) -> None
     message = caught.value.message
     assert "\n" not in message and given in message
     assert all(f"{scheme}://" in message for scheme in BACKENDS)
+
+
+# ------------------------------------------------------------------------------ blobs
+
+IMAGE = "iVBORw0KGgo" + "A" * (300 * 1024)  # a base64 image well past BLOB_MIN
+
+
+def with_body(key: str, ordinal: int, body: dict[str, Any]) -> Exchange:
+    """An exchange whose request carries `body` as JSON, and whose answer echoes it."""
+    base = exchange(key, ordinal)
+    return base.model_copy(
+        update={
+            "request": base.request.model_copy(update={"body": {"json": body}}),
+            "response": base.response.model_copy(
+                update={"frames": None, "dialect": None, "body": {"json": body, "style": "compact"}}
+            ),
+        }
+    )
+
+
+def test_a_large_string_is_stored_once_as_a_blob_and_reads_back_whole(
+    store: CassetteStore,
+) -> None:
+    turns = [with_body(key, 1, {"image": IMAGE, "turn": n}) for n, key in enumerate([KEY_A, KEY_B])]
+    for one in turns:
+        assert store.write("chat", one) is True
+    assert store.blobs("chat") == [digest_of(IMAGE.encode())], "one blob for both, each side"
+    for one in turns:
+        assert store.read("chat", one.key, 1).record() == one.record()
+    assert store.write("chat", turns[0]) is False, "the same recording again: not written"
+    assert store.read_blob("chat", store.blobs("chat")[0]) == IMAGE.encode()
+
+
+def test_a_body_shaped_like_a_blob_reference_round_trips(store: CassetteStore) -> None:
+    digest = "0" * 64
+    body = {
+        "a": {"$blob": f"sha256:{digest}", "size": 3},
+        "b": {"$blob-literal": {"$blob": "x"}},
+        "big": IMAGE,
+    }
+    store.write("shapes", with_body(KEY_A, 1, body))
+    assert store.read("shapes", KEY_A, 1).request.body == {"json": body}
+    store.write("small", with_body(KEY_A, 1, {"a": body["a"]}))  # no blob: a version-1 file
+    assert store.read("small", KEY_A, 1).request.body == {"json": {"a": body["a"]}}
+
+
+def test_a_blob_that_was_changed_or_lost_makes_its_recording_unreadable(
+    store: CassetteStore,
+) -> None:
+    store.write("chat", with_body(KEY_A, 1, {"image": IMAGE}))
+    [digest] = store.blobs("chat")
+    store.delete_blob("chat", digest)
+    assert store.blobs("chat") == []
+    with pytest.raises(CassetteCorrupt, match=f"blob {digest} is missing"):
+        store.read("chat", KEY_A, 1)
+    assert store.write("chat", with_body(KEY_A, 1, {"image": IMAGE})) is True, "written again"
+    assert store.read("chat", KEY_A, 1).request.body == {"json": {"image": IMAGE}}
+
+
+def test_stamps_follow_each_file_and_state_is_kept_outside_every_cassette(
+    store: CassetteStore,
+) -> None:
+    store.write("c", exchange())
+    first = store.stamps("c")
+    assert list(first) == [exchange_file(KEY_A, 1)]
+    assert store.stamps("c") == first, "nothing changed: the same stamps"
+    store.write("c", exchange(text="data: other\n\n"))
+    assert store.stamps("c") != first, "a file rewritten has another stamp"
+    assert store.stamps("nothing") == {}
+    store.write_state("summaries/x.json", b"kept")
+    assert store.read_state("summaries/x.json") == b"kept"
+    assert store.read_state("summaries/none.json") is None
+    assert store.cassettes() == ["c"] and store.names("c") == [exchange_file(KEY_A, 1)]

@@ -1,0 +1,69 @@
+"""What every backend shares about blobs (a body's large strings, stored once per cassette
+as `<cassette>/blobs/<sha256>`): an exchange packed for writing, a blob read back checked
+against its name, which blobs a cassette's recordings use."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from tapeproxy.exchange.blobs import DIGEST, Fetch, digest_of, pack
+from tapeproxy.exchange.layout import render
+from tapeproxy.exchange.model import Exchange
+
+BLOBS = "blobs"  # the folder (or prefix) beside a cassette's exchange files
+
+
+def packed(exchange: Exchange) -> tuple[bytes, dict[str, bytes], int]:
+    """The exchange file's bytes, its large strings put out as blobs; those blobs; and the
+    schema_version it is written in (2 with a reference in it, else 1)."""
+    done = pack(exchange.record())
+    version = done.record["schema_version"]
+    assert isinstance(version, int)
+    return render(done.record), done.blobs, version
+
+
+def written_version(exchange: Exchange) -> int:
+    """The schema_version its file would be written in now (`verify` notes older ones)."""
+    version = pack(exchange.record()).record["schema_version"]
+    assert isinstance(version, int)
+    return version
+
+
+def is_blob(name: str) -> bool:
+    return DIGEST.match(name) is not None
+
+
+def checked(digest: str, data: bytes | None) -> bytes:
+    """A blob's bytes, when they hash to its name; ValueError when missing or changed."""
+    if data is None:
+        raise ValueError(f"its blob {digest} is missing")
+    if digest_of(data) != digest:
+        raise ValueError(f"its blob {digest} does not hold what its name says: edited?")
+    return data
+
+
+def fetcher(read: Callable[[str], bytes | None]) -> Fetch:
+    """A `Fetch` over a backend's read of one blob (None: not there): each checked, and each
+    read once for one exchange file however often it refers to it."""
+    seen: dict[str, bytes] = {}
+
+    def fetch(digest: str) -> bytes:
+        if digest not in seen:
+            seen[digest] = checked(digest, read(digest))
+        return seen[digest]
+
+    return fetch
+
+
+def unused_blobs(held: Iterable[str], used: Iterable[Exchange]) -> list[str]:
+    """The blobs held that none of `used` refers to, sorted."""
+    wanted: set[str] = set()
+    for exchange in used:
+        wanted |= used_by(exchange)
+    return sorted(set(held) - wanted)
+
+
+def used_by(exchange: Exchange) -> set[str]:
+    """The blobs an exchange's file refers to: those its large strings are written as (a
+    file tapeproxy wrote refers to no other)."""
+    return set(pack(exchange.record()).blobs)

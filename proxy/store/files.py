@@ -181,13 +181,13 @@ class FileStore:
         else:
             state.write_note(self._root, cassette, dump_last_run(record))
 
-    def read_state(self, name: str) -> bytes | None:
+    def read_report(self, name: str) -> bytes | None:
         try:
             return (self._root / state_name(name)).read_bytes()
         except (FileNotFoundError, NotADirectoryError):
             return None
 
-    def write_state(self, name: str, data: bytes) -> None:
+    def write_report(self, name: str, data: bytes) -> None:
         path = self._root / state_name(name)
         state.make_folder(self._root)
         write_atomic(path, data, durable=False)

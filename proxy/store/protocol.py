@@ -214,12 +214,12 @@ class CassetteStore(Protocol):
         there is none."""
         ...
 
-    def read_state(self, name: str) -> bytes | None:
+    def read_report(self, name: str) -> bytes | None:
         """A file the tools keep in the library's state folder (`state_name`: the last drift
         report), as it was written; None when there is none."""
         ...
 
-    def write_state(self, name: str, data: bytes) -> None:
+    def write_report(self, name: str, data: bytes) -> None:
         """Keep a file in the state folder atomically, outside every cassette."""
         ...
 

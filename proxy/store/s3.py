@@ -179,7 +179,7 @@ class S3Store(BlobsAndState):
         except FAILED as exc:
             raise OSError(f"cannot write {self._url}/{path}: {why(exc)}") from exc
 
-    def read_state(self, name: str) -> bytes | None:
+    def read_report(self, name: str) -> bytes | None:
         path = state_name(name)
         try:
             return bytes(obstore.get(self._client, path).bytes())
@@ -188,7 +188,7 @@ class S3Store(BlobsAndState):
         except FAILED as exc:
             raise OSError(f"cannot read {self._url}/{path}: {why(exc)}") from exc
 
-    def write_state(self, name: str, data: bytes) -> None:
+    def write_report(self, name: str, data: bytes) -> None:
         path = state_name(name)
         try:
             obstore.put(self._client, path, data)

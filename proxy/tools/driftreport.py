@@ -133,7 +133,7 @@ def keep_last(store: CassetteStore, report: DriftReport, finished: datetime) -> 
     why it could not be, else None."""
     data = {"finished": finished.isoformat(timespec="seconds"), **report.to_dict()}
     try:
-        store.write_state(LAST, json.dumps(data, indent=2).encode() + b"\n")
+        store.write_report(LAST, json.dumps(data, indent=2).encode() + b"\n")
     except OSError as exc:
         return f"the report was not kept in the state folder: {exc}"
     return None
@@ -142,7 +142,7 @@ def keep_last(store: CassetteStore, report: DriftReport, finished: datetime) -> 
 def last(store: CassetteStore) -> dict[str, Any] | None:
     """The last drift report kept, None when there is none or it cannot be read."""
     try:
-        raw = store.read_state(LAST)
+        raw = store.read_report(LAST)
         saved = json.loads(raw) if raw is not None else None
     except (OSError, ValueError):
         return None

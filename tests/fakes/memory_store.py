@@ -125,10 +125,10 @@ class MemoryStore:
         else:
             self.notes[note_name(cassette)] = dump_last_run(record)
 
-    def read_state(self, name: str) -> bytes | None:
+    def read_report(self, name: str) -> bytes | None:
         return self.notes.get(state_name(name))
 
-    def write_state(self, name: str, data: bytes) -> None:
+    def write_report(self, name: str, data: bytes) -> None:
         self.notes[state_name(name)] = data
 
     def where(self, cassette: str | None = None) -> str:

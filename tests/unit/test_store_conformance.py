@@ -109,15 +109,15 @@ def test_cassettes_lists_every_cassette_holding_recordings_with_nested_names(
     assert store.cassettes() == ["default", "suite", "suite/test_a", "suite/test_b", "x.derived"]
 
 
-def test_a_state_file_round_trips_outside_every_cassette(store: CassetteStore) -> None:
+def test_a_tools_report_round_trips_outside_every_cassette(store: CassetteStore) -> None:
     store.write("a", exchange())
-    assert store.read_state("drift.json") is None
-    store.write_state("drift.json", b'{"checked": 1}')
-    store.write_state("drift.json", b'{"checked": 2}')
-    assert store.read_state("drift.json") == b'{"checked": 2}'
+    assert store.read_report("drift.json") is None
+    store.write_report("drift.json", b'{"checked": 1}')
+    store.write_report("drift.json", b'{"checked": 2}')
+    assert store.read_report("drift.json") == b'{"checked": 2}'
     assert store.cassettes() == ["a"] and store.names("a") == [exchange_file(KEY_A, 1)]
     with pytest.raises(ValueError):
-        store.write_state("../a/x.json", b"{}")
+        store.write_report("../a/x.json", b"{}")
 
 
 def test_the_last_run_note_round_trips_outside_the_cassette(store: CassetteStore) -> None:

@@ -38,6 +38,8 @@ from tapeproxy.store.s3client import (
     MISSING,
     TAKEN,
     connect,
+    get_note,
+    put_note,
     split_bucket,
     unreachable,
     why,
@@ -174,26 +176,13 @@ class S3Store(BlobsAndState):
             except FAILED as exc:
                 raise OSError(f"cannot delete {self._url}/{path}: {why(exc)}") from exc
             return
-        try:
-            obstore.put(self._client, path, dump_last_run(record))
-        except FAILED as exc:
-            raise OSError(f"cannot write {self._url}/{path}: {why(exc)}") from exc
+        put_note(self._client, self._url, path, dump_last_run(record))
 
     def read_report(self, name: str) -> bytes | None:
-        path = state_name(name)
-        try:
-            return bytes(obstore.get(self._client, path).bytes())
-        except MISSING:
-            return None
-        except FAILED as exc:
-            raise OSError(f"cannot read {self._url}/{path}: {why(exc)}") from exc
+        return get_note(self._client, self._url, state_name(name))
 
     def write_report(self, name: str, data: bytes) -> None:
-        path = state_name(name)
-        try:
-            obstore.put(self._client, path, data)
-        except FAILED as exc:
-            raise OSError(f"cannot write {self._url}/{path}: {why(exc)}") from exc
+        put_note(self._client, self._url, state_name(name), data)
 
     def where(self, cassette: str | None = None) -> str:
         return self._url if cassette is None else f"{self._url}/{check_folder_name(cassette)}"

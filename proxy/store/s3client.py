@@ -8,6 +8,7 @@ import re
 from datetime import timedelta
 from urllib.parse import urlsplit
 
+import obstore
 from obstore.exceptions import AlreadyExistsError, BaseError, NotFoundError
 from obstore.store import S3Store as Client
 
@@ -115,3 +116,22 @@ def why(exc: BaseException) -> str:
 def unreachable(exc: BaseException) -> bool:
     """Whether an obstore error says the store could not be reached at all."""
     return why(exc).startswith("the store is unreachable")
+
+
+def get_note(client: Client, url: str, path: str) -> bytes | None:
+    """A small object the library keeps beside its cassettes (a last-run note, a tool's
+    report), or None when there is none; OSError in one line when it cannot be read."""
+    try:
+        return bytes(obstore.get(client, path).bytes())
+    except MISSING:
+        return None
+    except FAILED as exc:
+        raise OSError(f"cannot read {url}/{path}: {why(exc)}") from exc
+
+
+def put_note(client: Client, url: str, path: str, data: bytes) -> None:
+    """Write such an object whole; OSError in one line when it cannot be written."""
+    try:
+        obstore.put(client, path, data)
+    except FAILED as exc:
+        raise OSError(f"cannot write {url}/{path}: {why(exc)}") from exc

@@ -64,7 +64,9 @@ def cost(rates: Rates, tokens: Tokens) -> float | None:
         tokens.cache_write_tokens and rates.cache_write is None
     ):
         return None
-    plain = tokens.input_tokens - tokens.cached_tokens - tokens.cache_write_tokens
+    # Never below 0: a usage block whose cached count exceeds its input (a provider's or a
+    # hand-edited one) must not make an exchange's cost negative, and so free to a budget.
+    plain = max(0, tokens.input_tokens - tokens.cached_tokens - tokens.cache_write_tokens)
     total = plain * rates.input + tokens.output_tokens * rates.output
     total += tokens.cached_tokens * (rates.cached_input or 0.0)
     total += tokens.cache_write_tokens * (rates.cache_write or 0.0)

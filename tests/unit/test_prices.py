@@ -86,3 +86,10 @@ def test_a_user_file_that_is_no_price_table_is_a_config_error(tmp_path: Path) ->
     own.write_text(json.dumps({"models": {"m": {"input": "cheap"}}}))
     with pytest.raises(ConfigError, match="is not a price table"):
         load_prices(own)
+
+
+def test_a_cached_count_over_the_input_never_makes_a_cost_negative() -> None:
+    # A usage block saying 900 of 10 prompt tokens came from the cache: 900*1.25 + 5*10, and
+    # no negative plain part (a negative cost would pass any --max-cost in tapeproxy drift).
+    cost = load_prices().cost("gpt-4o", Tokens(10, 5, cached_tokens=900))
+    assert cost == pytest.approx((900 * 1.25 + 5 * 10) / 1e6)

@@ -29,6 +29,15 @@ def test_a_builtin_keeps_its_host_whatever_url_it_is_given() -> None:
     assert 9000 in hosts.ports and 443 in hosts.ports
 
 
+def test_the_credential_mints_are_intercepted_in_every_mode_and_owned_by_no_upstream() -> None:
+    for mode in (Mode.REPLAY, Mode.RECORD):
+        hosts = interception(mode)
+        assert hosts.owner("oauth2.googleapis.com") == "google-oauth"
+        assert hosts.owner("login.microsoftonline.com") == "entra"
+        assert {"oauth2.googleapis.com", "login.microsoftonline.com"} <= set(hosts.patterns)
+        assert "google-oauth" not in hosts.providers and "entra" not in hosts.providers
+
+
 def test_an_upstream_of_the_users_owns_its_host() -> None:
     hosts = interception(internal="https://llm.corp.test:8443/v1")
     assert hosts.owner("llm.corp.test") == "internal"

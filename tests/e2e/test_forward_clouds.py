@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+import httpx
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from tapeproxy.forward.mints import SYNTHETIC_TOKEN
+from tests.conftest import MakeProxy
+from tests.e2e.test_guide_recipes import recipe
 from tests.fakes.sigv4 import SigV4Check
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import files_under
@@ -87,7 +90,9 @@ with open("signatures.txt", "a") as out:
 def aws(keys: tuple[str, str, str | None]) -> dict[str, str]:
     env = {"AWS_ACCESS_KEY_ID": keys[0], "AWS_SECRET_ACCESS_KEY": keys[1]}
     env |= {"AWS_SESSION_TOKEN": keys[2]} if keys[2] else {}
-    return env | {"AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": os.devnull}
+    nowhere = "/nonexistent/aws"  # no config or credentials file of the machine's
+    env |= {"AWS_CONFIG_FILE": nowhere, "AWS_SHARED_CREDENTIALS_FILE": nowhere}
+    return env | {"AWS_EC2_METADATA_DISABLED": "true"}
 
 
 def test_boto3_under_run_keeps_its_own_signature_and_replays_offline(
@@ -227,3 +232,41 @@ def test_entra_and_google_mints_are_synthetic_in_a_replay_and_live_unrecorded_ot
     assert recorded.stderr.splitlines()[-1].startswith("tapeproxy: replayed 0, recorded 0")
     assert not files_under(cassettes)
     assert_nowhere([recorded.stderr.encode()], "entra-SECRET-42", ISSUED)
+
+
+def test_the_guides_run_recipes_record_then_replay_offline(
+    tmp_path: Path, fake: FakeUpstream, monkeypatch: Any
+) -> None:
+    """docs/clouds.md: boto3 with no endpoint_url and google-genai with a service account in
+    GOOGLE_APPLICATION_CREDENTIALS, each under `tapeproxy run`, as the page shows them."""
+    check = SigV4Check(*CLIENT)
+    check.host = REAL_HOST
+    fake.sigv4 = check
+    fake.script("/token", Reply(body={"access_token": ISSUED, "expires_in": 3599}))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bedrock.py").write_text(recipe("bedrock-run"))
+    (tmp_path / "vertex.py").write_text(recipe("vertex-run"))
+    service_account(tmp_path / "sa.json")
+    google = {"GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "sa.json")}
+    upstreams = {"bedrock": fake.url, "vertex": fake.url, "google-oauth": fake.url}
+    said = []
+    for mode, keys in (("record", CLIENT), ("replay", DUMMY)):
+        if mode == "replay":
+            fake.stop()
+            service_account(tmp_path / "sa.json")  # a key made on the spot
+            upstreams = dict.fromkeys(upstreams, DEAD)
+        for script in ("bedrock.py", "vertex.py"):
+            done = tapeproxy_run(
+                tmp_path / "cassettes", mode, upstreams, aws(keys) | google, sys.executable, script
+            )
+            said.append(done.stdout)
+    assert said == ["echo: What is the capital of France?\n"] * 4
+
+
+def test_a_mints_upstream_is_no_route_of_the_reverse_proxy(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    proxy = make_proxy(mode="record", upstream={"google-oauth": fake.url})
+    answer = httpx.post(f"{proxy.url}/google-oauth/token", data={"assertion": "a.b.c"})
+    assert answer.status_code == 404 and "google-oauth" in answer.text
+    assert not fake.hits and not files_under(cassettes)

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from starlette.types import Receive, Scope, Send
 
 from tapeproxy.errors import TapeproxyError
-from tapeproxy.forward.mints import MINTS, Mint, synthetic
+from tapeproxy.forward.mints import MINTS, Mint, discovered, synthetic
 from tapeproxy.upstream.hopheaders import answer_headers
 from tapeproxy.upstream.protocol import Outbound, Upstream
 
@@ -44,6 +44,8 @@ class Minting:
             await self._live(mint, scope, receive, send)
         elif mint.path.match(scope["path"]) and scope["method"] == "POST":
             await answer(send, 200, synthetic(), "application/json")
+        elif (document := discovered(mint, scope["path"])) is not None:
+            await answer(send, 200, document, "application/json")
         else:
             why = f"{mint.host} answers only its token endpoint in a replay (a synthetic token)"
             await answer(send, 403, f"tapeproxy: {why}\n".encode(), "text/plain")

@@ -23,6 +23,9 @@ class Mint:
     host: str
     path: re.Pattern[str]
     serves: str
+    # Its OpenID discovery document, which a client (MSAL) reads before it mints: the
+    # tenant in the path, answered synthetic too.
+    discovery: re.Pattern[str] | None = None
 
 
 MINTS: Mapping[str, Mint] = {
@@ -34,6 +37,7 @@ MINTS: Mapping[str, Mint] = {
             "login.microsoftonline.com",
             re.compile(r"^/[^/]+/oauth2/v2\.0/token$"),
             "azure",
+            re.compile(r"^/(?P<tenant>[^/]+)/v2\.0/\.well-known/openid-configuration$"),
         ),
     )
 }
@@ -54,3 +58,20 @@ def synthetic() -> bytes:
         "ext_expires_in": LIFETIME,
     }
     return json.dumps(token).encode()
+
+
+def discovered(mint: Mint, path: str) -> bytes | None:
+    """A synthetic OpenID discovery document for `path`, if it is the mint's: its endpoints
+    on the mint's real host, so the token request that follows comes back through the proxy."""
+    found = mint.discovery.match(path) if mint.discovery is not None else None
+    if found is None:
+        return None
+    base = f"https://{mint.host}/{found['tenant']}"
+    document = {
+        "issuer": f"{base}/v2.0",
+        "authorization_endpoint": f"{base}/oauth2/v2.0/authorize",
+        "token_endpoint": f"{base}/oauth2/v2.0/token",
+        "device_authorization_endpoint": f"{base}/oauth2/v2.0/devicecode",
+        "jwks_uri": f"{base}/discovery/v2.0/keys",
+    }
+    return json.dumps(document).encode()

@@ -75,8 +75,7 @@ class Minting:
             await answer(send, 502, f"tapeproxy: {exc.message}\n".encode(), "text/plain")
             return
         log.info("a %s token request went live (never recorded)", mint.host)
-        headers = [(k, v) for k, v in answer_headers(response.headers) if k != "content-length"]
-        await send_whole(send, response.status, headers, whole)
+        await send_whole(send, response.status, answer_headers(response.headers), whole)
 
 
 async def read_body(receive: Receive) -> bytes | None:

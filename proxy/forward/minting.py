@@ -54,8 +54,9 @@ class Minting:
         body = await read_body(receive)
         upstream = self.upstream()
         if body is None or upstream is None:
+            why = b"its client left, or its body passed 1 MiB\n"
             await answer(
-                send, 502, b"tapeproxy: the token request could not go live\n", "text/plain"
+                send, 502, b"tapeproxy: the token request did not go live: " + why, "text/plain"
             )
             return
         raw = scope.get("raw_path") or scope["path"].encode()
@@ -106,10 +107,12 @@ async def read_answer(chunks: AsyncIterator[bytes]) -> bytes:
 
 
 async def answer(send: Send, status: int, body: bytes, kind: str) -> None:
+    """An answer of tapeproxy's own: `body` as `kind`."""
     await send_whole(send, status, [("content-type", kind)], body)
 
 
 async def send_whole(send: Send, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+    """A whole answer onto the ASGI wire, its length set."""
     raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
     raw.append((b"content-length", str(len(body)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": raw})

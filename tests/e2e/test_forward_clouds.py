@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+import boto3
+import certifi
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from tapeproxy.forward.mints import SYNTHETIC_TOKEN
+from tests.conftest import MakeProxy
 from tests.e2e.test_guide_recipes import recipe
 from tests.fakes.sigv4 import SigV4Check
 from tests.fakes.upstream import FakeUpstream, Reply
@@ -29,6 +32,7 @@ from tests.support.aws import CLIENT, DUMMY, MODEL
 DEAD = "http://127.0.0.1:9"  # nothing listens: a replay that went upstream would fail
 REAL_HOST = "bedrock-runtime.us-east-1.amazonaws.com"
 ISSUED = "ya29.fake-SECRET-token-issued-by-the-fake"
+HELLO = [{"role": "user", "content": [{"text": "hello bedrock"}]}]
 
 
 def tapeproxy_run(
@@ -90,6 +94,7 @@ def aws(keys: tuple[str, str, str | None]) -> dict[str, str]:
     env |= {"AWS_SESSION_TOKEN": keys[2]} if keys[2] else {}
     nowhere = "/nonexistent/aws"  # no config or credentials file of the machine's
     env |= {"AWS_CONFIG_FILE": nowhere, "AWS_SHARED_CREDENTIALS_FILE": nowhere}
+    env |= {"AWS_CA_BUNDLE": certifi.where()}  # the user's own bundle: `run` sets its own
     return env | {"AWS_EC2_METADATA_DISABLED": "true"}
 
 
@@ -220,3 +225,26 @@ def test_the_guides_run_recipes_record_then_replay_offline(
             )
             said.append(done.stdout)
     assert said == ["echo: What is the capital of France?\n"] * 4
+
+
+def test_boto3_in_process_through_serve_forward_and_https_proxy(
+    make_proxy: MakeProxy, fake: FakeUpstream, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """`serve --forward` with HTTPS_PROXY set by hand, boto3 in the test's own process."""
+    check = SigV4Check(*CLIENT)
+    check.host = REAL_HOST
+    fake.sigv4 = check
+    ca = tmp_path / "ca.pem"
+    for name, value in aws(CLIENT).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_CA_BUNDLE", str(ca))  # botocore's own, over REQUESTS_CA_BUNDLE
+    said = []
+    for mode in ("record", "replay"):
+        proxy = make_proxy(mode=mode, forward=True, ca_cert=ca)
+        monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+        runtime = boto3.client("bedrock-runtime", region_name="us-east-1")
+        answer = runtime.converse(modelId=MODEL, messages=HELLO)
+        said.append(answer["output"]["message"]["content"][0]["text"])
+        proxy.stop()
+        fake.stop()
+    assert said == ["echo: hello bedrock"] * 2

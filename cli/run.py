@@ -27,6 +27,7 @@ PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")
 TRUST_VARIABLES = (
     "SSL_CERT_FILE",  # Python's ssl, OpenSSL, aiohttp, httpx
     "REQUESTS_CA_BUNDLE",  # requests
+    "AWS_CA_BUNDLE",  # botocore (boto3, the AWS CLI): it wins over REQUESTS_CA_BUNDLE
     "CURL_CA_BUNDLE",  # curl
     "NODE_EXTRA_CA_CERTS",  # Node (on top of its own roots)
     "GIT_SSL_CAINFO",  # git

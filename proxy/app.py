@@ -32,6 +32,7 @@ from tapeproxy.engine.stats import Snapshot
 from tapeproxy.errors import BadCassetteName, ConfigError
 from tapeproxy.forward.connection import sniffing
 from tapeproxy.forward.door import open_door
+from tapeproxy.forward.mints import not_mints
 from tapeproxy.logs import scrub_lines
 from tapeproxy.modes import Mode
 from tapeproxy.providers import provider_table
@@ -52,7 +53,7 @@ class Server:
 
     def __init__(self, settings: Settings, store: CassetteStore | None = None) -> None:
         store = open_store(settings.cassettes, settings.cache_size) if store is None else store
-        providers = provider_table(settings.upstream)
+        providers = provider_table(not_mints(settings.upstream))
         self.engine = Engine(settings, providers, store)
         # Its log lines get the scrubbing its cassettes get: a request path may hold a key.
         scrub_lines(self.engine.scrubber.text)
@@ -60,7 +61,10 @@ class Server:
         self.app = self._app(settings)
         # `--forward`: uvicorn's protocol becomes the forward door's, which hands it every
         # request that is not a forward one (tapeproxy.forward.door).
-        self.forward = open_door(settings, self.app, providers, store) if settings.forward else None
+        self.forward = None
+        if settings.forward:
+            upstream = lambda: self.engine.upstream  # noqa: E731 (made in the lifespan)
+            self.forward = open_door(settings, self.app, providers, store, upstream)
         self.protocol = sniffing(self.forward) if self.forward is not None else None
 
     def _app(self, settings: Settings) -> ASGIApp:

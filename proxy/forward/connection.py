@@ -144,12 +144,12 @@ class Sniffing(asyncio.Protocol):
             return
         if secured is None:
             return
-        self._hand_over(Mapped(door.app, owner), secured, pending)
+        self._hand_over(Mapped(door.app, owner, None, door.minting), secured, pending)
 
     async def _absolute(self, request: ProxyRequest) -> None:
         owner = self.door.hosts.owner(request.host)
         if owner is not None:  # plain HTTP to an intercepted host: uvicorn reads it as ever
-            self._hand_over(Mapped(self.door.app, None, self.door.hosts))
+            self._hand_over(Mapped(self.door.app, None, self.door.hosts, self.door.minting))
             assert self.transport is not None
             self.transport.resume_reading()  # (paused while the head was looked at)
             return

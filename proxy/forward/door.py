@@ -6,6 +6,7 @@ Each connection's protocol is tapeproxy.forward.connection's."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -13,10 +14,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from tapeproxy.errors import ConfigError
 from tapeproxy.forward.ca import RunCA
 from tapeproxy.forward.hosts import Interception
+from tapeproxy.forward.minting import Minting
+from tapeproxy.forward.mints import MINTS
 from tapeproxy.modes import Mode
 from tapeproxy.providers.base import Provider
 from tapeproxy.settings import Settings, is_loopback
 from tapeproxy.store.protocol import CassetteStore
+from tapeproxy.upstream.protocol import Upstream
 
 log = logging.getLogger("tapeproxy")
 
@@ -30,7 +34,13 @@ class ForwardDoor:
     """The forward proxy of one server: its interception table, its run CA, and what it
     tunnelled or refused (for the end-of-run summary). `protocol` is uvicorn's protocol class."""
 
-    def __init__(self, settings: Settings, app: ASGIApp, hosts: Interception) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        app: ASGIApp,
+        hosts: Interception,
+        upstream: Callable[[], Upstream | None],
+    ) -> None:
         self.app = app
         self.hosts = hosts
         self.ca = RunCA(hosts.patterns)
@@ -40,6 +50,9 @@ class ForwardDoor:
         self.connect_timeout = settings.connect_timeout
         self.refused: set[str] = set()
         self.tunnelled: set[str] = set()
+        # A mint goes live where the run does (or the provider its tokens are for does).
+        live = {m.name for m in MINTS.values() if hosts.tunnels or m.serves in settings.live}
+        self.minting = Minting(frozenset(live), upstream, settings.upstream)
 
     def refuse(self, target: str, why: str) -> None:
         """`target` (`host:port`) refused: logged once, listed in the summary."""
@@ -55,15 +68,20 @@ class ForwardDoor:
 
 
 def open_door(
-    settings: Settings, app: ASGIApp, providers: dict[str, Provider], store: CassetteStore
+    settings: Settings,
+    app: ASGIApp,
+    providers: dict[str, Provider],
+    store: CassetteStore,
+    upstream: Callable[[], Upstream | None],
 ) -> ForwardDoor:
     """The forward door of a server: its CA made, its certificate written where clients
-    are told to find it (`--ca-cert`, else the library's state folder)."""
+    are told to find it (`--ca-cert`, else the library's state folder); `upstream`, the
+    server's client, for the mints that go live."""
     replaying = settings.mode is Mode.ONCE and bool(store.entries(settings.cassette))
     hosts = Interception(
         providers, settings.intercept, settings.allow_host, settings.mode, replaying
     )
-    door = ForwardDoor(settings, app, hosts)
+    door = ForwardDoor(settings, app, hosts, upstream)
     door.ca_file = settings.ca_cert or default_ca_file(settings.cassettes)
     try:
         door.ca.write_certificate(door.ca_file)
@@ -93,10 +111,17 @@ class Mapped:
     `/<upstream>/<path>`. A tunnel's host is its CONNECT's; a plain-HTTP connection's is each
     request's Host (not intercepted: 403)."""
 
-    def __init__(self, app: ASGIApp, owner: str | None, hosts: Interception | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        owner: str | None,
+        hosts: Interception | None = None,
+        minting: Minting | None = None,
+    ) -> None:
         self.app = app
         self.owner = owner
         self.hosts = hosts
+        self.minting = minting  # a mint's host: answered here, never by the engine
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -110,6 +135,9 @@ class Mapped:
             body = b"tapeproxy: this connection carries intercepted hosts only\n"
             await send({"type": "http.response.start", "status": 403, "headers": []})
             await send({"type": "http.response.body", "body": body})
+            return
+        if owner in MINTS and self.minting is not None:
+            await self.minting(owner, scope, receive, send)
             return
         raw = scope.get("raw_path") or scope["path"].encode()
         scope = dict(scope, path=f"/{owner}{scope['path']}", raw_path=f"/{owner}".encode() + raw)

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator
 
+from tapeproxy.forward.mints import MINTS
 from tapeproxy.modes import Mode
 from tapeproxy.providers import generic
 from tapeproxy.providers.base import Provider
@@ -90,6 +91,7 @@ class Interception:
             port = urlsplit(provider.base_url).port
             if port is not None:
                 self.ports.add(port)
+        self.owners += [(mint.host, mint.name) for mint in MINTS.values()]  # never recorded
         self.owners += [(pattern, None) for pattern in intercept]
         self.allow = allow
         # What a replay cannot do: reach the network. Everything else tunnels the bytes.

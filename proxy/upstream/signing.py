@@ -1,7 +1,8 @@
 """SigV4 on the way up: a request a client signed for tapeproxy's own host (the reverse route)
 is re-signed for the real host with botocore's signer and tapeproxy's own AWS credentials
 (`--resign aws`), or refused in one line; one signed for the real host (the forward proxy)
-goes as it came. Credentials are read only here, when a request goes live, and kept nowhere."""
+goes with its signature untouched and the Host it signed, wherever `--upstream` sends it.
+Credentials are read only here, when a request goes live, and kept nowhere."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import logging
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -28,6 +30,8 @@ SERVICE = "bedrock"
 SIGNATURE_HEADERS = frozenset(
     {b"authorization", b"x-amz-date", b"x-amz-security-token", b"x-amz-content-sha256"}
 )
+# A Host only a client that signed for AWS itself sends (through the forward proxy).
+_AWS_HOST = re.compile(r"^[a-z0-9.-]+\.amazonaws\.com(?::443)?$", re.IGNORECASE)
 _REGION = re.compile(r"^bedrock-runtime(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com$")
 
 NO_RESIGN = (
@@ -59,8 +63,12 @@ class Signing:
     async def open(self, request: Outbound) -> UpstreamResponse:
         auth = next((v for k, v in request.headers if k.lower() == b"authorization"), b"")
         host = urlsplit(request.url).netloc
-        if not auth.startswith(SIGV4) or request.host.decode("latin-1") == host:
+        signed = request.host.decode("latin-1")
+        if not auth.startswith(SIGV4) or signed == host:
             return await self.inner.open(request)
+        if _AWS_HOST.match(signed):  # signed for the real host: the Host the signature covers
+            headers = [*request.headers, (b"host", request.host)]
+            return await self.inner.open(replace(request, headers=headers))
         if self.resign != "aws":
             raise NeedsResign(NO_RESIGN)
         # The credential chain may read files or ask the instance metadata service.

@@ -44,6 +44,8 @@ class SigV4Check:
         signed = found["signed"].split(";")
         if "host" not in signed:
             return "host is not signed"
+        if headers.get("host", self.host) != self.host:  # it covers the Host that came
+            return "The request signature we calculated does not match the signature you provided."
         kept = {name: headers[name] for name in signed if name in headers and name != "host"}
         request = AWSRequest(
             method=method, url=f"http://{self.host}{path_qs}", data=body, headers=kept

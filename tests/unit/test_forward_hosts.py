@@ -4,13 +4,18 @@ Proxy-Authorization."""
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 
 import pytest
+from starlette.types import Receive, Scope, Send
 
+from tapeproxy.forward.door import open_door
 from tapeproxy.forward.hosts import Interception, check_pattern
 from tapeproxy.forward.request import BadRequest, authority, parse_head, proxy_auth_ok
 from tapeproxy.modes import Mode
 from tapeproxy.providers import provider_table
+from tapeproxy.settings import Settings
+from tapeproxy.store import open_store
 
 TOKEN = "forward-admin-token-0123456789"
 
@@ -27,6 +32,39 @@ def test_a_builtin_keeps_its_host_whatever_url_it_is_given() -> None:
     assert hosts.owner("generativelanguage.googleapis.com") == "gemini"
     assert hosts.owner("127.0.0.1") is None and hosts.owner("localhost") is None
     assert 9000 in hosts.ports and 443 in hosts.ports
+
+
+def test_the_credential_mints_are_intercepted_in_every_mode_and_owned_by_no_upstream() -> None:
+    for mode in (Mode.REPLAY, Mode.RECORD):
+        hosts = interception(mode)
+        assert hosts.owner("oauth2.googleapis.com") == "google-oauth"
+        assert hosts.owner("login.microsoftonline.com") == "entra"
+        assert {"oauth2.googleapis.com", "login.microsoftonline.com"} <= set(hosts.patterns)
+        assert "google-oauth" not in hosts.providers and "entra" not in hosts.providers
+
+
+async def no_app(scope: Scope, receive: Receive, send: Send) -> None:
+    raise AssertionError("the door is only built here")
+
+
+@pytest.mark.parametrize(
+    ("mode", "live", "minted_live"),
+    [
+        (Mode.REPLAY, (), set()),
+        (Mode.REPLAY, ("vertex",), {"google-oauth"}),
+        (Mode.REPLAY, ("azure",), {"entra"}),
+        (Mode.RECORD, (), {"google-oauth", "entra"}),
+        (Mode.PASSTHROUGH, (), {"google-oauth", "entra"}),
+    ],
+)
+def test_a_mint_goes_live_where_the_run_or_its_provider_does(
+    tmp_path: Path, mode: Mode, live: tuple[str, ...], minted_live: set[str]
+) -> None:
+    values = {"mode": mode, "live": live, "forward": True, "ca_cert": tmp_path / "ca.pem"}
+    settings = Settings.model_validate(values)
+    store = open_store(str(tmp_path / "cassettes"))
+    door = open_door(settings, no_app, provider_table({}), store, lambda: None)
+    assert door.minting.live == minted_live
 
 
 def test_an_upstream_of_the_users_owns_its_host() -> None:

@@ -71,6 +71,26 @@ def test_an_unsigned_request_and_one_signed_for_the_real_host_go_as_they_came() 
     assert opened(Signing(Keep(), None), forward, HOST.encode()).headers == forward
 
 
+def test_one_signed_for_the_real_host_sent_elsewhere_keeps_its_signature_and_that_host() -> None:
+    """The forward proxy with `--upstream bedrock=URL`: the client's signature is untouched,
+    even with `--resign aws`, and the Host it covers goes with it."""
+    forward = signed_for(HOST)
+    sent = Keep()
+    asyncio.run(
+        Signing(sent, "aws").open(
+            Outbound(
+                "bedrock",
+                "POST",
+                "http://127.0.0.1:9/model/m/converse",
+                forward,
+                BODY,
+                HOST.encode(),
+            )
+        )
+    )
+    assert sent.sent[-1].headers == [*forward, (b"host", HOST.encode())]
+
+
 def test_one_signed_for_tapeproxy_is_refused_without_resign_naming_the_two_ways() -> None:
     with pytest.raises(NeedsResign, match=r"--resign aws.*tapeproxy run"):
         opened(Signing(Keep(), None), signed_for("127.0.0.1:8787"), b"127.0.0.1:8787")

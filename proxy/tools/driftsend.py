@@ -158,14 +158,17 @@ class Sender:
         return await self._taken(answer, capture, recorded.ordinal)
 
     async def _taken(self, answer: UpstreamResponse, capture: Capture, ordinal: int) -> Exchange:
-        """The answer read into its capture, as the recorder reads it, and finished."""
+        """The answer read into its capture, as the recorder reads it, and finished; its
+        scratch file gone however it ends (a stream cut short included)."""
         try:
-            async for chunk in answer.chunks():
-                if capture.add(chunk):
-                    await asyncio.to_thread(capture.spool.flush)
-        finally:
-            answer.close()
-        try:
+            try:
+                async for chunk in answer.chunks():
+                    if capture.add(chunk):
+                        await asyncio.to_thread(capture.spool.flush)
+                    if capture.over:  # no client waits for the rest: an endless answer ends here
+                        break
+            finally:
+                answer.close()
             if capture.over:
                 raise Unsent(f"its live answer is over --max-record ({self.max_record:,} bytes)")
             return await asyncio.to_thread(self._finished, capture, ordinal)

@@ -1,0 +1,108 @@
+"""`tapeproxy drift` against a hostile or absent provider: an endless answer stops at
+--max-record (not at the end of a stream that never ends), an upstream that is down is one
+line per exchange, and a provider's own variation (an answer of another kind, a null field
+left out) is no error."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from typer.testing import CliRunner
+
+from tapeproxy.cli.main import app
+from tapeproxy.settings import Settings
+from tests.fakes.drifting import DriftingUpstream
+from tests.fakes.socket_upstream import SocketUpstream
+from tests.support import ProxyServer
+
+KEY = "sk-test-drift-hostile-0123456789"
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A library with one OpenAI streamed chat, recorded from the drifting fake."""
+    fake = DriftingUpstream()
+    fake.start()
+    library = tmp_path_factory.mktemp("hostile") / "cassettes"
+    given = {"port": 0, "cassettes": library, "upstream": {"openai": fake.url}}
+    try:
+        with ProxyServer(Settings.model_validate({**given, "mode": "record"})) as proxy:
+            client = openai.OpenAI(
+                base_url=proxy.url + "/openai/v1",
+                api_key=KEY,
+                default_headers={"x-tapeproxy-cassette": "stream"},
+                max_retries=0,
+            )
+            hello: Any = [{"role": "user", "content": "hello there"}]
+            for _ in client.chat.completions.create(
+                model="gpt-4o-mini", messages=hello, stream=True
+            ):
+                pass
+    finally:
+        fake.stop()
+    yield library
+
+
+def endless(stop: threading.Event) -> Any:
+    """An SSE answer of chat chunks without end (about 2 MB a second), never idle."""
+    chunk = {"id": "x", "object": "chat.completion.chunk", "choices": []}
+    frame = b"data: %s\n\n" % json.dumps(chunk).encode()
+    batch = frame * 2_000
+
+    def answer(conn: socket.socket) -> None:
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+        )
+        while not stop.is_set():
+            conn.sendall(b"%x\r\n%s\r\n" % (len(batch), batch))
+            time.sleep(0.05)
+
+    return answer
+
+
+def test_an_endless_answer_stops_at_max_record(library: Path) -> None:
+    stop = threading.Event()
+    with SocketUpstream(endless(stop)) as upstream:
+        env = {
+            **os.environ,
+            "OPENAI_API_KEY": KEY,
+            "TAPEPROXY_MAX_RECORD": "1MiB",
+            "TAPEPROXY_READ_TIMEOUT": "60",
+        }
+        command = [sys.executable, "-m", "tapeproxy.cli.main", "drift", "--json"]
+        command += ["--cassettes", str(library), f"--upstream=openai={upstream.url}"]
+        try:
+            ran = subprocess.run(command, env=env, capture_output=True, text=True, timeout=30)
+        finally:
+            stop.set()
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    report = json.loads(ran.stdout)
+    assert len(report["failed"]) == 1 and "--max-record" in report["failed"][0]["why"]
+
+
+def test_an_upstream_that_is_down_is_one_line_per_exchange(library: Path) -> None:
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    result = CliRunner().invoke(
+        app,
+        ["drift", "--cassettes", str(library), f"--upstream=openai=http://127.0.0.1:{port}"],
+        env={"OPENAI_API_KEY": KEY},
+    )
+    assert result.exit_code == 2, result.output
+    lines = result.output.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("not sent: stream "), result.output
+    assert "unreachable" in lines[0] and "Traceback" not in result.output
+    assert KEY not in result.output

@@ -174,8 +174,8 @@ def _stream_shape(
             continue  # a comment, a blank line: no event
         payload = _decoded(data)
         label = event_label(event, payload, data)
-        seen.add(label)
-        if not signs.idle(event, payload, data):  # a keep-alive may come anywhere
+        if not signs.idle(event, payload, data):  # a keep-alive may come anywhere, or never
+            seen.add(label)
             order.append(label)
         if payload is not None:
             payloads.append(payload)

@@ -57,7 +57,7 @@ def _paths(recorded: Shape, live: Shape) -> Iterator[Change]:
         now = live.paths.get(path)
         if now is None:
             if not _unseen_items(path, live) and _holds(path, live):
-                yield Change("error", _shown(path), _types(types), None, "field removed")
+                yield _removed(path, types, recorded, live)
             continue
         before, after = types - {"null"}, now - {"null"}
         # A field null on one side says nothing of its type: content, not shape.
@@ -70,6 +70,32 @@ def _paths(recorded: Shape, live: Shape) -> Iterator[Change]:
             and _holds(path, recorded)
         ):
             yield Change("info", _shown(path), None, _types(types), "field added")
+
+
+def _removed(path: str, types: frozenset[str], recorded: Shape, live: Shape) -> Change:
+    """A field the live answer lacks: an error, unless it was only ever null (a provider may
+    leave a null out) or the answer is of another kind there (a tool call for a text)."""
+    if types == {"null"}:
+        return Change("info", _shown(path), "null", None, "null field left out")
+    if _of_another_kind(path, recorded, live):
+        return Change("info", _shown(path), _types(types), None, "field absent: another kind")
+    return Change("error", _shown(path), _types(types), None, "field removed")
+
+
+def _of_another_kind(path: str, recorded: Shape, live: Shape) -> bool:
+    """Whether a container of `path` (below the answer's or event's root) has an enum-like
+    field with a recorded value the live answer lacks there (`finish_reason` `tool_calls`,
+    a block's `type` `tool_use`): the fields of a kind not given are absent, not removed
+    (the new value itself is a warning). A discriminator itself gone explains nothing."""
+    containers = set()
+    at = _parent(path)
+    while at and not (at.startswith("<") and at.endswith(">")):
+        containers.add(at)
+        at = _parent(at)
+    return any(
+        _parent(field) in containers and field in live.enums and not values <= live.enums[field]
+        for field, values in recorded.enums.items()
+    )
 
 
 def _unseen_items(path: str, other: Shape) -> bool:

@@ -19,6 +19,8 @@ from tapeproxy.tools.driftsend import Sender
 from tapeproxy.tools.prices import PriceTable
 from tapeproxy.tools.shapediff import LEVELS, Level, compare
 
+REFUSED = (401, 403)  # the key drift sent was not taken: that says nothing of the shape
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -128,7 +130,7 @@ class Drift:
         worst = max((LEVELS.index(f.level) for f in found), default=-1)
         self.report.checked.append(_why(left, LEVELS[worst] if worst >= 0 else "same"))
         if self.update and worst == LEVELS.index("error"):
-            await self.rerecord(target, live, left)
+            await self.rerecord(target, live, left, recorded.response.status)
 
     def findings(
         self, recorded: Exchange, live: Exchange, provider: Provider, left: Left
@@ -153,11 +155,17 @@ class Drift:
             for c in changes
         ]
 
-    async def rerecord(self, target: Target, live: Exchange, left: Left) -> None:
+    async def rerecord(self, target: Target, live: Exchange, left: Left, was: int) -> None:
         """Write the live answer over the recording, as a record run writes it; not when the
-        request keys otherwise under today's rules (it would be another recording)."""
+        request keys otherwise under today's rules (it would be another recording), nor when
+        the key was refused where the recording was not (a revoked key is no drift)."""
         if live.key != target.key:
             why = "under today's match rules it keys as another request"
+            self.report.not_updated.append(_why(left, why))
+            return
+        status = live.response.status
+        if status in REFUSED and status != was:
+            why = f"its live answer is {status}: the key was refused, which is no drift"
             self.report.not_updated.append(_why(left, why))
             return
         if live.outcome is not Outcome.COMPLETE and not self.record_failures:

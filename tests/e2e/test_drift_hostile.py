@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from tapeproxy.cli.main import app
 from tapeproxy.settings import Settings
 from tests.fakes.drifting import DriftingUpstream
 from tests.fakes.socket_upstream import SocketUpstream
-from tests.support import ProxyServer
+from tests.support import ProxyServer, files_under
 
 KEY = "sk-test-drift-hostile-0123456789"
 
@@ -106,3 +107,40 @@ def test_an_upstream_that_is_down_is_one_line_per_exchange(library: Path) -> Non
     assert len(lines) == 2 and lines[0].startswith("not sent: stream "), result.output
     assert "unreachable" in lines[0] and "Traceback" not in result.output
     assert KEY not in result.output
+
+
+def refused(conn: socket.socket) -> None:
+    """OpenAI's answer to a key it does not take."""
+    body = json.dumps(
+        {"error": {"message": "Incorrect API key", "type": "invalid_request_error"}}
+    ).encode()
+    conn.sendall(
+        b"HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\n"
+        + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+        + body
+    )
+
+
+def test_update_never_writes_a_refused_key_over_a_recording(library: Path, tmp_path: Path) -> None:
+    """A revoked key in a weekly job is no drift: every exchange's status changes (an error),
+    and --update must not write 401 answers over the whole library."""
+    copy = tmp_path / "cassettes"
+    shutil.copytree(library, copy)
+    before = files_under(copy)
+    with SocketUpstream(refused) as upstream:
+        result = CliRunner().invoke(
+            app,
+            [
+                "drift",
+                "--update",
+                "--json",
+                "--cassettes",
+                str(copy),
+                f"--upstream=openai={upstream.url}",
+            ],
+            env={"OPENAI_API_KEY": KEY},
+        )
+    report = json.loads(result.output)
+    assert result.exit_code == 1 and report["findings"][0]["path"] == "status", report
+    assert report["updated"] == [] and "401" in report["not_updated"][0]["why"], report
+    assert files_under(copy) == before

@@ -9,6 +9,7 @@ import asyncio
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tapeproxy.engine.capture import is_failure_status
 from tapeproxy.errors import TapeproxyError
 from tapeproxy.exchange.model import Exchange, Outcome
 from tapeproxy.exchange.shape import ENUM_FIELDS, shape_of
@@ -18,8 +19,6 @@ from tapeproxy.tools.driftplan import Budget, Left, Target, estimate, plan, unit
 from tapeproxy.tools.driftsend import Sender
 from tapeproxy.tools.prices import PriceTable
 from tapeproxy.tools.shapediff import LEVELS, Level, compare
-
-REFUSED = (401, 403)  # the key drift sent was not taken: that says nothing of the shape
 
 
 @dataclass(frozen=True)
@@ -121,6 +120,10 @@ class Drift:
         except OSError as exc:  # a scratch file for the answer that could not be written
             self.report.failed.append(_why(left, f"its answer could not be kept: {exc}"))
             return
+        refused = _refused(recorded.response.status, live.response.status)
+        if refused is not None:
+            self.report.failed.append(_why(left, refused))
+            return
         cost = estimate(live, self.prices)
         self.report.unpriced += cost is None
         self.report.spent += cost if cost is not None else target.estimate or 0.0
@@ -130,7 +133,7 @@ class Drift:
         worst = max((LEVELS.index(f.level) for f in found), default=-1)
         self.report.checked.append(_why(left, LEVELS[worst] if worst >= 0 else "same"))
         if self.update and worst == LEVELS.index("error"):
-            await self.rerecord(target, live, left, recorded.response.status)
+            await self.rerecord(target, live, left)
 
     def findings(
         self, recorded: Exchange, live: Exchange, provider: Provider, left: Left
@@ -155,17 +158,11 @@ class Drift:
             for c in changes
         ]
 
-    async def rerecord(self, target: Target, live: Exchange, left: Left, was: int) -> None:
+    async def rerecord(self, target: Target, live: Exchange, left: Left) -> None:
         """Write the live answer over the recording, as a record run writes it; not when the
-        request keys otherwise under today's rules (it would be another recording), nor when
-        the key was refused where the recording was not (a revoked key is no drift)."""
+        request keys otherwise under today's rules (it would be another recording)."""
         if live.key != target.key:
             why = "under today's match rules it keys as another request"
-            self.report.not_updated.append(_why(left, why))
-            return
-        status = live.response.status
-        if status in REFUSED and status != was:
-            why = f"its live answer is {status}: the key was refused, which is no drift"
             self.report.not_updated.append(_why(left, why))
             return
         if live.outcome is not Outcome.COMPLETE and not self.record_failures:
@@ -178,6 +175,20 @@ class Drift:
             self.report.failed.append(_why(left, f"not updated: {exc}"))
             return
         self.report.updated.append(_why(left, "re-recorded"))
+
+
+def _refused(recorded: int, live: int) -> str | None:
+    """Why a live answer says nothing of the provider's shape, where the recording had
+    another status: the key was refused (a revoked key would flag, and with --update
+    overwrite, every exchange), or the request was rate limited or met a server error (a
+    passing state). Not compared: the run is not whole (exit 2), and says why."""
+    if live == recorded:
+        return None
+    if live in (401, 403):
+        return f"the live upstream refused the key ({live}): check its variable"
+    if is_failure_status(live):
+        return f"the live upstream answered {live} (rate limited or failing): try again later"
+    return None
 
 
 def _why(left: Left, why: str) -> Left:

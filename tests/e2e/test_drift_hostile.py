@@ -109,25 +109,33 @@ def test_an_upstream_that_is_down_is_one_line_per_exchange(library: Path) -> Non
     assert KEY not in result.output
 
 
-def refused(conn: socket.socket) -> None:
-    """OpenAI's answer to a key it does not take."""
-    body = json.dumps(
-        {"error": {"message": "Incorrect API key", "type": "invalid_request_error"}}
-    ).encode()
-    conn.sendall(
-        b"HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\n"
-        + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
-        + body
-    )
+def refused(status: int, reason: str) -> Any:
+    """OpenAI's answer to a key it does not take, or to too many requests."""
+    body = json.dumps({"error": {"message": reason, "type": "invalid_request_error"}}).encode()
+
+    def answer(conn: socket.socket) -> None:
+        conn.sendall(
+            f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n".encode()
+            + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+            + body
+        )
+
+    return answer
 
 
-def test_update_never_writes_a_refused_key_over_a_recording(library: Path, tmp_path: Path) -> None:
-    """A revoked key in a weekly job is no drift: every exchange's status changes (an error),
-    and --update must not write 401 answers over the whole library."""
+@pytest.mark.parametrize(
+    ("status", "reason", "why"),
+    [(401, "Unauthorized", "refused the key (401)"), (429, "Too Many Requests", "answered 429")],
+)
+def test_update_never_writes_a_refused_key_over_a_recording(
+    status: int, reason: str, why: str, library: Path, tmp_path: Path
+) -> None:
+    """A revoked key or a rate limit in a weekly job is no drift: not every exchange's status
+    changed (an error each), and --update must not write 401 answers over the library."""
     copy = tmp_path / "cassettes"
     shutil.copytree(library, copy)
     before = files_under(copy)
-    with SocketUpstream(refused) as upstream:
+    with SocketUpstream(refused(status, reason)) as upstream:
         result = CliRunner().invoke(
             app,
             [
@@ -141,6 +149,6 @@ def test_update_never_writes_a_refused_key_over_a_recording(library: Path, tmp_p
             env={"OPENAI_API_KEY": KEY},
         )
     report = json.loads(result.output)
-    assert result.exit_code == 1 and report["findings"][0]["path"] == "status", report
-    assert report["updated"] == [] and "401" in report["not_updated"][0]["why"], report
+    assert result.exit_code == 2 and report["findings"] == [], report  # not a status change
+    assert report["updated"] == [] and why in report["failed"][0]["why"], report
     assert files_under(copy) == before

@@ -152,3 +152,29 @@ def test_update_never_writes_a_refused_key_over_a_recording(
     assert result.exit_code == 2 and report["findings"] == [], report  # not a status change
     assert report["updated"] == [] and why in report["failed"][0]["why"], report
     assert files_under(copy) == before
+
+
+def test_update_leaves_an_exchange_that_keys_otherwise_today(library: Path, tmp_path: Path) -> None:
+    """A match rule added since the recording keys the request as another: --update would
+    write a second recording beside the first, so it writes nothing and says why."""
+    copy = tmp_path / "cassettes"
+    shutil.copytree(library, copy)
+    before = files_under(copy)
+    fake = DriftingUpstream()
+    fake.start()
+    fake.mutation = "stream-field-removed"
+    try:
+        result = CliRunner().invoke(
+            app,
+            [
+                *("drift", "--update", "--json", "--cassettes", str(copy)),
+                *("--ignore=openai:body:model", f"--upstream=openai={fake.url}"),
+            ],
+            env={"OPENAI_API_KEY": KEY},
+        )
+    finally:
+        fake.stop()
+    report = json.loads(result.output)
+    assert result.exit_code == 1 and report["updated"] == [], report
+    assert "another request" in report["not_updated"][0]["why"]
+    assert files_under(copy) == before

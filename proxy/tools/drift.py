@@ -128,7 +128,9 @@ class Drift:
         self.report.unpriced += cost is None
         self.report.spent += cost if cost is not None else target.estimate or 0.0
         provider = self.sender.providers[target.upstream]  # (send said so, were it not there)
-        found = self.findings(recorded, live, provider, left)
+        # Off the loop: an answer of megabytes takes a while to walk, and other requests
+        # under way (--concurrency) are being read meanwhile.
+        found = await asyncio.to_thread(self.findings, recorded, live, provider, left)
         self.report.findings += found
         worst = max((LEVELS.index(f.level) for f in found), default=-1)
         self.report.checked.append(_why(left, LEVELS[worst] if worst >= 0 else "same"))

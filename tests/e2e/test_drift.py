@@ -259,6 +259,8 @@ def test_the_budget_stops_before_spending_past_it_and_lists_what_it_skipped(
     assert fake.count() - hits == len(to_fake)  # the skipped ones were never sent
     code, report = drift(recorded, fake, tools.url, "--max-requests", "2")
     assert report["checked"] == 2 and len(report["skipped"]) == len(files_under(recorded)) - 2
+    # anthropic-stream and chat, each priced by its live usage: a few cents at most
+    assert 0 < report["spent_usd"] < 0.1 and report["unpriced"] == 0, report
 
 
 @pytest.mark.usefixtures("keys")

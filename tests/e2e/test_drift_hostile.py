@@ -1,7 +1,8 @@
-"""`tapeproxy drift` against a hostile or absent provider: an endless answer stops at
---max-record (not at the end of a stream that never ends), an upstream that is down is one
-line per exchange, and a provider's own variation (an answer of another kind, a null field
-left out) is no error."""
+"""`tapeproxy drift` against a hostile, absent or refusing provider: an endless answer stops
+at --max-record (not at the end of a stream that never ends), an upstream that is down is one
+line per exchange, a refused key or a rate limit is no drift (and --update writes nothing),
+an exchange that keys otherwise today is not re-recorded, --concurrency bounds what is
+under way."""
 
 from __future__ import annotations
 
@@ -178,3 +179,66 @@ def test_update_leaves_an_exchange_that_keys_otherwise_today(library: Path, tmp_
     assert result.exit_code == 1 and report["updated"] == [], report
     assert "another request" in report["not_updated"][0]["why"]
     assert files_under(copy) == before
+
+
+@pytest.fixture(scope="module")
+def six(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A library with six OpenAI chats, recorded from the drifting fake."""
+    fake = DriftingUpstream()
+    fake.start()
+    library = tmp_path_factory.mktemp("six") / "cassettes"
+    given = {"port": 0, "cassettes": library, "upstream": {"openai": fake.url}}
+    try:
+        with ProxyServer(Settings.model_validate({**given, "mode": "record"})) as proxy:
+            client = openai.OpenAI(
+                base_url=proxy.url + "/openai/v1",
+                api_key=KEY,
+                default_headers={"x-tapeproxy-cassette": "six"},
+                max_retries=0,
+            )
+            for n in range(6):
+                said: Any = [{"role": "user", "content": f"hello {n}"}]
+                client.chat.completions.create(model="gpt-4o-mini", messages=said)
+    finally:
+        fake.stop()
+    yield library
+
+
+class Gauge:
+    """A slow chat upstream that counts the requests it holds at once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.now = self.peak = 0
+
+    def answer(self, conn: socket.socket) -> None:
+        with self.lock:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+        time.sleep(0.3)  # held, so that the requests drift lets go at once overlap
+        with self.lock:
+            self.now -= 1
+        body = json.dumps(
+            {"id": "x", "object": "chat.completion", "created": 1, "model": "gpt-4o-mini"}
+        ).encode()
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+            + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+            + body
+        )
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_concurrency_bounds_the_requests_under_way(six: Path, concurrency: int) -> None:
+    gauge = Gauge()
+    with SocketUpstream(gauge.answer) as upstream:
+        result = CliRunner().invoke(
+            app,
+            [
+                *("drift", "--json", "--cassettes", str(six), f"--upstream=openai={upstream.url}"),
+                *("--concurrency", str(concurrency)),
+            ],
+            env={"OPENAI_API_KEY": KEY},
+        )
+    assert json.loads(result.output)["checked"] == 6, result.output
+    assert 1 <= gauge.peak <= concurrency

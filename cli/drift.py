@@ -199,12 +199,13 @@ async def _drift(
     from tapeproxy.providers import Rulebook, provider_table
     from tapeproxy.redaction.scrubber import Scrubber
     from tapeproxy.tools.drift import Drift
-    from tapeproxy.tools.driftsend import Sender
+    from tapeproxy.tools.driftsend import Sender, key_patterns
     from tapeproxy.upstream.client import AiohttpUpstream
 
     budget, concurrency, update = how
     providers = provider_table(settings.upstream)
-    scrubber = Scrubber.build(settings.redact_field, settings.redact_pattern, settings.redact_keep)
+    patterns = (*settings.redact_pattern, *key_patterns())
+    scrubber = Scrubber.build(settings.redact_field, patterns, settings.redact_keep)
     rules = Rulebook.build(providers, settings.ignore)
     client = AiohttpUpstream(settings.connect_timeout, settings.read_timeout)
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ KEYS: Mapping[str, tuple[tuple[str, ...], str, str]] = {
 
 
 PROTOCOL_META = "io.modelcontextprotocol/protocolVersion"
+MIN_KEY = 16  # shorter values are not taken for keys to scrub (real ones are 32 and more)
 
 
 def missing_keys(upstreams: set[str], environ: Mapping[str, str] | None = None) -> list[str]:
@@ -49,6 +51,15 @@ def missing_keys(upstreams: set[str], environ: Mapping[str, str] | None = None) 
         if variables and not any(environ.get(v) for v in variables):
             missing.append(variables[0])
     return missing
+
+
+def key_patterns(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Each key drift may send, as a pattern to scrub: an answer that says it back (an
+    error quoting it, a key of no well-known format) keeps it out of every report and
+    re-recording. Not a value too short to be a key (a dummy `x` would scrub every x)."""
+    environ = os.environ if environ is None else environ
+    found = {environ.get(v, "") for variables, _, _ in KEYS.values() for v in variables}
+    return [re.escape(key) for key in sorted(found) if len(key) >= MIN_KEY]
 
 
 def no_keys(missing: list[str]) -> ConfigError:

@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 from tapeproxy.cli.main import app
 from tapeproxy.settings import Settings
 from tests.fakes.drifting import DriftingUpstream
+from tests.fakes.raw import LoopbackServer
 from tests.fakes.socket_upstream import SocketUpstream
 from tests.support import ProxyServer, files_under
 
@@ -242,3 +243,56 @@ def test_concurrency_bounds_the_requests_under_way(six: Path, concurrency: int) 
         )
     assert json.loads(result.output)["checked"] == 6, result.output
     assert 1 <= gauge.peak <= concurrency
+
+
+class Echoing(LoopbackServer):
+    """A chat upstream that says back the key it was sent, in a text and in an enum-like
+    field (a key of no well-known format: only drift knows it is one)."""
+
+    def handle(self, conn: socket.socket) -> None:
+        threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(10)
+            head = b""
+            while b"\r\n\r\n" not in head and (chunk := conn.recv(65536)):
+                head += chunk
+            lines = head.partition(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+            named = dict(n.lower().partition(": ")[::2] for n in lines[1:])
+            key = named["authorization"].removeprefix("bearer ")
+            message = {"role": "assistant", "content": f"you are {key}"}
+            answer = {"id": "x", "object": key, "created": 1, "model": "gpt-4o-mini"}
+            body = json.dumps({**answer, "choices": [{"index": 0, "message": message}]}).encode()
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+                + body
+            )
+
+
+def test_the_key_drift_sends_is_in_no_report_and_no_cassette(six: Path, tmp_path: Path) -> None:
+    plain = "plainkey0123456789abcdefxyz"  # (lowercase: the fake reads headers lowercased)
+    copy = tmp_path / "cassettes"
+    shutil.copytree(six, copy)
+    reports = [tmp_path / "drift.md", tmp_path / "drift.xml"]
+    with Echoing() as upstream:
+        result = CliRunner().invoke(
+            app,
+            [
+                *(
+                    "drift",
+                    "--update",
+                    "--cassettes",
+                    str(copy),
+                    f"--upstream=openai={upstream.url}",
+                ),
+                *("--markdown", str(reports[0]), "--junit", str(reports[1])),
+            ],
+            env={"OPENAI_API_KEY": plain},
+        )
+    assert result.exit_code == 1 and "updated: six" in result.output, result.output
+    assert plain not in result.output
+    written = [*reports, *(p for p in copy.rglob("*") if p.is_file())]
+    assert (copy / ".tapeproxy" / "drift.json") in written
+    assert [p for p in written if plain.encode() in p.read_bytes()] == []

@@ -4,9 +4,11 @@ MCP session kept whole by --sample and --concurrency."""
 from __future__ import annotations
 
 import random
+import re
 
 from tapeproxy.tools.drift import DriftReport, Finding
 from tapeproxy.tools.driftplan import Budget, Left, Target, plan, sampled, units
+from tapeproxy.tools.driftsend import key_patterns
 
 
 def target(n: int, cost: float | None, cassette: str = "c", session: bool = False) -> Target:
@@ -43,3 +45,10 @@ def test_the_exit_code() -> None:
     assert report.exit_code() == 1 and report.counts() == {"info": 0, "warn": 1, "error": 1}
     report.failed.append(Left("c", "k#2", "POST", "unreachable"))
     assert report.exit_code() == 2
+
+
+def test_each_key_sent_is_a_pattern_to_scrub_but_a_dummy_is_not() -> None:
+    key = "a.b+" * 5
+    environ = {"OPENAI_API_KEY": "x", "ANTHROPIC_API_KEY": key, "GOOGLE_API_KEY": key}
+    patterns = key_patterns(environ)
+    assert patterns == [re.escape(key)] and re.fullmatch(patterns[0], key)

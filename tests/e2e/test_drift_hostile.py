@@ -2,7 +2,7 @@
 at --max-record (not at the end of a stream that never ends), an upstream that is down is one
 line per exchange, a refused key or a rate limit is no drift (and --update writes nothing),
 an exchange that keys otherwise today is not re-recorded, --concurrency bounds what is
-under way."""
+under way, a quoted key is scrubbed."""
 
 from __future__ import annotations
 

@@ -105,6 +105,7 @@ def drift(
 
     try:
         settings = _settings(cassettes, upstream, ignore, record_failures, config)
+        _writable(markdown, junit)
         budget = Budget(max_cost, max_requests)
         table = price_table(prices, config)
         report = _run(settings, names or [], sample, budget, concurrency, update, table)
@@ -214,6 +215,13 @@ async def _drift(
         return await run.run(chosen, budget, concurrency)
     finally:
         await client.close()
+
+
+def _writable(*paths: Path | None) -> None:
+    """A report file that could not be written is said before anything is sent (and spent)."""
+    for path in paths:
+        if path is not None and (path.is_dir() or not path.parent.is_dir()):
+            raise ConfigError(f"cannot write {path}: no such folder, or a folder itself")
 
 
 def _write(path: Path, data: bytes) -> None:

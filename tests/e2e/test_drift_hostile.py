@@ -296,3 +296,21 @@ def test_the_key_drift_sends_is_in_no_report_and_no_cassette(six: Path, tmp_path
     written = [*reports, *(p for p in copy.rglob("*") if p.is_file())]
     assert (copy / ".tapeproxy" / "drift.json") in written
     assert [p for p in written if plain.encode() in p.read_bytes()] == []
+
+
+def test_a_report_that_cannot_be_written_is_said_before_anything_is_sent(
+    six: Path, tmp_path: Path
+) -> None:
+    gauge = Gauge()
+    for report in ("--markdown", "--junit"):
+        with SocketUpstream(gauge.answer) as upstream:
+            result = CliRunner().invoke(
+                app,
+                [
+                    *("drift", "--cassettes", str(six), f"--upstream=openai={upstream.url}"),
+                    *(report, str(tmp_path / "no-such-folder" / "drift.out")),
+                ],
+                env={"OPENAI_API_KEY": KEY},
+            )
+        assert result.exit_code == 2 and "cannot write" in result.output, result.output
+        assert len(result.output.splitlines()) == 1 and gauge.peak == 0  # nothing spent

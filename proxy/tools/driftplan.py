@@ -68,7 +68,7 @@ def targets(
     cannot be read, each with why. Blocking: reads files."""
     found = []
     unreadable = []
-    for cassette in list(names) or store.cassettes():
+    for cassette in list(dict.fromkeys(names)) or store.cassettes():  # (one named twice: once)
         for key, ordinals in store.entries(cassette).items():
             for ordinal in ordinals:
                 try:

@@ -7,8 +7,11 @@ import random
 import re
 
 from tapeproxy.tools.drift import DriftReport, Finding
-from tapeproxy.tools.driftplan import Budget, Left, Target, plan, sampled, units
+from tapeproxy.tools.driftplan import Budget, Left, Target, plan, sampled, targets, units
 from tapeproxy.tools.driftsend import key_patterns
+from tapeproxy.tools.prices import PriceTable
+from tests.fakes.memory_store import MemoryStore
+from tests.support.exchanges import exchange
 
 
 def target(n: int, cost: float | None, cassette: str = "c", session: bool = False) -> Target:
@@ -52,3 +55,10 @@ def test_each_key_sent_is_a_pattern_to_scrub_but_a_dummy_is_not() -> None:
     environ = {"OPENAI_API_KEY": "x", "ANTHROPIC_API_KEY": key, "GOOGLE_API_KEY": key}
     patterns = key_patterns(environ)
     assert patterns == [re.escape(key)] and re.fullmatch(patterns[0], key)
+
+
+def test_a_cassette_named_twice_is_sent_once() -> None:
+    store = MemoryStore()
+    store.write("c", exchange())
+    found, unreadable = targets(store, ["c", "c"], PriceTable({}, ()))
+    assert len(found) == 1 and unreadable == []

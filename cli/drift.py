@@ -161,7 +161,7 @@ def _run(
     from tapeproxy.store import open_store
     from tapeproxy.tools.driftplan import plan, targets
     from tapeproxy.tools.driftreport import keep_last
-    from tapeproxy.tools.driftsend import missing_keys, no_keys
+    from tapeproxy.tools.driftsend import missing_keys, no_keys, unsendable_key, unsendable_keys
 
     store = open_store(settings.cassettes)
     if not store.exists():
@@ -181,6 +181,9 @@ def _run(
     missing = missing_keys(upstreams)
     if missing:
         raise no_keys(missing)
+    unsendable = unsendable_keys(upstreams)
+    if unsendable:
+        raise unsendable_key(unsendable[0])
     report = asyncio.run(_drift(settings, store, chosen, (budget, concurrency, update), prices))
     report.failed += unreadable  # (`tapeproxy verify` says more of each)
     problem = keep_last(store, report, datetime.now(UTC))

@@ -53,6 +53,30 @@ def missing_keys(upstreams: set[str], environ: Mapping[str, str] | None = None) 
     return missing
 
 
+def unsendable_keys(upstreams: set[str], environ: Mapping[str, str] | None = None) -> list[str]:
+    """The variables holding a key no HTTP header can carry as it is (a space or line break
+    pasted with it, a character outside Latin-1): said before anything is sent."""
+    environ = os.environ if environ is None else environ
+    bad = []
+    for name in sorted(upstreams):
+        variables = KEYS.get(name, ((), "", ""))[0]
+        value = next((environ[v] for v in variables if environ.get(v)), None)
+        if value is not None and not _sendable(value):
+            bad.append(next(v for v in variables if environ.get(v) == value))
+    return bad
+
+
+def unsendable_key(variable: str) -> ConfigError:
+    return ConfigError(
+        f"{variable} holds a character no HTTP header carries (a space or a line break "
+        "around the key, or one that is not ASCII): set it to the key alone"
+    )
+
+
+def _sendable(value: str) -> bool:
+    return value.isprintable() and value.strip() == value and value.isascii()
+
+
 def key_patterns(environ: Mapping[str, str] | None = None) -> list[str]:
     """Each key drift may send, as a pattern to scrub: an answer that says it back (an
     error quoting it, a key of no well-known format) keeps it out of every report and

@@ -314,3 +314,17 @@ def test_a_report_that_cannot_be_written_is_said_before_anything_is_sent(
             )
         assert result.exit_code == 2 and "cannot write" in result.output, result.output
         assert len(result.output.splitlines()) == 1 and gauge.peak == 0  # nothing spent
+
+
+@pytest.mark.parametrize("pasted", [f"{KEY}\n", f" {KEY}", f"{KEY}\u2026"])
+def test_a_key_no_header_can_carry_is_one_line_naming_its_variable(six: Path, pasted: str) -> None:
+    gauge = Gauge()
+    with SocketUpstream(gauge.answer) as upstream:
+        result = CliRunner().invoke(
+            app,
+            ["drift", "--cassettes", str(six), f"--upstream=openai={upstream.url}"],
+            env={"OPENAI_API_KEY": pasted},
+        )
+    assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
+    assert "OPENAI_API_KEY holds a character" in result.output and KEY not in result.output
+    assert gauge.peak == 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tapeproxy.engine import jsonrpc
 from tapeproxy.errors import CassetteCorrupt
@@ -82,6 +82,10 @@ def targets(
                 session = jsonrpc.SESSION_HEADER in exchange.response.headers
                 where = (cassette, key, ordinal, exchange.seq)
                 found.append(Target(*where, summary, request.upstream, cost, session))
+    # A server need name its session only in its answer to `initialize` (the MCP spec): the
+    # requests after it to that upstream, in that cassette, are of the session all the same.
+    held = {(t.cassette, t.upstream) for t in found if t.session}
+    found = [replace(t, session=True) if (t.cassette, t.upstream) in held else t for t in found]
     found.sort(key=lambda t: (t.cassette, t.seq, t.key, t.ordinal))
     if sample is not None and sample < len(found):
         found = sampled(found, sample, rng or random.Random())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import re
 
+from tapeproxy.exchange.model import StoredRequest
 from tapeproxy.tools.drift import DriftReport, Finding
 from tapeproxy.tools.driftplan import Budget, Left, Target, plan, sampled, targets, units
 from tapeproxy.tools.driftsend import key_patterns
@@ -62,3 +63,18 @@ def test_a_cassette_named_twice_is_sent_once() -> None:
     store.write("c", exchange())
     found, unreadable = targets(store, ["c", "c"], PriceTable({}, ()))
     assert len(found) == 1 and unreadable == []
+
+
+def test_an_mcp_session_is_whole_though_only_its_initialize_answer_names_it() -> None:
+    """A server need send `mcp-session-id` only with its InitializeResult (the MCP spec):
+    the requests after it, on the same upstream, are of its session all the same."""
+    store = MemoryStore()
+    mcp = StoredRequest(method="POST", upstream="tools", path="/mcp")
+    for seq, key in enumerate(("1" * 64, "2" * 64, "3" * 64)):
+        one = exchange(key, seq=seq).model_copy(update={"request": mcp})
+        if seq == 0:
+            one.response.headers["mcp-session-id"] = "abc"
+        store.write("agent", one)
+    store.write("agent", exchange("4" * 64, seq=3))  # an LLM call between: not of it
+    drawn, _ = targets(store, [], PriceTable({}, ()))
+    assert [(t.upstream, t.session) for t in drawn] == [("tools", True)] * 3 + [("openai", False)]

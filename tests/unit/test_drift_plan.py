@@ -9,6 +9,7 @@ import re
 from tapeproxy.exchange.model import StoredRequest
 from tapeproxy.tools.drift import DriftReport, Finding
 from tapeproxy.tools.driftplan import Budget, Left, Target, plan, sampled, targets, units
+from tapeproxy.tools.driftreport import last
 from tapeproxy.tools.driftsend import key_patterns
 from tapeproxy.tools.prices import PriceTable
 from tests.fakes.memory_store import MemoryStore
@@ -78,3 +79,12 @@ def test_an_mcp_session_is_whole_though_only_its_initialize_answer_names_it() ->
     store.write("agent", exchange("4" * 64, seq=3))  # an LLM call between: not of it
     drawn, _ = targets(store, [], PriceTable({}, ()))
     assert [(t.upstream, t.session) for t in drawn] == [("tools", True)] * 3 + [("openai", False)]
+
+
+def test_a_last_report_not_of_its_kind_is_none() -> None:
+    store = MemoryStore()
+    for kept in (b"[]", b'{"counts": 1}', b'{"counts": {}, "skipped": 5}', b"{"):
+        store.write_state("drift.json", kept)
+        assert last(store) is None
+    store.write_state("drift.json", b'{"counts": {"error": 0}, "skipped": []}')
+    assert last(store) == {"counts": {"error": 0}, "skipped": []}

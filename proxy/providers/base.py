@@ -144,6 +144,9 @@ class Provider:
     # Its answers' enum-like fields, on top of tapeproxy.exchange.shape.ENUM_FIELDS: a value
     # never seen there is news to `tapeproxy drift`.
     enum_fields: frozenset[str] = frozenset()
+    # Whether it leaves out a field at its default (proto3 JSON: 0, "", false, []): to drift,
+    # such a field gone is no field removed.
+    omits_defaults: bool = False
 
     def usage(self, payloads: Iterable[Any]) -> Usage | None:
         """The `usage` an exchange file keeps: input and output tokens."""

@@ -125,4 +125,5 @@ PROVIDER = Provider(
     rate_limit_type="rate_limit_exceeded",
     overload=(503, "overloaded"),
     enum_fields=frozenset({"finishReason", "blockReason", "modality"}),
+    omits_defaults=True,
 )

@@ -141,11 +141,10 @@ class Drift:
         self, recorded: Exchange, live: Exchange, provider: Provider, left: Left
     ) -> list[Finding]:
         """The recorded answer's shape against the live one's, read by the provider's signs
-        (its keep-alive frames) and enum-like fields."""
+        (its keep-alive frames), enum-like fields and whether it leaves out defaults."""
         signs, enums = provider.frame_signs, ENUM_FIELDS | provider.enum_fields
-        changes = compare(
-            shape_of(recorded.response, signs, enums), shape_of(live.response, signs, enums)
-        )
+        before = shape_of(recorded.response, signs, enums)
+        changes = compare(before, shape_of(live.response, signs, enums), provider.omits_defaults)
         return [
             Finding(
                 c.level,

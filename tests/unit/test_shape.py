@@ -317,3 +317,27 @@ def test_a_discriminator_removed_is_itself_an_error() -> None:
     error = {"error": {"type": "invalid_request_error", "message": "no", "code": "x"}}
     untyped = {"error": {"message": "no", "code": "x"}}
     assert ("error", "error.type", "field removed") in changes(body(error), body(untyped))
+
+
+def test_a_provider_that_leaves_out_defaults_drops_a_count_at_zero() -> None:
+    """Gemini answers in proto3 JSON: a count at 0, an empty list is left out
+    (`thoughtsTokenCount` when the model did not think, `cacheTokensDetails` on a cache
+    miss). A scalar or list gone is then news (info); an object gone is still an error."""
+    hit = {
+        "candidates": [{"content": {"parts": [{"text": "hi"}]}, "finishReason": "STOP"}],
+        "usageMetadata": {
+            "promptTokenCount": 5,
+            "cachedContentTokenCount": 4,
+            "thoughtsTokenCount": 9,
+            "cacheTokensDetails": [{"modality": "TEXT", "tokenCount": 4}],
+        },
+    }
+    miss = json.loads(json.dumps(hit))
+    for name in ("cachedContentTokenCount", "thoughtsTokenCount", "cacheTokensDetails"):
+        del miss["usageMetadata"][name]
+    google, others = shape_of(body(hit), SIGNS), shape_of(body(miss), SIGNS)
+    assert {c.level for c in compare(google, others, omits_defaults=True)} == {"info"}
+    assert {c.level for c in compare(google, others)} == {"error"}  # OpenAI's would be
+    del miss["usageMetadata"]
+    found = compare(google, shape_of(body(miss), SIGNS), omits_defaults=True)
+    assert [(c.level, c.path) for c in found] == [("error", "usageMetadata")]

@@ -55,6 +55,14 @@ MaxRequestsOption = Annotated[
 ConcurrencyOption = Annotated[
     int, typer.Option(help="Requests under way at once.", metavar="N", min=1, max=64)
 ]
+CallToolsOption = Annotated[
+    bool,
+    typer.Option(
+        "--call-tools",
+        help="Send recorded MCP tool calls too (each acts again: a mail sent, a file written); "
+        "by default they are skipped and the tool list alone is checked.",
+    ),
+]
 UpdateOption = Annotated[
     bool,
     typer.Option("--update", help="Re-record the exchanges with an error finding, nothing else."),
@@ -80,6 +88,7 @@ def drift(
     max_cost: MaxCostOption = 1.0,
     max_requests: MaxRequestsOption = None,
     concurrency: ConcurrencyOption = 1,
+    call_tools: CallToolsOption = False,
     update: UpdateOption = False,
     record_failures: RecordFailuresOption = None,
     as_json: JsonOption = False,
@@ -106,7 +115,7 @@ def drift(
     try:
         settings = _settings(cassettes, upstream, ignore, record_failures, config)
         _writable(markdown, junit)
-        budget = Budget(max_cost, max_requests)
+        budget = Budget(max_cost, max_requests, call_tools)
         table = price_table(prices, config)
         report = _run(settings, names or [], sample, budget, concurrency, update, table)
         if markdown is not None:

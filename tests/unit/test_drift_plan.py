@@ -88,3 +88,10 @@ def test_a_last_report_not_of_its_kind_is_none() -> None:
         assert last(store) is None
     store.write_state("drift.json", b'{"counts": {"error": 0}, "skipped": []}')
     assert last(store) == {"counts": {"error": 0}, "skipped": []}
+
+
+def test_a_tool_call_is_skipped_unless_asked_for() -> None:
+    call = Target("c", "1" * 64, 1, 0, "POST tools /mcp", "tools", None, True, acts=True)
+    sent, skipped = plan([call], Budget())
+    assert sent == [] and "--call-tools" in skipped[0].why
+    assert plan([call], Budget(call_tools=True))[0] == [call]

@@ -54,15 +54,15 @@ def missing_keys(upstreams: set[str], environ: Mapping[str, str] | None = None) 
 
 
 def unsendable_keys(upstreams: set[str], environ: Mapping[str, str] | None = None) -> list[str]:
-    """The variables holding a key no HTTP header can carry as it is (a space or line break
-    pasted with it, a character outside Latin-1): said before anything is sent."""
+    """The variables holding a key no HTTP header carries as it is (a space or line break
+    pasted with it, a character that is not ASCII): said before anything is sent."""
     environ = os.environ if environ is None else environ
     bad = []
     for name in sorted(upstreams):
         variables = KEYS.get(name, ((), "", ""))[0]
-        value = next((environ[v] for v in variables if environ.get(v)), None)
-        if value is not None and not _sendable(value):
-            bad.append(next(v for v in variables if environ.get(v) == value))
+        variable = next((v for v in variables if environ.get(v)), None)  # the one sent
+        if variable is not None and not _sendable(environ[variable]):
+            bad.append(variable)
     return bad
 
 

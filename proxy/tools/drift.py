@@ -120,7 +120,7 @@ class Drift:
         except OSError as exc:  # a scratch file for the answer that could not be written
             self.report.failed.append(_why(left, f"its answer could not be kept: {exc}"))
             return
-        refused = _refused(recorded.response.status, live.response.status)
+        refused = _refused(recorded, live)
         if refused is not None:
             self.report.failed.append(_why(left, refused))
             return
@@ -178,17 +178,18 @@ class Drift:
         self.report.updated.append(_why(left, "re-recorded"))
 
 
-def _refused(recorded: int, live: int) -> str | None:
-    """Why a live answer says nothing of the provider's shape, where the recording had
-    another status: the key was refused (a revoked key would flag, and with --update
-    overwrite, every exchange), or the request was rate limited or met a server error (a
+def _refused(recorded: Exchange, live: Exchange) -> str | None:
+    """Why a live answer says nothing of the provider's shape, where the recording was not
+    so: the key was refused (a revoked key would flag, and with --update overwrite, every
+    exchange), or the request was rate limited, met a server error or failed mid-stream (a
     passing state). Not compared: the run is not whole (exit 2), and says why."""
-    if live == recorded:
-        return None
-    if live in (401, 403):
-        return f"the live upstream refused the key ({live}): check its variable"
-    if is_failure_status(live):
-        return f"the live upstream answered {live} (rate limited or failing): try again later"
+    was, status = recorded.response.status, live.response.status
+    if status in (401, 403) and status != was:
+        return f"the live upstream refused the key ({status}): check its variable"
+    if is_failure_status(status) and status != was:
+        return f"the live upstream answered {status} (rate limited or failing): try again later"
+    if live.outcome is Outcome.STREAM_ERROR and recorded.outcome is not Outcome.STREAM_ERROR:
+        return "the live answer failed mid-stream (stream_error, an error event): try again later"
     return None
 
 

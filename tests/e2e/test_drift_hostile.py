@@ -328,3 +328,34 @@ def test_a_key_no_header_can_carry_is_one_line_naming_its_variable(six: Path, pa
     assert result.exit_code == 2 and len(result.output.splitlines()) == 1, result.output
     assert "OPENAI_API_KEY holds a character" in result.output and KEY not in result.output
     assert gauge.peak == 0
+
+
+def failing_mid_stream(conn: socket.socket) -> None:
+    """A chat stream that begins, then fails in-band (an `error` frame), as an overloaded
+    provider does: a passing state, not a new shape."""
+    chunk = {"id": "x", "object": "chat.completion.chunk", "choices": []}
+    error = {"error": {"message": "overloaded", "type": "server_error"}}
+    body = b"data: %s\n\ndata: %s\n\n" % (json.dumps(chunk).encode(), json.dumps(error).encode())
+    conn.sendall(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+        + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+        + body
+    )
+
+
+def test_a_stream_that_fails_mid_way_is_not_sent_not_drift(library: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "cassettes"
+    shutil.copytree(library, copy)
+    before = files_under(copy)
+    with SocketUpstream(failing_mid_stream) as upstream:
+        result = CliRunner().invoke(
+            app,
+            [
+                *("drift", "--update", "--json", "--cassettes", str(copy)),
+                f"--upstream=openai={upstream.url}",
+            ],
+            env={"OPENAI_API_KEY": KEY},
+        )
+    report = json.loads(result.output)
+    assert result.exit_code == 2 and report["findings"] == [], report
+    assert "stream_error" in report["failed"][0]["why"] and files_under(copy) == before

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import tracemalloc
 from typing import Any
 
 from hypothesis import given
@@ -341,3 +342,21 @@ def test_a_provider_that_leaves_out_defaults_drops_a_count_at_zero() -> None:
     del miss["usageMetadata"]
     found = compare(google, shape_of(body(miss), SIGNS), omits_defaults=True)
     assert [(c.level, c.path) for c in found] == [("error", "usageMetadata")]
+
+
+def test_a_stream_of_many_small_frames_is_shaped_in_bounded_memory() -> None:
+    """Nothing is kept per frame: 20,000 chunks (2 MB of frames) are shaped in well under a
+    megabyte more (keeping each decoded chunk took ten times the frames' size)."""
+    delta = {"index": 0, "delta": {"content": "a"}}
+    chunk = {"object": "chat.completion.chunk", "choices": [delta]}
+    frames = [Frame(ms=0, text=f"data: {json.dumps(chunk)}\n\n") for _ in range(20_000)]
+    stream = StoredResponse(
+        status=200, headers={"content-type": "text/event-stream"}, dialect="sse", frames=frames
+    )
+    tracemalloc.start()
+    try:
+        shape = shape_of(stream, openai.FRAME_SIGNS)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert shape.events == ("message",) and peak < 1_000_000, peak

@@ -55,6 +55,14 @@ MaxRequestsOption = Annotated[
 ConcurrencyOption = Annotated[
     int, typer.Option(help="Requests under way at once.", metavar="N", min=1, max=64)
 ]
+CallToolsOption = Annotated[
+    bool,
+    typer.Option(
+        "--call-tools",
+        help="Send recorded MCP tool calls too (each acts again: a mail sent, a file written); "
+        "by default they are skipped and the tool list alone is checked.",
+    ),
+]
 UpdateOption = Annotated[
     bool,
     typer.Option("--update", help="Re-record the exchanges with an error finding, nothing else."),
@@ -80,6 +88,7 @@ def drift(
     max_cost: MaxCostOption = 1.0,
     max_requests: MaxRequestsOption = None,
     concurrency: ConcurrencyOption = 1,
+    call_tools: CallToolsOption = False,
     update: UpdateOption = False,
     record_failures: RecordFailuresOption = None,
     as_json: JsonOption = False,
@@ -105,7 +114,8 @@ def drift(
 
     try:
         settings = _settings(cassettes, upstream, ignore, record_failures, config)
-        budget = Budget(max_cost, max_requests)
+        _writable(markdown, junit)
+        budget = Budget(max_cost, max_requests, call_tools)
         table = price_table(prices, config)
         report = _run(settings, names or [], sample, budget, concurrency, update, table)
         if markdown is not None:
@@ -160,7 +170,7 @@ def _run(
     from tapeproxy.store import open_store
     from tapeproxy.tools.driftplan import plan, targets
     from tapeproxy.tools.driftreport import keep_last
-    from tapeproxy.tools.driftsend import missing_keys, no_keys
+    from tapeproxy.tools.driftsend import missing_keys, no_keys, unsendable_key, unsendable_keys
 
     store = open_store(settings.cassettes)
     if not store.exists():
@@ -180,6 +190,9 @@ def _run(
     missing = missing_keys(upstreams)
     if missing:
         raise no_keys(missing)
+    unsendable = unsendable_keys(upstreams)
+    if unsendable:
+        raise unsendable_key(unsendable[0])
     report = asyncio.run(_drift(settings, store, chosen, (budget, concurrency, update), prices))
     report.failed += unreadable  # (`tapeproxy verify` says more of each)
     problem = keep_last(store, report, datetime.now(UTC))
@@ -199,12 +212,13 @@ async def _drift(
     from tapeproxy.providers import Rulebook, provider_table
     from tapeproxy.redaction.scrubber import Scrubber
     from tapeproxy.tools.drift import Drift
-    from tapeproxy.tools.driftsend import Sender
+    from tapeproxy.tools.driftsend import Sender, key_patterns
     from tapeproxy.upstream.client import AiohttpUpstream
 
     budget, concurrency, update = how
     providers = provider_table(settings.upstream)
-    scrubber = Scrubber.build(settings.redact_field, settings.redact_pattern, settings.redact_keep)
+    patterns = (*settings.redact_pattern, *key_patterns())
+    scrubber = Scrubber.build(settings.redact_field, patterns, settings.redact_keep)
     rules = Rulebook.build(providers, settings.ignore)
     client = AiohttpUpstream(settings.connect_timeout, settings.read_timeout)
     try:
@@ -213,6 +227,13 @@ async def _drift(
         return await run.run(chosen, budget, concurrency)
     finally:
         await client.close()
+
+
+def _writable(*paths: Path | None) -> None:
+    """A report file that could not be written is said before anything is sent (and spent)."""
+    for path in paths:
+        if path is not None and (path.is_dir() or not path.parent.is_dir()):
+            raise ConfigError(f"cannot write {path}: no such folder, or a folder itself")
 
 
 def _write(path: Path, data: bytes) -> None:

@@ -163,27 +163,29 @@ def _stream_shape(
 ) -> Shape:
     """SSE events and NDJSON lines: each frame's event type (its `event:`, else its JSON's
     `type`, else a bare data line such as `[DONE]`, else `message`), its JSON's paths under
-    `<type>`; the order of the types as a grammar."""
+    `<type>`; the order of the types as a grammar. Nothing kept per frame (a stream of
+    millions of small frames, within --max-record): runs collapsed and tools taken as they
+    come."""
     walk = _Walk(enum_fields)
     order: list[str] = []
     seen: set[str] = set()
-    payloads = []
+    tools: dict[str, str] | None = None
     for frame in frames:
         event, data = frame_data(dialect, _frame_text(frame))
         if data is None:
             continue  # a comment, a blank line: no event
         payload = _decoded(data)
         label = event_label(event, payload, data)
-        seen.add(label)
-        if not signs.idle(event, payload, data):  # a keep-alive may come anywhere
-            order.append(label)
+        if not signs.idle(event, payload, data):  # a keep-alive may come anywhere, or never
+            seen.add(label)
+            if not order or order[-1] != label:
+                order.append(label)
         if payload is not None:
-            payloads.append(payload)
             walk.add(payload, f"<{label}>")
+            listed = tools_of([payload])
+            tools = tools if listed is None else {**(tools or {}), **listed}
     paths, enums = walk.frozen()
-    return Shape(
-        status, kind, dialect, paths, enums, frozenset(seen), collapse(order), tools_of(payloads)
-    )
+    return Shape(status, kind, dialect, paths, enums, frozenset(seen), collapse(order), tools)
 
 
 def event_label(event: str, payload: Any, data: str) -> str:

@@ -166,6 +166,9 @@ class Provider:
     enum_fields: frozenset[str] = frozenset()
     # Its WebSocket sessions (Realtime, Responses over WebSocket, Gemini Live).
     sockets: Sockets = Sockets()
+    # Whether it leaves out a field at its default (proto3 JSON: 0, "", false, []): to drift,
+    # such a field gone is no field removed.
+    omits_defaults: bool = False
 
     def usage(self, payloads: Iterable[Any]) -> Usage | None:
         """The `usage` an exchange file keeps: input and output tokens."""

@@ -132,4 +132,5 @@ PROVIDER = Provider(
     overload=(503, "overloaded"),
     enum_fields=frozenset({"finishReason", "blockReason", "modality"}),
     sockets=Sockets(error_event=live_error, event_ids=frozenset()),
+    omits_defaults=True,
 )

@@ -9,6 +9,7 @@ import asyncio
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tapeproxy.engine.capture import is_failure_status
 from tapeproxy.errors import TapeproxyError
 from tapeproxy.exchange.model import Exchange, Outcome
 from tapeproxy.exchange.shape import ENUM_FIELDS, shape_of
@@ -119,11 +120,17 @@ class Drift:
         except OSError as exc:  # a scratch file for the answer that could not be written
             self.report.failed.append(_why(left, f"its answer could not be kept: {exc}"))
             return
+        refused = _refused(recorded, live)
+        if refused is not None:
+            self.report.failed.append(_why(left, refused))
+            return
         cost = estimate(live, self.prices)
         self.report.unpriced += cost is None
         self.report.spent += cost if cost is not None else target.estimate or 0.0
         provider = self.sender.providers[target.upstream]  # (send said so, were it not there)
-        found = self.findings(recorded, live, provider, left)
+        # Off the loop: an answer of megabytes takes a while to walk, and other requests
+        # under way (--concurrency) are being read meanwhile.
+        found = await asyncio.to_thread(self.findings, recorded, live, provider, left)
         self.report.findings += found
         worst = max((LEVELS.index(f.level) for f in found), default=-1)
         self.report.checked.append(_why(left, LEVELS[worst] if worst >= 0 else "same"))
@@ -134,11 +141,10 @@ class Drift:
         self, recorded: Exchange, live: Exchange, provider: Provider, left: Left
     ) -> list[Finding]:
         """The recorded answer's shape against the live one's, read by the provider's signs
-        (its keep-alive frames) and enum-like fields."""
+        (its keep-alive frames), enum-like fields and whether it leaves out defaults."""
         signs, enums = provider.frame_signs, ENUM_FIELDS | provider.enum_fields
-        changes = compare(
-            shape_of(recorded.response, signs, enums), shape_of(live.response, signs, enums)
-        )
+        before = shape_of(recorded.response, signs, enums)
+        changes = compare(before, shape_of(live.response, signs, enums), provider.omits_defaults)
         return [
             Finding(
                 c.level,
@@ -170,6 +176,21 @@ class Drift:
             self.report.failed.append(_why(left, f"not updated: {exc}"))
             return
         self.report.updated.append(_why(left, "re-recorded"))
+
+
+def _refused(recorded: Exchange, live: Exchange) -> str | None:
+    """Why a live answer says nothing of the provider's shape, where the recording was not
+    so: the key was refused (a revoked key would flag, and with --update overwrite, every
+    exchange), or the request was rate limited, met a server error or failed mid-stream (a
+    passing state). Not compared: the run is not whole (exit 2), and says why."""
+    was, status = recorded.response.status, live.response.status
+    if status in (401, 403) and status != was:
+        return f"the live upstream refused the key ({status}): check its variable"
+    if is_failure_status(status) and status != was:
+        return f"the live upstream answered {status} (rate limited or failing): try again later"
+    if live.outcome is Outcome.STREAM_ERROR and recorded.outcome is not Outcome.STREAM_ERROR:
+        return "the live answer failed mid-stream (stream_error, an error event): try again later"
+    return None
 
 
 def _why(left: Left, why: str) -> Left:

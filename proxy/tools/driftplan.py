@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tapeproxy.engine import jsonrpc
 from tapeproxy.errors import CassetteCorrupt
@@ -29,6 +29,7 @@ class Target:
     upstream: str
     estimate: float | None  # USD, from its recorded usage and the price table
     session: bool = False  # its answer carried an MCP session: sent in order, never at once
+    acts: bool = False  # an MCP tool call: sent again, it would act again (mail, write, delete)
 
     @property
     def exchange(self) -> str:
@@ -49,11 +50,18 @@ class Left:
 class Budget:
     max_cost: float = 1.0
     max_requests: int | None = None
+    call_tools: bool = False  # MCP tool calls sent too (--call-tools)
 
 
 def estimate(exchange: Exchange, prices: PriceTable) -> float | None:
     """What sending it again may cost: its recorded usage at its model's price."""
     return prices.cost(answers.model(exchange), answers.tokens(exchange))
+
+
+def acts(exchange: Exchange) -> bool:
+    """Whether it is an MCP tool call (or a batch holding one): what it did, it would do again."""
+    body = exchange.request.body or {}
+    return any(m.get("method") == "tools/call" for m in jsonrpc.messages(body.get("json")))
 
 
 def targets(
@@ -68,7 +76,7 @@ def targets(
     cannot be read, each with why. Blocking: reads files."""
     found = []
     unreadable = []
-    for cassette in list(names) or store.cassettes():
+    for cassette in list(dict.fromkeys(names)) or store.cassettes():  # (one named twice: once)
         for key, ordinals in store.entries(cassette).items():
             for ordinal in ordinals:
                 try:
@@ -81,7 +89,13 @@ def targets(
                 cost = estimate(exchange, prices)
                 session = jsonrpc.SESSION_HEADER in exchange.response.headers
                 where = (cassette, key, ordinal, exchange.seq)
-                found.append(Target(*where, summary, request.upstream, cost, session))
+                found.append(
+                    Target(*where, summary, request.upstream, cost, session, acts(exchange))
+                )
+    # A server need name its session only in its answer to `initialize` (the MCP spec): the
+    # requests after it to that upstream, in that cassette, are of the session all the same.
+    held = {(t.cassette, t.upstream) for t in found if t.session}
+    found = [replace(t, session=True) if (t.cassette, t.upstream) in held else t for t in found]
     found.sort(key=lambda t: (t.cassette, t.seq, t.key, t.ordinal))
     if sample is not None and sample < len(found):
         found = sampled(found, sample, rng or random.Random())
@@ -103,15 +117,17 @@ def sampled(found: list[Target], count: int, rng: random.Random) -> list[Target]
 
 def plan(chosen: list[Target], budget: Budget) -> tuple[list[Target], list[Left]]:
     """What the budget lets through, before anything is sent, and what it skips and why: an
-    exchange whose estimate would take the total past --max-cost, every one past
-    --max-requests. A cheaper one later may still fit."""
+    MCP tool call unless --call-tools, an exchange whose estimate would take the total past
+    --max-cost, every one past --max-requests. A cheaper one later may still fit."""
     sent: list[Target] = []
     skipped: list[Left] = []
     total = 0.0
     for target in chosen:
         cost = target.estimate or 0.0
         why = None
-        if budget.max_requests is not None and len(sent) >= budget.max_requests:
+        if target.acts and not budget.call_tools:
+            why = "a tool call acts again when sent (a mail, a write): only with --call-tools"
+        elif budget.max_requests is not None and len(sent) >= budget.max_requests:
             why = f"over --max-requests ({budget.max_requests})"
         elif total + cost > budget.max_cost:
             why = f"over --max-cost: ~${cost:.4f} more would pass ${budget.max_cost:g}"

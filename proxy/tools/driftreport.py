@@ -146,7 +146,11 @@ def last(store: CassetteStore) -> dict[str, Any] | None:
         saved = json.loads(raw) if raw is not None else None
     except (OSError, ValueError):
         return None
-    return saved if isinstance(saved, dict) and isinstance(saved.get("counts"), dict) else None
+    if not isinstance(saved, dict) or not isinstance(saved.get("counts"), dict):
+        return None
+    # Written by another version, or by hand: what the report and the viewer read, of its kind.
+    lists = all(isinstance(saved.get(name, []), list) for name in ("findings", "skipped"))
+    return saved if lists else None
 
 
 def last_markdown(saved: dict[str, Any]) -> str:

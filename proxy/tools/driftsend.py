@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ KEYS: Mapping[str, tuple[tuple[str, ...], str, str]] = {
 
 
 PROTOCOL_META = "io.modelcontextprotocol/protocolVersion"
+MIN_KEY = 16  # shorter values are not taken for keys to scrub (real ones are 32 and more)
 
 
 def missing_keys(upstreams: set[str], environ: Mapping[str, str] | None = None) -> list[str]:
@@ -49,6 +51,39 @@ def missing_keys(upstreams: set[str], environ: Mapping[str, str] | None = None) 
         if variables and not any(environ.get(v) for v in variables):
             missing.append(variables[0])
     return missing
+
+
+def unsendable_keys(upstreams: set[str], environ: Mapping[str, str] | None = None) -> list[str]:
+    """The variables holding a key no HTTP header carries as it is (a space or line break
+    pasted with it, a character that is not ASCII): said before anything is sent."""
+    environ = os.environ if environ is None else environ
+    bad = []
+    for name in sorted(upstreams):
+        variables = KEYS.get(name, ((), "", ""))[0]
+        variable = next((v for v in variables if environ.get(v)), None)  # the one sent
+        if variable is not None and not _sendable(environ[variable]):
+            bad.append(variable)
+    return bad
+
+
+def unsendable_key(variable: str) -> ConfigError:
+    return ConfigError(
+        f"{variable} holds a character no HTTP header carries (a space or a line break "
+        "around the key, or one that is not ASCII): set it to the key alone"
+    )
+
+
+def _sendable(value: str) -> bool:
+    return value.isprintable() and value.strip() == value and value.isascii()
+
+
+def key_patterns(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Each key drift may send, as a pattern to scrub: an answer that says it back (an
+    error quoting it, a key of no well-known format) keeps it out of every report and
+    re-recording. Not a value too short to be a key (a dummy `x` would scrub every x)."""
+    environ = os.environ if environ is None else environ
+    found = {environ.get(v, "") for variables, _, _ in KEYS.values() for v in variables}
+    return [re.escape(key) for key in sorted(found) if len(key) >= MIN_KEY]
 
 
 def no_keys(missing: list[str]) -> ConfigError:
@@ -158,14 +193,17 @@ class Sender:
         return await self._taken(answer, capture, recorded.ordinal)
 
     async def _taken(self, answer: UpstreamResponse, capture: Capture, ordinal: int) -> Exchange:
-        """The answer read into its capture, as the recorder reads it, and finished."""
+        """The answer read into its capture, as the recorder reads it, and finished; its
+        scratch file gone however it ends (a stream cut short included)."""
         try:
-            async for chunk in answer.chunks():
-                if capture.add(chunk):
-                    await asyncio.to_thread(capture.spool.flush)
-        finally:
-            answer.close()
-        try:
+            try:
+                async for chunk in answer.chunks():
+                    if capture.add(chunk):
+                        await asyncio.to_thread(capture.spool.flush)
+                    if capture.over:  # no client waits for the rest: an endless answer ends here
+                        break
+            finally:
+                answer.close()
             if capture.over:
                 raise Unsent(f"its live answer is over --max-record ({self.max_record:,} bytes)")
             return await asyncio.to_thread(self._finished, capture, ordinal)

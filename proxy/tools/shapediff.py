@@ -27,9 +27,11 @@ class Change:
     what: str
 
 
-def compare(recorded: Shape, live: Shape) -> list[Change]:
+def compare(recorded: Shape, live: Shape, omits_defaults: bool = False) -> list[Change]:
     """Every change from `recorded` to `live`. A changed status, or a body of another kind,
-    is all that is said: the rest of two different answers would only be noise."""
+    is all that is said: the rest of two different answers would only be noise.
+    `omits_defaults`: the provider leaves out a field at its default (proto3 JSON: 0, "",
+    false, []), so a scalar or a list gone may be one at its default."""
     if recorded.status != live.status:
         return [Change("error", "status", recorded.status, live.status, "status changed")]
     changes = []
@@ -45,19 +47,19 @@ def compare(recorded: Shape, live: Shape) -> list[Change]:
         )
     if recorded.body != live.body:
         return [*changes, Change("error", "body", recorded.body, live.body, "body kind changed")]
-    changes += _paths(recorded, live)
+    changes += _paths(recorded, live, omits_defaults)
     changes += _enums(recorded, live)
     changes += _events(recorded, live)
     changes += _tools(recorded.tools, live.tools)
     return changes
 
 
-def _paths(recorded: Shape, live: Shape) -> Iterator[Change]:
+def _paths(recorded: Shape, live: Shape, omits_defaults: bool) -> Iterator[Change]:
     for path, types in sorted(recorded.paths.items()):
         now = live.paths.get(path)
         if now is None:
             if not _unseen_items(path, live) and _holds(path, live):
-                yield Change("error", _shown(path), _types(types), None, "field removed")
+                yield _removed(path, types, recorded, live, omits_defaults)
             continue
         before, after = types - {"null"}, now - {"null"}
         # A field null on one side says nothing of its type: content, not shape.
@@ -70,6 +72,37 @@ def _paths(recorded: Shape, live: Shape) -> Iterator[Change]:
             and _holds(path, recorded)
         ):
             yield Change("info", _shown(path), None, _types(types), "field added")
+
+
+def _removed(
+    path: str, types: frozenset[str], recorded: Shape, live: Shape, omits_defaults: bool
+) -> Change:
+    """A field the live answer lacks: an error, unless it was only ever null (a provider may
+    leave a null out), a scalar or list its provider leaves out at its default, or the
+    answer is of another kind there (a tool call for a text)."""
+    if types == {"null"}:
+        return Change("info", _shown(path), "null", None, "null field left out")
+    if omits_defaults and "object" not in types:
+        return Change("info", _shown(path), _types(types), None, "left out (at its default?)")
+    if _of_another_kind(path, recorded, live):
+        return Change("info", _shown(path), _types(types), None, "field absent: another kind")
+    return Change("error", _shown(path), _types(types), None, "field removed")
+
+
+def _of_another_kind(path: str, recorded: Shape, live: Shape) -> bool:
+    """Whether a container of `path` (below the answer's or event's root) has an enum-like
+    field with a recorded value the live answer lacks there (`finish_reason` `tool_calls`,
+    a block's `type` `tool_use`): the fields of a kind not given are absent, not removed
+    (the new value itself is a warning). A discriminator itself gone explains nothing."""
+    containers = set()
+    at = _parent(path)
+    while at and not (at.startswith("<") and at.endswith(">")):
+        containers.add(at)
+        at = _parent(at)
+    return any(
+        _parent(field) in containers and field in live.enums and not values <= live.enums[field]
+        for field, values in recorded.enums.items()
+    )
 
 
 def _unseen_items(path: str, other: Shape) -> bool:

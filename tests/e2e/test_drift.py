@@ -138,7 +138,7 @@ def drift(library: Path, fake: DriftingUpstream, tools_url: str, *args: str) -> 
     upstreams.append(f"tools={tools_url}")
     given = [f"--upstream={u}" for u in upstreams]
     result = CliRunner().invoke(
-        app, ["drift", *args, "--cassettes", str(library), *given, "--json"]
+        app, ["drift", *args, "--cassettes", str(library), *given, "--json", "--call-tools"]
     )
     try:
         return result.exit_code, json.loads(result.output)
@@ -259,6 +259,8 @@ def test_the_budget_stops_before_spending_past_it_and_lists_what_it_skipped(
     assert fake.count() - hits == len(to_fake)  # the skipped ones were never sent
     code, report = drift(recorded, fake, tools.url, "--max-requests", "2")
     assert report["checked"] == 2 and len(report["skipped"]) == len(files_under(recorded)) - 2
+    # anthropic-stream and chat, each priced by its live usage: a few cents at most
+    assert 0 < report["spent_usd"] < 0.1 and report["unpriced"] == 0, report
 
 
 @pytest.mark.usefixtures("keys")
@@ -415,3 +417,26 @@ def test_no_library_or_no_such_cassette_is_one_line_and_exit_2(
     assert "no recordings" in result.output
     result = CliRunner().invoke(app, ["drift", "mcp", "--cassettes", str(recorded)])
     assert result.exit_code == 2 and "--upstream tools=URL" in result.output
+
+
+@pytest.mark.usefixtures("keys")
+def test_mcp_tool_calls_are_not_sent_again_unless_asked(
+    recorded: Path, fakes: tuple[DriftingUpstream, ToolServer]
+) -> None:
+    """A tool call sent again acts again (a mail, a write): skipped, and said, by default;
+    the session around it (initialize, tools/list) is still checked."""
+    _, tools = fakes
+    before = list(tools.calls)
+    given = [f"--upstream=tools={tools.url}", "--json"]
+    result = CliRunner().invoke(
+        app, ["drift", "mcp", "mcp-legacy", "--cassettes", str(recorded), *given]
+    )
+    report = json.loads(result.output)
+    assert result.exit_code == 0 and report["findings"] == [], report
+    assert tools.calls == before  # no tool ran
+    calls = [s for s in report["skipped"] if "--call-tools" in s["why"]]
+    assert {s["cassette"] for s in calls} == {"mcp", "mcp-legacy"} and len(calls) == 2
+    assert (
+        report["checked"]
+        == len(files_under(recorded / "mcp")) + len(files_under(recorded / "mcp-legacy")) - 2
+    )

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import tracemalloc
 from typing import Any
 
 from hypothesis import given
@@ -225,3 +226,137 @@ def test_a_container_retyped_is_one_change_not_one_per_field() -> None:
     assert changes(body({"usage": {"a": 1}}), body({"usage": "none"})) == {
         ("error", "usage", "field retyped")
     }
+
+
+TOOL_CALL = {
+    "id": "chatcmpl-2",
+    "object": "chat.completion",
+    "choices": [
+        {
+            "index": 0,
+            "finish_reason": "tool_calls",
+            "message": {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f"}}],
+            },
+        }
+    ],
+}
+
+
+def test_an_answer_of_another_kind_is_no_error() -> None:
+    """A model that calls a tool where it answered in text (or the reverse) changes its
+    answer's kind, which its discriminator says (`finish_reason`, a block's `type`): the
+    fields of the kind it did not give are absent, not removed, and the new value warns."""
+    text = json.loads(json.dumps(TOOL_CALL))
+    text["choices"][0]["finish_reason"] = "stop"
+    text["choices"][0]["message"] = {"role": "assistant", "content": "hi"}
+    found = changes(body(TOOL_CALL), body(text))
+    assert {level for level, _, _ in found} <= {"info", "warn"}, found
+    assert ("warn", "choices[].finish_reason", "enum value never seen") in found
+    said = {path for _, path, _ in found}
+    assert "choices[].message.tool_calls" in said
+    used = {"type": "message", "content": [{"type": "tool_use", "id": "t", "name": "f"}]}
+    wrote = {"type": "message", "content": [{"type": "text", "text": "hi"}]}
+    for before, after in ((used, wrote), (wrote, used)):
+        found = changes(body(before), body(after))
+        assert {level for level, _, _ in found} <= {"info", "warn"}, found
+    # A removal the kind does not explain is still an error.
+    gone = {"type": "message", "content": [{"type": "text"}]}
+    assert ("error", "content[].text", "field removed") in changes(body(wrote), body(gone))
+    streamed = sse(
+        (
+            "content_block_start",
+            {"type": "content_block_start", "content_block": {"type": "text", "text": ""}},
+        ),
+        (
+            "content_block_delta",
+            {"type": "content_block_delta", "delta": {"type": "text_delta", "text": "a"}},
+        ),
+    )
+    called = sse(
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "content_block": {"type": "tool_use", "id": "t", "name": "f", "input": {}},
+            },
+        ),
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "delta": {"type": "input_json_delta", "partial_json": "{"},
+            },
+        ),
+    )
+    found = changes(streamed, called)
+    assert {level for level, _, _ in found} <= {"info", "warn"}, found
+
+
+def test_a_field_recorded_only_as_null_and_left_out_is_no_error() -> None:
+    """`logprobs: null`, `refusal: null`, `stop_sequence: null`: some providers leave a null
+    field out; a null said nothing of a type, so its absence is content, not shape."""
+    recorded = {**CHAT, "system_fingerprint": None, "logprobs": None}
+    found = changes(body(recorded), body(CHAT))
+    assert {level for level, _, _ in found} == {"info"}, found
+    assert ("error", "usage", "field removed") in changes(
+        body(CHAT), body({k: v for k, v in CHAT.items() if k != "usage"})
+    )
+
+
+def test_a_keep_alive_may_come_or_not() -> None:
+    """Anthropic: "any number of ping events", none included."""
+    start = ("message_start", {"type": "message_start", "message": {"type": "message"}})
+    stop = ("message_stop", {"type": "message_stop"})
+    pinged = sse(start, ("ping", {"type": "ping"}), stop)
+    assert changes(pinged, sse(start, stop)) == changes(sse(start, stop), pinged) == set()
+
+
+def test_a_discriminator_removed_is_itself_an_error() -> None:
+    error = {"error": {"type": "invalid_request_error", "message": "no", "code": "x"}}
+    untyped = {"error": {"message": "no", "code": "x"}}
+    assert ("error", "error.type", "field removed") in changes(body(error), body(untyped))
+
+
+def test_a_provider_that_leaves_out_defaults_drops_a_count_at_zero() -> None:
+    """Gemini answers in proto3 JSON: a count at 0, an empty list is left out
+    (`thoughtsTokenCount` when the model did not think, `cacheTokensDetails` on a cache
+    miss). A scalar or list gone is then news (info); an object gone is still an error."""
+    hit = {
+        "candidates": [{"content": {"parts": [{"text": "hi"}]}, "finishReason": "STOP"}],
+        "usageMetadata": {
+            "promptTokenCount": 5,
+            "cachedContentTokenCount": 4,
+            "thoughtsTokenCount": 9,
+            "cacheTokensDetails": [{"modality": "TEXT", "tokenCount": 4}],
+        },
+    }
+    miss = json.loads(json.dumps(hit))
+    for name in ("cachedContentTokenCount", "thoughtsTokenCount", "cacheTokensDetails"):
+        del miss["usageMetadata"][name]
+    google, others = shape_of(body(hit), SIGNS), shape_of(body(miss), SIGNS)
+    assert {c.level for c in compare(google, others, omits_defaults=True)} == {"info"}
+    assert {c.level for c in compare(google, others)} == {"error"}  # OpenAI's would be
+    del miss["usageMetadata"]
+    found = compare(google, shape_of(body(miss), SIGNS), omits_defaults=True)
+    assert [(c.level, c.path) for c in found] == [("error", "usageMetadata")]
+
+
+def test_a_stream_of_many_small_frames_is_shaped_in_bounded_memory() -> None:
+    """Nothing is kept per frame: 20,000 chunks (2 MB of frames) are shaped in well under a
+    megabyte more (keeping each decoded chunk took ten times the frames' size)."""
+    delta = {"index": 0, "delta": {"content": "a"}}
+    chunk = {"object": "chat.completion.chunk", "choices": [delta]}
+    frames = [Frame(ms=0, text=f"data: {json.dumps(chunk)}\n\n") for _ in range(20_000)]
+    stream = StoredResponse(
+        status=200, headers={"content-type": "text/event-stream"}, dialect="sse", frames=frames
+    )
+    tracemalloc.start()
+    try:
+        shape = shape_of(stream, openai.FRAME_SIGNS)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert shape.events == ("message",) and peak < 1_000_000, peak

@@ -17,6 +17,7 @@ from starlette.types import ASGIApp
 from tapeproxy.doors.head_limits import HEAD_LIMIT, HEAD_SECONDS, HeadLimitedProtocol
 from tapeproxy.forward.door import ForwardDoor, Mapped
 from tapeproxy.forward.hello import offers_h2_only
+from tapeproxy.forward.plain import OneRequest
 from tapeproxy.forward.request import BadRequest, ProxyRequest, parse_head, proxy_auth_ok
 from tapeproxy.forward.tunnel import Pending, tunnel
 
@@ -153,10 +154,15 @@ class Sniffing(asyncio.Protocol):
             assert self.transport is not None
             self.transport.resume_reading()  # (paused while the head was looked at)
             return
-        await self._pass(request, b"", bytes(self.buffer))
+        await self._pass(request, b"", bytes(self.buffer), near=OneRequest)
 
     async def _pass(
-        self, request: ProxyRequest, reply: bytes, first: bytes, why: str = NOT_INTERCEPTED
+        self,
+        request: ProxyRequest,
+        reply: bytes,
+        first: bytes,
+        why: str = NOT_INTERCEPTED,
+        near: type[OneRequest] | None = None,
     ) -> None:
         """A host that is not decrypted: its bytes tunnelled, or refused in a replay (a 403,
         or a close when the CONNECT was answered already)."""
@@ -170,7 +176,13 @@ class Sniffing(asyncio.Protocol):
         assert self.transport is not None
         try:
             await tunnel(
-                self.transport, request.host, request.port, reply, first, door.connect_timeout
+                self.transport,
+                request.host,
+                request.port,
+                reply,
+                first,
+                door.connect_timeout,
+                near,
             )
         except OSError as exc:
             self._answer(502, f"could not reach {target}: {exc.strerror or exc}")

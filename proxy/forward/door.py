@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tapeproxy.errors import ConfigError
 from tapeproxy.forward.ca import RunCA
@@ -19,11 +19,6 @@ from tapeproxy.settings import Settings, is_loopback
 from tapeproxy.store.protocol import CassetteStore
 
 log = logging.getLogger("tapeproxy")
-
-# A client that opens a tunnel and never finishes its TLS handshake is closed after this.
-HANDSHAKE_SECONDS = 10.0
-# What a client that refuses our certificate says, in OpenSSL's words.
-REJECTED = ("unknown ca", "bad certificate", "certificate unknown", "unsupported certificate")
 
 
 class ForwardDoor:
@@ -108,9 +103,23 @@ class Mapped:
             owner = self.hosts.owner(host[0] or host[2])
         if owner is None:
             body = b"tapeproxy: this connection carries intercepted hosts only\n"
-            await send({"type": "http.response.start", "status": 403, "headers": []})
+            close = [(b"connection", b"close")]
+            await send({"type": "http.response.start", "status": 403, "headers": close})
             await send({"type": "http.response.body", "body": body})
             return
         raw = scope.get("raw_path") or scope["path"].encode()
         scope = dict(scope, path=f"/{owner}{scope['path']}", raw_path=f"/{owner}".encode() + raw)
-        await self.app(scope, receive, send)
+        await self.app(scope, receive, send if self.hosts is None else closing(send))
+
+
+def closing(send: Send) -> Send:
+    """`send` with `Connection: close` on the answer: a plain-HTTP connection carries one
+    request, so the client's next, maybe for a host not intercepted, comes on a new one."""
+
+    async def closed(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = [*message.get("headers", []), (b"connection", b"close")]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return closed

@@ -4,6 +4,7 @@ that holds what a freshly decrypted tunnel reads until its HTTP protocol takes o
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 
 class Pipe(asyncio.Protocol):
@@ -37,12 +38,18 @@ class Pipe(asyncio.Protocol):
 
 
 async def tunnel(
-    client: asyncio.Transport, host: str, port: int, reply: bytes, first: bytes, seconds: float
+    client: asyncio.Transport,
+    host: str,
+    port: int,
+    reply: bytes,
+    first: bytes,
+    seconds: float,
+    near: Callable[[asyncio.Transport, asyncio.Transport], Pipe] | None = None,
 ) -> None:
     """Connect to `host:port` (OSError if it cannot be reached within `seconds`), send the
-    client `reply` and the host `first`, then carry bytes both ways until either side ends."""
+    client `reply` and the host `first`, then carry bytes both ways until either side ends;
+    what the client sends goes through `near(client, far)` (default: a Pipe, as it came)."""
     loop = asyncio.get_running_loop()
-    near = Pipe()
     try:
         async with asyncio.timeout(seconds):
             far, _ = await loop.create_connection(lambda: Pipe(client), host, port)
@@ -51,12 +58,12 @@ async def tunnel(
     if reaches_itself(client, far):
         far.close()
         raise OSError("that address is this proxy")
-    near.peer = far
-    client.set_protocol(near)
+    side = Pipe(far) if near is None else near(client, far)
+    client.set_protocol(side)
     if reply:
         client.write(reply)
     if first:
-        far.write(first)
+        side.data_received(first)
     client.resume_reading()
 
 

@@ -4,6 +4,7 @@ refuses, or lets a CONNECT reach (pure, but for the generic upstreams `--interce
 from __future__ import annotations
 
 import ipaddress
+import logging
 from collections.abc import MutableMapping
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -15,6 +16,11 @@ from tapeproxy.providers import generic
 from tapeproxy.providers.base import Provider
 
 TLS_PORT = 443
+# Hosts a `--intercept '*.example.com'` may turn into upstreams of their own (each a few KB,
+# held for the run): an agent talks to a handful; a crawl stops being decrypted past this.
+ADDED_LIMIT = 1024
+
+log = logging.getLogger("tapeproxy")
 
 
 def dns_host(url: str) -> str | None:
@@ -84,6 +90,7 @@ class Interception:
                 self.ports.add(port)
         self.owners += [(pattern, None) for pattern in intercept]
         self.allow = allow
+        self.added = 0  # upstreams made for hosts only `--intercept` names
         # What a replay cannot do: reach the network. Everything else tunnels the bytes.
         self.tunnels = mode in (Mode.RECORD, Mode.AUTO, Mode.PASSTHROUGH) or (
             mode is Mode.ONCE and not replaying
@@ -102,10 +109,26 @@ class Interception:
             if matches(pattern, host):
                 if name is not None:
                     return name
-                if host not in self.providers:
-                    self.providers[host] = generic(host, f"https://{host}")
-                return host
+                return host if self._added(host) else None
         return None
+
+    def _added(self, host: str) -> bool:
+        """Whether `host` has its own upstream (made now, unless ADDED_LIMIT were reached)."""
+        if host in self.providers:
+            return True
+        if self.added >= ADDED_LIMIT:
+            if self.added == ADDED_LIMIT:  # said once
+                log.warning(
+                    "--intercept matched more than %d hosts: the others, %s first, are not "
+                    "intercepted",
+                    ADDED_LIMIT,
+                    host,
+                )
+                self.added += 1
+            return False
+        self.added += 1
+        self.providers[host] = generic(host, f"https://{host}")
+        return True
 
     def may_tunnel(self, host: str) -> bool:
         """Whether a host that is not intercepted is tunnelled (else refused)."""

@@ -7,6 +7,7 @@ import base64
 
 import pytest
 
+from tapeproxy.forward import hosts as hosts_module
 from tapeproxy.forward.hosts import Interception, check_pattern
 from tapeproxy.forward.request import BadRequest, authority, parse_head, proxy_auth_ok
 from tapeproxy.modes import Mode
@@ -104,3 +105,14 @@ def test_proxy_authorization() -> None:
     assert not proxy_auth_ok([(b"proxy-authorization", b"Basic !!!")], TOKEN)
     assert not proxy_auth_ok([], TOKEN)
     assert not proxy_auth_ok([(b"proxy-authorization", f"Bearer {TOKEN}".encode())], None)
+
+
+def test_the_upstreams_a_wildcard_makes_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hosts_module, "ADDED_LIMIT", 3)
+    hosts = interception(Mode.RECORD)
+    before = len(hosts.providers)
+    named = [hosts.owner(f"h{n}.example.com") for n in range(5)]
+    assert named[:3] == ["h0.example.com", "h1.example.com", "h2.example.com"]
+    assert named[3:] == [None, None]  # not intercepted: tunnelled, or refused in a replay
+    assert len(hosts.providers) == before + 3
+    assert hosts.owner("h1.example.com") == "h1.example.com"  # those made keep working

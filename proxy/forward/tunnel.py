@@ -68,14 +68,17 @@ async def tunnel(
 
 
 def reaches_itself(client: asyncio.BaseTransport, far: asyncio.BaseTransport) -> bool:
-    """Whether `far` went back to this proxy's own port by another of this machine's names
-    (a connection to a local address leaves from that same address)."""
+    """Whether `far` went back to this proxy's own port: to the address the client reached,
+    or by another of this machine's names (a connection to a local address leaves from that
+    same address; not to 127.0.0.2, which it leaves from 127.0.0.1)."""
     own, peer, source = (
         client.get_extra_info("sockname"),
         far.get_extra_info("peername"),
         far.get_extra_info("sockname"),
     )
-    return bool(own and peer and source) and peer[1] == own[1] and peer[0] == source[0]
+    if not (own and peer and source) or peer[1] != own[1]:
+        return False
+    return peer[0] in (source[0], own[0])
 
 
 class Pending(asyncio.Protocol):

@@ -76,3 +76,15 @@ def test_a_body_that_comes_in_pieces_goes_on_whole(make_proxy: MakeProxy) -> Non
     assert answer.startswith(b"HTTP/1.1 200 ")
     head, _, body = up.requests[0].partition(b"\r\n\r\n")
     assert b"content-length: 10" in head.lower() and body == b"0123456789"
+
+
+def test_a_request_back_to_a_listener_on_another_loopback_address_is_refused(
+    make_proxy: MakeProxy,
+) -> None:
+    # (from 127.0.0.2, a connection leaves from 127.0.0.1: no longer this proxy's own, it
+    # looped through it, each turn a new connection, until no descriptor was left)
+    proxy = make_proxy(forward=True, mode="record", host="127.0.0.2")
+    own = proxy.url.removeprefix("http://")
+    with socket.create_connection(("127.0.0.2", int(own.rsplit(":", 1)[1])), timeout=10) as sock:
+        answer = ask(sock, f"http://{own}/x")
+    assert answer.startswith(b"HTTP/1.1 502 ") and b"this proxy" in answer

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import re
 from collections.abc import MutableMapping
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -16,6 +17,9 @@ from tapeproxy.providers import generic
 from tapeproxy.providers.base import Provider
 
 TLS_PORT = 443
+# A host name as DNS has it: a `#`, `?` or `@` in what a client names would make its
+# upstream's URL (https://evil.test#.example.com) reach another host.
+HOST_NAME = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*")
 # Hosts a `--intercept '*.example.com'` may turn into upstreams of their own (each a few KB,
 # held for the run): an agent talks to a handful; a crawl stops being decrypted past this.
 ADDED_LIMIT = 1024
@@ -105,6 +109,8 @@ class Interception:
         """The upstream that answers an intercepted `host`, or None when it is not intercepted.
         A host only `--intercept` names gets an upstream of its own, named by the host."""
         host = host.lower().rstrip(".")
+        if HOST_NAME.fullmatch(host) is None:
+            return None
         for pattern, name in self.owners:
             if matches(pattern, host):
                 if name is not None:

@@ -116,3 +116,13 @@ def test_the_upstreams_a_wildcard_makes_are_bounded(monkeypatch: pytest.MonkeyPa
     assert named[3:] == [None, None]  # not intercepted: tunnelled, or refused in a replay
     assert len(hosts.providers) == before + 3
     assert hosts.owner("h1.example.com") == "h1.example.com"  # those made keep working
+
+
+@pytest.mark.parametrize(
+    "host", ["evil.test#.example.com", "evil.test?.example.com", "me@evil.test.example.com"]
+)
+def test_a_host_that_is_no_dns_name_is_never_intercepted(host: str) -> None:
+    # (its upstream's URL, https://evil.test#.example.com, would have gone to evil.test)
+    assert interception(Mode.RECORD).owner(host) is None
+    with pytest.raises(BadRequest, match="malformed CONNECT target"):
+        authority(f"{host}:443")

@@ -109,7 +109,8 @@ def run_with_proxy(settings: Settings, argv: list[str], fail_on_miss: bool) -> i
         assert door is not None
         try:
             trust = Path(folder) / "bundle.pem"
-            trust.write_bytes(bundle(door.ca.pem))
+            own = [os.environ[n] for n in TRUST_VARIABLES if os.environ.get(n)]
+            trust.write_bytes(bundle(door.ca.pem, own))
             status = child(argv, environment(server.url, trust))
         finally:
             server.stop()

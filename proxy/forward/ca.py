@@ -4,6 +4,7 @@ only, name-constrained to the intercepted hosts; a leaf certificate and a server
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import os
@@ -194,16 +195,20 @@ class _piped:
         os.close(self._read)
 
 
-def bundle(ca_pem: bytes) -> bytes:
-    """The system's roots (certifi's when installed, else OpenSSL's default file) and the
-    run's CA: what a child process is told to trust."""
-    roots = b""
-    try:
-        import certifi
+def bundle(ca_pem: bytes, own: Iterable[str] = ()) -> bytes:
+    """What a child process is told to trust: the system's roots (OpenSSL's default file,
+    with the roots the machine's owner added; certifi's where there is none), the files
+    `own` names (those the user's environment named for trust: a company's root) and the
+    run's CA."""
+    default = ssl.get_default_verify_paths().cafile
+    files = [default] if default and Path(default).is_file() else []
+    if not files:
+        with contextlib.suppress(ImportError):
+            import certifi
 
-        roots = Path(certifi.where()).read_bytes()
-    except (ImportError, OSError):
-        default = ssl.get_default_verify_paths().cafile
-        if default and Path(default).is_file():
-            roots = Path(default).read_bytes()
-    return roots.rstrip(b"\n") + b"\n" + ca_pem
+            files.append(certifi.where())
+    parts = []
+    for name in dict.fromkeys([*files, *own]):  # (once each, in order)
+        with contextlib.suppress(OSError):
+            parts.append(Path(name).read_bytes().strip(b"\n"))
+    return b"\n".join([*parts, ca_pem])

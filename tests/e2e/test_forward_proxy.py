@@ -20,13 +20,19 @@ DEAD = "http://127.0.0.1:9"  # nothing listens: a replay that went upstream woul
 
 
 def tapeproxy_run(
-    cassettes: Path, mode: str, upstream: str, *cmd: str, extra: tuple[str, ...] = ()
+    cassettes: Path,
+    mode: str,
+    upstream: str,
+    *cmd: str,
+    extra: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """`tapeproxy run` in a subprocess, the providers pointed at `upstream`."""
+    """`tapeproxy run` in a subprocess, the providers pointed at `upstream`; `env` added to
+    its environment."""
     args = [sys.executable, "-m", "tapeproxy", "run", "--mode", mode, "--cassettes", str(cassettes)]
     for name in ("openai", "anthropic"):
         args += ["--upstream", f"{name}={upstream}"]
-    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()} | (env or {})
     return subprocess.run(
         [*args, *extra, "--", *cmd],
         capture_output=True,

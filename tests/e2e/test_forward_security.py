@@ -83,6 +83,18 @@ def test_a_host_not_intercepted_is_tunnelled_with_its_own_certificate(
     assert not [p for p in cassettes.rglob("*") if p.is_file() and p.suffix == ".json"]
 
 
+def test_the_roots_the_users_environment_names_are_still_trusted(
+    tmp_path: Path, own_ca_server: tuple[KeepAliveUpstream, Path]
+) -> None:
+    up, trust = own_ca_server  # (a company's root, say, that curl is told of)
+    curl = ("curl", "-sS", "--noproxy", "", up.url + "/x")
+    extra = ("--upstream", f"own={up.url}")
+    env = {"CURL_CA_BUNDLE": str(trust)}
+    done = tapeproxy_run(tmp_path / "cassettes", "record", up.url, *curl, extra=extra, env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"n": "ok"}
+
+
 def test_in_replay_it_is_refused_and_named(
     tmp_path: Path, own_ca_server: tuple[KeepAliveUpstream, Path]
 ) -> None:

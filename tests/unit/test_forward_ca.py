@@ -82,3 +82,6 @@ def test_the_bundle_holds_system_roots_and_the_run_ca() -> None:
     assert joined.endswith(ca.pem)
     assert joined.count(b"BEGIN CERTIFICATE") > 10
     assert b"PRIVATE KEY" not in joined
+    system = ssl.get_default_verify_paths().cafile
+    if system and Path(system).is_file():  # the machine's own roots, with what its owner added
+        assert joined.startswith(Path(system).read_bytes().strip(b"\n"))

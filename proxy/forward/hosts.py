@@ -30,14 +30,19 @@ log = logging.getLogger("tapeproxy")
 def dns_host(url: str) -> str | None:
     """The host of `url` when it is a DNS name a certificate can carry (not an IP address,
     not localhost, which a child reaches directly: NO_PROXY covers loopback)."""
-    host = (urlsplit(url).hostname or "").lower().rstrip(".")
-    if not host or host == "localhost" or host.endswith(".localhost"):
+    host = a_label((urlsplit(url).hostname or "").lower().rstrip("."))
+    if not host or host == "localhost" or host.endswith(".localhost") or _address(host):
         return None
+    return host if HOST_NAME.fullmatch(host) else None
+
+
+def a_label(host: str) -> str:
+    """`host` as DNS and certificates carry it (`bücher.example` -> `xn--bcher-kva.example`);
+    unchanged when it cannot be encoded (then no DNS name: never intercepted)."""
     try:
-        ipaddress.ip_address(host)
-    except ValueError:
+        return host.encode("idna").decode("ascii") if not host.isascii() else host
+    except UnicodeError:
         return host
-    return None
 
 
 def matches(pattern: str, host: str) -> bool:
@@ -54,9 +59,10 @@ def check_pattern(pattern: str, addresses: bool = False) -> str:
     if addresses and _address(name):
         return name
     bare = name[2:] if name.startswith("*.") else name
-    if not bare or "*" in bare or "/" in bare or ":" in bare or "." not in bare.strip("."):
+    if not HOST_NAME.fullmatch(bare) or "." not in bare:
         raise ValueError(
-            f"host pattern {pattern!r}: give a DNS name (api.example.com) or *.example.com"
+            f"host pattern {pattern!r}: give a DNS name (api.example.com, an international "
+            "one as xn--...) or *.example.com"
         )
     if dns_host(f"https://{bare}") is None:
         raise ValueError(

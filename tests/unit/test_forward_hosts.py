@@ -61,7 +61,21 @@ def test_what_is_tunnelled(mode: Mode, replaying: bool, tunnels: bool) -> None:
     assert hosts.may_tunnel("pypi.org")  # --allow-host
 
 
-@pytest.mark.parametrize("bad", ["", "*", "*.com", "a.*.com", "localhost", "10.0.0.1", "x/y.com"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "*",
+        "*.com",
+        "a.*.com",
+        "localhost",
+        "10.0.0.1",
+        "x/y.com",
+        "a#b.com",
+        "a..b.com",
+        "bücher.example",
+    ],  # (the last: a traceback from cryptography, as the CA was made)
+)
 def test_bad_intercept_patterns(bad: str) -> None:
     with pytest.raises(ValueError, match="host pattern"):
         check_pattern(bad)
@@ -71,6 +85,11 @@ def test_allow_host_may_name_an_address() -> None:
     assert check_pattern("127.0.0.1", addresses=True) == "127.0.0.1"
     assert check_pattern("[::1]", addresses=True) == "::1"
     assert check_pattern("*.Example.COM.") == "*.example.com"
+
+
+def test_an_upstream_named_by_an_international_name_is_intercepted_by_its_a_label() -> None:
+    hosts = interception(own="https://bücher.example/v1")
+    assert hosts.owner("xn--bcher-kva.example") == "own"
 
 
 def test_a_connect_head() -> None:

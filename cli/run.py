@@ -33,6 +33,8 @@ TRUST_VARIABLES = (
 )
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 FORWARDED = (signal.SIGTERM, signal.SIGHUP)
+# Hosts the summary names of those refused, and of those tunnelled (the rest are counted).
+SHOWN = 8
 # serve's options a run sets itself: a free loopback port, with the forward proxy on.
 PICKED = ("host", "port", "forward", "ready_file")
 
@@ -132,10 +134,16 @@ def summary(counts: Counters | None, refused: set[str], tunnelled: set[str]) -> 
     c = counts or Counters()
     line = f"tapeproxy: replayed {c.replayed}, recorded {c.recorded}, misses {c.misses}"
     if refused:
-        line += f"; refused {', '.join(sorted(refused))} (let one through with --allow-host)"
+        line += f"; refused {named(refused)} (let one through with --allow-host)"
     if tunnelled:
-        line += f"; tunnelled {', '.join(sorted(tunnelled))}"
+        line += f"; tunnelled {named(tunnelled)}"
     return line
+
+
+def named(targets: set[str]) -> str:
+    """The first SHOWN of `targets`, then how many more: one line, however many."""
+    shown = ", ".join(sorted(targets)[:SHOWN])
+    return shown if len(targets) <= SHOWN else f"{shown} and {len(targets) - SHOWN} more"
 
 
 def environment(url: str, trust: Path, intercepted: list[str]) -> dict[str, str]:

@@ -219,7 +219,7 @@ class Sniffing(asyncio.Protocol):
         return bool(own) and port == own[1] and (host == own[0] or host in names)
 
     def _handshake_failed(self, host: str, exc: BaseException) -> None:
-        reason = getattr(exc, "reason", None) or str(exc)
+        reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__  # (a reset: "")
         if any(word in str(exc).lower() for word in REJECTED):
             log.warning(
                 "a client refused tapeproxy's certificate for %s: trust the run's CA in %s",

@@ -170,6 +170,18 @@ def test_a_stalled_handshake_is_closed(
     assert "did not finish within 0.3 s" in logged(caplog, "did not finish")
 
 
+def test_a_client_leaving_mid_handshake_is_logged_with_a_reason(
+    make_proxy: MakeProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    proxy = make_proxy(forward=True)
+    sock, head = connect(proxy, "api.openai.com:443")
+    assert head.startswith(b"HTTP/1.1 200 ")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    sock.close()  # (a reset: its exception's text is empty)
+    text = logged(caplog, "TLS handshake for api.openai.com failed")
+    assert "TLS handshake for api.openai.com failed: ConnectionResetError" in text
+
+
 def test_a_client_refusing_our_certificate_gets_one_clear_log_line(
     make_proxy: MakeProxy, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import ipaddress
 import ssl
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
+from tapeproxy.forward import ca as ca_module
 from tapeproxy.forward.ca import RunCA, bundle
 
 
@@ -38,6 +40,18 @@ def test_covers_follows_the_constraints() -> None:
 def test_contexts_are_cached_per_host() -> None:
     ca = RunCA(["api.openai.com"])
     assert ca.context("api.openai.com") is ca.context("API.openai.com.")
+
+
+def test_a_long_serve_forward_outlives_its_first_leaves(monkeypatch: pytest.MonkeyPatch) -> None:
+    # (`serve --forward` in a compose stack runs for weeks: a CA and leaves of 7 days each
+    # failed every client after a week)
+    ca = RunCA(["api.openai.com"])
+    lasts = ca.certificate.not_valid_after_utc - ca.certificate.not_valid_before_utc
+    assert lasts >= datetime.timedelta(days=365)
+    first = ca.context("api.openai.com")
+    monkeypatch.setattr(ca_module, "LEAF_REFRESH", datetime.timedelta(0))  # a day later
+    assert ca.cached("api.openai.com") is None
+    assert ca.context("api.openai.com") is not first  # a fresh leaf
 
 
 async def handshake(ca: RunCA, leaf_host: str, client_host: str, trust: Path) -> None:

@@ -80,6 +80,9 @@ def outgoing(request: h11.Request) -> h11.Request:
     }
     upgrade = b"upgrade" in named and any(name == b"upgrade" for name, _ in request.headers)
     dropped = OURS | (named - {b"upgrade"} if upgrade else named)
+    if any(name == b"transfer-encoding" for name, _ in request.headers):
+        dropped |= {b"content-length"}  # (h11 frames by the chunks: a host reading the length
+        # would take the rest for another request)
     headers = [(name, value) for name, value in request.headers if name not in dropped]
     headers.append((b"connection", b"upgrade" if upgrade else b"close"))
     if not any(name == b"host" for name, _ in headers):  # (HTTP/1.0 needs none; h11 does)

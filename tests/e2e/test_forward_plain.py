@@ -88,3 +88,19 @@ def test_a_request_back_to_a_listener_on_another_loopback_address_is_refused(
     with socket.create_connection(("127.0.0.2", int(own.rsplit(":", 1)[1])), timeout=10) as sock:
         answer = ask(sock, f"http://{own}/x")
     assert answer.startswith(b"HTTP/1.1 502 ") and b"this proxy" in answer
+
+
+def test_a_length_beside_chunked_framing_is_not_passed_on(make_proxy: MakeProxy) -> None:
+    # (the host might read by the length, and the rest of the chunked body as a request)
+    proxy = make_proxy(forward=True, mode="record")
+    port = int(proxy.url.rsplit(":", 1)[1])
+    with KeepAliveUpstream() as up:
+        up.answer(OK)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            host = up.url.removeprefix("http://")
+            head = f"POST {up.url}/p HTTP/1.1\r\nHost: {host}\r\nContent-Length: 3\r\n"
+            chunked = b"Transfer-Encoding: chunked\r\n\r\n5\r\n01234\r\n0\r\n\r\n"
+            sock.sendall(head.encode() + chunked)
+            ask(sock, up.url + "/next")  # (to wait for it: this fake reads no chunked body)
+    sent = up.requests[0].lower()
+    assert b"transfer-encoding: chunked" in sent and b"content-length" not in sent

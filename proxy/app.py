@@ -58,7 +58,11 @@ class Server:
         self.app = self._app(settings)
         # `--forward`: uvicorn's protocol becomes the forward door's, which hands it every
         # request that is not a forward one (tapeproxy.forward.door).
-        self.forward = open_door(settings, self.app, providers, store) if settings.forward else None
+        self.forward = (
+            open_door(settings, self.app, providers, store, self.engine)
+            if settings.forward
+            else None
+        )
         self.protocol = sniffing(self.forward) if self.forward is not None else None
 
     def _app(self, settings: Settings) -> ASGIApp:

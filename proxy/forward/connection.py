@@ -167,7 +167,7 @@ class Sniffing(asyncio.Protocol):
         """A host that is not decrypted: its bytes tunnelled, or refused in a replay (a 403,
         or a close when the CONNECT was answered already)."""
         target, door = f"{request.host}:{request.port}", self.door
-        if not door.hosts.may_tunnel(request.host):
+        if not door.hosts.may_tunnel(request.host, await door.tunnels()):
             door.refuse(target, why)
             self._answer(
                 403, f"{target} ({why}): a replay does not reach the network; --allow-host"

@@ -5,14 +5,16 @@ Each connection's protocol is tapeproxy.forward.connection's."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tapeproxy.engine.core import Engine
 from tapeproxy.errors import ConfigError
 from tapeproxy.forward.ca import RunCA
-from tapeproxy.forward.hosts import Interception
+from tapeproxy.forward.hosts import Interception, tunnelling
 from tapeproxy.modes import Mode
 from tapeproxy.providers.base import Provider
 from tapeproxy.settings import Settings, is_loopback
@@ -25,9 +27,18 @@ class ForwardDoor:
     """The forward proxy of one server: its interception table, its run CA, and what it
     tunnelled or refused (for the end-of-run summary). `protocol` is uvicorn's protocol class."""
 
-    def __init__(self, settings: Settings, app: ASGIApp, hosts: Interception) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        app: ASGIApp,
+        hosts: Interception,
+        engine: Engine,
+        store: CassetteStore,
+    ) -> None:
         self.app = app
         self.hosts = hosts
+        self.engine = engine  # its mode and cassette in force, which a control PUT switches
+        self.store = store
         self.ca = RunCA(hosts.patterns)
         self.ca_file: Path | None = None
         self.guarded = not is_loopback(settings.host)
@@ -35,6 +46,20 @@ class ForwardDoor:
         self.connect_timeout = settings.connect_timeout
         self.refused: set[str] = set()
         self.tunnelled: set[str] = set()
+
+    async def tunnels(self) -> bool:
+        """Whether a host not intercepted is tunnelled in the mode in force now (a control
+        PUT may have switched it since the start): not in a replay, which never reaches the
+        network (`once` on a cassette that held recordings when its run began, or holds
+        some now when none is under way: as the run that begins will find it)."""
+        mode, cassette = self.engine.current.mode, self.engine.current.cassette
+        if mode is not Mode.ONCE:
+            return tunnelling(mode, False)
+        # (the runs under way, looked at without counting as a request reaching one)
+        run = next((r for r in self.engine.runs.all() if r.cassette == cassette), None)
+        if run is not None:
+            return tunnelling(mode, run.held)
+        return tunnelling(mode, bool(await asyncio.to_thread(self.store.entries, cassette)))
 
     def refuse(self, target: str, why: str) -> None:
         """`target` (`host:port`) refused: logged once, listed in the summary."""
@@ -50,15 +75,20 @@ class ForwardDoor:
 
 
 def open_door(
-    settings: Settings, app: ASGIApp, providers: dict[str, Provider], store: CassetteStore
+    settings: Settings,
+    app: ASGIApp,
+    providers: dict[str, Provider],
+    store: CassetteStore,
+    engine: Engine,
 ) -> ForwardDoor:
     """The forward door of a server: its CA made, its certificate written where clients
-    are told to find it (`--ca-cert`, else the library's state folder)."""
+    are told to find it (`--ca-cert`, else the library's state folder); `engine` is the
+    server's (its mode in force decides what a host not intercepted gets)."""
     replaying = settings.mode is Mode.ONCE and bool(store.entries(settings.cassette))
     hosts = Interception(
         providers, settings.intercept, settings.allow_host, settings.mode, replaying
     )
-    door = ForwardDoor(settings, app, hosts)
+    door = ForwardDoor(settings, app, hosts, engine, store)
     door.ca_file = settings.ca_cert or default_ca_file(settings.cassettes)
     try:
         door.ca.write_certificate(door.ca_file)

@@ -101,10 +101,7 @@ class Interception:
         self.owners += [(pattern, None) for pattern in intercept]
         self.allow = allow
         self.added = 0  # upstreams made for hosts only `--intercept` names
-        # What a replay cannot do: reach the network. Everything else tunnels the bytes.
-        self.tunnels = mode in (Mode.RECORD, Mode.AUTO, Mode.PASSTHROUGH) or (
-            mode is Mode.ONCE and not replaying
-        )
+        self.tunnels = tunnelling(mode, replaying)  # (at the start: the door follows the mode)
 
     @property
     def patterns(self) -> list[str]:
@@ -142,9 +139,19 @@ class Interception:
         self.providers[host] = generic(host, f"https://{host}")
         return True
 
-    def may_tunnel(self, host: str) -> bool:
-        """Whether a host that is not intercepted is tunnelled (else refused)."""
-        return self.tunnels or any(matches(p, host.lower().rstrip(".")) for p in self.allow)
+    def may_tunnel(self, host: str, tunnels: bool | None = None) -> bool:
+        """Whether a host that is not intercepted is tunnelled (else refused); `tunnels`:
+        whether the mode in force tunnels (None: the mode at the start)."""
+        tunnels = self.tunnels if tunnels is None else tunnels
+        return tunnels or any(matches(p, host.lower().rstrip(".")) for p in self.allow)
+
+
+def tunnelling(mode: Mode, replaying: bool) -> bool:
+    """Whether `mode` tunnels a host not intercepted (`replaying`: a `once` cassette that held
+    recordings). What a replay cannot do: reach the network; everything else may."""
+    return mode in (Mode.RECORD, Mode.AUTO, Mode.PASSTHROUGH) or (
+        mode is Mode.ONCE and not replaying
+    )
 
 
 def _address(name: str) -> bool:

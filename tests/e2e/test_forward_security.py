@@ -108,6 +108,39 @@ def test_in_replay_it_is_refused_and_named(
     assert up.connections == 0
 
 
+def test_a_mode_switched_to_replay_refuses_the_hosts_not_intercepted(
+    make_proxy: MakeProxy, own_ca_server: tuple[KeepAliveUpstream, Path]
+) -> None:
+    up, _ = own_ca_server
+    proxy = make_proxy(forward=True, mode="record", upstream={"own": up.url})  # (its port)
+    switched = httpx.put(proxy.url + "/__tapeproxy/cassette", json={"mode": "replay"})
+    assert switched.status_code == 200, switched.text
+    sock, head = connect(proxy, up.url.removeprefix("https://"))
+    sock.close()
+    assert head.startswith(b"HTTP/1.1 403 ") and up.connections == 0
+    httpx.put(proxy.url + "/__tapeproxy/cassette", json={"mode": "record"})
+    sock, head = connect(proxy, up.url.removeprefix("https://"))
+    sock.close()
+    assert head.startswith(b"HTTP/1.1 200 ")
+
+
+def test_once_refuses_them_on_a_cassette_switched_to_that_holds_recordings(
+    make_proxy: MakeProxy, own_ca_server: tuple[KeepAliveUpstream, Path]
+) -> None:
+    up, _ = own_ca_server
+    proxy = make_proxy(forward=True, mode="record", cassette="full", upstream={"own": up.url})
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+    assert httpx.post(proxy.url + "/openai/v1/chat/completions", json=body).status_code == 200
+    statuses = []
+    for cassette in ("full", "empty"):
+        put = {"cassette": cassette, "mode": "once"}
+        assert httpx.put(proxy.url + "/__tapeproxy/cassette", json=put).status_code == 200
+        sock, head = connect(proxy, up.url.removeprefix("https://"))
+        sock.close()
+        statuses.append(head.split(b" ")[1])
+    assert statuses == [b"403", b"200"]
+
+
 def test_no_key_material_on_disk_after_the_run(tmp_path: Path, fake: FakeUpstream) -> None:
     cassettes = tmp_path / "cassettes"
     keep = "import os, shutil; shutil.copy(os.environ['SSL_CERT_FILE'], 'bundle-copy.pem')"

@@ -70,8 +70,9 @@ class OneRequest(Pipe):
 
 
 def outgoing(request: h11.Request) -> h11.Request:
-    """`request` as the host gets it: the proxy's headers (and those its Connection names)
-    dropped; `Connection: close`, unless it asks for an upgrade."""
+    """`request` as the host gets it: in origin-form (`/path?query`), the proxy's headers
+    (and those its Connection names) dropped; `Connection: close`, unless it asks for an
+    upgrade."""
     named = {
         token.strip().lower()
         for name, value in request.headers
@@ -85,6 +86,8 @@ def outgoing(request: h11.Request) -> h11.Request:
         # would take the rest for another request)
     headers = [(name, value) for name, value in request.headers if name not in dropped]
     headers.append((b"connection", b"upgrade" if upgrade else b"close"))
+    url = urlsplit(request.target.decode("latin-1"))
     if not any(name == b"host" for name, _ in headers):  # (HTTP/1.0 needs none; h11 does)
-        headers.append((b"host", urlsplit(request.target.decode("latin-1")).netloc.encode()))
-    return h11.Request(method=request.method, target=request.target, headers=headers)
+        headers.append((b"host", url.netloc.encode()))
+    target = (url.path or "/") + (f"?{url.query}" if url.query else "")  # origin-form
+    return h11.Request(method=request.method, target=target.encode("latin-1"), headers=headers)

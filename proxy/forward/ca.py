@@ -9,6 +9,7 @@ import datetime
 import ipaddress
 import os
 import ssl
+import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -168,11 +169,18 @@ class RunCA:
         return context
 
     def write_certificate(self, path: Path) -> None:
-        """The CA's certificate (never its key) in `path`, written aside and renamed."""
+        """The CA's certificate (never its key) in `path`, written aside (under a name no one
+        could plant a link at: `path` may be in /tmp) and renamed; readable by all."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        aside = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        aside.write_bytes(self.pem)
-        os.replace(aside, path)
+        handle, aside = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(handle, "wb") as file:
+                file.write(self.pem)
+            os.chmod(aside, 0o644)  # (mkstemp's 0600: a client in another container reads it)
+            os.replace(aside, path)
+        except BaseException:
+            Path(aside).unlink(missing_ok=True)
+            raise
 
 
 def name_constraints(names: Iterable[str]) -> x509.NameConstraints:

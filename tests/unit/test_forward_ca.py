@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import ipaddress
+import os
 import ssl
 from pathlib import Path
 
@@ -99,3 +100,16 @@ def test_the_bundle_holds_system_roots_and_the_run_ca() -> None:
     system = ssl.get_default_verify_paths().cafile
     if system and Path(system).is_file():  # the machine's own roots, with what its owner added
         assert joined.startswith(Path(system).read_bytes().strip(b"\n"))
+
+
+def test_the_certificate_is_written_through_no_planted_link(tmp_path: Path) -> None:
+    # (`--ca-cert /tmp/ca.pem`: another user of /tmp could plant the name it was written
+    # aside under, a link to a file of ours, and have it overwritten)
+    victim = tmp_path / "victim"
+    victim.write_text("mine")
+    (tmp_path / f".ca.pem.{os.getpid()}.tmp").symlink_to(victim)
+    ca = RunCA(["api.openai.com"])
+    ca.write_certificate(tmp_path / "ca.pem")
+    assert victim.read_text() == "mine"
+    assert (tmp_path / "ca.pem").read_bytes() == ca.pem
+    assert (tmp_path / "ca.pem").stat().st_mode & 0o777 == 0o644  # for other containers

@@ -34,6 +34,8 @@ TRUST_VARIABLES = (
 )
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 FORWARDED = (signal.SIGTERM, signal.SIGHUP)
+# Hosts the summary names of those refused, and of those tunnelled (the rest are counted).
+SHOWN = 8
 # serve's options a run sets itself: a free loopback port, with the forward proxy on.
 PICKED = ("host", "port", "forward", "ready_file")
 
@@ -110,8 +112,9 @@ def run_with_proxy(settings: Settings, argv: list[str], fail_on_miss: bool) -> i
         assert door is not None
         try:
             trust = Path(folder) / "bundle.pem"
-            trust.write_bytes(bundle(door.ca.pem))
-            status = child(argv, environment(server.url, trust))
+            own = [os.environ[n] for n in TRUST_VARIABLES if os.environ.get(n)]
+            trust.write_bytes(bundle(door.ca.pem, own))
+            status = child(argv, environment(server.url, trust, door.hosts.patterns))
         finally:
             server.stop()
     final = server.server.final
@@ -132,23 +135,45 @@ def summary(counts: Counters | None, refused: set[str], tunnelled: set[str]) -> 
     c = counts or Counters()
     line = f"tapeproxy: replayed {c.replayed}, recorded {c.recorded}, misses {c.misses}"
     if refused:
-        line += f"; refused {', '.join(sorted(refused))} (let one through with --allow-host)"
+        line += f"; refused {named(refused)} (let one through with --allow-host)"
     if tunnelled:
-        line += f"; tunnelled {', '.join(sorted(tunnelled))}"
+        line += f"; tunnelled {named(tunnelled)}"
     return line
 
 
-def environment(url: str, trust: Path) -> dict[str, str]:
-    """The user's environment with the proxy and the CA bundle set for CMD (theirs unchanged)."""
+def named(targets: set[str]) -> str:
+    """The first SHOWN of `targets`, then how many more: one line, however many."""
+    shown = ", ".join(sorted(targets)[:SHOWN])
+    return shown if len(targets) <= SHOWN else f"{shown} and {len(targets) - SHOWN} more"
+
+
+def environment(url: str, trust: Path, intercepted: list[str]) -> dict[str, str]:
+    """The user's environment with the proxy and the CA bundle set for CMD (theirs unchanged):
+    their NO_PROXY kept but for what covers an `intercepted` host (a `*` in CI, say), which
+    would reach it directly, recorded never and in a replay over the network."""
     env = dict(os.environ)
     for name in PROXY_VARIABLES:
         env[name] = url
-    kept = [h for h in env.get("NO_PROXY", env.get("no_proxy", "")).split(",") if h.strip()]
+    given = [h.strip() for h in env.get("NO_PROXY", env.get("no_proxy", "")).split(",")]
+    bypass = [h for h in given if h and any(covers(h, i) for i in intercepted)]
+    if bypass:
+        log.warning("tapeproxy run: NO_PROXY: dropped %s (intercepted hosts)", ", ".join(bypass))
+    kept = [h for h in given if h and h not in bypass]
     env["NO_PROXY"] = env["no_proxy"] = ",".join([*kept, *(h for h in LOOPBACK if h not in kept)])
     env["NODE_USE_ENV_PROXY"] = "1"
     for name in TRUST_VARIABLES:
         env[name] = str(trust)
     return env
+
+
+def covers(entry: str, pattern: str) -> bool:
+    """Whether a NO_PROXY `entry` (`*`, `example.com`, `.example.com`, `*.example.com`: each
+    the name and those below it, as curl and requests read it) takes in a host `pattern`
+    matches (`*.example.com` too)."""
+    name = entry.lower().removeprefix("*").lstrip(".").rstrip(".").partition(":")[0]
+    host, below = pattern.removeprefix("*."), pattern.startswith("*.")
+    inside = below and name.endswith("." + host)  # a name a wildcard pattern takes in
+    return entry == "*" or host == name or host.endswith("." + name) or inside
 
 
 def child(argv: list[str], env: dict[str, str]) -> int:

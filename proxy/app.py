@@ -61,10 +61,11 @@ class Server:
         self.app = self._app(settings)
         # `--forward`: uvicorn's protocol becomes the forward door's, which hands it every
         # request that is not a forward one (tapeproxy.forward.door).
-        self.forward = None
-        if settings.forward:
-            upstream = lambda: self.engine.upstream  # noqa: E731 (made in the lifespan)
-            self.forward = open_door(settings, self.app, providers, store, upstream)
+        self.forward = (
+            open_door(settings, self.app, providers, store, self.engine)
+            if settings.forward
+            else None
+        )
         self.protocol = sniffing(self.forward) if self.forward is not None else None
 
     def _app(self, settings: Settings) -> ASGIApp:

@@ -4,10 +4,12 @@ only, name-constrained to the intercepted hosts; a leaf certificate and a server
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import os
 import ssl
+import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -21,8 +23,12 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 # Hosts whose TLS contexts are kept (a context with its leaf is ~10 KB): an agent talks to a
 # handful of hosts; a crawl through `--intercept '*.example.com'` evicts the oldest.
 CONTEXTS = 256
-# A run lasts minutes to hours; a CA that outlives a clock skew of a day either way is enough.
-VALID = datetime.timedelta(days=7)
+# A `run` lasts minutes, a `serve --forward` in a compose stack weeks: the CA lasts a year
+# (its key dies with the process, so no one can sign with it after), each leaf a week, made
+# anew when a day old; both from a day back, for a client's clock that runs late.
+VALID = datetime.timedelta(days=365)
+LEAF_VALID = datetime.timedelta(days=7)
+LEAF_REFRESH = datetime.timedelta(days=1)
 SKEW = datetime.timedelta(days=1)
 
 
@@ -88,7 +94,7 @@ class RunCA:
             .sign(self._key, hashes.SHA256())
         )
         self.pem = self.certificate.public_bytes(serialization.Encoding.PEM)
-        self._contexts: OrderedDict[str, ssl.SSLContext] = OrderedDict()
+        self._contexts: OrderedDict[str, tuple[datetime.datetime, ssl.SSLContext]] = OrderedDict()
         self._lock = threading.Lock()  # contexts are made in worker threads
         self._probe: ssl.SSLContext | None = None
 
@@ -108,7 +114,7 @@ class RunCA:
             .public_key(self._leaf_key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - SKEW)
-            .not_valid_after(now + VALID)
+            .not_valid_after(now + LEAF_VALID)
             .add_extension(x509.SubjectAlternativeName([x509.DNSName(host)]), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
@@ -119,27 +125,30 @@ class RunCA:
         )
 
     def cached(self, host: str) -> ssl.SSLContext | None:
-        """`host`'s context if it was made already (no signing: fine on the event loop)."""
-        with self._lock:
-            found = self._contexts.get(host.lower().rstrip("."))
-            if found is not None:
-                self._contexts.move_to_end(host.lower().rstrip("."))
-            return found
-
-    def context(self, host: str) -> ssl.SSLContext:
-        """The server-side context for `host` (made once, then from the cache)."""
+        """`host`'s context if one was made less than LEAF_REFRESH ago (no signing: fine on
+        the event loop)."""
         host = host.lower().rstrip(".")
         with self._lock:
             found = self._contexts.get(host)
-            if found is not None:
-                self._contexts.move_to_end(host)
-                return found
-        made = self._make_context(host)
+            if found is None or datetime.datetime.now(datetime.UTC) - found[0] >= LEAF_REFRESH:
+                return None
+            self._contexts.move_to_end(host)
+            return found[1]
+
+    def context(self, host: str) -> ssl.SSLContext:
+        """The server-side context for `host` (made when first asked and when a day old;
+        from the cache in between)."""
+        found = self.cached(host)
+        if found is not None:
+            return found
+        host = host.lower().rstrip(".")
+        made = (datetime.datetime.now(datetime.UTC), self._make_context(host))
         with self._lock:
             self._contexts[host] = made
+            self._contexts.move_to_end(host)
             while len(self._contexts) > CONTEXTS:
                 self._contexts.popitem(last=False)
-        return made
+        return made[1]
 
     def probe(self) -> ssl.SSLContext:
         """A context offering `http/1.1` then `h2`, to learn what a client offers
@@ -166,11 +175,18 @@ class RunCA:
         return context
 
     def write_certificate(self, path: Path) -> None:
-        """The CA's certificate (never its key) in `path`, written aside and renamed."""
+        """The CA's certificate (never its key) in `path`, written aside (under a name no one
+        could plant a link at: `path` may be in /tmp) and renamed; readable by all."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        aside = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        aside.write_bytes(self.pem)
-        os.replace(aside, path)
+        handle, aside = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(handle, "wb") as file:
+                file.write(self.pem)
+            os.chmod(aside, 0o644)  # (mkstemp's 0600: a client in another container reads it)
+            os.replace(aside, path)
+        except BaseException:
+            Path(aside).unlink(missing_ok=True)
+            raise
 
 
 def name_constraints(names: Iterable[str]) -> x509.NameConstraints:
@@ -200,16 +216,20 @@ class _piped:
         os.close(self._read)
 
 
-def bundle(ca_pem: bytes) -> bytes:
-    """The system's roots (certifi's when installed, else OpenSSL's default file) and the
-    run's CA: what a child process is told to trust."""
-    roots = b""
-    try:
-        import certifi
+def bundle(ca_pem: bytes, own: Iterable[str] = ()) -> bytes:
+    """What a child process is told to trust: the system's roots (OpenSSL's default file,
+    with the roots the machine's owner added; certifi's where there is none), the files
+    `own` names (those the user's environment named for trust: a company's root) and the
+    run's CA."""
+    default = ssl.get_default_verify_paths().cafile
+    files = [default] if default and Path(default).is_file() else []
+    if not files:
+        with contextlib.suppress(ImportError):
+            import certifi
 
-        roots = Path(certifi.where()).read_bytes()
-    except (ImportError, OSError):
-        default = ssl.get_default_verify_paths().cafile
-        if default and Path(default).is_file():
-            roots = Path(default).read_bytes()
-    return roots.rstrip(b"\n") + b"\n" + ca_pem
+            files.append(certifi.where())
+    parts = []
+    for name in dict.fromkeys([*files, *own]):  # (once each, in order)
+        with contextlib.suppress(OSError):
+            parts.append(Path(name).read_bytes().strip(b"\n"))
+    return b"\n".join([*parts, ca_pem])

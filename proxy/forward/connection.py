@@ -17,6 +17,7 @@ from starlette.types import ASGIApp
 from tapeproxy.doors.head_limits import HEAD_LIMIT, HEAD_SECONDS, HeadLimitedProtocol
 from tapeproxy.forward.door import ForwardDoor, Mapped
 from tapeproxy.forward.hello import offers_h2_only
+from tapeproxy.forward.plain import OneRequest
 from tapeproxy.forward.request import BadRequest, ProxyRequest, parse_head, proxy_auth_ok
 from tapeproxy.forward.tunnel import Pending, tunnel
 
@@ -153,15 +154,20 @@ class Sniffing(asyncio.Protocol):
             assert self.transport is not None
             self.transport.resume_reading()  # (paused while the head was looked at)
             return
-        await self._pass(request, b"", bytes(self.buffer))
+        await self._pass(request, b"", bytes(self.buffer), near=OneRequest)
 
     async def _pass(
-        self, request: ProxyRequest, reply: bytes, first: bytes, why: str = NOT_INTERCEPTED
+        self,
+        request: ProxyRequest,
+        reply: bytes,
+        first: bytes,
+        why: str = NOT_INTERCEPTED,
+        near: type[OneRequest] | None = None,
     ) -> None:
         """A host that is not decrypted: its bytes tunnelled, or refused in a replay (a 403,
         or a close when the CONNECT was answered already)."""
         target, door = f"{request.host}:{request.port}", self.door
-        if not door.hosts.may_tunnel(request.host):
+        if not door.hosts.may_tunnel(request.host, await door.tunnels()):
             door.refuse(target, why)
             self._answer(
                 403, f"{target} ({why}): a replay does not reach the network; --allow-host"
@@ -170,7 +176,13 @@ class Sniffing(asyncio.Protocol):
         assert self.transport is not None
         try:
             await tunnel(
-                self.transport, request.host, request.port, reply, first, door.connect_timeout
+                self.transport,
+                request.host,
+                request.port,
+                reply,
+                first,
+                door.connect_timeout,
+                near,
             )
         except OSError as exc:
             self._answer(502, f"could not reach {target}: {exc.strerror or exc}")
@@ -207,7 +219,7 @@ class Sniffing(asyncio.Protocol):
         return bool(own) and port == own[1] and (host == own[0] or host in names)
 
     def _handshake_failed(self, host: str, exc: BaseException) -> None:
-        reason = getattr(exc, "reason", None) or str(exc)
+        reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__  # (a reset: "")
         if any(word in str(exc).lower() for word in REJECTED):
             log.warning(
                 "a client refused tapeproxy's certificate for %s: trust the run's CA in %s",

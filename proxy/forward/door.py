@@ -5,29 +5,24 @@ Each connection's protocol is tapeproxy.forward.connection's."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
 from pathlib import Path
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tapeproxy.engine.core import Engine
 from tapeproxy.errors import ConfigError
 from tapeproxy.forward.ca import RunCA
-from tapeproxy.forward.hosts import Interception
+from tapeproxy.forward.hosts import Interception, tunnelling
 from tapeproxy.forward.minting import Minting
 from tapeproxy.forward.mints import MINTS
 from tapeproxy.modes import Mode
 from tapeproxy.providers.base import Provider
 from tapeproxy.settings import Settings, is_loopback
 from tapeproxy.store.protocol import CassetteStore
-from tapeproxy.upstream.protocol import Upstream
 
 log = logging.getLogger("tapeproxy")
-
-# A client that opens a tunnel and never finishes its TLS handshake is closed after this.
-HANDSHAKE_SECONDS = 10.0
-# What a client that refuses our certificate says, in OpenSSL's words.
-REJECTED = ("unknown ca", "bad certificate", "certificate unknown", "unsupported certificate")
 
 
 class ForwardDoor:
@@ -39,10 +34,13 @@ class ForwardDoor:
         settings: Settings,
         app: ASGIApp,
         hosts: Interception,
-        upstream: Callable[[], Upstream | None],
+        engine: Engine,
+        store: CassetteStore,
     ) -> None:
         self.app = app
         self.hosts = hosts
+        self.engine = engine  # its mode and cassette in force, which a control PUT switches
+        self.store = store
         self.ca = RunCA(hosts.patterns)
         self.ca_file: Path | None = None
         self.guarded = not is_loopback(settings.host)
@@ -52,7 +50,21 @@ class ForwardDoor:
         self.tunnelled: set[str] = set()
         # A mint goes live where the run does (or the provider its tokens are for does).
         live = {m.name for m in MINTS.values() if hosts.tunnels or m.serves in settings.live}
-        self.minting = Minting(frozenset(live), upstream, settings.upstream)
+        self.minting = Minting(frozenset(live), lambda: engine.upstream, settings.upstream)
+
+    async def tunnels(self) -> bool:
+        """Whether a host not intercepted is tunnelled in the mode in force now (a control
+        PUT may have switched it since the start): not in a replay, which never reaches the
+        network (`once` on a cassette that held recordings when its run began, or holds
+        some now when none is under way: as the run that begins will find it)."""
+        mode, cassette = self.engine.current.mode, self.engine.current.cassette
+        if mode is not Mode.ONCE:
+            return tunnelling(mode, False)
+        # (the runs under way, looked at without counting as a request reaching one)
+        run = next((r for r in self.engine.runs.all() if r.cassette == cassette), None)
+        if run is not None:
+            return tunnelling(mode, run.held)
+        return tunnelling(mode, bool(await asyncio.to_thread(self.store.entries, cassette)))
 
     def refuse(self, target: str, why: str) -> None:
         """`target` (`host:port`) refused: logged once, listed in the summary."""
@@ -72,16 +84,17 @@ def open_door(
     app: ASGIApp,
     providers: dict[str, Provider],
     store: CassetteStore,
-    upstream: Callable[[], Upstream | None],
+    engine: Engine,
 ) -> ForwardDoor:
     """The forward door of a server: its CA made, its certificate written where clients
-    are told to find it (`--ca-cert`, else the library's state folder); `upstream`, the
-    server's client, for the mints that go live."""
+    are told to find it (`--ca-cert`, else the library's state folder); `engine` is the
+    server's (its mode in force decides what a host not intercepted gets; its upstream client
+    sends the mints that go live)."""
     replaying = settings.mode is Mode.ONCE and bool(store.entries(settings.cassette))
     hosts = Interception(
         providers, settings.intercept, settings.allow_host, settings.mode, replaying
     )
-    door = ForwardDoor(settings, app, hosts, upstream)
+    door = ForwardDoor(settings, app, hosts, engine, store)
     door.ca_file = settings.ca_cert or default_ca_file(settings.cassettes)
     try:
         door.ca.write_certificate(door.ca_file)
@@ -133,7 +146,8 @@ class Mapped:
             owner = self.hosts.owner(host[0] or host[2])
         if owner is None:
             body = b"tapeproxy: this connection carries intercepted hosts only\n"
-            await send({"type": "http.response.start", "status": 403, "headers": []})
+            close = [(b"connection", b"close")]
+            await send({"type": "http.response.start", "status": 403, "headers": close})
             await send({"type": "http.response.body", "body": body})
             return
         if owner in MINTS and self.minting is not None:
@@ -141,4 +155,17 @@ class Mapped:
             return
         raw = scope.get("raw_path") or scope["path"].encode()
         scope = dict(scope, path=f"/{owner}{scope['path']}", raw_path=f"/{owner}".encode() + raw)
-        await self.app(scope, receive, send)
+        await self.app(scope, receive, send if self.hosts is None else closing(send))
+
+
+def closing(send: Send) -> Send:
+    """`send` with `Connection: close` on the answer: a plain-HTTP connection carries one
+    request, so the client's next, maybe for a host not intercepted, comes on a new one."""
+
+    async def closed(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = [*message.get("headers", []), (b"connection", b"close")]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return closed

@@ -4,6 +4,8 @@ refuses, or lets a CONNECT reach (pure, but for the generic upstreams `--interce
 from __future__ import annotations
 
 import ipaddress
+import logging
+import re
 from collections.abc import MutableMapping
 from fnmatch import fnmatchcase
 from typing import Annotated
@@ -17,19 +19,32 @@ from tapeproxy.providers import generic
 from tapeproxy.providers.base import Provider
 
 TLS_PORT = 443
+# A host name as DNS has it: a `#`, `?` or `@` in what a client names would make its
+# upstream's URL (https://evil.test#.example.com) reach another host.
+HOST_NAME = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*")
+# Hosts a `--intercept '*.example.com'` may turn into upstreams of their own (each a few KB,
+# held for the run): an agent talks to a handful; a crawl stops being decrypted past this.
+ADDED_LIMIT = 1024
+
+log = logging.getLogger("tapeproxy")
 
 
 def dns_host(url: str) -> str | None:
     """The host of `url` when it is a DNS name a certificate can carry (not an IP address,
     not localhost, which a child reaches directly: NO_PROXY covers loopback)."""
-    host = (urlsplit(url).hostname or "").lower().rstrip(".")
-    if not host or host == "localhost" or host.endswith(".localhost"):
+    host = a_label((urlsplit(url).hostname or "").lower().rstrip("."))
+    if not host or host == "localhost" or host.endswith(".localhost") or _address(host):
         return None
+    return host if HOST_NAME.fullmatch(host) else None
+
+
+def a_label(host: str) -> str:
+    """`host` as DNS and certificates carry it (`bücher.example` -> `xn--bcher-kva.example`);
+    unchanged when it cannot be encoded (then no DNS name: never intercepted)."""
     try:
-        ipaddress.ip_address(host)
-    except ValueError:
+        return host.encode("idna").decode("ascii") if not host.isascii() else host
+    except UnicodeError:
         return host
-    return None
 
 
 def matches(pattern: str, host: str) -> bool:
@@ -53,9 +68,10 @@ def check_pattern(pattern: str, addresses: bool = False) -> str:
     if addresses and _address(name):
         return name
     bare = name[2:] if name.startswith("*.") else name
-    if not bare or "*" in bare or "/" in bare or ":" in bare or "." not in bare.strip("."):
+    if not HOST_NAME.fullmatch(bare) or "." not in bare:
         raise ValueError(
-            f"host pattern {pattern!r}: give a DNS name (api.example.com) or *.example.com"
+            f"host pattern {pattern!r}: give a DNS name (api.example.com, an international "
+            "one as xn--...) or *.example.com"
         )
     if dns_host(f"https://{bare}") is None:
         raise ValueError(
@@ -94,10 +110,8 @@ class Interception:
         self.owners += [(mint.host, mint.name) for mint in MINTS.values()]  # never recorded
         self.owners += [(pattern, None) for pattern in intercept]
         self.allow = allow
-        # What a replay cannot do: reach the network. Everything else tunnels the bytes.
-        self.tunnels = mode in (Mode.RECORD, Mode.AUTO, Mode.PASSTHROUGH) or (
-            mode is Mode.ONCE and not replaying
-        )
+        self.added = 0  # upstreams made for hosts only `--intercept` names
+        self.tunnels = tunnelling(mode, replaying)  # (at the start: the door follows the mode)
 
     @property
     def patterns(self) -> list[str]:
@@ -108,18 +122,46 @@ class Interception:
         """The upstream that answers an intercepted `host`, or None when it is not intercepted.
         A host only `--intercept` names gets an upstream of its own, named by the host."""
         host = host.lower().rstrip(".")
+        if HOST_NAME.fullmatch(host) is None:
+            return None
         for pattern, name in self.owners:
             if matches(pattern, host):
                 if name is not None:
                     return name
-                if host not in self.providers:
-                    self.providers[host] = generic(host, f"https://{host}")
-                return host
+                return host if self._added(host) else None
         return None
 
-    def may_tunnel(self, host: str) -> bool:
-        """Whether a host that is not intercepted is tunnelled (else refused)."""
-        return self.tunnels or any(matches(p, host.lower().rstrip(".")) for p in self.allow)
+    def _added(self, host: str) -> bool:
+        """Whether `host` has its own upstream (made now, unless ADDED_LIMIT were reached)."""
+        if host in self.providers:
+            return True
+        if self.added >= ADDED_LIMIT:
+            if self.added == ADDED_LIMIT:  # said once
+                log.warning(
+                    "--intercept matched more than %d hosts: the others, %s first, are not "
+                    "intercepted",
+                    ADDED_LIMIT,
+                    host,
+                )
+                self.added += 1
+            return False
+        self.added += 1
+        self.providers[host] = generic(host, f"https://{host}")
+        return True
+
+    def may_tunnel(self, host: str, tunnels: bool | None = None) -> bool:
+        """Whether a host that is not intercepted is tunnelled (else refused); `tunnels`:
+        whether the mode in force tunnels (None: the mode at the start)."""
+        tunnels = self.tunnels if tunnels is None else tunnels
+        return tunnels or any(matches(p, host.lower().rstrip(".")) for p in self.allow)
+
+
+def tunnelling(mode: Mode, replaying: bool) -> bool:
+    """Whether `mode` tunnels a host not intercepted (`replaying`: a `once` cassette that held
+    recordings). What a replay cannot do: reach the network; everything else may."""
+    return mode in (Mode.RECORD, Mode.AUTO, Mode.PASSTHROUGH) or (
+        mode is Mode.ONCE and not replaying
+    )
 
 
 def _address(name: str) -> bool:

@@ -6,10 +6,14 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
+import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import h11
+
+# A CONNECT's host: a DNS name or an IP address (v6 without its brackets), nothing else.
+NAME = re.compile(r"[A-Za-z0-9_.:-]+")
 
 
 class BadRequest(Exception):
@@ -56,7 +60,7 @@ def authority(target: str) -> tuple[str, int]:
     """A CONNECT's `host:port` (`[::1]:443` too); BadRequest for anything else."""
     host, sep, port = target.rpartition(":")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or "/" in host:
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not NAME.fullmatch(host):
         raise BadRequest(f"malformed CONNECT target {target[:200]!r}: expected HOST:PORT")
     return host.lower().rstrip("."), int(port)
 

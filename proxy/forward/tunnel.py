@@ -4,6 +4,7 @@ that holds what a freshly decrypted tunnel reads until its HTTP protocol takes o
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 
 class Pipe(asyncio.Protocol):
@@ -37,12 +38,18 @@ class Pipe(asyncio.Protocol):
 
 
 async def tunnel(
-    client: asyncio.Transport, host: str, port: int, reply: bytes, first: bytes, seconds: float
+    client: asyncio.Transport,
+    host: str,
+    port: int,
+    reply: bytes,
+    first: bytes,
+    seconds: float,
+    near: Callable[[asyncio.Transport, asyncio.Transport], Pipe] | None = None,
 ) -> None:
     """Connect to `host:port` (OSError if it cannot be reached within `seconds`), send the
-    client `reply` and the host `first`, then carry bytes both ways until either side ends."""
+    client `reply` and the host `first`, then carry bytes both ways until either side ends;
+    what the client sends goes through `near(client, far)` (default: a Pipe, as it came)."""
     loop = asyncio.get_running_loop()
-    near = Pipe()
     try:
         async with asyncio.timeout(seconds):
             far, _ = await loop.create_connection(lambda: Pipe(client), host, port)
@@ -51,24 +58,27 @@ async def tunnel(
     if reaches_itself(client, far):
         far.close()
         raise OSError("that address is this proxy")
-    near.peer = far
-    client.set_protocol(near)
+    side = Pipe(far) if near is None else near(client, far)
+    client.set_protocol(side)
     if reply:
         client.write(reply)
     if first:
-        far.write(first)
+        side.data_received(first)
     client.resume_reading()
 
 
 def reaches_itself(client: asyncio.BaseTransport, far: asyncio.BaseTransport) -> bool:
-    """Whether `far` went back to this proxy's own port by another of this machine's names
-    (a connection to a local address leaves from that same address)."""
+    """Whether `far` went back to this proxy's own port: to the address the client reached,
+    or by another of this machine's names (a connection to a local address leaves from that
+    same address; not to 127.0.0.2, which it leaves from 127.0.0.1)."""
     own, peer, source = (
         client.get_extra_info("sockname"),
         far.get_extra_info("peername"),
         far.get_extra_info("sockname"),
     )
-    return bool(own and peer and source) and peer[1] == own[1] and peer[0] == source[0]
+    if not (own and peer and source) or peer[1] != own[1]:
+        return False
+    return peer[0] in (source[0], own[0])
 
 
 class Pending(asyncio.Protocol):

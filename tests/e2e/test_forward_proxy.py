@@ -20,13 +20,19 @@ DEAD = "http://127.0.0.1:9"  # nothing listens: a replay that went upstream woul
 
 
 def tapeproxy_run(
-    cassettes: Path, mode: str, upstream: str, *cmd: str, extra: tuple[str, ...] = ()
+    cassettes: Path,
+    mode: str,
+    upstream: str,
+    *cmd: str,
+    extra: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """`tapeproxy run` in a subprocess, the providers pointed at `upstream`."""
+    """`tapeproxy run` in a subprocess, the providers pointed at `upstream`; `env` added to
+    its environment."""
     args = [sys.executable, "-m", "tapeproxy", "run", "--mode", mode, "--cassettes", str(cassettes)]
     for name in ("openai", "anthropic"):
         args += ["--upstream", f"{name}={upstream}"]
-    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()} | (env or {})
     return subprocess.run(
         [*args, *extra, "--", *cmd],
         capture_output=True,
@@ -156,3 +162,14 @@ def test_fail_on_unused_as_serve(tmp_path: Path, fake: FakeUpstream) -> None:
     assert done.returncode == 3, done.stderr
     assert "1 recording(s) went unused" in done.stderr
     assert done.stderr.splitlines()[-1] == "tapeproxy: replayed 0, recorded 0, misses 0"
+
+
+def test_the_users_no_proxy_never_lets_an_intercepted_host_bypass_the_proxy(
+    tmp_path: Path,
+) -> None:
+    show = "import os; print(os.environ['NO_PROXY'], os.environ['no_proxy'])"
+    env = {"NO_PROXY": "*,.openai.com,corp.example,api.anthropic.com"}
+    done = tapeproxy_run(tmp_path / "c", "replay", DEAD, sys.executable, "-c", show, env=env)
+    upper, lower = done.stdout.split()
+    assert upper == lower == "corp.example,localhost,127.0.0.1,::1"
+    assert "NO_PROXY: dropped *, .openai.com, api.anthropic.com" in done.stderr

@@ -83,6 +83,18 @@ def test_a_host_not_intercepted_is_tunnelled_with_its_own_certificate(
     assert not [p for p in cassettes.rglob("*") if p.is_file() and p.suffix == ".json"]
 
 
+def test_the_roots_the_users_environment_names_are_still_trusted(
+    tmp_path: Path, own_ca_server: tuple[KeepAliveUpstream, Path]
+) -> None:
+    up, trust = own_ca_server  # (a company's root, say, that curl is told of)
+    curl = ("curl", "-sS", "--noproxy", "", up.url + "/x")
+    extra = ("--upstream", f"own={up.url}")
+    env = {"CURL_CA_BUNDLE": str(trust)}
+    done = tapeproxy_run(tmp_path / "cassettes", "record", up.url, *curl, extra=extra, env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"n": "ok"}
+
+
 def test_in_replay_it_is_refused_and_named(
     tmp_path: Path, own_ca_server: tuple[KeepAliveUpstream, Path]
 ) -> None:
@@ -94,6 +106,39 @@ def test_in_replay_it_is_refused_and_named(
     target = up.url.removeprefix("https://")
     assert f"refused {target}" in done.stderr.splitlines()[-1]
     assert up.connections == 0
+
+
+def test_a_mode_switched_to_replay_refuses_the_hosts_not_intercepted(
+    make_proxy: MakeProxy, own_ca_server: tuple[KeepAliveUpstream, Path]
+) -> None:
+    up, _ = own_ca_server
+    proxy = make_proxy(forward=True, mode="record", upstream={"own": up.url})  # (its port)
+    switched = httpx.put(proxy.url + "/__tapeproxy/cassette", json={"mode": "replay"})
+    assert switched.status_code == 200, switched.text
+    sock, head = connect(proxy, up.url.removeprefix("https://"))
+    sock.close()
+    assert head.startswith(b"HTTP/1.1 403 ") and up.connections == 0
+    httpx.put(proxy.url + "/__tapeproxy/cassette", json={"mode": "record"})
+    sock, head = connect(proxy, up.url.removeprefix("https://"))
+    sock.close()
+    assert head.startswith(b"HTTP/1.1 200 ")
+
+
+def test_once_refuses_them_on_a_cassette_switched_to_that_holds_recordings(
+    make_proxy: MakeProxy, own_ca_server: tuple[KeepAliveUpstream, Path]
+) -> None:
+    up, _ = own_ca_server
+    proxy = make_proxy(forward=True, mode="record", cassette="full", upstream={"own": up.url})
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+    assert httpx.post(proxy.url + "/openai/v1/chat/completions", json=body).status_code == 200
+    statuses = []
+    for cassette in ("full", "empty"):
+        put = {"cassette": cassette, "mode": "once"}
+        assert httpx.put(proxy.url + "/__tapeproxy/cassette", json=put).status_code == 200
+        sock, head = connect(proxy, up.url.removeprefix("https://"))
+        sock.close()
+        statuses.append(head.split(b" ")[1])
+    assert statuses == [b"403", b"200"]
 
 
 def test_no_key_material_on_disk_after_the_run(tmp_path: Path, fake: FakeUpstream) -> None:
@@ -156,6 +201,18 @@ def test_a_stalled_handshake_is_closed(
     assert sock.recv(4096) == b""  # closed by the proxy, not by the test's timeout
     sock.close()
     assert "did not finish within 0.3 s" in logged(caplog, "did not finish")
+
+
+def test_a_client_leaving_mid_handshake_is_logged_with_a_reason(
+    make_proxy: MakeProxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    proxy = make_proxy(forward=True)
+    sock, head = connect(proxy, "api.openai.com:443")
+    assert head.startswith(b"HTTP/1.1 200 ")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    sock.close()  # (a reset: its exception's text is empty)
+    text = logged(caplog, "TLS handshake for api.openai.com failed")
+    assert "TLS handshake for api.openai.com failed: ConnectionResetError" in text
 
 
 def test_a_client_refusing_our_certificate_gets_one_clear_log_line(
@@ -227,18 +284,20 @@ def test_plain_http_to_an_intercepted_host_in_absolute_form(
         answer = client.post("http://api.openai.com/v1/chat/completions", json=body)
         assert answer.status_code == 200 and answer.json()["object"] == "chat.completion"
         assert fake.hits[-1].path == "/v1/chat/completions"
-    # A later request on that connection for a host not intercepted is refused, not sent to
-    # the first one's upstream.
+    # The answer closes the connection: the client's next request, for a host not
+    # intercepted, comes on a new one, tunnelled there rather than sent to the first's upstream.
     port = int(proxy.url.rsplit(":", 1)[1])
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     statuses = []
-    for host in ("api.openai.com", "not-intercepted.example"):
-        connection.request("GET", f"http://{host}/v1/models", headers={"Host": host})
-        raw = connection.getresponse()
-        raw.read()
-        statuses.append(raw.status)
+    with KeepAliveUpstream() as other:
+        other.answer(OK)
+        for host in ("api.openai.com", other.url.removeprefix("http://")):
+            connection.request("GET", f"http://{host}/v1/models", headers={"Host": host})
+            raw = connection.getresponse()
+            raw.read()
+            statuses.append(raw.status)
     connection.close()
-    assert statuses == [200, 403]
+    assert statuses == [200, 200] and len(other.requests) == 1
 
 
 def test_an_intercepted_host_of_the_users_is_an_upstream_named_by_it(

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import ipaddress
+import os
 import ssl
 from pathlib import Path
 
 import pytest
 from cryptography import x509
 
+from tapeproxy.forward import ca as ca_module
 from tapeproxy.forward.ca import RunCA, bundle
 
 
@@ -38,6 +41,18 @@ def test_covers_follows_the_constraints() -> None:
 def test_contexts_are_cached_per_host() -> None:
     ca = RunCA(["api.openai.com"])
     assert ca.context("api.openai.com") is ca.context("API.openai.com.")
+
+
+def test_a_long_serve_forward_outlives_its_first_leaves(monkeypatch: pytest.MonkeyPatch) -> None:
+    # (`serve --forward` in a compose stack runs for weeks: a CA and leaves of 7 days each
+    # failed every client after a week)
+    ca = RunCA(["api.openai.com"])
+    lasts = ca.certificate.not_valid_after_utc - ca.certificate.not_valid_before_utc
+    assert lasts >= datetime.timedelta(days=365)
+    first = ca.context("api.openai.com")
+    monkeypatch.setattr(ca_module, "LEAF_REFRESH", datetime.timedelta(0))  # a day later
+    assert ca.cached("api.openai.com") is None
+    assert ca.context("api.openai.com") is not first  # a fresh leaf
 
 
 async def handshake(ca: RunCA, leaf_host: str, client_host: str, trust: Path) -> None:
@@ -82,6 +97,22 @@ def test_the_bundle_holds_system_roots_and_the_run_ca() -> None:
     assert joined.endswith(ca.pem)
     assert joined.count(b"BEGIN CERTIFICATE") > 10
     assert b"PRIVATE KEY" not in joined
+    system = ssl.get_default_verify_paths().cafile
+    if system and Path(system).is_file():  # the machine's own roots, with what its owner added
+        assert joined.startswith(Path(system).read_bytes().strip(b"\n"))
+
+
+def test_the_certificate_is_written_through_no_planted_link(tmp_path: Path) -> None:
+    # (`--ca-cert /tmp/ca.pem`: another user of /tmp could plant the name it was written
+    # aside under, a link to a file of ours, and have it overwritten)
+    victim = tmp_path / "victim"
+    victim.write_text("mine")
+    (tmp_path / f".ca.pem.{os.getpid()}.tmp").symlink_to(victim)
+    ca = RunCA(["api.openai.com"])
+    ca.write_certificate(tmp_path / "ca.pem")
+    assert victim.read_text() == "mine"
+    assert (tmp_path / "ca.pem").read_bytes() == ca.pem
+    assert (tmp_path / "ca.pem").stat().st_mode & 0o777 == 0o644  # for other containers
 
 
 def test_a_pattern_with_a_star_inside_a_label_is_constrained_to_the_domain_after_it() -> None:

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from starlette.types import Receive, Scope, Send
 
+from tapeproxy.engine.core import Engine
+from tapeproxy.forward import hosts as hosts_module
 from tapeproxy.forward.door import open_door
 from tapeproxy.forward.hosts import Interception, check_pattern
 from tapeproxy.forward.request import BadRequest, authority, parse_head, proxy_auth_ok
@@ -63,7 +65,9 @@ def test_a_mint_goes_live_where_the_run_or_its_provider_does(
     values = {"mode": mode, "live": live, "forward": True, "ca_cert": tmp_path / "ca.pem"}
     settings = Settings.model_validate(values)
     store = open_store(str(tmp_path / "cassettes"))
-    door = open_door(settings, no_app, provider_table({}), store, lambda: None)
+    door = open_door(
+        settings, no_app, provider_table({}), store, Engine(settings, provider_table({}), store)
+    )
     assert door.minting.live == minted_live
 
 
@@ -98,7 +102,21 @@ def test_what_is_tunnelled(mode: Mode, replaying: bool, tunnels: bool) -> None:
     assert hosts.may_tunnel("pypi.org")  # --allow-host
 
 
-@pytest.mark.parametrize("bad", ["", "*", "*.com", "a.*.com", "localhost", "10.0.0.1", "x/y.com"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "*",
+        "*.com",
+        "a.*.com",
+        "localhost",
+        "10.0.0.1",
+        "x/y.com",
+        "a#b.com",
+        "a..b.com",
+        "bücher.example",
+    ],  # (the last: a traceback from cryptography, as the CA was made)
+)
 def test_bad_intercept_patterns(bad: str) -> None:
     with pytest.raises(ValueError, match="host pattern"):
         check_pattern(bad)
@@ -108,6 +126,11 @@ def test_allow_host_may_name_an_address() -> None:
     assert check_pattern("127.0.0.1", addresses=True) == "127.0.0.1"
     assert check_pattern("[::1]", addresses=True) == "::1"
     assert check_pattern("*.Example.COM.") == "*.example.com"
+
+
+def test_an_upstream_named_by_an_international_name_is_intercepted_by_its_a_label() -> None:
+    hosts = interception(own="https://bücher.example/v1")
+    assert hosts.owner("xn--bcher-kva.example") == "own"
 
 
 def test_a_connect_head() -> None:
@@ -153,3 +176,24 @@ def test_the_clouds_hosts_are_intercepted_label_by_label() -> None:
     assert hosts.owner("bedrock-runtime.a.b.amazonaws.com") is None
     assert hosts.owner("s3.us-east-1.amazonaws.com") is None
     assert hosts.owner("storage.googleapis.com") is None
+
+
+def test_the_upstreams_a_wildcard_makes_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hosts_module, "ADDED_LIMIT", 3)
+    hosts = interception(Mode.RECORD)
+    before = len(hosts.providers)
+    named = [hosts.owner(f"h{n}.example.com") for n in range(5)]
+    assert named[:3] == ["h0.example.com", "h1.example.com", "h2.example.com"]
+    assert named[3:] == [None, None]  # not intercepted: tunnelled, or refused in a replay
+    assert len(hosts.providers) == before + 3
+    assert hosts.owner("h1.example.com") == "h1.example.com"  # those made keep working
+
+
+@pytest.mark.parametrize(
+    "host", ["evil.test#.example.com", "evil.test?.example.com", "me@evil.test.example.com"]
+)
+def test_a_host_that_is_no_dns_name_is_never_intercepted(host: str) -> None:
+    # (its upstream's URL, https://evil.test#.example.com, would have gone to evil.test)
+    assert interception(Mode.RECORD).owner(host) is None
+    with pytest.raises(BadRequest, match="malformed CONNECT target"):
+        authority(f"{host}:443")

@@ -3,7 +3,7 @@ keyed and scrubbed as recording does, and a cassette written out as HAR."""
 
 from __future__ import annotations
 
-import os
+import io
 import sys
 from collections.abc import Callable
 from dataclasses import asdict
@@ -23,6 +23,7 @@ from tapeproxy.cli.library import (
 )
 from tapeproxy.cli.output import make_console, print_json
 from tapeproxy.errors import TapeproxyError
+from tapeproxy.outputs import write_whole
 from tapeproxy.store.protocol import CassetteStore
 from tapeproxy.tools.importing import Importer
 from tapeproxy.tools.importrun import ImportReport
@@ -156,15 +157,16 @@ def export_har(
 
 
 def _write_aside(path: Path, write: Callable[[IO[str]], int]) -> int:
-    """Write a file whole or not at all: aside, then renamed over `path`."""
-    aside = path.with_name(f".{path.name}.tmp")
-    try:
-        with aside.open("w", encoding="utf-8") as out:
-            count = write(out)
-        os.replace(aside, path)
-    finally:
-        aside.unlink(missing_ok=True)
-    return count
+    """Write a text file whole or not at all (see `write_whole`)."""
+
+    def text(out: IO[bytes]) -> int:
+        wrapped = io.TextIOWrapper(out, encoding="utf-8")
+        count = write(wrapped)
+        wrapped.flush()
+        wrapped.detach()  # (the binary file is closed by its owner)
+        return count
+
+    return write_whole(path, text)
 
 
 def _importer(

@@ -7,7 +7,6 @@ import contextlib
 import gc
 import logging
 import math
-import os
 import socket
 import threading
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from tapeproxy.engine.stats import Snapshot
 from tapeproxy.errors import ConfigError
 from tapeproxy.logs import configure_logging, scrub_lines
 from tapeproxy.modes import Mode
+from tapeproxy.outputs import write_whole
 from tapeproxy.redaction.scrubber import Scrubber
 from tapeproxy.settings import Settings, is_loopback
 from tapeproxy.store import open_store
@@ -103,11 +103,8 @@ def uvicorn_config(
 
 
 def write_ready_file(path: Path, url: str) -> None:
-    """The URL in `path`, written aside and renamed, so a reader never sees half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    aside = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    aside.write_text(url + "\n")
-    os.replace(aside, path)
+    """The URL in `path`, whole, so a reader never sees half of it."""
+    write_whole(path, lambda out: out.write(url.encode() + b"\n"))
 
 
 def serve(settings: Settings) -> int:

@@ -9,7 +9,6 @@ import datetime
 import ipaddress
 import os
 import ssl
-import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -19,6 +18,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from tapeproxy.outputs import write_whole
 
 # Hosts whose TLS contexts are kept (a context with its leaf is ~10 KB): an agent talks to a
 # handful of hosts; a crawl through `--intercept '*.example.com'` evicts the oldest.
@@ -175,18 +176,9 @@ class RunCA:
         return context
 
     def write_certificate(self, path: Path) -> None:
-        """The CA's certificate (never its key) in `path`, written aside (under a name no one
-        could plant a link at: `path` may be in /tmp) and renamed; readable by all."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, aside = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(handle, "wb") as file:
-                file.write(self.pem)
-            os.chmod(aside, 0o644)  # (mkstemp's 0600: a client in another container reads it)
-            os.replace(aside, path)
-        except BaseException:
-            Path(aside).unlink(missing_ok=True)
-            raise
+        """The CA's certificate (never its key) in `path`, whole; readable by all (a client
+        in another container reads it)."""
+        write_whole(path, lambda out: out.write(self.pem))
 
 
 def name_constraints(names: Iterable[str]) -> x509.NameConstraints:

@@ -66,7 +66,7 @@ class Settings(BaseModel):
         False, description="Also record 429/5xx answers and streams cut short."
     )
     resign: str | None = Field(
-        None, pattern="^aws$", description="aws: re-sign SigV4 requests going live (Bedrock)."
+        None, description="aws: re-sign SigV4 requests going live (Bedrock)."
     )
     replay_timing: str = Field(
         "none", description="none, recorded, or a factor (0.5 = twice as fast) for stream frames."
@@ -238,6 +238,13 @@ class Settings(BaseModel):
     def _redact_keep(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         _checked(lambda name: check_keep([name]), value)
         return check_keep(value)
+
+    @field_validator("resign")
+    @classmethod
+    def _resign(cls, value: str | None) -> str | None:
+        if value is not None and value.lower() != "aws":
+            raise ValueError(f"{value!r}: the one signer is aws (SigV4, for Bedrock)")
+        return None if value is None else "aws"
 
     @field_validator("log_level")
     @classmethod

@@ -189,6 +189,18 @@ def test_a_truncated_stream_is_refused_and_a_frame_text_that_is_no_message_too()
         eventframes.wire('{"headers": {"a": {"int99": 1}}, "payload": {"text": ""}}')
 
 
+@pytest.mark.parametrize(
+    "shown",
+    [{"int8": 128}, {"int16": -32769}, {"int64": 2**63}, {"uuid": "zz"}, {"bytes": "!!!"}],
+)
+def test_a_hand_edited_header_value_its_type_cannot_hold_is_a_one_line_refusal(
+    shown: dict[str, Any],
+) -> None:
+    text = json.dumps({"headers": {":event-type": "chunk", "a": shown}, "payload": {"text": ""}})
+    with pytest.raises(EventStreamError, match="header value"):
+        eventframes.wire(text)
+
+
 def _delta(text: str, index: int = 0) -> bytes:
     headers = (
         (":event-type", "contentBlockDelta"),

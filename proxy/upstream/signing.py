@@ -16,12 +16,16 @@ from tapeproxy.errors import ConfigError, NeedsResign
 from tapeproxy.upstream.protocol import Outbound, Upstream, UpstreamResponse
 
 SIGV4 = b"AWS4-HMAC-SHA256"
-SERVICE = "bedrock"
+SERVICE = "bedrock"  # when the client's signature names none
+# The client's credential scope (`Credential=KEY/DATE/REGION/SERVICE/aws4_request`): the service
+# its SDK signs for is the one the real host checks (`bedrock`, `sagemaker`, ...).
+_SCOPE = re.compile(rb"Credential=[^/,]+/\d{8}/[a-z0-9-]+/([a-z0-9-]+)/aws4_request")
 # The headers a SigV4 signature is made of: the client's are dropped before signing anew.
 SIGNATURE_HEADERS = frozenset(
     {b"authorization", b"x-amz-date", b"x-amz-security-token", b"x-amz-content-sha256"}
 )
-_REGION = re.compile(r"^bedrock-runtime(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com$")
+# An AWS host's region: `bedrock-runtime.REGION.amazonaws.com`, `runtime.sagemaker.REGION...`.
+_REGION = re.compile(r"\.([a-z]{2}(?:-[a-z]+)+-\d+)(?:\.vpce)?\.amazonaws\.com(?:\.cn)?$")
 
 NO_RESIGN = (
     "this request is SigV4-signed for tapeproxy's own address, so the real host would refuse "
@@ -33,7 +37,7 @@ NO_RESIGN = (
 def region_of(host: str) -> str:
     """The region to sign for: the host's (`bedrock-runtime.REGION.amazonaws.com`), else
     AWS_REGION or AWS_DEFAULT_REGION; ConfigError naming them when there is none."""
-    found = _REGION.match(host)
+    found = _REGION.search(host)
     region = found.group(1) if found else None
     region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if not region:
@@ -72,7 +76,10 @@ class Signing:
             headers={k.decode("latin-1"): v.decode("latin-1") for k, v in kept},
         )
         region = region_of(urlsplit(request.url).hostname or "")
-        SigV4Auth(credentials, SERVICE, region).add_auth(aws)
+        auth = next((v for k, v in request.headers if k.lower() == b"authorization"), b"")
+        scope = _SCOPE.search(auth)
+        service = scope.group(1).decode("ascii") if scope else SERVICE
+        SigV4Auth(credentials, service, region).add_auth(aws)
         fresh = [
             (name.encode("latin-1"), value.encode("latin-1"))
             for name, value in aws.headers.items()

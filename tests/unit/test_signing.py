@@ -33,21 +33,23 @@ class Keep:
         return None  # type: ignore[return-value]
 
 
-def signed_for(host: str) -> list[tuple[bytes, bytes]]:
+def signed_for(host: str, service: str = "bedrock") -> list[tuple[bytes, bytes]]:
     """A client's request signed for `host`, as boto3 signs it."""
     request = AWSRequest("POST", f"http://{host}/model/m/converse", data=BODY)
     request.headers["content-type"] = "application/json"
-    SigV4Auth(Credentials(*CLIENT), "bedrock", "eu-west-3").add_auth(request)
+    SigV4Auth(Credentials(*CLIENT), service, "eu-west-3").add_auth(request)
     return [
         (k.lower().encode(), v.encode() if isinstance(v, str) else v)
         for k, v in request.headers.items()
     ]
 
 
-def opened(signing: Signing, headers: list[tuple[bytes, bytes]], host: bytes) -> Outbound:
+def opened(
+    signing: Signing, headers: list[tuple[bytes, bytes]], host: bytes, url: str = URL
+) -> Outbound:
     inner = signing.inner
     assert isinstance(inner, Keep)
-    asyncio.run(signing.open(Outbound("bedrock", "POST", URL, headers, BODY, host)))
+    asyncio.run(signing.open(Outbound("bedrock", "POST", url, headers, BODY, host)))
     return inner.sent[-1]
 
 
@@ -111,3 +113,19 @@ def test_no_credentials_in_tapeproxys_environment_is_one_line(
         monkeypatch.delenv(name)
     with pytest.raises(ConfigError, match="no AWS credentials"):
         opened(Signing(Keep(), "aws"), signed_for("127.0.0.1:8787"), b"127.0.0.1:8787")
+
+
+def test_a_request_for_another_aws_service_is_re_signed_for_that_service_and_its_region(
+    env: None,
+) -> None:
+    """The service is the one the client's SDK signed for (its credential scope): signed as
+    `bedrock`, a SageMaker runtime call through a generic upstream would be refused."""
+    host = "runtime.sagemaker.ap-southeast-2.amazonaws.com"
+    url = f"https://{host}/endpoints/e/invocations"
+    headers = signed_for("127.0.0.1:8787", service="sagemaker")
+    sent = opened(Signing(Keep(), "aws"), headers, b"127.0.0.1:8787", url)
+    found = {k.decode().lower(): v.decode() for k, v in sent.headers}
+    assert "/ap-southeast-2/sagemaker/aws4_request" in found["authorization"]
+    check = SigV4Check(*TAPE)
+    check.host = host
+    assert check.problem("POST", "/endpoints/e/invocations", found, BODY) is None

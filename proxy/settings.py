@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable, Iterable
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -65,7 +65,7 @@ class Settings(BaseModel):
     record_failures: bool = Field(
         False, description="Also record 429/5xx answers and streams cut short."
     )
-    resign: str | None = Field(
+    resign: Literal["aws"] | None = Field(  # one signer: pydantic says `Input should be 'aws'`
         None, description="aws: re-sign SigV4 requests going live (Bedrock)."
     )
     replay_timing: str = Field(
@@ -238,13 +238,6 @@ class Settings(BaseModel):
     def _redact_keep(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         _checked(lambda name: check_keep([name]), value)
         return check_keep(value)
-
-    @field_validator("resign")
-    @classmethod
-    def _resign(cls, value: str | None) -> str | None:
-        if value is not None and value.lower() != "aws":
-            raise ValueError(f"{value!r}: the one signer is aws (SigV4, for Bedrock)")
-        return None if value is None else "aws"
 
     @field_validator("log_level")
     @classmethod

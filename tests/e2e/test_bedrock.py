@@ -212,6 +212,25 @@ def test_no_key_secret_token_or_signature_reaches_a_cassette_or_a_log(
             assert secret.encode() not in data, name
 
 
+def test_aws_echoing_the_session_token_in_a_signature_mismatch_writes_it_nowhere(
+    make_proxy: MakeProxy, bedrock: FakeUpstream, cassettes: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """AWS's 403 for a signature it computes otherwise quotes its canonical string, each
+    signed header's value in it: the session token tapeproxy signed with. A 4xx is recorded."""
+    assert bedrock.sigv4 is not None
+    bedrock.sigv4.host = "bedrock-runtime.us-east-1.amazonaws.com"  # not what it is signed for
+    with caplog.at_level(logging.DEBUG):
+        recorder = make_proxy(mode="record", resign="aws")
+        with pytest.raises(ClientError, match="Canonical String") as raised:
+            client(recorder.url, CLIENT).converse(modelId=MODEL, messages=HELLO)
+        recorder.stop()
+    assert f"x-amz-security-token:{TAPE[2]}" in raised.value.response["Error"]["Message"]
+    assert library_files(cassettes), "the 403 is recorded"
+    for name, data in files_under(cassettes).items():
+        assert TAPE[2].encode() not in data, name
+    assert TAPE[2] not in "\n".join(r.getMessage() for r in caplog.records)
+
+
 def test_show_full_prints_a_bedrock_stream_as_text(
     make_proxy: MakeProxy, bedrock: FakeUpstream, cassettes: Path
 ) -> None:

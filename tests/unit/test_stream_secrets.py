@@ -286,6 +286,7 @@ def keys() -> dict[str, str]:
         "google": "AI" + "za" + "Sy" + alnum + "Q",
         "github": "gh" + "p_" + alnum + "abcd",
         "aws": "AK" + "IA" + "IOSFODNN7EXAMPLE",
+        "aws-session": "X-Amz-Security-" + "Token=IQoJb3JpZ2luX2VjEFoaCXVz" + alnum,
         "slack": "xo" + "xb-" + "1234567890-" + "0987654321-" + alnum[:24],
         "jwt": "ey" + "JhbGciOiJIUzI1NiJ9" + ".ey" + "JzdWIiOiIxMjM0NTY3ODkwIn0" + ".sig" + alnum,
     }

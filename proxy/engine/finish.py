@@ -293,6 +293,8 @@ def _frame(ms: int, raw: bytes, dialect: Dialect) -> Record:
         text = eventframes.readable(raw)
         if text is not None:
             return frame(ms, text)
+        # Else as bytes, even UTF-8 ones: an eventstream frame's text is replayed as a message.
+        return frame(ms, base64=base64.b64encode(raw).decode("ascii"))
     try:
         return frame(ms, raw.decode("utf-8"))
     except UnicodeDecodeError:

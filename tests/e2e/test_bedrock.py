@@ -28,9 +28,10 @@ from botocore.exceptions import ClientError, EventStreamError
 from typer.testing import CliRunner
 
 from tapeproxy.cli.main import app
+from tapeproxy.exchange.eventstream import Message, encode
 from tests.conftest import MakeProxy
 from tests.e2e.test_guide_recipes import RECIPE_URL, recipe
-from tests.fakes.upstream import FakeUpstream
+from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import SECRET_OPENAI, files_under, library_files
 from tests.support.aws import CLIENT, DUMMY, MODEL, TAPE, aws_env, bedrock
 
@@ -241,6 +242,30 @@ def test_aws_echoing_the_session_token_in_a_signature_mismatch_writes_it_nowhere
     for name, data in files_under(cassettes).items():
         assert TAPE[2].encode() not in data, name
     assert TAPE[2] not in "\n".join(r.getMessage() for r in caplog.records)
+
+
+def test_an_eventstream_answer_that_is_no_message_is_recorded_so_that_it_replays(
+    make_proxy: MakeProxy, bedrock: FakeUpstream
+) -> None:
+    """A gateway's page labelled as an eventstream, or a message whose readable form would
+    not give back its bytes (a header name twice): kept as its bytes, replayed as them."""
+    path = f"/model/{MODEL}/converse"
+    twice = encode(Message(((":event-type", "a"), (":event-type", "a")), b"{}"))
+    bodies = [b"a gateway's page, UTF-8 text and no eventstream\n", twice]
+    kind = {"content-type": "application/vnd.amazon.eventstream"}
+    bedrock.sigv4 = None
+    bedrock.script(path, *(Reply(body=body, headers=kind, chunked=True) for body in bodies))
+    recorder = make_proxy(mode="record")
+    live = [httpx.post(f"{recorder.url}/bedrock{path}", json={"n": n}) for n in range(2)]
+    recorder.stop()
+    bedrock.stop()
+    replayer = make_proxy(mode="replay")
+    for n, answer in enumerate(live):
+        again = httpx.post(f"{replayer.url}/bedrock{path}", json={"n": n})
+        assert (again.status_code, again.content) == (
+            200,
+            answer.content == bodies[n] and answer.content,
+        )
 
 
 def test_show_full_prints_a_bedrock_stream_as_text(

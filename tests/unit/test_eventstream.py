@@ -227,3 +227,21 @@ def test_a_key_split_across_bedrock_events_is_scrubbed_whole_and_each_frame_stil
     for one in scrubbed:  # valid messages still, botocore reads them
         (parsed,) = _botocore(eventframes.wire(one["text"]))
         assert json.loads(parsed.payload)
+
+
+@pytest.mark.parametrize("field", ["delta.text", "headers", "payload", "bytes"])
+def test_a_field_path_reaches_a_messages_json_and_never_breaks_the_stored_record(
+    field: str,
+) -> None:
+    """`--redact-field delta.text` redacts a Bedrock delta as it does an SSE event's; a field
+    named like the stored record's own keys (`headers`, `payload`, `bytes`) leaves it whole."""
+    raws = [
+        _delta("private words"),
+        _bedrock_chunk({"type": "content_block_delta", "delta": {"text": "private words"}}),
+    ]
+    frames = [{"ms": 0, "text": eventframes.readable(raw)} for raw in raws]
+    scrubbed = Scrubber.build(fields=[field]).frames(frames, "eventstream")
+    for one in scrubbed:
+        assert len(_botocore(eventframes.wire(one["text"]))) == 1
+        assert ("private words" in one["text"]) == (field != "delta.text")
+    assert Scrubber.build(fields=[field]).frames(scrubbed, "eventstream") == scrubbed

@@ -47,9 +47,11 @@ FORMATS: dict[str, tuple[str, str]] = {
     ),
     # An AWS session token has no shape of its own, but AWS quotes it after its header's name:
     # a 403 for a signature mismatch holds the canonical string, `x-amz-security-token:TOKEN`
-    # among the signed headers (litellm#14763); a presigned URL, `X-Amz-Security-Token=TOKEN`.
+    # among the signed headers (litellm#14763); a presigned URL, `X-Amz-Security-Token=TOKEN`;
+    # headers shown as JSON or as a Python dict (botocore's debug lines).
     "aws-session": (
-        r"(?:x-amz-security-token|X-Amz-Security-Token)[:=][ \t]?[^\s'\"\\&,;<]{16,}",
+        r"(?:x-amz-security-token|X-Amz-Security-Token)['\"]?[:=][ \t]*b?['\"]?"
+        r"[^\s'\"\\&,;<]{16,}",
         "https://docs.aws.amazon.com/IAM/latest/UserGuide/create-signed-request.html",
     ),
     "slack": (

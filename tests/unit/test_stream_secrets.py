@@ -327,6 +327,20 @@ def test_ordinary_text_that_resembles_a_key_is_left_alone(text: str) -> None:
     assert DEFAULTS.text(text) == text
 
 
+@pytest.mark.parametrize(
+    "shown",
+    [
+        "x-amz-security-token:{token}\n",  # AWS's canonical string, in its 403
+        "?X-Amz-Security-Token={token}&X-Amz-Date=1",  # a presigned URL
+        '{{"X-Amz-Security-Token": "{token}"}}',  # headers as JSON
+        "{{'X-Amz-Security-Token': b'{token}'}}",  # botocore's debug line
+    ],
+)
+def test_an_aws_session_token_is_scrubbed_wherever_aws_quotes_it_by_name(shown: str) -> None:
+    token = "IQoJb3JpZ2luX2VjEFoaCXVzLWVhc3QtMSJHMEUCIQD+abc/def=="
+    assert token[-16:] not in DEFAULTS.text(shown.format(token=token))
+
+
 def test_an_unknown_format_to_keep_is_a_clear_error() -> None:
     with pytest.raises(ConfigError, match="no key format named 'stripe'; known formats: openai"):
         check_keep(["jwt", "stripe"])

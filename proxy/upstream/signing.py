@@ -95,9 +95,11 @@ class Signing:
             import botocore.session
         except ImportError as exc:
             raise ConfigError("--resign aws needs botocore: pip install 'tapeproxy[aws]'") from exc
+        # botocore logs where it found the credentials, and its signer what it signs (the
+        # session token too): silenced at each signature, in case a test of the pytest
+        # plugin's process turned botocore's debug lines on since the last one.
+        logging.getLogger("botocore").setLevel(logging.WARNING)
         if self._session is None:
-            # botocore logs where it found the credentials, and its signer what it signs.
-            logging.getLogger("botocore").setLevel(logging.WARNING)
             self._session = botocore.session.Session()
         found = self._session.get_credentials()
         if found is None:

@@ -4,6 +4,7 @@ and a re-signature botocore's own arithmetic accepts for the real host and regio
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,25 @@ def test_a_request_for_another_aws_service_is_re_signed_for_that_service_and_its
     check = SigV4Check(*TAPE)
     check.host = host
     assert check.problem("POST", "/endpoints/e/invocations", found, BODY) is None
+
+
+def test_botocore_debug_turned_on_after_a_signature_still_logs_no_credential(
+    env: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pytest plugin shares its process with the tests: one may turn botocore's debug
+    lines on (`boto3.set_stream_logger`) after tapeproxy signed a first request."""
+    signing = Signing(Keep(), "aws")
+    opened(signing, signed_for("127.0.0.1:8787"), b"127.0.0.1:8787")
+    botocore = logging.getLogger("botocore")
+    level = botocore.level
+    botocore.setLevel(logging.DEBUG)
+    try:
+        with caplog.at_level(logging.DEBUG):
+            sent = opened(signing, signed_for("127.0.0.1:8787"), b"127.0.0.1:8787")
+    finally:
+        botocore.setLevel(level)
+    found = {k.lower(): v.decode() for k, v in sent.headers}
+    signature = found[b"authorization"].rsplit("=", 1)[1]
+    lines = "\n".join(r.getMessage() for r in caplog.records)
+    for secret in (*TAPE, signature):
+        assert secret not in lines

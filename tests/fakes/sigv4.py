@@ -27,6 +27,7 @@ class SigV4Check:
         self.credentials = Credentials(access_key, secret, token)
         self.api_key = api_key
         self.host = ""  # set once the fake listens
+        self.service = "bedrock"  # the service AWS checks the credential scope names
 
     def problem(
         self, method: str, path_qs: str, headers: Mapping[str, str], body: bytes
@@ -41,6 +42,8 @@ class SigV4Check:
             return "The security token included in the request is invalid."
         if self.credentials.token and headers.get("x-amz-security-token") != self.credentials.token:
             return "The security token included in the request is invalid."
+        if found["service"] != self.service:
+            return f"Credential should be scoped to correct service: '{self.service}'."
         signed = found["signed"].split(";")
         if "host" not in signed:
             return "host is not signed"

@@ -128,7 +128,7 @@ def test_a_request_for_another_aws_service_is_re_signed_for_that_service_and_its
     found = {k.decode().lower(): v.decode() for k, v in sent.headers}
     assert "/ap-southeast-2/sagemaker/aws4_request" in found["authorization"]
     check = SigV4Check(*TAPE)
-    check.host = host
+    check.host, check.service = host, "sagemaker"
     assert check.problem("POST", "/endpoints/e/invocations", found, BODY) is None
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tapeproxy.errors import ConfigError, NeedsResign
+from tapeproxy.problems import one_line
 from tapeproxy.upstream.protocol import Outbound, Upstream, UpstreamResponse
 
 SIGV4 = b"AWS4-HMAC-SHA256"
@@ -93,15 +94,20 @@ class Signing:
         container, instance), frozen for this one request; ConfigError when it finds none."""
         try:
             import botocore.session
+            from botocore.exceptions import BotoCoreError
         except ImportError as exc:
             raise ConfigError("--resign aws needs botocore: pip install 'tapeproxy[aws]'") from exc
         # botocore logs where it found the credentials, and its signer what it signs (the
         # session token too): silenced at each signature, in case a test of the pytest
         # plugin's process turned botocore's debug lines on since the last one.
         logging.getLogger("botocore").setLevel(logging.WARNING)
-        if self._session is None:
-            self._session = botocore.session.Session()
-        found = self._session.get_credentials()
-        if found is None:
+        try:  # a profile that is not there, an SSO login expired, an endpoint that is down
+            if self._session is None:
+                self._session = botocore.session.Session()
+            found = self._session.get_credentials()
+            frozen = None if found is None else found.get_frozen_credentials()
+        except BotoCoreError as exc:
+            raise ConfigError(f"--resign aws: {one_line(exc)}") from exc
+        if frozen is None:
             raise ConfigError("--resign aws: no AWS credentials in tapeproxy's environment")
-        return found.get_frozen_credentials()
+        return frozen

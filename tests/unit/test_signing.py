@@ -132,6 +132,26 @@ def test_a_request_for_another_aws_service_is_re_signed_for_that_service_and_its
     assert check.problem("POST", "/endpoints/e/invocations", found, BODY) is None
 
 
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("AWS_PROFILE", "no-such-profile"),  # ProfileNotFound
+        ("AWS_CONTAINER_CREDENTIALS_FULL_URI", "http://127.0.0.1:9/creds"),  # unreachable
+    ],
+)
+def test_a_credential_chain_that_fails_is_one_line_naming_resign(
+    env: None, monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    """botocore's own errors (a profile that is not there, a credential endpoint that does
+    not answer) were a bare 500 Internal Server Error."""
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(key)
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match="--resign aws: ") as raised:
+        opened(Signing(Keep(), "aws"), signed_for("127.0.0.1:8787"), b"127.0.0.1:8787")
+    assert "\n" not in raised.value.message
+
+
 def test_botocore_debug_turned_on_after_a_signature_still_logs_no_credential(
     env: None, caplog: pytest.LogCaptureFixture
 ) -> None:

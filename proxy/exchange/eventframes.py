@@ -71,7 +71,7 @@ def _decoded_chunk(payload: Payload) -> tuple[Any, str] | None:
 def _record(text: str) -> dict[str, Any]:
     try:
         record = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # nested past the parser's depth: no JSON here
         raise EventStreamError("an eventstream frame's text is not JSON") from exc
     if not isinstance(record, dict) or not isinstance(record.get("headers"), dict):
         raise EventStreamError("an eventstream frame's text holds no headers object")

@@ -189,6 +189,15 @@ def test_a_truncated_stream_is_refused_and_a_frame_text_that_is_no_message_too()
         eventframes.wire('{"headers": {"a": {"int99": 1}}, "payload": {"text": ""}}')
 
 
+def test_a_frame_text_nested_past_the_parsers_depth_is_a_one_line_refusal() -> None:
+    """Not a RecursionError, which no handler of a cassette's ValueErrors catches."""
+    deep = "[" * 100_000 + "]" * 100_000
+    text = '{"headers": {}, "payload": {"json": ' + deep + "}}"
+    with pytest.raises(EventStreamError, match="not JSON"):
+        eventframes.wire(text)
+    assert eventframes.meaning(text) == ("", None, "")
+
+
 @pytest.mark.parametrize(
     "shown",
     [{"int8": 128}, {"int16": -32769}, {"int64": 2**63}, {"uuid": "zz"}, {"bytes": "!!!"}],

@@ -85,7 +85,7 @@ class Parsed:
     def read(cls, text: str) -> Parsed | None:
         try:
             payload = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past the parser's depth: left as text
             return None
         if not isinstance(payload, dict | list):
             return None

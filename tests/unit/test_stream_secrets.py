@@ -341,6 +341,15 @@ def test_an_aws_session_token_is_scrubbed_wherever_aws_quotes_it_by_name(shown: 
     assert token[-16:] not in DEFAULTS.text(shown.format(token=token))
 
 
+@pytest.mark.parametrize("dialect", ["sse", "ndjson", "eventstream"])
+def test_a_frame_nested_past_the_json_parsers_depth_is_scrubbed_as_text(dialect: str) -> None:
+    """A hostile upstream's event `[[[[...]]]]`: RecursionError escaped the scrub."""
+    deep = "[" * 100_000 + f'"{keys()["openai"]}"' + "]" * 100_000
+    text = {"sse": f"data: {deep}\n\n", "ndjson": f"{deep}\n", "eventstream": deep}[dialect]
+    (scrubbed,) = DEFAULTS.frames([{"ms": 0, "text": text}], dialect)
+    assert keys()["openai"] not in scrubbed["text"]
+
+
 def test_an_unknown_format_to_keep_is_a_clear_error() -> None:
     with pytest.raises(ConfigError, match="no key format named 'stripe'; known formats: openai"):
         check_keep(["jwt", "stripe"])

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from tapeproxy.errors import ConfigError, NeedsResign
 from tapeproxy.problems import one_line
 from tapeproxy.upstream.protocol import Outbound, Upstream, UpstreamResponse
+from tapeproxy.upstream.request import header_text
 
 SIGV4 = b"AWS4-HMAC-SHA256"
 SERVICE = "bedrock"  # when the client's signature names none
@@ -74,7 +75,8 @@ class Signing:
             method=request.method,
             url=request.url,
             data=request.body,
-            headers={k.decode("latin-1"): v.decode("latin-1") for k, v in kept},
+            # Its text as aiohttp sends it (UTF-8 bytes as they came): AWS hashes those bytes.
+            headers={k.decode("latin-1"): header_text(v) for k, v in kept},
         )
         region = region_of(urlsplit(request.url).hostname or "")
         auth = next((v for k, v in request.headers if k.lower() == b"authorization"), b"")

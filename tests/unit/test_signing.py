@@ -132,6 +132,17 @@ def test_a_request_for_another_aws_service_is_re_signed_for_that_service_and_its
     assert check.problem("POST", "/endpoints/e/invocations", found, BODY) is None
 
 
+def test_a_utf8_header_value_is_signed_as_the_bytes_that_go(env: None) -> None:
+    """aiohttp sends a header's UTF-8 bytes as they came; signed as latin-1 text, AWS (which
+    hashes the bytes it gets) would refuse it."""
+    headers = [*signed_for("127.0.0.1:8787"), (b"x-amzn-bedrock-trace", "élan".encode())]
+    sent = opened(Signing(Keep(), "aws"), headers, b"127.0.0.1:8787")
+    found = {k.decode().lower(): v.decode() for k, v in sent.headers}
+    check = SigV4Check(*TAPE)
+    check.host = HOST
+    assert check.problem("POST", "/model/m/converse", found, BODY) is None
+
+
 @pytest.mark.parametrize(
     ("name", "value"),
     [

@@ -71,13 +71,10 @@ class Signing:
 
         credentials = self._credentials()
         kept = [(k, v) for k, v in request.headers if k.lower() not in SIGNATURE_HEADERS]
-        aws = AWSRequest(
-            method=request.method,
-            url=request.url,
-            data=request.body,
+        aws = AWSRequest(method=request.method, url=request.url, data=request.body)
+        for name, value in kept:  # each line (a name twice: signed as `a,b`, as AWS reads it)
             # Its text as aiohttp sends it (UTF-8 bytes as they came): AWS hashes those bytes.
-            headers={k.decode("latin-1"): header_text(v) for k, v in kept},
-        )
+            aws.headers[name.decode("latin-1")] = header_text(value)
         region = region_of(urlsplit(request.url).hostname or "")
         auth = next((v for k, v in request.headers if k.lower() == b"authorization"), b"")
         scope = _SCOPE.search(auth)

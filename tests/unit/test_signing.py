@@ -143,6 +143,18 @@ def test_a_utf8_header_value_is_signed_as_the_bytes_that_go(env: None) -> None:
     assert check.problem("POST", "/model/m/converse", found, BODY) is None
 
 
+def test_a_header_sent_twice_is_signed_with_both_values(env: None) -> None:
+    """aiohttp sends both lines; AWS signs them joined by a comma (`x-a:1,2`)."""
+    twice = [(b"x-amzn-bedrock-trace", b"ENABLED"), (b"x-amzn-bedrock-trace", b"DISABLED")]
+    sent = opened(Signing(Keep(), "aws"), [*signed_for("127.0.0.1:8787"), *twice], b"x:1")
+    assert [v for k, v in sent.headers if k == b"x-amzn-bedrock-trace"] == [b"ENABLED", b"DISABLED"]
+    found = {k.decode().lower(): v.decode() for k, v in sent.headers}
+    found["x-amzn-bedrock-trace"] = "ENABLED,DISABLED"  # as AWS reads the two lines
+    check = SigV4Check(*TAPE)
+    check.host = HOST
+    assert check.problem("POST", "/model/m/converse", found, BODY) is None
+
+
 @pytest.mark.parametrize(
     ("name", "value"),
     [

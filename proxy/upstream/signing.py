@@ -66,10 +66,10 @@ class Signing:
         return await self.inner.open(await asyncio.to_thread(self._signed, request))
 
     def _signed(self, request: Outbound) -> Outbound:
+        credentials = self._credentials()  # first: without botocore, says which extra
         from botocore.auth import SigV4Auth
         from botocore.awsrequest import AWSRequest
 
-        credentials = self._credentials()
         kept = [(k, v) for k, v in request.headers if k.lower() not in SIGNATURE_HEADERS]
         aws = AWSRequest(method=request.method, url=request.url, data=request.body)
         for name, value in kept:  # each line (a name twice: signed as `a,b`, as AWS reads it)

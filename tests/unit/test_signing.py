@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from pathlib import Path
 
 import pytest
@@ -141,6 +142,15 @@ def test_a_utf8_header_value_is_signed_as_the_bytes_that_go(env: None) -> None:
     check = SigV4Check(*TAPE)
     check.host = HOST
     assert check.problem("POST", "/model/m/converse", found, BODY) is None
+
+
+def test_without_botocore_resign_says_which_extra_to_install(
+    env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("botocore", "botocore.auth", "botocore.awsrequest", "botocore.session"):
+        monkeypatch.setitem(sys.modules, name, None)  # `import` raises ImportError
+    with pytest.raises(ConfigError, match=r"pip install 'tapeproxy\[aws\]'"):
+        opened(Signing(Keep(), "aws"), signed_for("127.0.0.1:8787"), b"127.0.0.1:8787")
 
 
 def test_a_header_sent_twice_is_signed_with_both_values(env: None) -> None:

@@ -51,6 +51,7 @@ METAVARS = {
     "read_timeout": "SECONDS",
     "shutdown_timeout": "SECONDS",
     "log_level": "LEVEL",
+    "resign": "aws",
     "max_body": "SIZE",
     "max_record": "SIZE",
     "max_frame": "SIZE",

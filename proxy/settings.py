@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable, Iterable
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -63,8 +63,8 @@ class Settings(BaseModel):
     record_failures: bool = Field(
         False, description="Also record 429/5xx answers and streams cut short."
     )
-    resign: str | None = Field(
-        None, pattern="^aws$", description="aws: re-sign SigV4 requests going live (Bedrock)."
+    resign: Literal["aws"] | None = Field(  # one signer: pydantic says `Input should be 'aws'`
+        None, description="aws: re-sign SigV4 requests going live (Bedrock)."
     )
     replay_timing: str = Field(
         "none", description="none, recorded, or a factor (0.5 = twice as fast) for stream frames."

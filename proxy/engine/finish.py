@@ -289,10 +289,9 @@ def _stream_meaning(
 
 
 def _frame(ms: int, raw: bytes, dialect: Dialect) -> Record:
-    if dialect == "eventstream":  # stored readable where that gives back its very bytes
-        text = eventframes.readable(raw)
-        if text is not None:
-            return frame(ms, text)
+    if dialect == "eventstream":  # readable where that gives back its very bytes, else bytes
+        text = eventframes.readable(raw)  # UTF-8 or not: a frame's text replays as a message
+        return frame(ms, text) if text else frame(ms, base64=base64.b64encode(raw).decode())
     try:
         return frame(ms, raw.decode("utf-8"))
     except UnicodeDecodeError:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Callable
 from typing import Any
 
 from tapeproxy.exchange.bodies import Payload, payload_bytes, response_payload
@@ -70,7 +71,7 @@ def _decoded_chunk(payload: Payload) -> tuple[Any, str] | None:
 def _record(text: str) -> dict[str, Any]:
     try:
         record = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # nested past the parser's depth: no JSON here
         raise EventStreamError("an eventstream frame's text is not JSON") from exc
     if not isinstance(record, dict) or not isinstance(record.get("headers"), dict):
         raise EventStreamError("an eventstream frame's text holds no headers object")
@@ -114,6 +115,29 @@ def payload_of(record: Any) -> Any:
     if record.get(CHUNK) is not None and isinstance(value, dict):
         return value.get(CHUNK)
     return value
+
+
+def scrubbed(text: str, json_text: Callable[[str], str], plain: Callable[[str], str]) -> str:
+    """A stored frame's text scrubbed where the message says something: the JSON its payload
+    carries (a chunk's decoded `bytes`) by `json_text` (field paths as in an SSE event's data,
+    and patterns), a text payload and string header values by `plain`. The record's own
+    layout is never touched, so it still encodes; a text that is no record, by `plain`."""
+    try:
+        record = _record(text)
+    except EventStreamError:
+        return plain(text)
+    before = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+    payload, chunk = record["payload"], record.get(CHUNK) is not None
+    holder = payload.get("json") if chunk else payload
+    name = CHUNK if chunk else "json"
+    if isinstance(holder, dict) and name in holder:
+        holder[name] = json.loads(json_text(json.dumps(holder[name], ensure_ascii=False)))
+    elif isinstance(payload.get("text"), str):
+        payload["text"] = plain(payload["text"])
+    headers = record["headers"]
+    record["headers"] = {k: plain(v) if isinstance(v, str) else v for k, v in headers.items()}
+    after = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+    return text if after == before else after
 
 
 def meaning(text: str) -> tuple[str, Any, str]:

@@ -197,10 +197,14 @@ def header_value(shown: object) -> HeaderValue:
     if isinstance(shown, dict) and len(shown) == 1:
         ((name, value),) = shown.items()
         kind = TYPES_BY_NAME.get(name)
-        if kind == UUID and isinstance(value, str):
-            return Typed(kind, bytes.fromhex(value))
-        if kind == BYTES and isinstance(value, str):
-            return Typed(kind, base64.b64decode(value, validate=True))
-        if kind is not None and isinstance(value, int) and not isinstance(value, bool):
-            return Typed(kind, value)
+        try:  # a hand edit: hex or base64 that is not, a number its type cannot hold
+            if kind == UUID and isinstance(value, str) and len(bytes.fromhex(value)) == 16:
+                return Typed(kind, bytes.fromhex(value))
+            if kind == BYTES and isinstance(value, str):
+                return Typed(kind, base64.b64decode(value, validate=True))
+            if kind in _FIXED and isinstance(value, int) and not isinstance(value, bool):
+                struct.pack(_FIXED[kind], value)
+                return Typed(kind, value)
+        except (ValueError, struct.error):
+            pass
     raise EventStreamError(f"not an eventstream header value: {str(shown)[:60]}")

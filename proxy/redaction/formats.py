@@ -45,6 +45,15 @@ FORMATS: dict[str, tuple[str, str]] = {
         "https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_identifiers.html; "
         "gitleaks aws.go",
     ),
+    # An AWS session token has no shape of its own, but AWS quotes it after its header's name:
+    # a 403 for a signature mismatch holds the canonical string, `x-amz-security-token:TOKEN`
+    # among the signed headers (litellm#14763); a presigned URL, `X-Amz-Security-Token=TOKEN`;
+    # headers shown as JSON or as a Python dict (botocore's debug lines).
+    "aws-session": (
+        r"(?:x-amz-security-token|X-Amz-Security-Token)['\"]?[:=][ \t]*b?['\"]?"
+        r"[^\s'\"\\&,;<]{16,}",
+        "https://docs.aws.amazon.com/IAM/latest/UserGuide/create-signed-request.html",
+    ),
     "slack": (
         r"xox[a-z]-(?<!\wxox.-)\d+-[0-9A-Za-z-]{10,}",  # xoxb-, xoxp-, xoxa-, xoxe-, ...
         "https://api.slack.com/authentication/token-types; gitleaks slack.go",
@@ -60,7 +69,18 @@ ALL = "all"
 # Every key of a format holds one of these: a text holding none (most text) is passed over
 # without running the pattern (a substring search is some 30 times faster). GitHub's are
 # looked for only where an `_` is (one quick scan for a single character).
-HINTS = ("sk-", "AIza", "AKIA", "ASIA", "ABIA", "ACCA", "xox", "eyJ")
+HINTS = (
+    "sk-",
+    "AIza",
+    "AKIA",
+    "ASIA",
+    "ABIA",
+    "ACCA",
+    "xox",
+    "eyJ",
+    "x-amz-security-token",
+    "X-Amz-Security-Token",
+)
 UNDERSCORED_HINTS = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")
 # An escape that decodes to a hint's character (through `%25`s, for a text encoded twice or
 # more): only then may the decoded text hold a hint the text does not. `%20`, `%2F` or `%3D`

@@ -167,7 +167,7 @@ class Scrubber:
             return text
         try:
             parsed = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             return self._literals(text) if text.lstrip()[:1] in ("{", "[") else self.text(text)
         scrubbed = self.value(parsed)
         if _same(scrubbed, parsed):

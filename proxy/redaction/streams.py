@@ -85,7 +85,7 @@ class Parsed:
     def read(cls, text: str) -> Parsed | None:
         try:
             payload = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past the parser's depth: left as text
             return None
         if not isinstance(payload, dict | list):
             return None
@@ -235,7 +235,9 @@ def frame_text(
 ) -> str:
     """One frame's raw text scrubbed alone: an SSE event's data lines and an NDJSON line as
     JSON (keeping the frame valid), a raw chunk (or a piece of a JSON document) as text."""
-    if dialect in ("ndjson", "eventstream"):  # an eventstream frame's text is one JSON object
+    if dialect == "eventstream":  # its text is the message readable: its payload is scrubbed
+        return eventframes.scrubbed(text, json_text, plain)
+    if dialect == "ndjson":
         body = text.rstrip("\r\n")
         return json_text(body) + text[len(body) :] if body.strip() else text
     if dialect != "sse":

@@ -51,7 +51,7 @@ def prepare(
     agent = False
     for name, value in raw:
         low = name.lower()
-        pair = (name.decode("latin-1"), _text(value))
+        pair = (name.decode("latin-1"), header_text(value))
         if low == b"authorization":
             authorization.append(pair)
             continue
@@ -110,7 +110,8 @@ def _target(target: str) -> str:
         return quote_from_bytes(raw, safe=_SAFE)
 
 
-def _text(value: bytes) -> str:
+def header_text(value: bytes) -> str:
+    """A header value as the text aiohttp writes back as its bytes: UTF-8, else latin-1."""
     try:
         return value.decode("utf-8")
     except UnicodeDecodeError:

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tapeproxy.errors import ConfigError, NeedsResign, UpstreamError
+from tapeproxy.problems import one_line
 from tapeproxy.upstream.protocol import (
     Outbound,
     SocketUpstream,
@@ -23,16 +24,21 @@ from tapeproxy.upstream.protocol import (
     UpstreamResponse,
     UpstreamSocket,
 )
+from tapeproxy.upstream.request import header_text
 
 SIGV4 = b"AWS4-HMAC-SHA256"
-SERVICE = "bedrock"
+SERVICE = "bedrock"  # when the client's signature names none
+# The client's credential scope (`Credential=KEY/DATE/REGION/SERVICE/aws4_request`): the service
+# its SDK signs for is the one the real host checks (`bedrock`, `sagemaker`, ...).
+_SCOPE = re.compile(rb"Credential=[^/,]+/\d{8}/[a-z0-9-]+/([a-z0-9-]+)/aws4_request")
 # The headers a SigV4 signature is made of: the client's are dropped before signing anew.
 SIGNATURE_HEADERS = frozenset(
     {b"authorization", b"x-amz-date", b"x-amz-security-token", b"x-amz-content-sha256"}
 )
 # A Host only a client that signed for AWS itself sends (through the forward proxy).
 _AWS_HOST = re.compile(r"^[a-z0-9.-]+\.amazonaws\.com(?::443)?$", re.IGNORECASE)
-_REGION = re.compile(r"^bedrock-runtime(?:-fips)?\.([a-z0-9-]+)\.amazonaws\.com$")
+# An AWS host's region: `bedrock-runtime.REGION.amazonaws.com`, `runtime.sagemaker.REGION...`.
+_REGION = re.compile(r"\.([a-z]{2}(?:-[a-z]+)+-\d+)(?:\.vpce)?\.amazonaws\.com(?:\.cn)?$")
 
 NO_RESIGN = (
     "this request is SigV4-signed for tapeproxy's own address, so the real host would refuse "
@@ -44,7 +50,7 @@ NO_RESIGN = (
 def region_of(host: str) -> str:
     """The region to sign for: the host's (`bedrock-runtime.REGION.amazonaws.com`), else
     AWS_REGION or AWS_DEFAULT_REGION; ConfigError naming them when there is none."""
-    found = _REGION.match(host)
+    found = _REGION.search(host)
     region = found.group(1) if found else None
     region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if not region:
@@ -83,19 +89,20 @@ class Signing:
         return await self.inner.connect(request, protocols, max_frame)
 
     def _signed(self, request: Outbound) -> Outbound:
+        credentials = self._credentials()  # first: without botocore, says which extra
         from botocore.auth import SigV4Auth
         from botocore.awsrequest import AWSRequest
 
-        credentials = self._credentials()
         kept = [(k, v) for k, v in request.headers if k.lower() not in SIGNATURE_HEADERS]
-        aws = AWSRequest(
-            method=request.method,
-            url=request.url,
-            data=request.body,
-            headers={k.decode("latin-1"): v.decode("latin-1") for k, v in kept},
-        )
+        aws = AWSRequest(method=request.method, url=request.url, data=request.body)
+        for name, value in kept:  # each line (a name twice: signed as `a,b`, as AWS reads it)
+            # Its text as aiohttp sends it (UTF-8 bytes as they came): AWS hashes those bytes.
+            aws.headers[name.decode("latin-1")] = header_text(value)
         region = region_of(urlsplit(request.url).hostname or "")
-        SigV4Auth(credentials, SERVICE, region).add_auth(aws)
+        auth = next((v for k, v in request.headers if k.lower() == b"authorization"), b"")
+        scope = _SCOPE.search(auth)
+        service = scope.group(1).decode("ascii") if scope else SERVICE
+        SigV4Auth(credentials, service, region).add_auth(aws)
         fresh = [
             (name.encode("latin-1"), value.encode("latin-1"))
             for name, value in aws.headers.items()
@@ -109,13 +116,20 @@ class Signing:
         container, instance), frozen for this one request; ConfigError when it finds none."""
         try:
             import botocore.session
+            from botocore.exceptions import BotoCoreError
         except ImportError as exc:
             raise ConfigError("--resign aws needs botocore: pip install 'tapeproxy[aws]'") from exc
-        if self._session is None:
-            # botocore logs where it found the credentials, and its signer what it signs.
-            logging.getLogger("botocore").setLevel(logging.WARNING)
-            self._session = botocore.session.Session()
-        found = self._session.get_credentials()
-        if found is None:
+        # botocore logs where it found the credentials, and its signer what it signs (the
+        # session token too): silenced at each signature, in case a test of the pytest
+        # plugin's process turned botocore's debug lines on since the last one.
+        logging.getLogger("botocore").setLevel(logging.WARNING)
+        try:  # a profile that is not there, an SSO login expired, an endpoint that is down
+            if self._session is None:
+                self._session = botocore.session.Session()
+            found = self._session.get_credentials()
+            frozen = None if found is None else found.get_frozen_credentials()
+        except BotoCoreError as exc:
+            raise ConfigError(f"--resign aws: {one_line(exc)}") from exc
+        if frozen is None:
             raise ConfigError("--resign aws: no AWS credentials in tapeproxy's environment")
-        return found.get_frozen_credentials()
+        return frozen

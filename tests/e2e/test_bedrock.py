@@ -9,6 +9,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,9 +28,10 @@ from botocore.exceptions import ClientError, EventStreamError
 from typer.testing import CliRunner
 
 from tapeproxy.cli.main import app
+from tapeproxy.exchange.eventstream import Message, encode
 from tests.conftest import MakeProxy
 from tests.e2e.test_guide_recipes import RECIPE_URL, recipe
-from tests.fakes.upstream import FakeUpstream
+from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import SECRET_OPENAI, files_under, library_files
 from tests.support.aws import CLIENT, DUMMY, MODEL, TAPE, aws_env, bedrock
 
@@ -197,19 +199,73 @@ def test_a_cut_bedrock_stream_reaches_botocore_as_an_error_mid_stream(
 def test_no_key_secret_token_or_signature_reaches_a_cassette_or_a_log(
     make_proxy: MakeProxy, bedrock: FakeUpstream, cassettes: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """With botocore's debug logging on (its signer logs the canonical request, the session
+    token in it): the lines of tapeproxy's threads hold none. The test's own boto3 client,
+    on this thread, logs its own keys: those lines are not tapeproxy's."""
     signatures: Signed = []
-    with caplog.at_level(logging.DEBUG):
-        recorder = make_proxy(mode="record", resign="aws")
-        calls(client(recorder.url, CLIENT, signatures))
-        recorder.stop()
+    botocore = logging.getLogger("botocore")
+    level = botocore.level
+    botocore.setLevel(logging.DEBUG)  # whatever an earlier test (or tapeproxy) left
+    try:
+        with caplog.at_level(logging.DEBUG):
+            recorder = make_proxy(mode="record", resign="aws")
+            calls(client(recorder.url, CLIENT, signatures))
+            recorder.stop()
+    finally:
+        botocore.setLevel(level)
     resigned = [h.headers["authorization"].rsplit("=", 1)[1] for h in bedrock.hits]
     secrets = [*TAPE, *CLIENT, *signatures, *resigned]
     assert len(signatures) == len(resigned) == 4
-    recorded_logs = "\n".join(r.getMessage() for r in caplog.records if r.name != "botocore.hooks")
+    ours = [r for r in caplog.records if r.thread != threading.get_ident()]
+    assert any(r.name == "tapeproxy" for r in ours)
+    recorded_logs = "\n".join(r.getMessage() for r in ours)
     for secret in secrets:
         assert secret not in recorded_logs
         for name, data in files_under(cassettes).items():
             assert secret.encode() not in data, name
+
+
+def test_aws_echoing_the_session_token_in_a_signature_mismatch_writes_it_nowhere(
+    make_proxy: MakeProxy, bedrock: FakeUpstream, cassettes: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """AWS's 403 for a signature it computes otherwise quotes its canonical string, each
+    signed header's value in it: the session token tapeproxy signed with. A 4xx is recorded."""
+    assert bedrock.sigv4 is not None
+    bedrock.sigv4.host = "bedrock-runtime.us-east-1.amazonaws.com"  # not what it is signed for
+    with caplog.at_level(logging.DEBUG):
+        recorder = make_proxy(mode="record", resign="aws")
+        with pytest.raises(ClientError, match="Canonical String") as raised:
+            client(recorder.url, CLIENT).converse(modelId=MODEL, messages=HELLO)
+        recorder.stop()
+    assert f"x-amz-security-token:{TAPE[2]}" in raised.value.response["Error"]["Message"]
+    assert library_files(cassettes), "the 403 is recorded"
+    for name, data in files_under(cassettes).items():
+        assert TAPE[2].encode() not in data, name
+    assert TAPE[2] not in "\n".join(r.getMessage() for r in caplog.records)
+
+
+def test_an_eventstream_answer_that_is_no_message_is_recorded_so_that_it_replays(
+    make_proxy: MakeProxy, bedrock: FakeUpstream
+) -> None:
+    """A gateway's page labelled as an eventstream, or a message whose readable form would
+    not give back its bytes (a header name twice): kept as its bytes, replayed as them."""
+    path = f"/model/{MODEL}/converse"
+    twice = encode(Message(((":event-type", "a"), (":event-type", "a")), b"{}"))
+    bodies = [b"a gateway's page, UTF-8 text and no eventstream\n", twice]
+    kind = {"content-type": "application/vnd.amazon.eventstream"}
+    bedrock.sigv4 = None
+    bedrock.script(path, *(Reply(body=body, headers=kind, chunked=True) for body in bodies))
+    recorder = make_proxy(mode="record")
+    live = [httpx.post(f"{recorder.url}/bedrock{path}", json={"n": n}) for n in range(2)]
+    recorder.stop()
+    bedrock.stop()
+    replayer = make_proxy(mode="replay")
+    for n, answer in enumerate(live):
+        again = httpx.post(f"{replayer.url}/bedrock{path}", json={"n": n})
+        assert (again.status_code, again.content) == (
+            200,
+            answer.content == bodies[n] and answer.content,
+        )
 
 
 def test_show_full_prints_a_bedrock_stream_as_text(

@@ -121,6 +121,18 @@ def test_the_base_image_is_pinned_by_version_and_every_stage_builds_on_it() -> N
     assert [c.flags for c in instructions("COPY") if c.flags] == [("--from=build",)]
 
 
+def test_the_image_installs_every_extra_a_serve_option_needs() -> None:
+    """Pip is taken out of the image, so an extra it lacks cannot be added in the container:
+    `--cassettes s3://...` needs `s3`, `--resign aws` needs `aws`."""
+    commands = list(dockerfile.parse_file(str(DOCKERFILE)))
+    [install] = [c.value[0] for c in commands if c.cmd == "RUN" and "pip install" in c.value[0]]
+    found = re.search(r'pip install "\.\[([a-z0-9,]+)\]"', install)
+    assert found is not None, install
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = set(project["optional-dependencies"]) - {"test", "docs", "bench"}
+    assert set(found.group(1).split(",")) == extras
+
+
 def test_the_image_carries_oci_labels_in_step_with_the_package() -> None:
     [label] = instructions("LABEL")
     pairs = label.value

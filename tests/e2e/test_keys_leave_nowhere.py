@@ -35,6 +35,7 @@ FAKE_KEYS = {
     "google": "AIza" + PIECE[:35],
     "github": "ghp" + "_" + PIECE[:36],
     "aws": "AKIA" + "FAKEKEY234567ABC",
+    "aws-session": "x-amz-security-" + "token:" + PIECE,
     "slack": "xox" + "b-" + "123456789012-" + PIECE[:12],
     "jwt": "eyJ" + "hbGciOiJub25lIn0" + "." + "eyJ" + "zdWIiOiJmYWtlIn0" + "." + "fakesig0",
 }

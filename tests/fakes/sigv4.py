@@ -27,6 +27,7 @@ class SigV4Check:
         self.credentials = Credentials(access_key, secret, token)
         self.api_key = api_key
         self.host = ""  # set once the fake listens
+        self.service = "bedrock"  # the service AWS checks the credential scope names
 
     def problem(
         self, method: str, path_qs: str, headers: Mapping[str, str], body: bytes
@@ -41,6 +42,8 @@ class SigV4Check:
             return "The security token included in the request is invalid."
         if self.credentials.token and headers.get("x-amz-security-token") != self.credentials.token:
             return "The security token included in the request is invalid."
+        if found["service"] != self.service:
+            return f"Credential should be scoped to correct service: '{self.service}'."
         signed = found["signed"].split(";")
         if "host" not in signed:
             return "host is not signed"
@@ -52,9 +55,16 @@ class SigV4Check:
         )
         request.context["timestamp"] = headers.get("x-amz-date", "")
         auth = SigV4Auth(self.credentials, found["service"], found["region"])
-        expected = auth.signature(
-            auth.string_to_sign(request, auth.canonical_request(request)), request
-        )
-        if expected != found["sig"]:
-            return "The request signature we calculated does not match the signature you provided."
+        canonical = auth.canonical_request(request)
+        to_sign = auth.string_to_sign(request, canonical)
+        if auth.signature(to_sign, request) != found["sig"]:
+            # As AWS answers it: the canonical string holds each signed header's value, the
+            # session token's too (litellm#14763 shows Bedrock's).
+            return (
+                "The request signature we calculated does not match the signature you "
+                "provided. Check your AWS Secret Access Key and signing method. Consult the "
+                "service documentation for details.\n\nThe Canonical String for this request "
+                f"should have been\n'{canonical}'\n\nThe String-to-Sign should have been\n"
+                f"'{to_sign}'\n"
+            )
         return None

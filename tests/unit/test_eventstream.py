@@ -189,6 +189,27 @@ def test_a_truncated_stream_is_refused_and_a_frame_text_that_is_no_message_too()
         eventframes.wire('{"headers": {"a": {"int99": 1}}, "payload": {"text": ""}}')
 
 
+def test_a_frame_text_nested_past_the_parsers_depth_is_a_one_line_refusal() -> None:
+    """Not a RecursionError, which no handler of a cassette's ValueErrors catches."""
+    deep = "[" * 100_000 + "]" * 100_000
+    text = '{"headers": {}, "payload": {"json": ' + deep + "}}"
+    with pytest.raises(EventStreamError, match="not JSON"):
+        eventframes.wire(text)
+    assert eventframes.meaning(text) == ("", None, "")
+
+
+@pytest.mark.parametrize(
+    "shown",
+    [{"int8": 128}, {"int16": -32769}, {"int64": 2**63}, {"uuid": "zz"}, {"bytes": "!!!"}],
+)
+def test_a_hand_edited_header_value_its_type_cannot_hold_is_a_one_line_refusal(
+    shown: dict[str, Any],
+) -> None:
+    text = json.dumps({"headers": {":event-type": "chunk", "a": shown}, "payload": {"text": ""}})
+    with pytest.raises(EventStreamError, match="header value"):
+        eventframes.wire(text)
+
+
 def _delta(text: str, index: int = 0) -> bytes:
     headers = (
         (":event-type", "contentBlockDelta"),
@@ -215,3 +236,21 @@ def test_a_key_split_across_bedrock_events_is_scrubbed_whole_and_each_frame_stil
     for one in scrubbed:  # valid messages still, botocore reads them
         (parsed,) = _botocore(eventframes.wire(one["text"]))
         assert json.loads(parsed.payload)
+
+
+@pytest.mark.parametrize("field", ["delta.text", "headers", "payload", "bytes"])
+def test_a_field_path_reaches_a_messages_json_and_never_breaks_the_stored_record(
+    field: str,
+) -> None:
+    """`--redact-field delta.text` redacts a Bedrock delta as it does an SSE event's; a field
+    named like the stored record's own keys (`headers`, `payload`, `bytes`) leaves it whole."""
+    raws = [
+        _delta("private words"),
+        _bedrock_chunk({"type": "content_block_delta", "delta": {"text": "private words"}}),
+    ]
+    frames = [{"ms": 0, "text": eventframes.readable(raw)} for raw in raws]
+    scrubbed = Scrubber.build(fields=[field]).frames(frames, "eventstream")
+    for one in scrubbed:
+        assert len(_botocore(eventframes.wire(one["text"]))) == 1
+        assert ("private words" in one["text"]) == (field != "delta.text")
+    assert Scrubber.build(fields=[field]).frames(scrubbed, "eventstream") == scrubbed

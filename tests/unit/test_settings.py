@@ -318,6 +318,7 @@ def test_an_unknown_config_key_lists_the_known_ones(tmp_path: Path) -> None:
             "",
             ["TAPEPROXY_UPSTREAM", "'search' is not NAME=URL"],
         ),
+        ({"resign": "gcp"}, {}, "", ["--resign 'gcp': Input should be 'aws'"]),
     ],
 )
 def test_a_bad_value_names_the_option_the_source_and_what_is_allowed(

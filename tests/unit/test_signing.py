@@ -4,6 +4,8 @@ and a re-signature botocore's own arithmetic accepts for the real host and regio
 from __future__ import annotations
 
 import asyncio
+import logging
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,21 +35,23 @@ class Keep:
         return None  # type: ignore[return-value]
 
 
-def signed_for(host: str) -> list[tuple[bytes, bytes]]:
+def signed_for(host: str, service: str = "bedrock") -> list[tuple[bytes, bytes]]:
     """A client's request signed for `host`, as boto3 signs it."""
     request = AWSRequest("POST", f"http://{host}/model/m/converse", data=BODY)
     request.headers["content-type"] = "application/json"
-    SigV4Auth(Credentials(*CLIENT), "bedrock", "eu-west-3").add_auth(request)
+    SigV4Auth(Credentials(*CLIENT), service, "eu-west-3").add_auth(request)
     return [
         (k.lower().encode(), v.encode() if isinstance(v, str) else v)
         for k, v in request.headers.items()
     ]
 
 
-def opened(signing: Signing, headers: list[tuple[bytes, bytes]], host: bytes) -> Outbound:
+def opened(
+    signing: Signing, headers: list[tuple[bytes, bytes]], host: bytes, url: str = URL
+) -> Outbound:
     inner = signing.inner
     assert isinstance(inner, Keep)
-    asyncio.run(signing.open(Outbound("bedrock", "POST", URL, headers, BODY, host)))
+    asyncio.run(signing.open(Outbound("bedrock", "POST", url, headers, BODY, host)))
     return inner.sent[-1]
 
 
@@ -131,3 +135,93 @@ def test_no_credentials_in_tapeproxys_environment_is_one_line(
         monkeypatch.delenv(name)
     with pytest.raises(ConfigError, match="no AWS credentials"):
         opened(Signing(Keep(), "aws"), signed_for("127.0.0.1:8787"), b"127.0.0.1:8787")
+
+
+def test_a_request_for_another_aws_service_is_re_signed_for_that_service_and_its_region(
+    env: None,
+) -> None:
+    """The service is the one the client's SDK signed for (its credential scope): signed as
+    `bedrock`, a SageMaker runtime call through a generic upstream would be refused."""
+    host = "runtime.sagemaker.ap-southeast-2.amazonaws.com"
+    url = f"https://{host}/endpoints/e/invocations"
+    headers = signed_for("127.0.0.1:8787", service="sagemaker")
+    sent = opened(Signing(Keep(), "aws"), headers, b"127.0.0.1:8787", url)
+    found = {k.decode().lower(): v.decode() for k, v in sent.headers}
+    assert "/ap-southeast-2/sagemaker/aws4_request" in found["authorization"]
+    check = SigV4Check(*TAPE)
+    check.host, check.service = host, "sagemaker"
+    assert check.problem("POST", "/endpoints/e/invocations", found, BODY) is None
+
+
+def test_a_utf8_header_value_is_signed_as_the_bytes_that_go(env: None) -> None:
+    """aiohttp sends a header's UTF-8 bytes as they came; signed as latin-1 text, AWS (which
+    hashes the bytes it gets) would refuse it."""
+    headers = [*signed_for("127.0.0.1:8787"), (b"x-amzn-bedrock-trace", "élan".encode())]
+    sent = opened(Signing(Keep(), "aws"), headers, b"127.0.0.1:8787")
+    found = {k.decode().lower(): v.decode() for k, v in sent.headers}
+    check = SigV4Check(*TAPE)
+    check.host = HOST
+    assert check.problem("POST", "/model/m/converse", found, BODY) is None
+
+
+def test_without_botocore_resign_says_which_extra_to_install(
+    env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("botocore", "botocore.auth", "botocore.awsrequest", "botocore.session"):
+        monkeypatch.setitem(sys.modules, name, None)  # `import` raises ImportError
+    with pytest.raises(ConfigError, match=r"pip install 'tapeproxy\[aws\]'"):
+        opened(Signing(Keep(), "aws"), signed_for("127.0.0.1:8787"), b"127.0.0.1:8787")
+
+
+def test_a_header_sent_twice_is_signed_with_both_values(env: None) -> None:
+    """aiohttp sends both lines; AWS signs them joined by a comma (`x-a:1,2`)."""
+    twice = [(b"x-amzn-bedrock-trace", b"ENABLED"), (b"x-amzn-bedrock-trace", b"DISABLED")]
+    sent = opened(Signing(Keep(), "aws"), [*signed_for("127.0.0.1:8787"), *twice], b"x:1")
+    assert [v for k, v in sent.headers if k == b"x-amzn-bedrock-trace"] == [b"ENABLED", b"DISABLED"]
+    found = {k.decode().lower(): v.decode() for k, v in sent.headers}
+    found["x-amzn-bedrock-trace"] = "ENABLED,DISABLED"  # as AWS reads the two lines
+    check = SigV4Check(*TAPE)
+    check.host = HOST
+    assert check.problem("POST", "/model/m/converse", found, BODY) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("AWS_PROFILE", "no-such-profile"),  # ProfileNotFound
+        ("AWS_CONTAINER_CREDENTIALS_FULL_URI", "http://127.0.0.1:9/creds"),  # unreachable
+    ],
+)
+def test_a_credential_chain_that_fails_is_one_line_naming_resign(
+    env: None, monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    """botocore's own errors (a profile that is not there, a credential endpoint that does
+    not answer) were a bare 500 Internal Server Error."""
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(key)
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match="--resign aws: ") as raised:
+        opened(Signing(Keep(), "aws"), signed_for("127.0.0.1:8787"), b"127.0.0.1:8787")
+    assert "\n" not in raised.value.message
+
+
+def test_botocore_debug_turned_on_after_a_signature_still_logs_no_credential(
+    env: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pytest plugin shares its process with the tests: one may turn botocore's debug
+    lines on (`boto3.set_stream_logger`) after tapeproxy signed a first request."""
+    signing = Signing(Keep(), "aws")
+    opened(signing, signed_for("127.0.0.1:8787"), b"127.0.0.1:8787")
+    botocore = logging.getLogger("botocore")
+    level = botocore.level
+    botocore.setLevel(logging.DEBUG)
+    try:
+        with caplog.at_level(logging.DEBUG):
+            sent = opened(signing, signed_for("127.0.0.1:8787"), b"127.0.0.1:8787")
+    finally:
+        botocore.setLevel(level)
+    found = {k.lower(): v.decode() for k, v in sent.headers}
+    signature = found[b"authorization"].rsplit("=", 1)[1]
+    lines = "\n".join(r.getMessage() for r in caplog.records)
+    for secret in (*TAPE, signature):
+        assert secret not in lines

@@ -286,6 +286,7 @@ def keys() -> dict[str, str]:
         "google": "AI" + "za" + "Sy" + alnum + "Q",
         "github": "gh" + "p_" + alnum + "abcd",
         "aws": "AK" + "IA" + "IOSFODNN7EXAMPLE",
+        "aws-session": "X-Amz-Security-" + "Token=IQoJb3JpZ2luX2VjEFoaCXVz" + alnum,
         "slack": "xo" + "xb-" + "1234567890-" + "0987654321-" + alnum[:24],
         "jwt": "ey" + "JhbGciOiJIUzI1NiJ9" + ".ey" + "JzdWIiOiIxMjM0NTY3ODkwIn0" + ".sig" + alnum,
     }
@@ -324,6 +325,29 @@ def test_a_key_of_each_format_is_scrubbed_by_default_and_kept_when_opted_out(nam
 )
 def test_ordinary_text_that_resembles_a_key_is_left_alone(text: str) -> None:
     assert DEFAULTS.text(text) == text
+
+
+@pytest.mark.parametrize(
+    "shown",
+    [
+        "x-amz-security-token:{token}\n",  # AWS's canonical string, in its 403
+        "?X-Amz-Security-Token={token}&X-Amz-Date=1",  # a presigned URL
+        '{{"X-Amz-Security-Token": "{token}"}}',  # headers as JSON
+        "{{'X-Amz-Security-Token': b'{token}'}}",  # botocore's debug line
+    ],
+)
+def test_an_aws_session_token_is_scrubbed_wherever_aws_quotes_it_by_name(shown: str) -> None:
+    token = "IQoJb3JpZ2luX2VjEFoaCXVzLWVhc3QtMSJHMEUCIQD+abc/def=="
+    assert token[-16:] not in DEFAULTS.text(shown.format(token=token))
+
+
+@pytest.mark.parametrize("dialect", ["sse", "ndjson", "eventstream"])
+def test_a_frame_nested_past_the_json_parsers_depth_is_scrubbed_as_text(dialect: str) -> None:
+    """A hostile upstream's event `[[[[...]]]]`: RecursionError escaped the scrub."""
+    deep = "[" * 100_000 + f'"{keys()["openai"]}"' + "]" * 100_000
+    text = {"sse": f"data: {deep}\n\n", "ndjson": f"{deep}\n", "eventstream": deep}[dialect]
+    (scrubbed,) = DEFAULTS.frames([{"ms": 0, "text": text}], dialect)
+    assert keys()["openai"] not in scrubbed["text"]
 
 
 def test_an_unknown_format_to_keep_is_a_clear_error() -> None:

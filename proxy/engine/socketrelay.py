@@ -143,7 +143,7 @@ class Relay:
             ms=self.tape.ms(),
             by=None if end.cut else by,
             code=end.code,
-            reason=end.reason,
+            reason=self.p.scrubber.text(end.reason),  # the upstream's words: "bad key sk-..."
             cut=end.cut,
         )
         outcome = Outcome.UPSTREAM_CUT if end.cut else Outcome.COMPLETE

@@ -156,6 +156,9 @@ class FakeRealtime:
                 if msg.data == "bye":
                     await ws.close(code=1000, message=b"bye")
                     break
+                if msg.data.startswith("close:"):  # a close frame with a reason of the test's
+                    await ws.close(code=4000, message=msg.data[6:].encode())
+                    break
                 if msg.data.startswith("raw:"):  # sent as given: a layout of the test's own
                     await ws.send_str(msg.data[4:])
                     continue

@@ -1,9 +1,11 @@
 """WebSocket sessions as an attacker or an unlucky user drives them: a credential in the
-upstream's close reason never reaches a file."""
+upstream's close reason or an ephemeral client secret (`ek_...`) never reaches a file, a
+log line, the misses journal or the error event."""
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -44,3 +46,28 @@ def test_a_key_in_the_upstreams_close_reason_is_not_written(
     [file] = files(cassettes)
     assert KEY not in file.read_text()
     assert json.loads(file.read_text())["session"]["end"]["reason"] == "invalid key [redacted]"
+
+
+def test_an_ephemeral_client_secret_leaves_nowhere(
+    realtime: FakeRealtime, serve: Serve, cassettes: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="tapeproxy")
+    recorder = serve(realtime.url, mode="record")
+    with connect(ws_url(recorder, "/tool/echo")) as ws:
+        ws.send(f"token {EPHEMERAL}")
+        ws.recv(timeout=10)
+        ws.send("bye")
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+    recorder.stop()
+    [file] = files(cassettes)
+    assert EPHEMERAL not in file.read_text() and "token [redacted]" in file.read_text()
+    proxy = serve(mode="replay")
+    with connect(ws_url(proxy, "/tool/echo")) as ws:
+        ws.send(json.dumps({"client_secret": EPHEMERAL, "seen": EPHEMERAL}))
+        error = ws.recv(timeout=10)
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+    assert "cassette_miss" in str(error) and EPHEMERAL not in str(error)
+    assert EPHEMERAL not in json.dumps(proxy.get("/__tapeproxy/misses"))
+    assert EPHEMERAL not in caplog.text

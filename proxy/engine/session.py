@@ -38,6 +38,7 @@ from tapeproxy.upstream.protocol import Closed, Message, SocketUpstream
 log = logging.getLogger("tapeproxy")
 CREDENTIAL_PROTOCOL = "openai-insecure-api-key."  # a browser's key, as a subprotocol
 MISS_CLOSE, TOO_BIG_CLOSE, ERROR_CLOSE = 1008, 1009, 1011
+SHUTDOWN = "tapeproxy shut down mid-session"  # a client's leg cut by the server's shutdown
 
 
 class Peer(Protocol):

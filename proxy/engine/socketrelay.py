@@ -16,6 +16,7 @@ from tapeproxy.engine.keeper import Target
 from tapeproxy.engine.keyed import Keyed
 from tapeproxy.engine.session import (
     ERROR_CLOSE,
+    SHUTDOWN,
     Parts,
     Peer,
     fault_step,
@@ -132,8 +133,9 @@ class Relay:
             self.p.counters.too_large += 1
             why = f"over --max-record ({self.tape.size:,} bytes)"
         elif end.cut and by == "client":
-            self.p.counters.aborted += 1
-            why = "the client dropped the session without a close"
+            shutdown = end.reason == SHUTDOWN  # not whole: the rest was never said
+            self.p.counters.aborted += 0 if shutdown else 1
+            why = SHUTDOWN if shutdown else "the client dropped the session without a close"
         elif (end.cut or end.code == 1009) and not self.p.settings.record_failures:
             why = "the upstream dropped it without a close" if end.cut else "a frame too big"
         if why is not None:

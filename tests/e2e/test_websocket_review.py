@@ -1,11 +1,13 @@
 """WebSocket sessions as an attacker or an unlucky user drives them: a credential in the
 upstream's close reason or an ephemeral client secret (`ek_...`) never reaches a file, a
-log line, the misses journal or the error event."""
+log line, the misses journal or the error event; a session the server's shutdown cuts
+short is not written as if it had ended."""
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,7 +17,7 @@ from websockets.sync.client import connect
 
 from tests.fakes.realtime import FakeRealtime
 from tests.support import ProxyServer
-from tests.support.sockets import Servers, files, ws_url
+from tests.support.sockets import Servers, files, turn, ws_url
 
 Serve = Callable[..., ProxyServer]
 KEY = "sk-proj-CloseReason0123456789abcdefghijklmnop"
@@ -71,3 +73,19 @@ def test_an_ephemeral_client_secret_leaves_nowhere(
     assert "cassette_miss" in str(error) and EPHEMERAL not in str(error)
     assert EPHEMERAL not in json.dumps(proxy.get("/__tapeproxy/misses"))
     assert EPHEMERAL not in caplog.text
+
+
+def test_a_session_cut_by_the_servers_shutdown_is_not_written_as_ended(
+    realtime: FakeRealtime, serve: Serve, cassettes: Path
+) -> None:
+    recorder = serve(realtime.url, mode="record")
+    with connect(ws_url(recorder)) as ws:
+        turn(ws, "Say hi")  # one turn of a session that would go on
+        stopping = threading.Thread(target=recorder.stop)  # what SIGTERM does
+        stopping.start()
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+        stopping.join(10)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
+    assert not stopping.is_alive()  # bounded
+    assert files(cassettes) == []  # it was cut, not "closed 1012 by the client"

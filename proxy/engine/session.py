@@ -29,6 +29,7 @@ from tapeproxy.exchange.model import (
 )
 from tapeproxy.faults.layer import Faults
 from tapeproxy.faults.spec import FaultSpec
+from tapeproxy.faults.wrappers import broken
 from tapeproxy.providers import Rulebook
 from tapeproxy.redaction.scrubber import Scrubber
 from tapeproxy.settings import Settings
@@ -133,6 +134,7 @@ class Replay:
         self.sent = 0
         self.matched = 0  # client frames matched so far
         self.clock = 0
+        self.spoil = fault is not None and fault.kind == "malformed"
 
     async def run(self) -> None:
         frames = self.session.frames
@@ -176,7 +178,10 @@ class Replay:
         if self.fault is not None and not await fault_step(self.fault, self.sent):
             await self.peer.close(ERROR_CLOSE, "tapeproxy fault: cut")
             return False
-        await self.peer.send(message_of(frame) if message is None else message)
+        out = message_of(frame) if message is None else message
+        if self.spoil and (bad := broken_message(out)) is not None:
+            self.spoil, out = False, bad
+        await self.peer.send(out)
         self.sent += 1
         return True
 
@@ -233,3 +238,13 @@ async def fault_step(fault: FaultSpec, sent: int) -> bool:
         if wait:
             await asyncio.sleep(wait / 1000)
     return True
+
+
+def broken_message(message: Message) -> Message | None:
+    """A server frame whose JSON the `malformed` fault cuts in half (as it does an HTTP
+    body; Gemini Live's JSON comes as binary frames); None when it holds no JSON object."""
+    data = message.encode("utf-8") if isinstance(message, str) else message
+    if not data.lstrip().startswith(b"{"):
+        return None
+    bad = broken(data)
+    return bad.decode("utf-8", "ignore") if isinstance(message, str) else bad

@@ -19,6 +19,7 @@ from tapeproxy.engine.session import (
     SHUTDOWN,
     Parts,
     Peer,
+    broken_message,
     fault_step,
     kept_protocols,
     refuse,
@@ -49,6 +50,7 @@ class Relay:
         self.p, self.keyed, self.target, self.peer, self.fault = parts, keyed, target, peer, fault
         self.tape = Tape(parts.settings.max_record, parts.scrubber, keyed.provider.tokens)
         self.sent = 0
+        self.spoil = fault is not None and fault.kind == "malformed"
 
     async def run(self, protocols: list[str]) -> None:
         try:
@@ -111,6 +113,8 @@ class Relay:
             if self.fault is not None and not await fault_step(self.fault, self.sent):
                 return Closed(None, "tapeproxy fault: cut")
             self.tape.add("server", got)
+            if self.spoil and (bad := broken_message(got)) is not None:
+                self.spoil, got = False, bad
             await self.peer.send(got)
             self.sent += 1
 

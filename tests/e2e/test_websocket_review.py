@@ -89,3 +89,22 @@ def test_a_session_cut_by_the_servers_shutdown_is_not_written_as_ended(
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
     assert not stopping.is_alive()  # bounded
     assert files(cassettes) == []  # it was cut, not "closed 1012 by the client"
+
+
+@pytest.mark.parametrize("mode", ["replay", "record"])
+def test_malformed_breaks_the_first_json_server_frame_of_a_session(
+    realtime: FakeRealtime, serve: Serve, cassettes: Path, mode: str
+) -> None:
+    recorder = serve(realtime.url, mode="record")
+    with connect(ws_url(recorder)) as ws:
+        ws.recv(timeout=10)  # session.created, then the client's close
+    recorder.stop()
+    proxy = serve(realtime.url, mode=mode)
+    with connect(ws_url(proxy), additional_headers={"x-tapeproxy-fault": "malformed"}) as ws:
+        first = ws.recv(timeout=10)
+    assert isinstance(first, str) and first.startswith('{"type": "session.created"')
+    with pytest.raises(ValueError):
+        json.loads(first)  # cut in half, as a malformed HTTP body is
+    assert proxy.get("/__tapeproxy/stats")["faults"] == 1
+    proxy.stop()
+    assert len(files(cassettes)) == 1  # a spoiled session is never written

@@ -196,7 +196,8 @@ class Replay:
             f"client frame #{self.matched + 1} of the WebSocket session {self.keyed.inbound.path} "
             f"(key {self.keyed.key[:12]}) is not the one recorded; {why}",
             *(f"  {d.render()}" for d in found),
-            "To record it, run with --mode record or --mode auto.",
+            # (not --mode auto: there the recorded upgrade is replayed again, frame by frame)
+            "To record it again, run with --mode record.",
         ]
         report: dict[str, Any] = {
             "message": "\n".join(lines),

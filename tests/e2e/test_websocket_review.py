@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
+from websockets.typing import Subprotocol
 
 from tests.fakes.realtime import FakeRealtime
 from tests.support import ProxyServer
-from tests.support.sockets import Servers, files, turn, ws_url
+from tests.support.sockets import Servers, files, session, turn, ws_url
 
 Serve = Callable[..., ProxyServer]
 KEY = "sk-proj-CloseReason0123456789abcdefghijklmnop"
@@ -108,3 +109,20 @@ def test_malformed_breaks_the_first_json_server_frame_of_a_session(
     assert proxy.get("/__tapeproxy/stats")["faults"] == 1
     proxy.stop()
     assert len(files(cassettes)) == 1  # a spoiled session is never written
+
+
+def test_a_frame_miss_in_auto_mode_does_not_advise_auto(
+    realtime: FakeRealtime, serve: Serve
+) -> None:
+    recorder = serve(realtime.url, mode="record")
+    session(recorder)
+    recorder.stop()
+    proxy = serve(realtime.url, mode="auto")  # the upgrade has a recording: it is replayed
+    protocols = [Subprotocol("realtime")]
+    with pytest.raises(ConnectionClosed), connect(ws_url(proxy), subprotocols=protocols) as ws:
+        ws.recv(timeout=10)
+        ws.send(json.dumps({"type": "session.update", "session": {"instructions": "Bye"}}))
+        error = json.loads(ws.recv(timeout=10))
+        ws.recv(timeout=10)
+    message = error["error"]["message"]
+    assert "--mode auto" not in message and "--mode record" in message

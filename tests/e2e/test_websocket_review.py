@@ -126,3 +126,16 @@ def test_a_frame_miss_in_auto_mode_does_not_advise_auto(
         ws.recv(timeout=10)
     message = error["error"]["message"]
     assert "--mode auto" not in message and "--mode record" in message
+
+
+def test_a_frame_of_exactly_max_frame_passes_both_ways_and_one_byte_more_closes_1009(
+    realtime: FakeRealtime, serve: Serve
+) -> None:
+    proxy = serve(realtime.url, mode="record", max_frame=1024)
+    with connect(ws_url(proxy, "/tool/echo"), max_size=None) as ws:
+        ws.send(b"x" * 1023)  # echoed with one byte more: 1,024 bytes from the upstream
+        assert len(ws.recv(timeout=10)) == 1024
+        ws.send(b"x" * 1024)  # the client's own, at the limit too: 1,025 back is over it
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009

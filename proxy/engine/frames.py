@@ -21,6 +21,9 @@ from tapeproxy.upstream.protocol import Message
 
 TokenReader = Callable[[Iterable[Any]], Tokens | None]
 FRAME_ITEM = b"\n" + b" " * 6  # a frame's lines sit at exchange -> session -> frames
+# What a frame costs its file beyond its payload (direction, type, time), counted against
+# --max-record: a flood of empty frames is bounded too (each is held in memory on replay).
+FRAME_COST = 64
 
 
 def frame_record(direction: str, message: Message, ms: int, scrubber: Scrubber) -> dict[str, Any]:
@@ -76,8 +79,9 @@ def recorded_value(frame: SocketFrame) -> Any:
 class Tape:
     """The frames of a session under way, in a temp file, one JSON line each (never all in
     memory: a long audio session is written to its exchange file frame by frame, `pieces`);
-    `size` counts their payload bytes, and past `limit` (--max-record) nothing more is
-    kept; `tokens` sums the usage events (`read` is the provider's reader of one)."""
+    `size` counts their payload bytes and FRAME_COST each, and past `limit` (--max-record)
+    nothing more is kept; `tokens` sums the usage events (`read` is the provider's reader
+    of one)."""
 
     def __init__(self, limit: int, scrubber: Scrubber, read: TokenReader) -> None:
         self.started = time.monotonic()
@@ -94,7 +98,7 @@ class Tape:
         return int((time.monotonic() - self.started) * 1000)
 
     def add(self, direction: str, message: Message) -> None:
-        self.size += len(message)
+        self.size += len(message) + FRAME_COST
         self.count += 1
         if self.size > self.limit:
             self.over = True

@@ -139,3 +139,20 @@ def test_a_frame_of_exactly_max_frame_passes_both_ways_and_one_byte_more_closes_
         with pytest.raises(ConnectionClosed) as closed:
             ws.recv(timeout=10)
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+
+
+def test_a_flood_of_empty_frames_counts_against_max_record(
+    realtime: FakeRealtime, serve: Serve, cassettes: Path
+) -> None:
+    proxy = serve(realtime.url, mode="record", max_record=100_000)
+    with connect(ws_url(proxy, "/tool/echo")) as ws:
+        for _ in range(2000):  # no payload, yet each is a frame in the file, and in replay
+            ws.send(b"")
+        for _ in range(2000):
+            ws.recv(timeout=10)
+        ws.send("bye")
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+    assert proxy.get("/__tapeproxy/stats")["too_large"] == 1
+    proxy.stop()
+    assert files(cassettes) == []

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -156,3 +157,27 @@ def test_a_flood_of_empty_frames_counts_against_max_record(
     assert proxy.get("/__tapeproxy/stats")["too_large"] == 1
     proxy.stop()
     assert files(cassettes) == []
+
+
+def test_timing_recorded_and_slow_hold_server_frames_back(
+    realtime: FakeRealtime, serve: Serve, cassettes: Path
+) -> None:
+    recorder = serve(realtime.url, mode="record")
+    with connect(ws_url(recorder, "/tool/echo")) as ws:
+        ws.send("one")
+        ws.recv(timeout=10)
+        ws.send("bye")
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+    recorder.stop()
+    [file] = files(cassettes)
+    exchange = json.loads(file.read_text())
+    client, server = exchange["session"]["frames"][:2]
+    server["ms"] = client["ms"] + 400  # the echo came 0.4 s after its client frame
+    file.write_text(json.dumps(exchange))
+    for header in ({"x-tapeproxy-timing": "recorded"}, {"x-tapeproxy-fault": "slow:ttfb=400"}):
+        with connect(ws_url(serve(mode="replay"), "/tool/echo"), additional_headers=header) as ws:
+            ws.send("one")
+            began = time.monotonic()
+            ws.recv(timeout=10)
+            assert time.monotonic() - began >= 0.3, header  # never sooner (no upper bound)

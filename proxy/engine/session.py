@@ -104,7 +104,9 @@ async def refuse(
     kind = "cassette_miss" if code == MISS_CLOSE else "server_error"
     event = keyed.provider.sockets.error_event(kind, message, event_id)
     await peer.send(json.dumps(event))
-    reason = why or f"tapeproxy: cassette miss in {keyed.cassette!r}"
+    # Where the report is before the cassette's name, which may be cut (a reason holds 123
+    # bytes): Gemini Live's SDK shows the reason only, not the error event.
+    reason = why or f"tapeproxy: cassette miss (report: /__tapeproxy/misses) in {keyed.cassette!r}"
     await peer.close(code, reason)
 
 

@@ -181,3 +181,15 @@ def test_timing_recorded_and_slow_hold_server_frames_back(
             began = time.monotonic()
             ws.recv(timeout=10)
             assert time.monotonic() - began >= 0.3, header  # never sooner (no upper bound)
+
+
+def test_the_miss_close_reason_says_where_the_report_is(serve: Serve) -> None:
+    """Gemini Live's SDK shows the close reason only (not the error event before it)."""
+    route = "/gemini/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent"
+    proxy = serve(mode="replay", cassette="tests/test_voice/test_a_rather_long_name_" + "x" * 60)
+    with pytest.raises(ConnectionClosed) as closed, connect(ws_url(proxy, route)) as ws:
+        ws.send(json.dumps({"setup": {"model": "models/gemini-live-2.5-flash"}}))
+        while True:
+            ws.recv(timeout=10)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+    assert "/__tapeproxy/misses" in closed.value.rcvd.reason

@@ -26,14 +26,31 @@ FRAME_ITEM = b"\n" + b" " * 6  # a frame's lines sit at exchange -> session -> f
 FRAME_COST = 64
 
 
+def readable(message: Message) -> str | None:
+    """A frame as text where it is some: a text frame's, or a binary frame's UTF-8 holding a
+    JSON object (Gemini Live sends every message so); None for other bytes (audio)."""
+    if isinstance(message, str):
+        return message
+    if message.lstrip()[:1] != b"{":
+        return None
+    try:
+        return message.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 def frame_record(direction: str, message: Message, ms: int, scrubber: Scrubber) -> dict[str, Any]:
-    """One frame as the file holds it, scrubbed as HTTP bodies are."""
-    if isinstance(message, bytes):
+    """One frame as the file holds it, scrubbed as HTTP bodies are (a binary frame of JSON
+    too: readable, and sent back as bytes)."""
+    text = readable(message)
+    if text is None:
+        assert isinstance(message, bytes)
         encoded = base64.b64encode(message).decode("ascii")
         return {"direction": direction, "type": "binary", "ms": ms, "base64": encoded}
-    text = scrubber.json_text(message) if scrubber else message
+    text = scrubber.json_text(text) if scrubber else text
     payload = response_payload(text.encode("utf-8", "surrogatepass"), "application/json")
-    out: dict[str, Any] = {"direction": direction, "type": "text", "ms": ms}
+    kind = "text" if isinstance(message, str) else "binary"
+    out: dict[str, Any] = {"direction": direction, "type": kind, "ms": ms}
     if payload.kind == "json" and payload.value is not None:
         out["json"] = payload.value
         out["style"] = payload.style
@@ -47,18 +64,21 @@ def message_of(frame: SocketFrame) -> Message:
     if frame.base64 is not None:
         return base64.b64decode(frame.base64)
     if frame.text is not None:
-        return frame.text
-    return payload_bytes(Payload("json", frame.json_, frame.style)).decode("utf-8")
+        return frame.text.encode("utf-8") if frame.type == "binary" else frame.text
+    data = payload_bytes(Payload("json", frame.json_, frame.style))
+    return data if frame.type == "binary" else data.decode("utf-8")
 
 
 def decoded(message: Message) -> Any:
-    """A text frame's JSON, else the frame itself (text, or binary as base64)."""
-    if isinstance(message, bytes):
+    """A frame's JSON (`readable`), else the frame itself (text, or binary as base64)."""
+    text = readable(message)
+    if text is None:
+        assert isinstance(message, bytes)
         return {"base64": base64.b64encode(message).decode("ascii")}
     try:
-        return json.loads(message)
+        return json.loads(text)
     except ValueError:
-        return message
+        return text
 
 
 def matchable(value: Any, event_ids: frozenset[str], rules: MatchRules) -> Any:

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tapeproxy.engine.frames import decoded, matchable, message_of, recorded_value
+from tapeproxy.engine.frames import decoded, matchable, message_of, readable, recorded_value
 from tapeproxy.engine.keeper import Keeper, Target
 from tapeproxy.engine.keyed import Keyed, Keyer
 from tapeproxy.engine.matching import diff
@@ -163,7 +163,8 @@ class Replay:
     def _incoming(self, got: Message) -> Any:
         """A client frame as matched: scrubbed as recording scrubbed the recorded one."""
         scrubber = self.p.scrubber
-        seen = scrubber.json_text(got) if scrubber and isinstance(got, str) else got
+        text = readable(got)
+        seen = scrubber.json_text(text) if scrubber and text is not None else got
         ids, rules = self.keyed.provider.sockets.event_ids, self.keyed.rules
         return matchable(decoded(seen), ids, rules)
 

@@ -193,3 +193,28 @@ def test_the_miss_close_reason_says_where_the_report_is(serve: Serve) -> None:
             ws.recv(timeout=10)
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
     assert "/__tapeproxy/misses" in closed.value.rcvd.reason
+
+
+def test_a_binary_frame_of_json_is_stored_readable_scrubbed_and_replayed_as_bytes(
+    realtime: FakeRealtime, serve: Serve, cassettes: Path
+) -> None:
+    recorder = serve(realtime.url, mode="record")
+    sent = json.dumps({"realtimeInput": {"text": "hi"}, "note": KEY}).encode()
+    with connect(ws_url(recorder, "/tool/echo")) as ws:
+        ws.send(sent)
+        recorded = ws.recv(timeout=10)  # the echo adds a byte: `{...}\x01`, no JSON
+        ws.send("bye")
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+    recorder.stop()
+    [file] = files(cassettes)
+    assert KEY not in file.read_text()
+    client, server = json.loads(file.read_text())["session"]["frames"][:2]
+    assert client["type"] == "binary" and client["json"]["note"] == "[redacted]"
+    assert server["type"] == "binary" and "text" in server  # `{` and UTF-8: readable
+    realtime.stop()
+    with connect(ws_url(serve(mode="replay"), "/tool/echo")) as ws:
+        ws.send(sent.replace(b"CloseReason", b"OtherReason"))  # another key: still a match
+        again = ws.recv(timeout=10)
+    assert isinstance(recorded, bytes) and isinstance(again, bytes)
+    assert again == recorded.replace(KEY.encode(), b"[redacted]")

@@ -39,6 +39,8 @@ from tapeproxy.upstream.protocol import Closed, Outbound, UpstreamSocket
 
 log = logging.getLogger("tapeproxy")
 Side = Literal["client", "server"]
+# A session closed for a frame either side could not take is a failure, not an ending.
+BAD_FRAME = {1007: "a text frame not UTF-8", 1009: "a frame too big"}
 
 
 class Relay:
@@ -140,8 +142,8 @@ class Relay:
             shutdown = end.reason == SHUTDOWN  # not whole: the rest was never said
             self.p.counters.aborted += 0 if shutdown else 1
             why = SHUTDOWN if shutdown else "the client dropped the session without a close"
-        elif (end.cut or end.code == 1009) and not self.p.settings.record_failures:
-            why = "the upstream dropped it without a close" if end.cut else "a frame too big"
+        elif (end.cut or end.code in BAD_FRAME) and not self.p.settings.record_failures:
+            why = BAD_FRAME.get(end.code or 0, "the upstream dropped it without a close")
         if why is not None:
             keyed.trace.log(f"not recorded ({why})", 101)
             return

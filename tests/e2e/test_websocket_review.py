@@ -218,3 +218,18 @@ def test_a_binary_frame_of_json_is_stored_readable_scrubbed_and_replayed_as_byte
         again = ws.recv(timeout=10)
     assert isinstance(recorded, bytes) and isinstance(again, bytes)
     assert again == recorded.replace(KEY.encode(), b"[redacted]")
+
+
+def test_a_client_text_frame_of_invalid_utf8_closes_1007_and_nothing_is_written(
+    realtime: FakeRealtime, serve: Serve, cassettes: Path
+) -> None:
+    proxy = serve(realtime.url, mode="record")
+    with connect(ws_url(proxy, "/tool/echo")) as ws:
+        ws.send("one")
+        ws.recv(timeout=10)
+        ws.send(b"\xff\xfe not UTF-8", text=True)
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1007
+    proxy.stop()
+    assert files(cassettes) == []  # as a frame over --max-frame: a failed session

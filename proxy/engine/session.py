@@ -5,6 +5,7 @@ live to the upstream and recorded whole when it ends."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import secrets
@@ -39,6 +40,7 @@ from tapeproxy.upstream.protocol import Closed, Message, SocketUpstream
 log = logging.getLogger("tapeproxy")
 CREDENTIAL_PROTOCOL = "openai-insecure-api-key."  # a browser's key, as a subprotocol
 MISS_CLOSE, TOO_BIG_CLOSE, ERROR_CLOSE = 1008, 1009, 1011
+INBOX = 16  # client frames read ahead of a replay
 SHUTDOWN = "tapeproxy shut down mid-session"  # a client's leg cut by the server's shutdown
 
 
@@ -137,10 +139,45 @@ class Replay:
         self.matched = 0  # client frames matched so far
         self.clock = 0
         self.spoil = fault is not None and fault.kind == "malformed"
+        self.inbox: asyncio.Queue[Message | Closed] = asyncio.Queue(INBOX)
+        self.gone = asyncio.Event()  # the client has left: no server frame waits its time
 
     async def run(self) -> None:
-        frames = self.session.frames
         await self.peer.accept(self.session.subprotocol)
+        reader = asyncio.ensure_future(self._read())
+        try:
+            await self._play()
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+    async def _read(self) -> None:
+        """The client's frames as they come (a few ahead; TCP holds a flood back), so that a
+        client that leaves ends a wait for a server frame's recorded time at once."""
+        try:
+            while not isinstance(got := await self.peer.receive(), Closed):
+                await self.inbox.put(got)
+        finally:
+            self.gone.set()
+
+    async def _next(self) -> Message | Closed:
+        """The client's next frame, or how it left."""
+        if not self.inbox.empty():
+            return self.inbox.get_nowait()
+        if self.gone.is_set():
+            return Closed(None)
+        get = asyncio.ensure_future(self.inbox.get())
+        left = asyncio.ensure_future(self.gone.wait())
+        await asyncio.wait((get, left), return_when=asyncio.FIRST_COMPLETED)
+        left.cancel()
+        if get.done():
+            return get.result()
+        get.cancel()
+        return await self._next()
+
+    async def _play(self) -> None:
+        frames = self.session.frames
         at = 0
         while at < len(frames):
             frame = frames[at]
@@ -149,7 +186,7 @@ class Replay:
                     return
                 at += 1
                 continue
-            got = await self.peer.receive()
+            got = await self._next()
             if isinstance(got, Closed):
                 return
             if not self._matches(frame, got):
@@ -176,7 +213,10 @@ class Replay:
         """Send one server frame at its time; False when a fault cut the session here."""
         timing = self.keyed.timing
         if timing is not None and frame.ms > self.clock:
-            await asyncio.sleep((frame.ms - self.clock) * timing / 1000)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.gone.wait(), (frame.ms - self.clock) * timing / 1000)
+        if self.gone.is_set() and self.inbox.empty():
+            return False  # the client has left: nobody to send to
         self.clock = max(self.clock, frame.ms)
         if self.fault is not None and not await fault_step(self.fault, self.sent):
             await self.peer.close(ERROR_CLOSE, "tapeproxy fault: cut")
@@ -224,7 +264,7 @@ class Replay:
         elif end.by == "server":
             await self.peer.close(sendable(end.code), end.reason)
         else:  # the client closed it: wait for its close; a frame instead is a miss
-            got = await self.peer.receive()
+            got = await self._next()
             if not isinstance(got, Closed):
                 await self._miss(None, got)
                 return

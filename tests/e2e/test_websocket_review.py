@@ -233,3 +233,28 @@ def test_a_client_text_frame_of_invalid_utf8_closes_1007_and_nothing_is_written(
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1007
     proxy.stop()
     assert files(cassettes) == []  # as a frame over --max-frame: a failed session
+
+
+def test_a_replay_with_recorded_timing_ends_when_its_client_leaves(
+    realtime: FakeRealtime, serve: Serve, cassettes: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    recorder = serve(realtime.url, mode="record")
+    with connect(ws_url(recorder, "/tool/echo")) as ws:
+        ws.send("one")
+        ws.recv(timeout=10)
+        ws.send("bye")
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+    recorder.stop()
+    [file] = files(cassettes)
+    exchange = json.loads(file.read_text())
+    first, echo, *rest = exchange["session"]["frames"]
+    later = [dict(echo, ms=echo["ms"] + 1000 * n) for n in range(20)]  # 20 s of answers
+    exchange["session"]["frames"] = [first, *later, *rest]
+    file.write_text(json.dumps(exchange))
+    proxy = serve(mode="replay", replay_timing="recorded")
+    with connect(ws_url(proxy, "/tool/echo")) as ws:
+        ws.send("one")
+        ws.recv(timeout=10)  # then the client leaves
+    proxy.stop()  # within its 2 s: the replay did not play on to nobody for 20 s
+    assert "graceful shutdown exceeded" not in capfd.readouterr().err

@@ -28,15 +28,18 @@ FRAME_COST = 64
 
 def readable(message: Message) -> str | None:
     """A frame as text where it is some: a text frame's, or a binary frame's UTF-8 holding a
-    JSON object (Gemini Live sends every message so); None for other bytes (audio)."""
+    JSON object (Gemini Live sends every message so); None for other bytes (audio, which
+    may start with `{` and be valid UTF-8 too: silence is NULs)."""
     if isinstance(message, str):
         return message
     if message.lstrip()[:1] != b"{":
         return None
     try:
-        return message.decode("utf-8")
-    except UnicodeDecodeError:
+        text = message.decode("utf-8")
+        json.loads(text)
+    except ValueError:  # UnicodeDecodeError too
         return None
+    return text
 
 
 def frame_record(direction: str, message: Message, ms: int, scrubber: Scrubber) -> dict[str, Any]:

@@ -32,7 +32,7 @@ KeepOption = Annotated[
         "--keep",
         metavar="FORMAT",
         help="A well-known key format left unscrubbed (openai, anthropic, google, github, "
-        "aws, slack, jwt, or all); repeatable.",
+        "openai-ephemeral, aws, aws-session, slack, jwt, or all); repeatable.",
     ),
 ]
 

@@ -144,8 +144,8 @@ class Settings(BaseModel):
     redact_keep: tuple[str, ...] = Field(
         (),
         description="A well-known key format left unscrubbed: openai, anthropic, google, "
-        "github, aws, slack, jwt, or all ([redact] keep in tapeproxy.toml). Every one is "
-        "scrubbed from bodies and streams by default; repeatable.",
+        "github, openai-ephemeral, aws, aws-session, slack, jwt, or all ([redact] keep in "
+        "tapeproxy.toml). Every one is scrubbed from bodies and streams by default; repeatable.",
     )
     ready_file: Path | None = Field(
         None,

@@ -13,6 +13,7 @@ from tapeproxy.doors.routing import CASSETTE_HEADER, live_names, resolve
 from tapeproxy.engine.core import Engine
 from tapeproxy.engine.inbound import Inbound
 from tapeproxy.engine.keyed import LIVE_HEADER
+from tapeproxy.engine.session import SHUTDOWN
 from tapeproxy.engine.timing import TIMING_HEADER
 from tapeproxy.errors import TapeproxyError
 from tapeproxy.faults.schedule import FAULT_HEADER
@@ -20,6 +21,9 @@ from tapeproxy.upstream.protocol import Closed, Message
 
 log = logging.getLogger("tapeproxy")
 POLICY_CLOSE = 1008
+# What uvicorn tells the app when the server shuts down mid-session (a client never sends
+# it: "service restart" is a server's code): the session was cut, it did not end.
+SERVICE_RESTART = 1012
 
 
 class AsgiPeer:
@@ -42,6 +46,8 @@ class AsgiPeer:
         if message["type"] == "websocket.disconnect":
             self.closed = True
             code = message.get("code")
+            if code == SERVICE_RESTART:
+                return Closed(None, SHUTDOWN)
             reason = message.get("reason") or ""
             return Closed(None if code in (None, 1005, 1006) else int(code), reason)
         data = message.get("text")

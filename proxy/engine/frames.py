@@ -21,16 +21,39 @@ from tapeproxy.upstream.protocol import Message
 
 TokenReader = Callable[[Iterable[Any]], Tokens | None]
 FRAME_ITEM = b"\n" + b" " * 6  # a frame's lines sit at exchange -> session -> frames
+# What a frame costs its file beyond its payload (direction, type, time), counted against
+# --max-record: a flood of empty frames is bounded too (each is held in memory on replay).
+FRAME_COST = 64
+
+
+def readable(message: Message) -> str | None:
+    """A frame as text where it is some: a text frame's, or a binary frame's UTF-8 holding a
+    JSON object (Gemini Live sends every message so); None for other bytes (audio, which
+    may start with `{` and be valid UTF-8 too: silence is NULs)."""
+    if isinstance(message, str):
+        return message
+    if message.lstrip()[:1] != b"{":
+        return None
+    try:
+        text = message.decode("utf-8")
+        json.loads(text)
+    except ValueError:  # UnicodeDecodeError too
+        return None
+    return text
 
 
 def frame_record(direction: str, message: Message, ms: int, scrubber: Scrubber) -> dict[str, Any]:
-    """One frame as the file holds it, scrubbed as HTTP bodies are."""
-    if isinstance(message, bytes):
+    """One frame as the file holds it, scrubbed as HTTP bodies are (a binary frame of JSON
+    too: readable, and sent back as bytes)."""
+    text = readable(message)
+    if text is None:
+        assert isinstance(message, bytes)
         encoded = base64.b64encode(message).decode("ascii")
         return {"direction": direction, "type": "binary", "ms": ms, "base64": encoded}
-    text = scrubber.json_text(message) if scrubber else message
+    text = scrubber.json_text(text) if scrubber else text
     payload = response_payload(text.encode("utf-8", "surrogatepass"), "application/json")
-    out: dict[str, Any] = {"direction": direction, "type": "text", "ms": ms}
+    kind = "text" if isinstance(message, str) else "binary"
+    out: dict[str, Any] = {"direction": direction, "type": kind, "ms": ms}
     if payload.kind == "json" and payload.value is not None:
         out["json"] = payload.value
         out["style"] = payload.style
@@ -44,18 +67,21 @@ def message_of(frame: SocketFrame) -> Message:
     if frame.base64 is not None:
         return base64.b64decode(frame.base64)
     if frame.text is not None:
-        return frame.text
-    return payload_bytes(Payload("json", frame.json_, frame.style)).decode("utf-8")
+        return frame.text.encode("utf-8") if frame.type == "binary" else frame.text
+    data = payload_bytes(Payload("json", frame.json_, frame.style))
+    return data if frame.type == "binary" else data.decode("utf-8")
 
 
 def decoded(message: Message) -> Any:
-    """A text frame's JSON, else the frame itself (text, or binary as base64)."""
-    if isinstance(message, bytes):
+    """A frame's JSON (`readable`), else the frame itself (text, or binary as base64)."""
+    text = readable(message)
+    if text is None:
+        assert isinstance(message, bytes)
         return {"base64": base64.b64encode(message).decode("ascii")}
     try:
-        return json.loads(message)
+        return json.loads(text)
     except ValueError:
-        return message
+        return text
 
 
 def matchable(value: Any, event_ids: frozenset[str], rules: MatchRules) -> Any:
@@ -76,8 +102,9 @@ def recorded_value(frame: SocketFrame) -> Any:
 class Tape:
     """The frames of a session under way, in a temp file, one JSON line each (never all in
     memory: a long audio session is written to its exchange file frame by frame, `pieces`);
-    `size` counts their payload bytes, and past `limit` (--max-record) nothing more is
-    kept; `tokens` sums the usage events (`read` is the provider's reader of one)."""
+    `size` counts their payload bytes and FRAME_COST each, and past `limit` (--max-record)
+    nothing more is kept; `tokens` sums the usage events (`read` is the provider's reader
+    of one)."""
 
     def __init__(self, limit: int, scrubber: Scrubber, read: TokenReader) -> None:
         self.started = time.monotonic()
@@ -94,7 +121,7 @@ class Tape:
         return int((time.monotonic() - self.started) * 1000)
 
     def add(self, direction: str, message: Message) -> None:
-        self.size += len(message)
+        self.size += len(message) + FRAME_COST
         self.count += 1
         if self.size > self.limit:
             self.over = True

@@ -5,6 +5,7 @@ live to the upstream and recorded whole when it ends."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import secrets
@@ -13,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tapeproxy.engine.frames import decoded, matchable, message_of, recorded_value
+from tapeproxy.engine.frames import decoded, matchable, message_of, readable, recorded_value
 from tapeproxy.engine.keeper import Keeper, Target
 from tapeproxy.engine.keyed import Keyed, Keyer
 from tapeproxy.engine.matching import diff
@@ -29,6 +30,7 @@ from tapeproxy.exchange.model import (
 )
 from tapeproxy.faults.layer import Faults
 from tapeproxy.faults.spec import FaultSpec
+from tapeproxy.faults.wrappers import broken
 from tapeproxy.providers import Rulebook
 from tapeproxy.redaction.scrubber import Scrubber
 from tapeproxy.settings import Settings
@@ -38,6 +40,8 @@ from tapeproxy.upstream.protocol import Closed, Message, SocketUpstream
 log = logging.getLogger("tapeproxy")
 CREDENTIAL_PROTOCOL = "openai-insecure-api-key."  # a browser's key, as a subprotocol
 MISS_CLOSE, TOO_BIG_CLOSE, ERROR_CLOSE = 1008, 1009, 1011
+INBOX = 16  # client frames read ahead of a replay
+SHUTDOWN = "tapeproxy shut down mid-session"  # a client's leg cut by the server's shutdown
 
 
 class Peer(Protocol):
@@ -102,7 +106,9 @@ async def refuse(
     kind = "cassette_miss" if code == MISS_CLOSE else "server_error"
     event = keyed.provider.sockets.error_event(kind, message, event_id)
     await peer.send(json.dumps(event))
-    reason = why or f"tapeproxy: cassette miss in {keyed.cassette!r}"
+    # Where the report is before the cassette's name, which may be cut (a reason holds 123
+    # bytes): Gemini Live's SDK shows the reason only, not the error event.
+    reason = why or f"tapeproxy: cassette miss (report: /__tapeproxy/misses) in {keyed.cassette!r}"
     await peer.close(code, reason)
 
 
@@ -132,10 +138,46 @@ class Replay:
         self.sent = 0
         self.matched = 0  # client frames matched so far
         self.clock = 0
+        self.spoil = fault is not None and fault.kind == "malformed"
+        self.inbox: asyncio.Queue[Message | Closed] = asyncio.Queue(INBOX)
+        self.gone = asyncio.Event()  # the client has left: no server frame waits its time
 
     async def run(self) -> None:
-        frames = self.session.frames
         await self.peer.accept(self.session.subprotocol)
+        reader = asyncio.ensure_future(self._read())
+        try:
+            await self._play()
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+    async def _read(self) -> None:
+        """The client's frames as they come (a few ahead; TCP holds a flood back), so that a
+        client that leaves ends a wait for a server frame's recorded time at once."""
+        try:
+            while not isinstance(got := await self.peer.receive(), Closed):
+                await self.inbox.put(got)
+        finally:
+            self.gone.set()
+
+    async def _next(self) -> Message | Closed:
+        """The client's next frame, or how it left."""
+        if not self.inbox.empty():
+            return self.inbox.get_nowait()
+        if self.gone.is_set():
+            return Closed(None)
+        get = asyncio.ensure_future(self.inbox.get())
+        left = asyncio.ensure_future(self.gone.wait())
+        await asyncio.wait((get, left), return_when=asyncio.FIRST_COMPLETED)
+        left.cancel()
+        if get.done():
+            return get.result()
+        get.cancel()
+        return await self._next()
+
+    async def _play(self) -> None:
+        frames = self.session.frames
         at = 0
         while at < len(frames):
             frame = frames[at]
@@ -144,7 +186,7 @@ class Replay:
                     return
                 at += 1
                 continue
-            got = await self.peer.receive()
+            got = await self._next()
             if isinstance(got, Closed):
                 return
             if not self._matches(frame, got):
@@ -158,7 +200,8 @@ class Replay:
     def _incoming(self, got: Message) -> Any:
         """A client frame as matched: scrubbed as recording scrubbed the recorded one."""
         scrubber = self.p.scrubber
-        seen = scrubber.json_text(got) if scrubber and isinstance(got, str) else got
+        text = readable(got)
+        seen = scrubber.json_text(text) if scrubber and text is not None else got
         ids, rules = self.keyed.provider.sockets.event_ids, self.keyed.rules
         return matchable(decoded(seen), ids, rules)
 
@@ -170,12 +213,18 @@ class Replay:
         """Send one server frame at its time; False when a fault cut the session here."""
         timing = self.keyed.timing
         if timing is not None and frame.ms > self.clock:
-            await asyncio.sleep((frame.ms - self.clock) * timing / 1000)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.gone.wait(), (frame.ms - self.clock) * timing / 1000)
+        if self.gone.is_set() and self.inbox.empty():
+            return False  # the client has left: nobody to send to
         self.clock = max(self.clock, frame.ms)
         if self.fault is not None and not await fault_step(self.fault, self.sent):
             await self.peer.close(ERROR_CLOSE, "tapeproxy fault: cut")
             return False
-        await self.peer.send(message_of(frame) if message is None else message)
+        out = message_of(frame) if message is None else message
+        if self.spoil and (bad := broken_message(out)) is not None:
+            self.spoil, out = False, bad
+        await self.peer.send(out)
         self.sent += 1
         return True
 
@@ -190,7 +239,8 @@ class Replay:
             f"client frame #{self.matched + 1} of the WebSocket session {self.keyed.inbound.path} "
             f"(key {self.keyed.key[:12]}) is not the one recorded; {why}",
             *(f"  {d.render()}" for d in found),
-            "To record it, run with --mode record or --mode auto.",
+            # (not --mode auto: there the recorded upgrade is replayed again, frame by frame)
+            "To record it again, run with --mode record.",
         ]
         report: dict[str, Any] = {
             "message": "\n".join(lines),
@@ -214,7 +264,7 @@ class Replay:
         elif end.by == "server":
             await self.peer.close(sendable(end.code), end.reason)
         else:  # the client closed it: wait for its close; a frame instead is a miss
-            got = await self.peer.receive()
+            got = await self._next()
             if not isinstance(got, Closed):
                 await self._miss(None, got)
                 return
@@ -232,3 +282,13 @@ async def fault_step(fault: FaultSpec, sent: int) -> bool:
         if wait:
             await asyncio.sleep(wait / 1000)
     return True
+
+
+def broken_message(message: Message) -> Message | None:
+    """A server frame whose JSON the `malformed` fault cuts in half (as it does an HTTP
+    body; Gemini Live's JSON comes as binary frames); None when it holds no JSON object."""
+    data = message.encode("utf-8") if isinstance(message, str) else message
+    if not data.lstrip().startswith(b"{"):
+        return None
+    bad = broken(data)
+    return bad.decode("utf-8", "ignore") if isinstance(message, str) else bad

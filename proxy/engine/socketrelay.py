@@ -16,8 +16,10 @@ from tapeproxy.engine.keeper import Target
 from tapeproxy.engine.keyed import Keyed
 from tapeproxy.engine.session import (
     ERROR_CLOSE,
+    SHUTDOWN,
     Parts,
     Peer,
+    broken_message,
     fault_step,
     kept_protocols,
     refuse,
@@ -37,6 +39,8 @@ from tapeproxy.upstream.protocol import Closed, Outbound, UpstreamSocket
 
 log = logging.getLogger("tapeproxy")
 Side = Literal["client", "server"]
+# A session closed for a frame either side could not take is a failure, not an ending.
+BAD_FRAME = {1007: "a text frame not UTF-8", 1009: "a frame too big"}
 
 
 class Relay:
@@ -48,6 +52,7 @@ class Relay:
         self.p, self.keyed, self.target, self.peer, self.fault = parts, keyed, target, peer, fault
         self.tape = Tape(parts.settings.max_record, parts.scrubber, keyed.provider.tokens)
         self.sent = 0
+        self.spoil = fault is not None and fault.kind == "malformed"
 
     async def run(self, protocols: list[str]) -> None:
         try:
@@ -110,6 +115,8 @@ class Relay:
             if self.fault is not None and not await fault_step(self.fault, self.sent):
                 return Closed(None, "tapeproxy fault: cut")
             self.tape.add("server", got)
+            if self.spoil and (bad := broken_message(got)) is not None:
+                self.spoil, got = False, bad
             await self.peer.send(got)
             self.sent += 1
 
@@ -132,10 +139,11 @@ class Relay:
             self.p.counters.too_large += 1
             why = f"over --max-record ({self.tape.size:,} bytes)"
         elif end.cut and by == "client":
-            self.p.counters.aborted += 1
-            why = "the client dropped the session without a close"
-        elif (end.cut or end.code == 1009) and not self.p.settings.record_failures:
-            why = "the upstream dropped it without a close" if end.cut else "a frame too big"
+            shutdown = end.reason == SHUTDOWN  # not whole: the rest was never said
+            self.p.counters.aborted += 0 if shutdown else 1
+            why = SHUTDOWN if shutdown else "the client dropped the session without a close"
+        elif (end.cut or end.code in BAD_FRAME) and not self.p.settings.record_failures:
+            why = BAD_FRAME.get(end.code or 0, "the upstream dropped it without a close")
         if why is not None:
             keyed.trace.log(f"not recorded ({why})", 101)
             return
@@ -143,7 +151,7 @@ class Relay:
             ms=self.tape.ms(),
             by=None if end.cut else by,
             code=end.code,
-            reason=end.reason,
+            reason=self.p.scrubber.text(end.reason),  # the upstream's words: "bad key sk-..."
             cut=end.cut,
         )
         outcome = Outcome.UPSTREAM_CUT if end.cut else Outcome.COMPLETE

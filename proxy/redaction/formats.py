@@ -40,6 +40,11 @@ FORMATS: dict[str, tuple[str, str]] = {
         "https://github.blog/2021-04-05-behind-githubs-new-authentication-token-formats/; "
         "gitleaks github.go",
     ),
+    # The Realtime API's ephemeral client secrets (a browser's short-lived key).
+    "openai-ephemeral": (
+        r"ek_(?<!\wek_)[A-Za-z0-9]{32,}",
+        "https://platform.openai.com/docs/api-reference/realtime-sessions",
+    ),
     "aws": (
         r"A(?:KIA|SIA|BIA|CCA)(?<!\wA...)[A-Z2-7]{16}\b",  # key ids (secret keys are bare)
         "https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_identifiers.html; "
@@ -81,7 +86,7 @@ HINTS = (
     "x-amz-security-token",
     "X-Amz-Security-Token",
 )
-UNDERSCORED_HINTS = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")
+UNDERSCORED_HINTS = ("ek_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")
 # An escape that decodes to a hint's character (through `%25`s, for a text encoded twice or
 # more): only then may the decoded text hold a hint the text does not. `%20`, `%2F` or `%3D`
 # cannot make one (nor hide one: a hint is spelled out on one side of it).

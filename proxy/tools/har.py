@@ -192,8 +192,10 @@ def har_entry(exchange: Exchange, providers: Mapping[str, Provider]) -> dict[str
 def socket_message(frame: SocketFrame) -> dict[str, Any]:
     """One frame as DevTools writes it: sent or received, seconds from the start, opcode 1
     (text) or 2 (binary, its data base64)."""
-    binary = frame.base64 is not None
-    data = frame.base64 if binary else message_of(frame)
+    binary = frame.type == "binary"
+    data = message_of(frame)
+    if isinstance(data, bytes):
+        data = base64.b64encode(data).decode("ascii")
     kind = "send" if frame.direction == "client" else "receive"
     return {"type": kind, "time": frame.ms / 1000, "opcode": 2 if binary else 1, "data": data}
 

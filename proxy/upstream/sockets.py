@@ -104,7 +104,8 @@ async def connect(
             proxy=proxy,
             proxy_headers=proxy_headers,
             ssl=client.tls() if url.scheme == "https" else True,
-            max_msg_size=max_frame,
+            # aiohttp refuses a frame of max_msg_size bytes itself (`>=`): one at the limit passes
+            max_msg_size=max_frame + 1,
             autoping=True,
             timeout=aiohttp.ClientWSTimeout(ws_close=client.connect_timeout),
         )

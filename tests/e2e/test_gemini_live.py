@@ -61,6 +61,9 @@ def test_a_live_session_records_and_replays_offline(live: FakeRealtime, cassette
     exchange = json.loads(file.read_text())
     assert exchange["session"]["frames"][0]["json"]["setup"]["model"].endswith("flash")
     assert exchange["usage"]["output_tokens"] == 6
+    # Live sends its JSON as binary frames: kept readable (and scrubbed), sent back as bytes
+    server = exchange["session"]["frames"][1]
+    assert server["type"] == "binary" and server["json"] == {"setupComplete": {}}
     live.stop()
     replayer = proxy(cassettes, live.url, "replay")
     try:

@@ -34,6 +34,7 @@ FAKE_KEYS = {
     "anthropic": "sk-" + "ant-" + "api03-" + PIECE,
     "google": "AIza" + PIECE[:35],
     "github": "ghp" + "_" + PIECE[:36],
+    "openai-ephemeral": "ek" + "_" + PIECE[:32],
     "aws": "AKIA" + "FAKEKEY234567ABC",
     "aws-session": "x-amz-security-" + "token:" + PIECE,
     "slack": "xox" + "b-" + "123456789012-" + PIECE[:12],

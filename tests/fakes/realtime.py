@@ -86,15 +86,21 @@ class FakeRealtime:
         await ws.prepare(request)
         return ws, next(self._counter)
 
-    async def _send(self, ws: web.WebSocketResponse, count: list[int], event: Any) -> bool:
-        """Send one server event; False (the connection dropped) past `drop_after`."""
+    async def _send(
+        self, ws: web.WebSocketResponse, count: list[int], event: Any, binary: bool = False
+    ) -> bool:
+        """Send one server event (`binary`: its JSON as a binary frame, as Gemini Live sends
+        every message); False (the connection dropped) past `drop_after`."""
         if self.drop_after is not None and count[0] >= self.drop_after:
             transport = ws._req.transport if ws._req is not None else None
             if transport is not None:
                 transport.abort()  # no close frame: a cut
             return False
         count[0] += 1
-        await ws.send_str(json.dumps(event))
+        if binary:
+            await ws.send_bytes(json.dumps(event).encode())
+        else:
+            await ws.send_str(json.dumps(event))
         return True
 
     async def _realtime(self, request: web.Request) -> web.WebSocketResponse:
@@ -128,7 +134,7 @@ class FakeRealtime:
             event = json.loads(data)
             self.seen.append(event)
             for out in gemini_answers(event, n):
-                if not await self._send(ws, sent, out):
+                if not await self._send(ws, sent, out, binary=True):
                     return ws
         return ws
 
@@ -155,6 +161,9 @@ class FakeRealtime:
                 self.seen.append(msg.data)
                 if msg.data == "bye":
                     await ws.close(code=1000, message=b"bye")
+                    break
+                if msg.data.startswith("close:"):  # a close frame with a reason of the test's
+                    await ws.close(code=4000, message=msg.data[6:].encode())
                     break
                 if msg.data.startswith("raw:"):  # sent as given: a layout of the test's own
                     await ws.send_str(msg.data[4:])

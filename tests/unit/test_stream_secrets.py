@@ -285,6 +285,7 @@ def keys() -> dict[str, str]:
         "anthropic": "sk-" + "ant-api03-" + alnum + alnum + "AA",
         "google": "AI" + "za" + "Sy" + alnum + "Q",
         "github": "gh" + "p_" + alnum + "abcd",
+        "openai-ephemeral": "e" + "k_" + alnum,
         "aws": "AK" + "IA" + "IOSFODNN7EXAMPLE",
         "aws-session": "X-Amz-Security-" + "Token=IQoJb3JpZ2luX2VjEFoaCXVz" + alnum,
         "slack": "xo" + "xb-" + "1234567890-" + "0987654321-" + alnum[:24],

@@ -2,9 +2,11 @@
 session of 2,000 server frames replayed by `tapeproxy serve --mode replay` (timing `none`),
 and the same 2,000 frames sent from memory by starlette on uvicorn (the same
 `websockets-sansio` protocol); each timed from the client's first frame to the last server
-frame, the median of the rounds. Target: replay <= 1.2x starlette.
+frame, the median of the rounds. Target: replay <= 1.2x starlette. With `--record`,
+recording's targets too (bench/sockets_record.py): the cost per relayed frame, the first
+server frame's delay, peak RSS, and replay timing `recorded` against the recorded offsets.
 
-    .venv/bin/python bench/sockets.py [--frames 2000] [--rounds 15]
+    .venv/bin/python bench/sockets.py [--frames 2000] [--rounds 15] [--record]
     .venv/bin/python bench/sockets.py baseline     # the starlette endpoint alone
 """
 
@@ -25,6 +27,7 @@ from websockets.asyncio.client import connect
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.procs import Server, start
+from bench.sockets_record import paced, recording, serve_argv, stamp
 
 ROUTE = "/openai/v1/realtime?model=gpt-realtime"
 ASK = json.dumps({"type": "response.create"})
@@ -81,6 +84,8 @@ def run_baseline(count: int) -> None:
             WebSocketRoute("/openai/v1/realtime", session),
             WebSocketRoute("/openai/v1/echo", echo),
             WebSocketRoute("/openai/v1/audio", audio),
+            WebSocketRoute("/openai/v1/stamp", stamp),
+            WebSocketRoute("/openai/v1/paced", paced),
         ]
     )
 
@@ -119,56 +124,6 @@ def record(workdir: Path, count: int) -> None:
             recorder.stop()
     finally:
         upstream.stop()
-
-
-def serve_argv(workdir: Path, mode: str, upstream: str) -> list[str]:
-    return [
-        sys.executable, "-m", "tapeproxy", "serve", "--port", "0", "--mode", mode,
-        "--cassettes", str(workdir / "cassettes"), "--upstream", f"openai={upstream}",
-        "--repeat", "repeat-last",  # every round replays the one recording
-    ]  # fmt: skip
-
-
-async def round_trips(url: str, count: int) -> list[float]:
-    """Seconds for each of `count` frames to come back from the echo route, one at a time."""
-    took = []
-    async with connect(url.replace("http://", "ws://") + "/openai/v1/echo") as ws:
-        for n in range(count):
-            began = time.perf_counter()
-            await ws.send(json.dumps({"type": "input_audio_buffer.append", "n": n}))
-            await ws.recv()
-            took.append(time.perf_counter() - began)
-    return took
-
-
-async def long_session(url: str, frames: int) -> None:
-    async with connect(url.replace("http://", "ws://") + "/openai/v1/audio", max_size=None) as ws:
-        await ws.send(str(frames))
-        while await ws.recv() != "done":
-            pass
-
-
-def recording(workdir: Path, frames: int) -> None:
-    """Recording's cost per relayed frame (p50 round trip through `--mode record` against
-    the upstream directly), and peak RSS while recording a session of `frames` 100 KB
-    frames. Targets: <= 1 ms added; <= 120 MB for a 50 MB session."""
-    upstream = start("upstream", [sys.executable, __file__, "baseline"], workdir)
-    recorder = start("record", serve_argv(workdir, "record", upstream.url + "/openai"), workdir)
-    try:
-        direct = statistics.median(asyncio.run(round_trips(upstream.url, 1000)))
-        ours = statistics.median(asyncio.run(round_trips(recorder.url, 1000)))
-        asyncio.run(long_session(recorder.url, frames))
-        _, peak = recorder.memory_mb()
-    finally:
-        recorder.stop()
-        upstream.stop()
-    added = (ours - direct) * 1000
-    print(f"recording, 1,000 frames one at a time: direct p50 {direct * 1000:.3f} ms, through")
-    print(f"  tapeproxy {ours * 1000:.3f} ms: {added:.3f} ms added (target <= 1 ms): "
-          f"{'met' if added <= 1 else 'NOT met'}")  # fmt: skip
-    size = frames * 100_000 / 1e6
-    print(f"recording a {size:.0f} MB session: peak RSS {peak or 0:.0f} MB (target <= 120 MB): "
-          f"{'met' if peak is not None and peak <= 120 else 'NOT met'}")  # fmt: skip
 
 
 def timed(servers: tuple[Server, Server], count: int, rounds: int) -> tuple[float, float]:

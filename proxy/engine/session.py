@@ -137,7 +137,9 @@ class Replay:
         self.session = exchange.session or Session(end=SessionEnd(ms=0, cut=True))
         self.sent = 0
         self.matched = 0  # client frames matched so far
-        self.clock = 0
+        # A server frame is due at its offset from the anchor (the start, or the client frame
+        # that set it off): waits from frame to frame add their lateness up along a turn.
+        self.clock, self.anchor = 0, 0.0  # the anchor's recorded ms; when it came (loop s)
         self.spoil = fault is not None and fault.kind == "malformed"
         self.inbox: asyncio.Queue[Message | Closed] = asyncio.Queue(INBOX)
         self.gone = asyncio.Event()  # the client has left: no server frame waits its time
@@ -178,6 +180,7 @@ class Replay:
 
     async def _play(self) -> None:
         frames = self.session.frames
+        self.anchor = asyncio.get_running_loop().time()
         at = 0
         while at < len(frames):
             frame = frames[at]
@@ -194,6 +197,7 @@ class Replay:
                 return
             self.matched += 1
             self.clock = max(self.clock, frame.ms)  # the gaps count from the client's frame
+            self.anchor = asyncio.get_running_loop().time()
             at += 1
         await self._end()
 
@@ -213,11 +217,13 @@ class Replay:
         """Send one server frame at its time; False when a fault cut the session here."""
         timing = self.keyed.timing
         if timing is not None and frame.ms > self.clock:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.gone.wait(), (frame.ms - self.clock) * timing / 1000)
+            due = self.anchor + (frame.ms - self.clock) * timing / 1000
+            wait = due - asyncio.get_running_loop().time()
+            if wait > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.gone.wait(), wait)
         if self.gone.is_set() and self.inbox.empty():
             return False  # the client has left: nobody to send to
-        self.clock = max(self.clock, frame.ms)
         if self.fault is not None and not await fault_step(self.fault, self.sent):
             await self.peer.close(ERROR_CLOSE, "tapeproxy fault: cut")
             return False

@@ -8,7 +8,7 @@ import obstore
 from obstore.store import S3Store as Client
 
 from tapeproxy.exchange.blobs import Fetch
-from tapeproxy.store.blobs import BLOBS, checked, fetcher, is_blob
+from tapeproxy.store.blobs import BLOBS, fetcher, is_blob
 from tapeproxy.store.names import check_folder_name
 from tapeproxy.store.protocol import parse_exchange_file
 from tapeproxy.store.s3cache import ObjectCache
@@ -66,14 +66,16 @@ class S3Blobs:
         return fetcher(read)
 
     def put(self, folder: str, blobs: dict[str, bytes]) -> None:
-        """Each blob put unless it is already there whole (its name is its content's)."""
+        """Each blob put unless the store holds it (its name is its content's). Asked of the
+        store, not the local cache: another machine's prune may have deleted a blob this one
+        still has cached, and a file referring to it would then refer to none."""
         for digest, data in blobs.items():
-            try:
-                checked(digest, self.read(folder, digest))
-                continue
-            except (ValueError, OSError):
-                pass
             path = f"{folder}/{BLOBS}/{digest}"
+            try:
+                if obstore.head(self._client, path)["size"] == len(data):
+                    continue
+            except FAILED:  # missing (or the head failed): put it, which says why if it fails
+                pass
             self._cache.drop(path)
             try:
                 obstore.put(self._client, path, data)

@@ -12,14 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import openai
+import pytest
 from typer.testing import CliRunner
 
 from tapeproxy.cli.main import app
-from tapeproxy.exchange.model import dump_exchange
+from tapeproxy.exchange.model import Exchange, StoredRequest, StoredResponse, dump_exchange
+from tapeproxy.store import open_store
 from tapeproxy.store.files import FileStore
+from tapeproxy.store.protocol import CassetteStore
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream
 from tests.support import SECRET_OPENAI, files_under
+from tests.support.exchanges import KEY_A, KEY_B
 
 runner = CliRunner()
 # A 1 MB picture, base64 in a data URL, as the openai SDK sends one.
@@ -180,3 +184,33 @@ def test_verify_upgrade_rewrites_a_version_1_file_with_a_large_string_with_its_b
     assert json.loads(path.read_text())["schema_version"] == 2
     assert len(list((folder / "blobs").iterdir())) == 1
     assert converse(make_proxy(mode="replay", cassette="vision").url, turns=1) == said
+
+
+def test_an_s3_blob_another_machine_deleted_is_put_again_not_taken_from_the_cache(
+    s3_library: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Machine A read a blob (so its local cache holds it); machine B's prune deleted it; A
+    then records a request re-sending that image: the blob must be put again, not judged
+    there from A's cache, or A's new file refers to a blob that is gone."""
+
+    def recorded(key: str) -> Exchange:
+        request = StoredRequest(
+            method="POST", upstream="openai", path="/v1/x", body={"json": {"url": IMAGE_URL}}
+        )
+        answer = StoredResponse(status=200, headers={}, body={"json": {"ok": 1}})
+        return Exchange(key=key, ordinal=1, seq=0, rules="r", request=request, response=answer)
+
+    def machine(name: str) -> CassetteStore:
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / name))
+        return open_store(s3_library)
+
+    here = machine("here")
+    here.write("vision", recorded(KEY_A))
+    assert here.read("vision", KEY_A, 1).request.body == {"json": {"url": IMAGE_URL}}
+    there = machine("there")
+    there.delete("vision", KEY_A, 1)
+    [digest] = there.blobs("vision")
+    there.delete_blob("vision", digest)  # as its prune does: no recording uses it now
+    here.write("vision", recorded(KEY_B))
+    fresh = machine("fresh")
+    assert fresh.read("vision", KEY_B, 1).request.body == {"json": {"url": IMAGE_URL}}

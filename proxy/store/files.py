@@ -7,6 +7,7 @@ import contextlib
 import errno
 import logging
 import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -137,16 +138,23 @@ class FileStore:
             return
         fsync_folder(path.parent)
 
+    def blob_age(self, cassette: str, digest: str) -> float | None:
+        try:
+            return time.time() - (self._folder(cassette) / BLOBS / digest).stat().st_mtime
+        except OSError:
+            return None
+
     def _fetch(self, cassette: str) -> Fetch:
         return fetcher(lambda digest: self.read_blob(cassette, digest))
 
     def _put_blobs(self, cassette: str, blobs: dict[str, bytes]) -> None:
         """Each blob written unless it is already there whole (its name is its content's)."""
+        folder = self._folder(cassette) / BLOBS
         for digest, data in blobs.items():
             try:
                 checked(digest, self.read_blob(cassette, digest))
-            except ValueError:
-                folder = self._folder(cassette) / BLOBS
+                os.utime(folder / digest)  # in use again: young, so no prune deletes it now
+            except (ValueError, OSError):
                 folder.mkdir(parents=True, exist_ok=True)
                 write_atomic(folder / digest, data)
 

@@ -203,6 +203,12 @@ class CassetteStore(Protocol):
         """Remove one blob; none there is no error."""
         ...
 
+    def blob_age(self, cassette: str, digest: str) -> float | None:
+        """Seconds since a blob was last put, or found there by a write that uses it (a
+        recording under way may have put one its file does not yet refer to: `prune` leaves
+        a young one); None when there is none."""
+        ...
+
     def read_last_run(self, cassette: str) -> LastRun | None:
         """The note of the cassette's last finished replay run; None when there is none.
         CassetteCorrupt when one is there but cannot be read."""

@@ -7,7 +7,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from typer.testing import CliRunner
 from tapeproxy.cli.main import app
 from tapeproxy.exchange.model import Exchange, StoredRequest, StoredResponse, dump_exchange
 from tapeproxy.store import open_store
+from tapeproxy.store.blobs import KEEP_UNUSED
 from tapeproxy.store.files import FileStore
 from tapeproxy.store.protocol import CassetteStore
 from tests.conftest import MakeProxy
@@ -109,6 +112,11 @@ def test_verify_catches_an_edited_blob_and_prune_removes_an_unused_one(
     stray.write_text(stray_text)
     code, out = cli("verify", "vision", "--cassettes", str(cassettes))
     assert code == 0 and "used by no recording" in out, out
+    # Just put, it may be a blob a server recording now has put and not yet referred to.
+    code, out = cli("prune", "vision", "--cassettes", str(cassettes))
+    assert stray.exists(), out
+    an_hour_ago = time.time() - KEEP_UNUSED
+    os.utime(stray, (an_hour_ago, an_hour_ago))
 
     code, out = cli("prune", "vision", "--cassettes", str(cassettes), "--dry-run")
     assert code == 0 and "would delete 1 blob(s)" in out, out
@@ -118,6 +126,7 @@ def test_verify_catches_an_edited_blob_and_prune_removes_an_unused_one(
     assert not stray.exists() and blob.exists(), "the blob in use stays"
 
     blob.write_bytes(blob.read_bytes().replace(b"A", b"B", 1))
+    os.utime(blob, (an_hour_ago, an_hour_ago))
     code, out = cli("verify", "vision", "--cassettes", str(cassettes))
     assert code == 1, out
     assert f"blobs/{blob.name}" in out and "does not hold what its name" in out
@@ -214,3 +223,30 @@ def test_an_s3_blob_another_machine_deleted_is_put_again_not_taken_from_the_cach
     here.write("vision", recorded(KEY_B))
     fresh = machine("fresh")
     assert fresh.read("vision", KEY_B, 1).request.body == {"json": {"url": IMAGE_URL}}
+
+
+def test_prune_leaves_a_blob_a_recording_under_way_has_put_or_is_using_again(
+    cassettes: Path,
+) -> None:
+    """A server recording into the cassette puts a blob, then the file that refers to it: a
+    prune in between must not delete the blob, nor one an old recording used and a new one,
+    being written, uses again (or the new file refers to a blob that is gone)."""
+
+    def recorded(key: str, text: str) -> Exchange:
+        request = StoredRequest(method="POST", upstream="openai", path="/v1/x")
+        answer = StoredResponse(status=200, headers={}, body={"text": text})
+        return Exchange(key=key, ordinal=1, seq=0, rules="r", request=request, response=answer)
+
+    store = FileStore(cassettes)
+    store.write("vision", recorded("c" * 64, "kept, small"))
+    store.write("vision", recorded(KEY_A, "a" * 70_000))
+    [old] = (cassettes / "vision" / "blobs").iterdir()
+    an_hour_ago = time.time() - KEEP_UNUSED
+    os.utime(old, (an_hour_ago, an_hour_ago))
+    store.delete("vision", KEY_A, 1)  # as prune deletes an unused recording
+    store._put_blobs("vision", {old.name: old.read_bytes()})  # a new recording's, the same
+    store._put_blobs("vision", {"b" * 64: b"b" * 70_000})  # another's, its file not yet written
+    _, out = cli("prune", "vision", "--cassettes", str(cassettes))
+    assert len(list(old.parent.iterdir())) == 2, out
+    store.write("vision", recorded(KEY_B, "a" * 70_000))
+    assert store.read("vision", KEY_B, 1).response.body == {"text": "a" * 70_000}

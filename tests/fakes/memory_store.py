@@ -99,6 +99,10 @@ class MemoryStore:
     def delete_blob(self, cassette: str, digest: str) -> None:
         self.blob_data.get(check_folder_name(cassette), {}).pop(digest, None)
 
+    def blob_age(self, cassette: str, digest: str) -> float | None:
+        # No time kept: every blob is as old as can be (what prune may delete, if unused).
+        return float("inf") if self.read_blob(cassette, digest) is not None else None
+
     def _fetch(self, cassette: str) -> Fetch:
         return fetcher(lambda digest: self.read_blob(cassette, digest))
 

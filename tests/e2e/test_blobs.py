@@ -250,3 +250,19 @@ def test_prune_leaves_a_blob_a_recording_under_way_has_put_or_is_using_again(
     assert len(list(old.parent.iterdir())) == 2, out
     store.write("vision", recorded(KEY_B, "a" * 70_000))
     assert store.read("vision", KEY_B, 1).response.body == {"text": "a" * 70_000}
+
+
+def test_verify_flags_a_lost_blob_of_a_file_it_found_sound_before(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    """The file is unchanged (its stamp the one verify kept), but its blob is gone: the
+    recording cannot be read, and verify must say so, not pass on what it found before."""
+    recorder = make_proxy(mode="record", cassette="vision")
+    converse(recorder.url, turns=1)
+    recorder.stop()
+    code, out = cli("verify", "vision", "--cassettes", str(cassettes))
+    assert code == 0, out
+    [blob] = (cassettes / "vision" / "blobs").iterdir()
+    blob.unlink()
+    code, out = cli("verify", "vision", "--cassettes", str(cassettes))
+    assert code == 1 and f"blobs/{blob.name}" in out and "missing" in out, out

@@ -4,6 +4,7 @@ processes that update it at once corrupt nothing; no cassette is written."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 import os
@@ -172,3 +173,37 @@ def test_verify_reads_again_only_what_changed_and_trusts_no_damaged_note(tmp_pat
     note.write_bytes(note.read_bytes().replace(b'"ok"', b'"ko"'))  # damaged: not trusted
     path.write_bytes(b"{}")
     assert verify(root)[0] == 1
+
+
+def test_a_cache_well_formed_but_holding_values_of_other_types_is_never_trusted(
+    tmp_path: Path,
+) -> None:
+    """A cache file whose digest matches (written by hand, or by a hostile hand) but whose
+    rows hold a value of another type (a list for a text, a text for a count): ls neither
+    crashes on it nor believes it, for every field."""
+    root = tmp_path / "cassettes"
+    library(root)
+    truth = ls(root)
+    entries = load(cache_file(root).read_bytes(), "trip")
+    total = root / STATE_DIR / total_name("trip")
+    for field in range(1, len(next(iter(entries.values()))) - 1):
+        for other in ([1], {"x": 1}, "77", 77, True):
+            name = next(iter(entries))
+            if entries[name][field] is None or type(other) is type(entries[name][field]):
+                continue  # of its type (a field that may be None may be this too)
+            hostile = dict(entries)
+            hostile[name] = [*entries[name][:field], other, *entries[name][field + 1 :]]
+            cache_file(root).write_bytes(dump(hostile, "trip"))
+            total.unlink(missing_ok=True)
+            assert ls(root) == truth, (field, other)
+    cache_file(root).write_bytes(dump(entries, "trip"))
+    assert ls(root) == truth
+    kept = json.loads(total.read_bytes().partition(b"\n")[2])
+    for field in kept["summary"]:
+        for other in ([1], {"x": 1}, "77", 1.5, None):
+            if field == "cost_usd" or type(other) is type(kept["summary"][field]):
+                continue  # (a cost of None or a number: either may be true)
+            hostile = {**kept, "summary": {**kept["summary"], field: other}}
+            body = json.dumps(hostile).encode()
+            total.write_bytes(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
+            assert ls(root) == truth, (field, other)

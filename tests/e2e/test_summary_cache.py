@@ -186,8 +186,9 @@ def test_a_cache_well_formed_but_holding_values_of_other_types_is_never_trusted(
     truth = ls(root)
     entries = load(cache_file(root).read_bytes(), "trip")
     total = root / STATE_DIR / total_name("trip")
+    others: list[Any] = [[1], {"x": 1}, "77", 77, True]
     for field in range(1, len(next(iter(entries.values()))) - 1):
-        for other in ([1], {"x": 1}, "77", 77, True):
+        for other in others:
             name = next(iter(entries))
             if entries[name][field] is None or type(other) is type(entries[name][field]):
                 continue  # of its type (a field that may be None may be this too)
@@ -198,12 +199,12 @@ def test_a_cache_well_formed_but_holding_values_of_other_types_is_never_trusted(
             assert ls(root) == truth, (field, other)
     cache_file(root).write_bytes(dump(entries, "trip"))
     assert ls(root) == truth
-    kept = json.loads(total.read_bytes().partition(b"\n")[2])
+    kept: dict[str, Any] = json.loads(total.read_bytes().partition(b"\n")[2])
     for field in kept["summary"]:
-        for other in ([1], {"x": 1}, "77", 1.5, None):
+        for other in [*others[:3], 1.5, None]:
             if field == "cost_usd" or type(other) is type(kept["summary"][field]):
                 continue  # (a cost of None or a number: either may be true)
-            hostile = {**kept, "summary": {**kept["summary"], field: other}}
-            body = json.dumps(hostile).encode()
+            summed = {**kept, "summary": {**kept["summary"], field: other}}
+            body = json.dumps(summed).encode()
             total.write_bytes(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
             assert ls(root) == truth, (field, other)

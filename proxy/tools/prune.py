@@ -4,6 +4,7 @@ nothing when that run did not pass (a test that failed, or requests that missed)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC
 
@@ -119,12 +120,12 @@ def unused_blobs(
     store: CassetteStore,
     cassette: str,
     leaving: set[str] | None = None,
-    replaced: frozenset[str] = frozenset(),
+    doomed: Callable[[str], bool] = lambda digest: False,
 ) -> list[str]:
     """The blobs of a cassette that no recording uses (but those named in `leaving`, which
     are about to go); none when a recording cannot be read (what it uses is unknown). Only
     those put or used by a write KEEP_UNUSED ago or more (a server recording into the
-    cassette now may have put a blob whose file is not written yet), or `replaced` ones."""
+    cassette now may have put a blob whose file is not written yet), or `doomed` ones."""
     held = store.blobs(cassette)
     if not held:
         return []
@@ -136,7 +137,7 @@ def unused_blobs(
     except TapeproxyError:
         return []
     unused = [digest for digest in held if digest not in wanted]
-    return [digest for digest in unused if digest in replaced or _old(store, cassette, digest)]
+    return [digest for digest in unused if _old(store, cassette, digest) or doomed(digest)]
 
 
 def _old(store: CassetteStore, cassette: str, digest: str) -> bool:

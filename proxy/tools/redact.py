@@ -60,11 +60,21 @@ def redact(
             report.moved.append((old, new))
     if not dry_run:
         report.left = matches_left(store, cassette, scrubber)
+
         # A scrubbed string held in a blob was written as a new blob: the old one, which
-        # holds what was scrubbed, goes (a young blob no file uses yet may be a recording's).
-        for digest in unused_blobs(store, cassette, replaced=frozenset(replaced)):
+        # holds what was scrubbed, goes, and so does any unused one holding a match (an
+        # interrupted redact's); another young one no file uses may be a recording's.
+        def doomed(digest: str) -> bool:
+            return digest in replaced or _holds_match(store, cassette, digest, scrubber)
+
+        for digest in unused_blobs(store, cassette, doomed=doomed):
             store.delete_blob(cassette, digest)
     return report
+
+
+def _holds_match(store: CassetteStore, cassette: str, digest: str, scrubber: Scrubber) -> bool:
+    data = store.read_blob(cassette, digest)
+    return data is not None and scrubber.matches(data.decode("utf-8", "surrogatepass"))
 
 
 def _scrubbed_noting(scrubber: Scrubber, replaced: set[str], exchange: Exchange) -> Exchange:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from tapeproxy.store.lastrun import LastRun
 
 log = logging.getLogger("tapeproxy")
+RACY = 3.0  # seconds: see `stamps`
 
 
 class FileStore:
@@ -102,6 +103,10 @@ class FileStore:
 
     def stamps(self, cassette: str) -> dict[str, str]:
         found = {}
+        # A file changed in the last RACY seconds could change again within its mtime's
+        # resolution (2 s on FAT, 1 s on some others) keeping size and mtime: its stamp is
+        # one never seen again, so what is kept by it is never trusted (git's racy check).
+        racy, now = int(RACY * 1e9), time.time_ns()
         try:
             with os.scandir(self._folder(cassette)) as listing:
                 for entry in listing:
@@ -110,6 +115,8 @@ class FileStore:
                         with contextlib.suppress(OSError):  # gone since it was listed
                             st = entry.stat()
                             found[name] = f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+                            if now - st.st_mtime_ns < racy:
+                                found[name] += f":racy-{now}"
         except (FileNotFoundError, NotADirectoryError):
             return {}
         return found

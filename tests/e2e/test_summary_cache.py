@@ -208,3 +208,17 @@ def test_a_cache_well_formed_but_holding_values_of_other_types_is_never_trusted(
             body = json.dumps(summed).encode()
             total.write_bytes(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
             assert ls(root) == truth, (field, other)
+
+
+def test_a_file_changed_again_within_its_mtime_resolution_is_seen(tmp_path: Path) -> None:
+    """On a file system that keeps mtimes to the second (or two), a file changed in place
+    again in the same tick keeps its inode, size and mtime: a row read in that tick must not
+    be trusted afterwards (here the tick is made by putting the mtime back)."""
+    root = tmp_path / "cassettes"
+    library(root)
+    path = root / "trip" / f"{0:064x}.json"
+    was = path.stat().st_mtime_ns
+    ls(root)
+    path.write_bytes(dump_exchange(tokens(0, 99)))  # in place: same inode, same size
+    os.utime(path, ns=(was, was))
+    assert ls(root)["input_tokens"] == sum(range(11, 15)) + 99

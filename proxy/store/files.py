@@ -59,12 +59,14 @@ class FileStore:
                 why = f"cannot list {folder}: {exc.strerror or exc}; its recordings are left out"
                 unlisted[folder.relative_to(self._root).as_posix()] = why
 
+        blob_folders = set()  # a cassette's blobs: a killed write's temp file makes none
         for folder, dirs, files in os.walk(self._root, onerror=unlistable):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            if any(parse_exchange_file(name) or is_leftover(name) for name in files):
+            # A cassette named `<cassette>/blobs` (its files beside the blobs) is one too.
+            left = folder not in blob_folders and any(is_leftover(name) for name in files)
+            if left or any(parse_exchange_file(name) for name in files):
                 names.append(Path(folder).relative_to(self._root).as_posix())
-                if BLOBS in dirs:  # the cassette's blobs (a killed write's temp file too)
-                    dirs.remove(BLOBS)
+                blob_folders.add(os.path.join(folder, BLOBS))
         for name, why in sorted(unlisted.items()):
             if skipped is not None:
                 skipped[name] = why

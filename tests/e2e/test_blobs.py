@@ -270,3 +270,25 @@ def test_verify_flags_a_lost_blob_of_a_file_it_found_sound_before(
     blob.unlink()
     code, out = cli("verify", "vision", "--cassettes", str(cassettes))
     assert code == 1 and f"blobs/{blob.name}" in out and "missing" in out, out
+
+
+def test_a_cassette_named_like_another_ones_blobs_folder_is_listed(cassettes: Path) -> None:
+    """`vision/blobs` is a name a cassette may have: its recordings sit beside vision's blobs,
+    and ls (and so verify and report) must list it, while a killed blob write's temp file in
+    vision's blobs makes no cassette."""
+    store = FileStore(cassettes)
+    request = StoredRequest(method="POST", upstream="openai", path="/v1/x")
+    answer = StoredResponse(status=200, headers={}, body={"text": "b" * 70_000})
+    store.write(
+        "vision", Exchange(key=KEY_A, ordinal=1, seq=0, rules="r", request=request, response=answer)
+    )
+    [blob] = (cassettes / "vision" / "blobs").iterdir()
+    (blob.parent / f".{blob.name}.99999999-1.tmp").write_bytes(b"killed")
+    assert store.cassettes() == ["vision"]
+    store.write(
+        "vision/blobs",
+        Exchange(key=KEY_B, ordinal=1, seq=0, rules="r", request=request, response=answer),
+    )
+    assert store.cassettes() == ["vision", "vision/blobs"]
+    code, out = cli("ls", "--cassettes", str(cassettes), "--json")
+    assert code == 0 and [c["cassette"] for c in json.loads(out)] == ["vision", "vision/blobs"]

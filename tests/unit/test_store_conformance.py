@@ -18,6 +18,7 @@ from tapeproxy.errors import BadCassetteName, CassetteCorrupt, ConfigError
 from tapeproxy.exchange.blobs import digest_of
 from tapeproxy.exchange.model import Exchange, dump_exchange
 from tapeproxy.store import BACKENDS, open_store
+from tapeproxy.store.blobs import KEEP_UNUSED
 from tapeproxy.store.files import FileStore
 from tapeproxy.store.lastrun import LastRun
 from tapeproxy.store.protocol import CassetteStore, exchange_file
@@ -284,6 +285,14 @@ def test_a_large_string_is_stored_once_as_a_blob_and_reads_back_whole(
         assert store.read("chat", one.key, 1).record() == one.record()
     assert store.write("chat", turns[0]) is False, "the same recording again: not written"
     assert store.read_blob("chat", store.blobs("chat")[0]) == IMAGE.encode()
+
+
+def test_a_blob_just_put_is_young_so_no_prune_deletes_it_yet(store: CassetteStore) -> None:
+    store.write("chat", with_body(KEY_A, 1, {"image": IMAGE}))
+    [digest] = store.blobs("chat")
+    age = store.blob_age("chat", digest)
+    assert age is not None and age < KEEP_UNUSED / 2
+    assert store.blob_age("chat", "0" * 64) is None
 
 
 def test_a_body_shaped_like_a_blob_reference_round_trips(store: CassetteStore) -> None:

@@ -8,6 +8,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from tapeproxy.engine.keying import request_key, stored_request
 from tapeproxy.exchange.model import Exchange, dump_exchange
 from tapeproxy.providers import Rulebook, provider_table
 from tapeproxy.store.files import FileStore
-from tapeproxy.store.state import STATE_DIR
+from tapeproxy.store.state import MAX_STATE, STATE_DIR
 from tapeproxy.tools.listing import show
 from tapeproxy.tools.summaries import cache_name, cached_rows, dump, load, total_name
 from tests.support import files_under
@@ -222,3 +223,22 @@ def test_a_file_changed_again_within_its_mtime_resolution_is_seen(tmp_path: Path
     path.write_bytes(dump_exchange(tokens(0, 99)))  # in place: same inode, same size
     os.utime(path, ns=(was, was))
     assert ls(root)["input_tokens"] == sum(range(11, 15)) + 99
+
+
+def test_a_huge_cache_file_is_not_read_and_is_rebuilt(tmp_path: Path) -> None:
+    """A cache file far larger than any tapeproxy writes (sparse here: no disk taken) is not
+    read into memory; ls answers from the files and writes a cache of the right size."""
+    root = tmp_path / "cassettes"
+    library(root)
+    truth = ls(root)
+    with cache_file(root).open("r+b") as handle:
+        handle.truncate(MAX_STATE + 1)
+    (root / STATE_DIR / total_name("trip")).unlink()
+    tracemalloc.start()
+    try:
+        assert ls(root) == truth
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < MAX_STATE / 4, f"{peak} bytes at the peak: the file was read"
+    assert cache_file(root).stat().st_size < 2**20, "rebuilt"

@@ -116,7 +116,11 @@ class FileStore:
                     if name.endswith(".json") and EXCHANGE_FILE.match(name):
                         with contextlib.suppress(OSError):  # gone since it was listed
                             st = entry.stat()
-                            found[name] = f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+                            # The change time too: an mtime given back (cp -p, touch -r)
+                            # cannot hide a change from it.
+                            found[name] = (
+                                f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+                            )
                             if now - st.st_mtime_ns < racy:
                                 found[name] += f":racy-{now}"
         except (FileNotFoundError, NotADirectoryError):

@@ -175,8 +175,8 @@ class CassetteStore(Protocol):
 
     def stamps(self, cassette: str) -> dict[str, str]:
         """Each exchange file of a cassette with a stamp that changes whenever its content
-        does (a file's inode, size and mtime; an object's ETag), from one listing: nothing
-        is read. {} when there is no such cassette."""
+        does (a file's inode, size, mtime and change time; an object's ETag), from one
+        listing: nothing is read. {} when there is no such cassette."""
         ...
 
     def read_state(self, name: str) -> bytes | None:

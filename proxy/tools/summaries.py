@@ -1,6 +1,6 @@
 """The summary cache: each exchange file's row (as `ls`, `report` and the viewer's library page
-add it up) kept by the file's stamp (`CassetteStore.stamps`: inode, size and mtime, or an
-ETag) in the library's state, so a command that walks the whole library reads only the files
+add it up) kept by the file's stamp (`CassetteStore.stamps`: inode, size, mtime and ctime, or
+an ETag) in the library's state, so a command that walks the whole library reads only the files
 that changed since it last looked."""
 
 from __future__ import annotations

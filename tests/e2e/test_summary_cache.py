@@ -242,3 +242,18 @@ def test_a_huge_cache_file_is_not_read_and_is_rebuilt(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert peak < MAX_STATE / 4, f"{peak} bytes at the peak: the file was read"
     assert cache_file(root).stat().st_size < 2**20, "rebuilt"
+
+
+def test_a_file_changed_in_place_with_its_old_mtime_put_back_is_seen(tmp_path: Path) -> None:
+    """`cp -p`, `touch -r`, `rsync -t`: a file rewritten in place (same inode, same size)
+    with an older mtime given back to it; its change time says it changed."""
+    root = tmp_path / "cassettes"
+    library(root)
+    path = root / "trip" / f"{0:064x}.json"
+    past = path.stat().st_mtime_ns - 60 * 10**9  # long enough ago to be trusted
+    for one in (root / "trip").iterdir():
+        os.utime(one, ns=(past, past))
+    ls(root)
+    path.write_bytes(dump_exchange(tokens(0, 99)))  # in place: same inode, same size
+    os.utime(path, ns=(past, past))
+    assert ls(root)["input_tokens"] == sum(range(11, 15)) + 99

@@ -4,13 +4,17 @@ against its name, which blobs a cassette's recordings use."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from tapeproxy.exchange.blobs import DIGEST, Fetch, digest_of, pack
 from tapeproxy.exchange.layout import render
 from tapeproxy.exchange.model import Exchange
 
 BLOBS = "blobs"  # the folder (or prefix) beside a cassette's exchange files
+# A blob no recording uses is deleted (by `prune`) only this long after it was last put or
+# used by a write: a server recording into the cassette puts a blob before the file that
+# refers to it, so a younger one may be in use a moment later.
+KEEP_UNUSED = 3600.0
 
 
 def packed(exchange: Exchange) -> tuple[bytes, dict[str, bytes], int]:
@@ -53,14 +57,6 @@ def fetcher(read: Callable[[str], bytes | None]) -> Fetch:
         return seen[digest]
 
     return fetch
-
-
-def unused_blobs(held: Iterable[str], used: Iterable[Exchange]) -> list[str]:
-    """The blobs held that none of `used` refers to, sorted."""
-    wanted: set[str] = set()
-    for exchange in used:
-        wanted |= used_by(exchange)
-    return sorted(set(held) - wanted)
 
 
 def used_by(exchange: Exchange) -> set[str]:

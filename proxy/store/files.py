@@ -7,6 +7,7 @@ import contextlib
 import errno
 import logging
 import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from tapeproxy.store.lastrun import LastRun
 
 log = logging.getLogger("tapeproxy")
+RACY = 3.0  # seconds: see `stamps`
 
 
 class FileStore:
@@ -57,12 +59,14 @@ class FileStore:
                 why = f"cannot list {folder}: {exc.strerror or exc}; its recordings are left out"
                 unlisted[folder.relative_to(self._root).as_posix()] = why
 
+        blob_folders = set()  # a cassette's blobs: a killed write's temp file makes none
         for folder, dirs, files in os.walk(self._root, onerror=unlistable):
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            if any(parse_exchange_file(name) or is_leftover(name) for name in files):
+            # A cassette named `<cassette>/blobs` (its files beside the blobs) is one too.
+            left = folder not in blob_folders and any(is_leftover(name) for name in files)
+            if left or any(parse_exchange_file(name) for name in files):
                 names.append(Path(folder).relative_to(self._root).as_posix())
-                if BLOBS in dirs:  # the cassette's blobs (a killed write's temp file too)
-                    dirs.remove(BLOBS)
+                blob_folders.add(os.path.join(folder, BLOBS))
         for name, why in sorted(unlisted.items()):
             if skipped is not None:
                 skipped[name] = why
@@ -101,6 +105,10 @@ class FileStore:
 
     def stamps(self, cassette: str) -> dict[str, str]:
         found = {}
+        # A file changed in the last RACY seconds could change again within its mtime's
+        # resolution (2 s on FAT, 1 s on some others) keeping size and mtime: its stamp is
+        # one never seen again, so what is kept by it is never trusted (git's racy check).
+        racy, now = int(RACY * 1e9), time.time_ns()
         try:
             with os.scandir(self._folder(cassette)) as listing:
                 for entry in listing:
@@ -108,7 +116,13 @@ class FileStore:
                     if name.endswith(".json") and EXCHANGE_FILE.match(name):
                         with contextlib.suppress(OSError):  # gone since it was listed
                             st = entry.stat()
-                            found[name] = f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+                            # The change time too: an mtime given back (cp -p, touch -r)
+                            # cannot hide a change from it.
+                            found[name] = (
+                                f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+                            )
+                            if now - st.st_mtime_ns < racy:
+                                found[name] += f":racy-{now}"
         except (FileNotFoundError, NotADirectoryError):
             return {}
         return found
@@ -137,16 +151,23 @@ class FileStore:
             return
         fsync_folder(path.parent)
 
+    def blob_age(self, cassette: str, digest: str) -> float | None:
+        try:
+            return time.time() - (self._folder(cassette) / BLOBS / digest).stat().st_mtime
+        except OSError:
+            return None
+
     def _fetch(self, cassette: str) -> Fetch:
         return fetcher(lambda digest: self.read_blob(cassette, digest))
 
     def _put_blobs(self, cassette: str, blobs: dict[str, bytes]) -> None:
         """Each blob written unless it is already there whole (its name is its content's)."""
+        folder = self._folder(cassette) / BLOBS
         for digest, data in blobs.items():
             try:
                 checked(digest, self.read_blob(cassette, digest))
-            except ValueError:
-                folder = self._folder(cassette) / BLOBS
+                os.utime(folder / digest)  # in use again: young, so no prune deletes it now
+            except (ValueError, OSError):
                 folder.mkdir(parents=True, exist_ok=True)
                 write_atomic(folder / digest, data)
 

@@ -175,8 +175,8 @@ class CassetteStore(Protocol):
 
     def stamps(self, cassette: str) -> dict[str, str]:
         """Each exchange file of a cassette with a stamp that changes whenever its content
-        does (a file's inode, size and mtime; an object's ETag), from one listing: nothing
-        is read. {} when there is no such cassette."""
+        does (a file's inode, size, mtime and change time; an object's ETag), from one
+        listing: nothing is read. {} when there is no such cassette."""
         ...
 
     def read_state(self, name: str) -> bytes | None:
@@ -201,6 +201,12 @@ class CassetteStore(Protocol):
 
     def delete_blob(self, cassette: str, digest: str) -> None:
         """Remove one blob; none there is no error."""
+        ...
+
+    def blob_age(self, cassette: str, digest: str) -> float | None:
+        """Seconds since a blob was last put, or found there by a write that uses it (a
+        recording under way may have put one its file does not yet refer to: `prune` leaves
+        a young one); None when there is none."""
         ...
 
     def read_last_run(self, cassette: str) -> LastRun | None:

@@ -4,15 +4,21 @@ stamps and local state the summary cache asks of it."""
 
 from __future__ import annotations
 
+import time
+from typing import TYPE_CHECKING
+
 import obstore
 from obstore.store import S3Store as Client
 
 from tapeproxy.exchange.blobs import Fetch
-from tapeproxy.store.blobs import BLOBS, checked, fetcher, is_blob
+from tapeproxy.store.blobs import BLOBS, KEEP_UNUSED, fetcher, is_blob
 from tapeproxy.store.names import check_folder_name
 from tapeproxy.store.protocol import parse_exchange_file
 from tapeproxy.store.s3cache import ObjectCache
 from tapeproxy.store.s3client import FAILED, MISSING, why
+
+if TYPE_CHECKING:
+    from obstore import ObjectMeta
 
 
 class S3Blobs:
@@ -56,6 +62,14 @@ class S3Blobs:
             raise OSError(f"cannot delete {self._url}/{path}: {why(exc)}") from exc
         self._cache.drop(path)
 
+    def age(self, folder: str, digest: str) -> float | None:
+        try:
+            return _age(obstore.head(self._client, f"{folder}/{BLOBS}/{digest}"))
+        except MISSING:
+            return None
+        except FAILED as exc:
+            raise OSError(f"cannot read {self._url}/{folder}/{BLOBS}/{digest}: {why(exc)}") from exc
+
     def fetch(self, folder: str) -> Fetch:
         def read(digest: str) -> bytes | None:
             try:
@@ -66,19 +80,27 @@ class S3Blobs:
         return fetcher(read)
 
     def put(self, folder: str, blobs: dict[str, bytes]) -> None:
-        """Each blob put unless it is already there whole (its name is its content's)."""
+        """Each blob put unless the store holds it (its name is its content's), put in the
+        last half of KEEP_UNUSED (an older one is put again: young, so no prune deletes it
+        while the file that uses it is written). Asked of the store, not the local cache:
+        another machine's prune may have deleted a blob this one still has cached."""
         for digest, data in blobs.items():
-            try:
-                checked(digest, self.read(folder, digest))
-                continue
-            except (ValueError, OSError):
-                pass
             path = f"{folder}/{BLOBS}/{digest}"
+            try:
+                meta = obstore.head(self._client, path)
+                if meta["size"] == len(data) and _age(meta) < KEEP_UNUSED / 2:
+                    continue
+            except FAILED:  # missing (or the head failed): put it, which says why if it fails
+                pass
             self._cache.drop(path)
             try:
                 obstore.put(self._client, path, data)
             except FAILED as exc:
                 raise OSError(f"cannot write {self._url}/{path}: {why(exc)}") from exc
+
+
+def _age(meta: ObjectMeta) -> float:
+    return time.time() - meta["last_modified"].timestamp()
 
 
 class BlobsAndState:
@@ -109,3 +131,6 @@ class BlobsAndState:
 
     def delete_blob(self, cassette: str, digest: str) -> None:
         self._blobs.delete(check_folder_name(cassette), digest)
+
+    def blob_age(self, cassette: str, digest: str) -> float | None:
+        return self._blobs.age(check_folder_name(cassette), digest)

@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from tapeproxy.store.durable import write_atomic
+from tapeproxy.store.state import read_bounded
 
 DIGEST = 64  # hex characters of the SHA-256 that heads each cached object
 # The objects' folder. Before, `objects/` held one entry per name and ETag, and every version
@@ -150,10 +151,7 @@ class ObjectCache:
 
     def read_state(self, name: str) -> bytes | None:
         """A cache of the tools' (the summary cache) kept with this store's objects."""
-        try:
-            return (self.root / "state" / name).read_bytes()
-        except OSError:
-            return None
+        return read_bounded(self.root / "state" / name)
 
     def write_state(self, name: str, data: bytes) -> None:
         path = self.root / "state" / name

@@ -6,6 +6,7 @@ git-ignored by the `.gitignore` of `*` it is made with."""
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 
 from tapeproxy.store.durable import fsync_folder, write_atomic
@@ -66,12 +67,25 @@ def make_folder(library: Path) -> Path:
     return folder
 
 
+# A cache file larger than this is no cache tapeproxy wrote (a summary is some 300 bytes an
+# exchange file): not read, so memory stays bounded; it is rebuilt.
+MAX_STATE = 64 * 2**20
+
+
 def read_state(library: Path, name: str) -> bytes | None:
-    """`<library>/.tapeproxy/<name>` (a cache kept there), or None."""
+    """`<library>/.tapeproxy/<name>` (a cache kept there), or None (none, or too large)."""
+    return read_bounded(library / STATE_DIR / name)
+
+
+def read_bounded(path: Path) -> bytes | None:
+    """A cache file's bytes; None when it is missing, unreadable or over MAX_STATE."""
     try:
-        return (library / STATE_DIR / name).read_bytes()
+        with path.open("rb") as handle:
+            too_large = os.fstat(handle.fileno()).st_size > MAX_STATE
+            data = b"" if too_large else handle.read(MAX_STATE + 1)
     except OSError:
         return None
+    return None if too_large or len(data) > MAX_STATE else data
 
 
 def write_state(library: Path, name: str, data: bytes) -> None:

@@ -4,11 +4,12 @@ nothing when that run did not pass (a test that failed, or requests that missed)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC
 
 from tapeproxy.errors import ConfigError, TapeproxyError
-from tapeproxy.store.blobs import unused_blobs as blobs_unused_by
+from tapeproxy.store.blobs import KEEP_UNUSED, used_by
 from tapeproxy.store.lastrun import NOTES, LastRun, note_name, recording_digest
 from tapeproxy.store.protocol import CassetteStore, exchange_file
 
@@ -115,22 +116,36 @@ def _drop_blobs(store: CassetteStore, cassette: str, dry_run: bool, pruned: set[
     return unused
 
 
-def unused_blobs(store: CassetteStore, cassette: str, leaving: set[str] | None = None) -> list[str]:
+def unused_blobs(
+    store: CassetteStore,
+    cassette: str,
+    leaving: set[str] | None = None,
+    doomed: Callable[[str], bool] = lambda digest: False,
+) -> list[str]:
     """The blobs of a cassette that no recording uses (but those named in `leaving`, which
-    are about to go); none when a recording cannot be read (what it uses is unknown). A
-    server recording into the cassette at the same time may have put a blob whose file is
-    not written yet: prune a cassette no server records into."""
+    are about to go); none when a recording cannot be read (what it uses is unknown). Only
+    those put or used by a write KEEP_UNUSED ago or more (a server recording into the
+    cassette now may have put a blob whose file is not written yet), or `doomed` ones."""
     held = store.blobs(cassette)
     if not held:
         return []
-    used = []
+    wanted: set[str] = set()
     try:
         for name, place in _places(store, cassette).items():
-            if name not in (leaving or set()):
-                used.append(store.read(cassette, *place))
+            if name not in (leaving or set()):  # only its digests kept: bounded memory
+                wanted |= used_by(store.read(cassette, *place))
     except TapeproxyError:
         return []
-    return blobs_unused_by(held, used)
+    unused = [digest for digest in held if digest not in wanted]
+    return [digest for digest in unused if _old(store, cassette, digest) or doomed(digest)]
+
+
+def _old(store: CassetteStore, cassette: str, digest: str) -> bool:
+    try:
+        age = store.blob_age(cassette, digest)
+    except OSError:  # its age unknown: kept
+        return False
+    return age is not None and age >= KEEP_UNUSED
 
 
 def _blobs_only(store: CassetteStore, cassette: str, dry_run: bool) -> PruneReport:

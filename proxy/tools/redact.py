@@ -12,6 +12,7 @@ from typing import Any
 from tapeproxy.exchange import answers
 from tapeproxy.exchange.model import Exchange, SocketFrame
 from tapeproxy.redaction.scrubber import Scrubber
+from tapeproxy.store.blobs import used_by
 from tapeproxy.store.protocol import CassetteStore, exchange_file
 from tapeproxy.tools.prune import unused_blobs
 from tapeproxy.tools.rekey import RekeyReport, RulesFor, rekey
@@ -42,7 +43,8 @@ def redact(
     gets the key it has now (rekey's crash-safe ordering: no file is overwritten before its
     content is safe at its new place); requests that became equal are numbered in recorded
     order."""
-    transform = partial(scrubbed, scrubber)
+    replaced: set[str] = set()  # blobs holding what was scrubbed: deleted whatever their age
+    transform = partial(_scrubbed_noting, scrubber, replaced)
     moves: RekeyReport = rekey(store, cassette, rules_for, dry_run, transform=transform)
     report = RedactReport(
         cassette,
@@ -58,11 +60,29 @@ def redact(
             report.moved.append((old, new))
     if not dry_run:
         report.left = matches_left(store, cassette, scrubber)
+
         # A scrubbed string held in a blob was written as a new blob: the old one, which
-        # holds what was scrubbed, goes.
-        for digest in unused_blobs(store, cassette):
+        # holds what was scrubbed, goes, and so does any unused one holding a match (an
+        # interrupted redact's); another young one no file uses may be a recording's.
+        def doomed(digest: str) -> bool:
+            return digest in replaced or _holds_match(store, cassette, digest, scrubber)
+
+        for digest in unused_blobs(store, cassette, doomed=doomed):
             store.delete_blob(cassette, digest)
     return report
+
+
+def _holds_match(store: CassetteStore, cassette: str, digest: str, scrubber: Scrubber) -> bool:
+    data = store.read_blob(cassette, digest)
+    return data is not None and scrubber.matches(data.decode("utf-8", "surrogatepass"))
+
+
+def _scrubbed_noting(scrubber: Scrubber, replaced: set[str], exchange: Exchange) -> Exchange:
+    """`scrubbed`, noting the blobs of `exchange` its scrubbed copy no longer uses."""
+    out = scrubbed(scrubber, exchange)
+    if out is not exchange:
+        replaced |= used_by(exchange) - used_by(out)
+    return out
 
 
 def scrubbed(scrubber: Scrubber, exchange: Exchange) -> Exchange:

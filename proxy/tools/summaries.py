@@ -1,6 +1,6 @@
 """The summary cache: each exchange file's row (as `ls`, `report` and the viewer's library page
-add it up) kept by the file's stamp (`CassetteStore.stamps`: inode, size and mtime, or an
-ETag) in the library's state, so a command that walks the whole library reads only the files
+add it up) kept by the file's stamp (`CassetteStore.stamps`: inode, size, mtime and ctime, or
+an ETag) in the library's state, so a command that walks the whole library reads only the files
 that changed since it last looked."""
 
 from __future__ import annotations
@@ -171,7 +171,10 @@ def _total(raw: bytes | None, cassette: str, sign: str) -> Summary | None:
         data = json.loads(body)
         if data["cassette"] != cassette or data["sign"] != sign:
             return None
-        return Summary(**data["summary"])
+        summed = data["summary"]
+        if not _typed(summed, _SUMMED) or len(summed) != len(_SUMMED):
+            return None  # a value of another type (a hostile file): never trusted
+        return Summary(**summed)
     except (ValueError, TypeError, KeyError):
         return None
 
@@ -192,6 +195,8 @@ def _row(entry: Entry, prices: PriceTable) -> Timed | None:
         return None
     try:
         values = dict(zip(FIELDS, entry[1:-1], strict=True))
+        if not _typed(values, _TYPES):
+            return None  # a value of another type (a hostile file): never trusted
         model, usage_known = values["model"], values["usage_known"]
         tokens = Tokens(*(int(values[f"{kind}_tokens"]) for kind in _KINDS))
         cost = prices.cost(model, tokens) if usage_known and model is not None else None
@@ -201,6 +206,29 @@ def _row(entry: Entry, prices: PriceTable) -> Timed | None:
 
 
 _KINDS = ("input", "output", "cached", "cache_write")
+# The types a row's or a summary's field may hold (exactly: a bool is no int here), by its
+# annotation; one not named here is never trusted (the file is read again).
+_NONE = type(None)
+_ANNOTATED: dict[str, tuple[type, ...]] = {
+    **{"str": (str,), "int": (int,), "bool": (bool,), "str | None": (str, _NONE)},
+    **{"dict[str, Any] | None": (dict, _NONE), "float | None": (float, int, _NONE)},
+    "list[str]": (list,),
+}
+_TYPES = {f.name: _ANNOTATED.get(str(f.type), ()) for f in fields(Row) if f.name in FIELDS}
+_SUMMED = {f.name: _ANNOTATED.get(str(f.type), ()) for f in fields(Summary)}
+
+
+def _typed(values: dict[str, Any], types: dict[str, tuple[type, ...]]) -> bool:
+    """Whether each of `types` is in `values`, of its type (a list holding texts only)."""
+    for name, kinds in types.items():
+        value = values.get(name)
+        if type(value) not in kinds or (type(value) is list and not _texts(value)):
+            return False
+    return True
+
+
+def _texts(values: list[Any]) -> bool:
+    return all(type(value) is str for value in values)
 
 
 def load(raw: bytes | None, cassette: str) -> dict[str, Entry]:

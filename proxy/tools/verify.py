@@ -121,6 +121,7 @@ def _one(
             verdict.upgraded.append(name)
         else:
             verdict.outdated.append(name)
+            blobs = set()  # its large strings are inline: it refers to no blob
     problem = _check_file(cassette, exchange, parsed, rules_for)
     problem = problem or (_key_held(cassette, exchange, keys) if keys else None)
     if problem:
@@ -132,8 +133,15 @@ def _one(
 
 def _check_blobs(store: CassetteStore, cassette: str, used: set[str], verdict: Verdict) -> None:
     """Each blob must hash to its name (a recording that uses an edited one is flagged as
-    unreadable too); one no recording uses is worth knowing (prune removes it)."""
-    for digest in store.blobs(cassette):
+    unreadable too); one no recording uses is worth knowing (prune removes it). One a
+    recording uses that is not there is flagged (a file found sound before is not read)."""
+    held = store.blobs(cassette)
+    for digest in sorted(used - set(held)):
+        verdict.flag(
+            f"{BLOBS}/{digest}",
+            "missing, and a recording uses it: record the recordings that use it again",
+        )
+    for digest in held:
         name = f"{BLOBS}/{digest}"
         try:
             checked(digest, store.read_blob(cassette, digest))

@@ -201,4 +201,8 @@ def _given(request: Request, name: str) -> str:
 
 
 def _number(value: str | None) -> int:
-    return int(value) if value is not None and value.isdigit() else -1
+    """A page's number in the query; -1 for none or no number. ASCII digits only (`²` is a
+    digit to str.isdigit, not to int), and at most 18 (int refuses over 4,300): past the end."""
+    if value is None or not (value.isascii() and value.isdigit()):
+        return -1
+    return int(value) if len(value) <= 18 else 10**18

@@ -4,9 +4,11 @@ processes that update it at once corrupt nothing; no cassette is written."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 import os
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from tapeproxy.engine.keying import request_key, stored_request
 from tapeproxy.exchange.model import Exchange, dump_exchange
 from tapeproxy.providers import Rulebook, provider_table
 from tapeproxy.store.files import FileStore
-from tapeproxy.store.state import STATE_DIR
+from tapeproxy.store.state import MAX_STATE, STATE_DIR
 from tapeproxy.tools.listing import show
 from tapeproxy.tools.summaries import cache_name, cached_rows, dump, load, total_name
 from tests.support import files_under
@@ -172,3 +174,86 @@ def test_verify_reads_again_only_what_changed_and_trusts_no_damaged_note(tmp_pat
     note.write_bytes(note.read_bytes().replace(b'"ok"', b'"ko"'))  # damaged: not trusted
     path.write_bytes(b"{}")
     assert verify(root)[0] == 1
+
+
+def test_a_cache_well_formed_but_holding_values_of_other_types_is_never_trusted(
+    tmp_path: Path,
+) -> None:
+    """A cache file whose digest matches (written by hand, or by a hostile hand) but whose
+    rows hold a value of another type (a list for a text, a text for a count): ls neither
+    crashes on it nor believes it, for every field."""
+    root = tmp_path / "cassettes"
+    library(root)
+    truth = ls(root)
+    entries = load(cache_file(root).read_bytes(), "trip")
+    total = root / STATE_DIR / total_name("trip")
+    others: list[Any] = [[1], {"x": 1}, "77", 77, True]
+    for field in range(1, len(next(iter(entries.values()))) - 1):
+        for other in others:
+            name = next(iter(entries))
+            if entries[name][field] is None or type(other) is type(entries[name][field]):
+                continue  # of its type (a field that may be None may be this too)
+            hostile = dict(entries)
+            hostile[name] = [*entries[name][:field], other, *entries[name][field + 1 :]]
+            cache_file(root).write_bytes(dump(hostile, "trip"))
+            total.unlink(missing_ok=True)
+            assert ls(root) == truth, (field, other)
+    cache_file(root).write_bytes(dump(entries, "trip"))
+    assert ls(root) == truth
+    kept: dict[str, Any] = json.loads(total.read_bytes().partition(b"\n")[2])
+    for field in kept["summary"]:
+        for other in [*others[:3], 1.5, None]:
+            if field == "cost_usd" or type(other) is type(kept["summary"][field]):
+                continue  # (a cost of None or a number: either may be true)
+            summed = {**kept, "summary": {**kept["summary"], field: other}}
+            body = json.dumps(summed).encode()
+            total.write_bytes(hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
+            assert ls(root) == truth, (field, other)
+
+
+def test_a_file_changed_again_within_its_mtime_resolution_is_seen(tmp_path: Path) -> None:
+    """On a file system that keeps mtimes to the second (or two), a file changed in place
+    again in the same tick keeps its inode, size and mtime: a row read in that tick must not
+    be trusted afterwards (here the tick is made by putting the mtime back)."""
+    root = tmp_path / "cassettes"
+    library(root)
+    path = root / "trip" / f"{0:064x}.json"
+    was = path.stat().st_mtime_ns
+    ls(root)
+    path.write_bytes(dump_exchange(tokens(0, 99)))  # in place: same inode, same size
+    os.utime(path, ns=(was, was))
+    assert ls(root)["input_tokens"] == sum(range(11, 15)) + 99
+
+
+def test_a_huge_cache_file_is_not_read_and_is_rebuilt(tmp_path: Path) -> None:
+    """A cache file far larger than any tapeproxy writes (sparse here: no disk taken) is not
+    read into memory; ls answers from the files and writes a cache of the right size."""
+    root = tmp_path / "cassettes"
+    library(root)
+    truth = ls(root)
+    with cache_file(root).open("r+b") as handle:
+        handle.truncate(MAX_STATE + 1)
+    (root / STATE_DIR / total_name("trip")).unlink()
+    tracemalloc.start()
+    try:
+        assert ls(root) == truth
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < MAX_STATE / 4, f"{peak} bytes at the peak: the file was read"
+    assert cache_file(root).stat().st_size < 2**20, "rebuilt"
+
+
+def test_a_file_changed_in_place_with_its_old_mtime_put_back_is_seen(tmp_path: Path) -> None:
+    """`cp -p`, `touch -r`, `rsync -t`: a file rewritten in place (same inode, same size)
+    with an older mtime given back to it; its change time says it changed."""
+    root = tmp_path / "cassettes"
+    library(root)
+    path = root / "trip" / f"{0:064x}.json"
+    past = path.stat().st_mtime_ns - 60 * 10**9  # long enough ago to be trusted
+    for one in (root / "trip").iterdir():
+        os.utime(one, ns=(past, past))
+    ls(root)
+    path.write_bytes(dump_exchange(tokens(0, 99)))  # in place: same inode, same size
+    os.utime(path, ns=(past, past))
+    assert ls(root)["input_tokens"] == sum(range(11, 15)) + 99

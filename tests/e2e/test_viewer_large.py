@@ -36,6 +36,11 @@ def test_a_cassette_of_many_exchanges_is_shown_a_page_at_a_time(tmp_path: Path) 
         assert seqs == list(range(400, 450)), "in recorded order"
         beyond = httpx.get(view.url + "cassette?name=many&start=9999", timeout=60).text
         assert "exchanges 401 to 450 of 450" in beyond, "past the end: the last page"
+        huge = httpx.get(view.url + f"cassette?name=many&start={'9' * 5000}", timeout=60)
+        assert huge.status_code == 200 and "exchanges 401 to 450 of 450" in huge.text
+        for odd in ("\u00b2", "-5", "x"):  # a superscript two: a digit to str.isdigit
+            page = httpx.get(view.url + f"cassette?name=many&start={odd}", timeout=60)
+            assert page.status_code == 200 and "exchanges 1 to 200 of 450" in page.text, odd
     finally:
         code, err = view.stop()
     assert code == 0, err

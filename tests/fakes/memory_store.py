@@ -5,6 +5,7 @@ run on it, and it passes the same conformance suite as every backend of the tabl
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterable
 
 from tapeproxy.errors import CassetteCorrupt
@@ -33,6 +34,7 @@ class MemoryStore:
         self.notes: dict[str, bytes] = {}
         self.state: dict[str, bytes] = {}
         self.blob_data: dict[str, dict[str, bytes]] = {}  # cassette -> digest -> bytes
+        self.blob_times: dict[tuple[str, str], float] = {}  # when each was last put
 
     def cassettes(self, skipped: dict[str, str] | None = None) -> list[str]:
         found = [
@@ -62,7 +64,7 @@ class MemoryStore:
         data, blobs, version = packed(exchange)
         if not fresh and holds_same(files.get(name), exchange, self._fetch(cassette), version):
             return False
-        self.blob_data.setdefault(check_folder_name(cassette), {}).update(blobs)
+        self._put_blobs(cassette, blobs)
         files[name] = data
         return True
 
@@ -70,7 +72,7 @@ class MemoryStore:
         name = exchange_file(exchange.key, exchange.ordinal)
         files = self.data.setdefault(check_folder_name(cassette), {})
         data, blobs, _ = packed(exchange)
-        self.blob_data.setdefault(check_folder_name(cassette), {}).update(blobs)
+        self._put_blobs(cassette, blobs)
         if name in files:
             return False
         files[name] = data
@@ -98,6 +100,16 @@ class MemoryStore:
 
     def delete_blob(self, cassette: str, digest: str) -> None:
         self.blob_data.get(check_folder_name(cassette), {}).pop(digest, None)
+
+    def blob_age(self, cassette: str, digest: str) -> float | None:
+        if self.read_blob(cassette, digest) is None:
+            return None
+        return time.time() - self.blob_times.get((check_folder_name(cassette), digest), 0.0)
+
+    def _put_blobs(self, cassette: str, blobs: dict[str, bytes]) -> None:
+        folder = check_folder_name(cassette)
+        self.blob_data.setdefault(folder, {}).update(blobs)
+        self.blob_times.update(((folder, digest), time.time()) for digest in blobs)
 
     def _fetch(self, cassette: str) -> Fetch:
         return fetcher(lambda digest: self.read_blob(cassette, digest))

@@ -84,9 +84,9 @@ def test_an_mcp_session_is_whole_though_only_its_initialize_answer_names_it() ->
 def test_a_last_report_not_of_its_kind_is_none() -> None:
     store = MemoryStore()
     for kept in (b"[]", b'{"counts": 1}', b'{"counts": {}, "skipped": 5}', b"{"):
-        store.write_state("drift.json", kept)
+        store.write_report("drift.json", kept)
         assert last(store) is None
-    store.write_state("drift.json", b'{"counts": {"error": 0}, "skipped": []}')
+    store.write_report("drift.json", b'{"counts": {"error": 0}, "skipped": []}')
     assert last(store) == {"counts": {"error": 0}, "skipped": []}
 
 

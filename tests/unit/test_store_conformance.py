@@ -6,6 +6,8 @@ that backend's own test file (tests/unit/test_store.py for the folder backend)."
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,8 @@ from tapeproxy.errors import BadCassetteName, CassetteCorrupt, ConfigError
 from tapeproxy.exchange.blobs import digest_of
 from tapeproxy.exchange.model import Exchange, dump_exchange
 from tapeproxy.store import BACKENDS, open_store
+from tapeproxy.store.blobs import KEEP_UNUSED
+from tapeproxy.store.files import FileStore
 from tapeproxy.store.lastrun import LastRun
 from tapeproxy.store.protocol import CassetteStore, exchange_file
 from tests.fakes.memory_store import MemoryStore
@@ -283,6 +287,14 @@ def test_a_large_string_is_stored_once_as_a_blob_and_reads_back_whole(
     assert store.read_blob("chat", store.blobs("chat")[0]) == IMAGE.encode()
 
 
+def test_a_blob_just_put_is_young_so_no_prune_deletes_it_yet(store: CassetteStore) -> None:
+    store.write("chat", with_body(KEY_A, 1, {"image": IMAGE}))
+    [digest] = store.blobs("chat")
+    age = store.blob_age("chat", digest)
+    assert age is not None and age < KEEP_UNUSED / 2
+    assert store.blob_age("chat", "0" * 64) is None
+
+
 def test_a_body_shaped_like_a_blob_reference_round_trips(store: CassetteStore) -> None:
     digest = "0" * 64
     body = {
@@ -313,6 +325,10 @@ def test_stamps_follow_each_file_and_state_is_kept_outside_every_cassette(
     store: CassetteStore,
 ) -> None:
     store.write("c", exchange())
+    if isinstance(store, FileStore):  # one changed in the last seconds is never trusted
+        assert store.stamps("c") != store.stamps("c"), "a racy file: a stamp never seen again"
+        past = time.time_ns() - 60 * 10**9
+        os.utime(store._root / "c" / exchange_file(KEY_A, 1), ns=(past, past))
     first = store.stamps("c")
     assert list(first) == [exchange_file(KEY_A, 1)]
     assert store.stamps("c") == first, "nothing changed: the same stamps"

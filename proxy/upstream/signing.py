@@ -24,7 +24,6 @@ from tapeproxy.upstream.protocol import (
     UpstreamResponse,
     UpstreamSocket,
 )
-from tapeproxy.upstream.request import header_text
 
 SIGV4 = b"AWS4-HMAC-SHA256"
 SERVICE = "bedrock"  # when the client's signature names none
@@ -92,6 +91,9 @@ class Signing:
         credentials = self._credentials()  # first: without botocore, says which extra
         from botocore.auth import SigV4Auth
         from botocore.awsrequest import AWSRequest
+
+        # (here, not at the top: that module imports aiohttp, which a replay never needs)
+        from tapeproxy.upstream.request import header_text
 
         kept = [(k, v) for k, v in request.headers if k.lower() not in SIGNATURE_HEADERS]
         aws = AWSRequest(method=request.method, url=request.url, data=request.body)

@@ -11,7 +11,7 @@ from typing import Any, TypeVar, cast
 
 from tapeproxy.engine import jsonrpc
 from tapeproxy.exchange.framing import Dialect, frame_payload, json_document
-from tapeproxy.exchange.model import Exchange, Frame
+from tapeproxy.exchange.model import Exchange, Frame, SocketFrame
 from tapeproxy.exchange.tokens import Tokens
 from tapeproxy.providers import BUILTIN
 from tapeproxy.providers.base import Provider
@@ -172,12 +172,7 @@ def session_lines(exchange: Exchange, width: int = 160) -> list[str]:
         return []
     lines = []
     for frame in exchange.session.frames:
-        if frame.base64 is not None:
-            shown = f"<binary, {len(base64.b64decode(frame.base64))} bytes>"
-        elif frame.text is not None:
-            shown = frame.text
-        else:
-            shown = json.dumps(frame.json_, ensure_ascii=False)
+        shown = socket_frame_text(frame)
         if len(shown) > width:
             shown = shown[: width - 3] + "..."
         lines.append(f"+{frame.ms}ms {frame.direction:6} {shown}")
@@ -187,3 +182,12 @@ def session_lines(exchange: Exchange, width: int = 160) -> list[str]:
         f"+{end.ms}ms {'cut (no close frame)' if end.cut else closed} {end.reason}".rstrip()
     )
     return lines
+
+
+def socket_frame_text(frame: SocketFrame) -> str:
+    """A WebSocket frame as a reader sees it: its text, its JSON, or its size when binary."""
+    if frame.base64 is not None:
+        return f"<binary, {len(base64.b64decode(frame.base64)):,} bytes>"
+    if frame.text is not None:
+        return frame.text
+    return json.dumps(frame.json_, ensure_ascii=False)

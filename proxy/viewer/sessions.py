@@ -4,10 +4,9 @@ the client sent: Realtime's `conversation.item.create` items and `instructions`,
 
 from __future__ import annotations
 
-import base64
-import json
 from typing import Any
 
+from tapeproxy.exchange.answers import socket_frame_text
 from tapeproxy.exchange.model import Session, SocketFrame
 
 MAX_SHOWN = 400  # characters of a frame on the timeline (an audio delta runs to many KB)
@@ -34,12 +33,7 @@ def conversation_body(session: Session) -> dict[str, Any]:
 
 def frame_line(frame: SocketFrame) -> str:
     """One frame on the timeline: who sent it and what, cut short."""
-    if frame.base64 is not None:
-        shown = f"<binary, {len(base64.b64decode(frame.base64)):,} bytes>"
-    elif frame.text is not None:
-        shown = frame.text
-    else:
-        shown = json.dumps(frame.json_, ensure_ascii=False)
+    shown = socket_frame_text(frame)
     if len(shown) > MAX_SHOWN:
         shown = shown[: MAX_SHOWN - 1] + "…"
     return f"{frame.direction}: {shown}"

@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 
 from bench.big_library import BIG, SHOW
+from bench.wrk import run_wrk, wrk_path
 
 # Runs a command and prints its children's peak RSS (KiB) on stderr's last line.
 PEAK = (
@@ -88,6 +89,40 @@ def served(python: str, library: Path, sample: dict[str, object]) -> tuple[float
         process.terminate()
         process.wait(timeout=30)
     return up, first, rss
+
+
+def replayed(python: str, library: Path, bodies: list[bytes], seconds: float = 5) -> float:
+    """Replays a second at 32 connections (wrk, keep-alive, the bodies round-robin) from
+    the BIG cassette of `library`, after a second of warm-up."""
+    args = ["serve", "--port", "0", "--mode", "replay", "--cassettes", str(library)]
+    process = subprocess.Popen(
+        tapeproxy(python, *args, "--cassette", BIG, "--repeat", "repeat-last"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().split(" on ")[-1].strip()
+        path = "/openai/v1/chat/completions"
+        run_wrk(url, path, bodies, 32, 1)
+        result = run_wrk(url, path, bodies, 32, seconds)
+        assert result.errors == 0, f"{result.errors} errors: a body missed?"
+        return result.rate
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def fifty(library: Path, into: Path) -> tuple[Path, list[bytes]]:
+    """A library whose BIG cassette holds 50 of the big one's exchanges, and their requests'
+    bodies (what both servers are sent)."""
+    (into / BIG).mkdir(parents=True)
+    bodies = []
+    for path in sorted((library / BIG).glob("*.json"))[:50]:
+        shutil.copy2(path, into / BIG / path.name)
+        bodies.append(json.dumps(json.loads(path.read_bytes())["request"]["body"]["json"]).encode())
+    return into, bodies
 
 
 def _rss(pid: int) -> float:
@@ -164,6 +199,12 @@ def main() -> None:
         answered = f"{first * 1000:.0f} ms (alone {first1 * 1000:.0f})"
         note(rows, [("first replayed answer", answered)])
         note(rows, [("server RSS after it", f"{rss:.0f} MB")])
+        if wrk_path() is not None:
+            small, bodies = fifty(lib, Path(tmp, "fifty"))
+            rates = [replayed(py, where, bodies) for where in (lib, small, lib, small)]
+            big_rate, small_rate = max(rates[0], rates[2]), max(rates[1], rates[3])
+            ratio = f"{big_rate:,.0f} vs {small_rate:,.0f} req/s, {big_rate / small_rate:.2f}x"
+            note(rows, [("replay at 32 conns vs 50 exchanges", ratio)])
         shutil.rmtree(lib / ".tapeproxy" / "summaries", ignore_errors=True)
         cold = timed(tapeproxy(py, "ls", "--cassettes", str(lib), "--json"))
         warm = timed(tapeproxy(py, "ls", "--cassettes", str(lib), "--json"))

@@ -86,8 +86,9 @@ def verify(
     --keep or [redact] keep, as recording kept it): `tapeproxy redact NAME` scrubs one.
     Leftover temporary files are reported too. Files of an older schema_version are read
     fine and listed; --upgrade rewrites them."""
+    from tapeproxy.store.files import FileStore
     from tapeproxy.tools.verify import misnamed
-    from tapeproxy.tools.verify import verify as verify_cassette
+    from tapeproxy.tools.verifyall import verify_all
 
     try:
         library = open_library(cassettes, upstream, ignore, config)
@@ -100,7 +101,8 @@ def verify(
         if not names and not skipped:
             raise ConfigError(f"no cassettes under {library.store.where()} to verify")
         keys = library_scrubber(config, keep=keep or ())
-        verdicts = [verify_cassette(library.store, n, library.rules, upgrade, keys) for n in names]
+        forkable = isinstance(library.store, FileStore)
+        verdicts = verify_all(library.store, names, library.rules, upgrade, keys, forkable)
         verdicts += [misnamed(folder, why) for folder, why in skipped.items()]
     except TapeproxyError as exc:
         raise fail(exc, as_json) from exc

@@ -98,17 +98,32 @@ _HINT_ESCAPE = re.compile(
 )
 
 
+# The hints in groups, each behind what all of its hints hold (a character rare in prose
+# and JSON: one scan, some 40 times cheaper than a hint's): a text without it holds none of
+# them. Every hint is in one group (test_formats checks both).
+GATED: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
+    (("J",), ("eyJ",)),
+    (("X",), ("X-Amz-Security-Token",)),
+    (("A",), ("AIza", "AKIA", "ASIA", "ABIA", "ACCA")),
+    (("x",), ("xox", "x-amz-security-token")),
+    (("_", "gh"), ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
+    (("_",), ("ek_", "github_pat_")),
+    (("-",), ("sk-",)),
+)
+
+
 def may_hold_key(text: str) -> bool:
     """Whether `text` may hold a key of some format (never False for one that does), spelled
-    as it is or percent-encoded (`ghp%5F...`). Run on every log line too: a plain loop, half
-    the cost of `any()` over a generator."""
-    for hint in HINTS:
-        if hint in text:
-            return True
-    if "_" in text:
-        for hint in UNDERSCORED_HINTS:
-            if hint in text:
-                return True
+    as it is or percent-encoded (`ghp%5F...`). Run on every log line and every body scrubbed:
+    a plain loop over the gated hints, half the cost of `any()` over a generator."""
+    for gates, hints in GATED:
+        for gate in gates:
+            if gate not in text:
+                break
+        else:
+            for hint in hints:
+                if hint in text:
+                    return True
     if "%" in text and _HINT_ESCAPE.search(text):
         plain = decoded(text)
         return plain != text and may_hold_key(plain)

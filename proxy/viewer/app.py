@@ -129,11 +129,9 @@ def _routes(
     render: Callable[..., HTMLResponse],
 ) -> list[tuple[str, Callable[[Request], Response]]]:
     def library(request: Request) -> Response:
-        summaries, skipped = pages.library(store, prices)
+        shelf = pages.library(store, prices, max(_number(request.query_params.get("start")), 0))
         where, drift = store.where(), last_drift(store)
-        return render(
-            request, "library.html", summaries=summaries, skipped=skipped, where=where, drift=drift
-        )
+        return render(request, "library.html", shelf=shelf, where=where, drift=drift)
 
     def cassette(request: Request) -> Response:
         name, start = _given(request, "name"), _number(request.query_params.get("start"))

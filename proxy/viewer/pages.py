@@ -48,15 +48,38 @@ class ExchangeView:
     response_body: str | None
 
 
-def library(
-    store: CassetteStore, prices: PriceTable
-) -> tuple[list[Summary], list[tuple[str, str]]]:
-    """Every cassette's summary, and the folders of recordings left out, with why: no
-    cassette may be named for them, or they cannot be listed (shown on the page, not logged
-    at each view)."""
+SHELF = 200  # cassettes the library page lists
+
+
+@dataclass(frozen=True)
+class Shelf:
+    """One page of the library: the summaries of `names[start:start + SHELF]` (a page costs
+    what its cassettes cost, not the library), every cassette's name (to compare two), and
+    the folders of recordings left out, with why: no cassette may be named for them, or
+    they cannot be listed (shown on the page, not logged at each view)."""
+
+    summaries: list[Summary]
+    names: list[str]
+    skipped: list[tuple[str, str]]
+    start: int
+    previous: int | None
+    following: int | None
+
+
+def library(store: CassetteStore, prices: PriceTable, start: int = 0) -> Shelf:
     skipped: dict[str, str] = {}
     names = store.cassettes(skipped)
-    return [summarize(store, name, prices) for name in names], list(skipped.items())
+    start, previous, following = window(start, len(names), SHELF)
+    summaries = [summarize(store, name, prices) for name in names[start : start + SHELF]]
+    return Shelf(summaries, names, list(skipped.items()), start, previous, following)
+
+
+def window(start: int, total: int, size: int) -> tuple[int, int | None, int | None]:
+    """A page of `size` from `start` (the last page past the end): where it starts, and where
+    the pages before and after it start (None at either end)."""
+    start = max(0, min(start, (total - 1) // size * size)) if total else 0
+    following = start + size if start + size < total else None
+    return start, max(0, start - size) if start else None, following
 
 
 @dataclass(frozen=True)
@@ -91,11 +114,9 @@ def cassette(store: CassetteStore, name: str, prices: PriceTable, start: int = 0
     total = sum(1 for file in stamps if parse_exchange_file(file))
     if not total:
         raise ConfigError(f"cassette {name!r} has no recordings under {store.where()}")
-    start = max(0, min(start, (total - 1) // PAGE * PAGE))
+    start, previous, following = window(start, total, PAGE)
     rows, total = cached_page(store, name, prices, slice(start, start + PAGE), stamps=stamps)
-    lines = [Line(row, took) for row, took in rows]
-    following = start + PAGE if start + PAGE < total else None
-    return Page(lines, start, total, max(0, start - PAGE) if start else None, following)
+    return Page([Line(row, took) for row, took in rows], start, total, previous, following)
 
 
 def read(store: CassetteStore, name: str, file: str) -> Exchange:

@@ -46,6 +46,32 @@ def test_a_cassette_of_many_exchanges_is_shown_a_page_at_a_time(tmp_path: Path) 
     assert code == 0, err
 
 
+def test_a_library_of_many_cassettes_is_shown_a_page_at_a_time(tmp_path: Path) -> None:
+    """A page reads the summaries of its own 200 cassettes only: one cassette's file changed
+    behind its back is seen on its page; every name is offered to compare."""
+    store = FileStore(tmp_path / "cassettes")
+    for n in range(450):
+        store.write(f"c{n:03}", exchange(seq=n), fresh=True)
+    view = View(tmp_path / "cassettes", tmp_path)
+    try:
+        first = httpx.get(view.url, timeout=60).text
+        assert "cassettes 1 to 200 of 450" in first and first.count('class="cassette"') == 200
+        assert 'rel="next" href="./?start=200"' in first and 'rel="prev"' not in first
+        assert first.count("<option") == 2 * 450, "each cassette may be compared"
+        last = httpx.get(view.url + "?start=400", timeout=60).text
+        shown = re.findall(r'class="cassette" href="cassette\?name=(c\d+)"', last)
+        assert shown == [f"c{n:03}" for n in range(400, 450)]
+        assert 'rel="prev" href="./?start=200"' in last and 'rel="next"' not in last
+        for odd in ("9" * 5000, "\u00b2", "-5"):
+            page = httpx.get(view.url + f"?start={odd}", timeout=60)
+            assert page.status_code == 200 and "cassettes" in page.text, odd
+        store.write("c420", exchange(seq=1, usage={"input_tokens": 777, "output_tokens": 1}))
+        assert "777" in httpx.get(view.url + "?start=400", timeout=60).text
+    finally:
+        code, err = view.stop()
+    assert code == 0, err
+
+
 def test_sigterm_stops_the_viewer_within_its_grace_while_a_page_is_stuck(tmp_path: Path) -> None:
     """A page that never ends: an exchange file that is a named pipe no one writes to."""
     store = FileStore(tmp_path / "cassettes")

@@ -20,7 +20,14 @@ from hypothesis import strategies as st
 from tapeproxy.errors import ConfigError
 from tapeproxy.exchange.framing import frame_payload
 from tapeproxy.redaction import streams
-from tapeproxy.redaction.formats import FORMATS, check_keep, may_hold_key
+from tapeproxy.redaction.formats import (
+    FORMATS,
+    GATED,
+    HINTS,
+    UNDERSCORED_HINTS,
+    check_keep,
+    may_hold_key,
+)
 from tapeproxy.redaction.memo import Memo
 from tapeproxy.redaction.scrubber import Scrubber
 from tapeproxy.redaction.secrets import MARKER
@@ -377,6 +384,20 @@ def test_a_secret_split_over_raw_chunks_of_text_is_scrubbed() -> None:
 def test_every_key_holds_a_hint_so_the_quick_check_never_skips_one(name: str) -> None:
     assert may_hold_key(keys()[name])
     assert not may_hold_key("an ordinary sentence, with-dashes and no key at all")
+
+
+def test_every_hint_is_behind_gates_it_holds_so_the_gates_never_skip_one() -> None:
+    gated = [hint for _, hints in GATED for hint in hints]
+    assert sorted(gated) == sorted((*HINTS, *UNDERSCORED_HINTS))
+    for gates, hints in GATED:
+        assert all(gate in hint for gate in gates for hint in hints), (gates, hints)
+
+
+@pytest.mark.parametrize("hint", [*HINTS, *UNDERSCORED_HINTS])
+def test_each_hint_alone_or_in_ordinary_text_may_hold_a_key(hint: str) -> None:
+    assert may_hold_key(hint)
+    assert may_hold_key(f"text before {hint} and after, with-dashes_and_underscores")
+    assert may_hold_key(f"escaped: {hint[:-1]}%{ord(hint[-1]):02X}rest")
 
 
 def test_a_long_text_is_searched_once_and_the_memory_stays_bounded() -> None:

@@ -4,6 +4,7 @@ what the folder holds, and a damaged or stale count is checked against a walk.""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import fcntl
 import hashlib
@@ -75,6 +76,15 @@ def test_four_processes_at_once_stay_under_the_limit_together_and_damage_nothing
     assert len(seen) > 10 and max(seen) <= LIMIT, f"{max(seen)} bytes held at once"
     assert 0 < held(tmp_path) <= LIMIT
     assert counted(tmp_path) == held(tmp_path), "the shared count is what the folder holds"
+
+
+def test_threads_of_one_process_exclude_each_other_too(tmp_path: Path) -> None:
+    """A server reads the store from several worker threads: the lock is taken per open of
+    the count file, not per process."""
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        wrong = list(pool.map(churn, [str(tmp_path)] * 4, range(4)))
+    assert wrong == [0, 0, 0, 0]
+    assert counted(tmp_path) == held(tmp_path) <= LIMIT
 
 
 def test_a_damaged_count_is_walked_again(tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ against a walk RECOUNT_AFTER ago (what may leave it wrong: a process killed betw
 and the count's update, an older tapeproxy that does not count, entries deleted by hand).
 
 Readers take no lock: an entry is renamed into place whole and checked by its digest, so a
-reader sees the old entry, the new one or none. Where `fcntl` is missing (Windows) the lock is
+reader sees the old entry, the new one or none. A put waits LOCK_WAIT at most for the lock,
+then keeps nothing (its object is read from the store again next time). Where `fcntl` is missing (Windows) the lock is
 no lock: puts made at the same instant may lose one another's counting, so the cache may pass
 its limit by what they lost until the next walk; no entry is ever damaged by it."""
 
@@ -30,6 +31,7 @@ except ImportError:  # Windows
 
 LOW_WATER = 0.8  # eviction leaves at most this share of the limit (with room for the put)
 RECOUNT_AFTER = 600.0  # seconds: a count older than this is checked against a walk
+LOCK_WAIT = 10.0  # seconds: the longest a put waits for another's (an eviction walks the folder)
 COUNT = b"tapeproxy-cache-count 1"  # the count file's first word and version
 
 
@@ -109,11 +111,31 @@ class Budget:
             self.count_file.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.count_file, flags, 0o666)
         try:
-            if fcntl is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+            _lock(fd)
             yield fd
         finally:
             os.close(fd)
+
+
+def _lock(fd: int) -> None:
+    """Wait for the lock, LOCK_WAIT at most: a holder stopped (SIGSTOP) or a hung mount must
+    not hang a server, so then TimeoutError (an OSError: the caller keeps or drops nothing,
+    as for a cache it cannot write). A file system that takes no locks (some FUSE mounts)
+    answers another OSError: counted without the lock then, as where there is no fcntl."""
+    if fcntl is None:
+        return
+    deadline, pause = time.monotonic() + LOCK_WAIT, 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the S3 cache's lock was held over {LOCK_WAIT:.0f} s") from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+        except OSError:
+            return
 
 
 def _save(fd: int, total: int, checked: float) -> None:

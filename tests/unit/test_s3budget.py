@@ -14,6 +14,9 @@ import random
 import time
 from pathlib import Path
 
+import pytest
+
+from tapeproxy.store import s3budget
 from tapeproxy.store.s3budget import COUNT, RECOUNT_AFTER
 from tapeproxy.store.s3cache import OBJECTS, ObjectCache
 
@@ -123,3 +126,21 @@ def test_a_dropped_or_damaged_entry_is_counted_out(tmp_path: Path) -> None:
     entry.write_bytes(entry.read_bytes()[:-1] + b"z")  # its size kept: the count still right
     assert cache.get("c/b.json", "e") is None
     assert counted(tmp_path) == held(tmp_path) == 0
+
+
+def test_a_lock_held_too_long_skips_the_put_and_never_hangs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its holder stopped (SIGSTOP) or its mount hung: the object is not cached, and read
+    from the store again next time; nothing waits for good."""
+    monkeypatch.setattr(s3budget, "LOCK_WAIT", 0.2)
+    cache = ObjectCache(tmp_path, LIMIT)
+    cache.put("c/a.json", "e", b"kept")
+    with (tmp_path / f"{OBJECTS}.count").open("rb") as held_by_another:
+        fcntl.flock(held_by_another, fcntl.LOCK_EX)
+        cache.put("c/b.json", "e", b"not kept")
+        assert cache.get("c/b.json", "e") is None
+        assert cache.get("c/a.json", "e") == b"kept", "reads take no lock"
+    cache.put("c/b.json", "e", b"kept now")
+    assert cache.get("c/b.json", "e") == b"kept now"
+    assert counted(tmp_path) == held(tmp_path)

@@ -12,9 +12,11 @@ and the count's update, an older tapeproxy that does not count, entries deleted 
 
 Readers take no lock: an entry is renamed into place whole and checked by its digest, so a
 reader sees the old entry, the new one or none. A put waits LOCK_WAIT at most for the lock,
-then keeps nothing (its object is read from the store again next time). Where `fcntl` is missing (Windows) the lock is
-no lock: puts made at the same instant may lose one another's counting, so the cache may pass
-its limit by what they lost until the next walk; no entry is ever damaged by it."""
+then keeps nothing (its object is read from the store again next time).
+
+Where `fcntl` is missing (Windows) the lock is no lock: puts made at the same instant may lose
+one another's counting, so the cache may pass its limit by what they lost until the next walk
+(about as far as before this count); no entry is ever damaged by it."""
 
 from __future__ import annotations
 

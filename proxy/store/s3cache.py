@@ -6,7 +6,8 @@ read before.
 
 It lives in `$XDG_CACHE_HOME/tapeproxy/s3/` (else `~/.cache/...`), one folder per store
 location, never in a cassette, its objects bounded by `--cache-size` (least recently used out
-first). A cache that cannot be written is no error: it is a cache."""
+first) across every process that shares it (`s3budget`). A cache that cannot be written is no
+error: it is a cache."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from tapeproxy.store.durable import write_atomic
+from tapeproxy.store.s3budget import Budget
 from tapeproxy.store.state import read_bounded
 
 DIGEST = 64  # hex characters of the SHA-256 that heads each cached object
@@ -50,7 +52,8 @@ class ObjectCache:
     def __init__(self, root: Path, limit: int = 2**30) -> None:
         self.root = root
         self.limit = limit  # bytes the objects may take (`--cache-size`)
-        self._size: int | None = None  # what they take, as this process counts: None, unknown
+        # Shared by every process using this folder: one count, under one lock.
+        self._budget = Budget(root / OBJECTS, root / f"{OBJECTS}.count", limit)
 
     def get(self, name: str, etag: str) -> bytes | None:
         """The object's bytes as cached for that ETag, or None (none cached, or its content
@@ -63,7 +66,7 @@ class ObjectCache:
         digest, body = raw[:DIGEST], raw[DIGEST + 1 :]
         if digest.decode("ascii", "replace") != hashlib.sha256(body).hexdigest():
             with contextlib.suppress(OSError):
-                path.unlink()
+                self._budget.remove(path)
             return None
         kept, _, data = body.partition(b"\n")
         if kept != etag.encode("utf-8"):
@@ -73,48 +76,18 @@ class ObjectCache:
         return data
 
     def put(self, name: str, etag: str, data: bytes) -> None:
-        """Keep `data` as the object's version `etag`, in place of any other version; then,
-        past the limit, the least recently used objects go. One larger than the whole limit
-        is not kept."""
+        """Keep `data` as the object's version `etag`, in place of any other version, the
+        least recently used objects out first if it would pass the limit (`Budget.admit`).
+        One larger than the whole limit is not kept."""
         if len(data) > self.limit:
             return
         body = [etag.encode("utf-8"), b"\n", data]
         digest = hashlib.sha256(b"".join(body)).hexdigest().encode("ascii")
-        self._keep(self._object(name), [digest, b"\n", *body])
-        self._grew(DIGEST + 2 + len(body[0]) + len(data))
-
-    def _grew(self, added: int) -> None:
-        """Count what was added (the folder is looked at once, at the first put); past the
-        limit, look again (other processes share the cache) and evict."""
-        if self._size is None:
-            self._size = sum(size for _, size, _ in self._entries())
-        self._size += added
-        if self._size > self.limit:
-            self._evict()
-
-    def _evict(self) -> None:
-        """Remove the least recently used (oldest mtime: a read touches it) until what is
-        left takes at most 80% of the limit, so eviction is not paid at every put."""
-        entries = sorted(self._entries())
-        total = sum(size for _, size, _ in entries)
-        for _, size, path in entries:
-            if total <= self.limit * 0.8:
-                break
-            with contextlib.suppress(OSError):
-                path.unlink()
-                total -= size
-        self._size = total
-
-    def _entries(self) -> list[tuple[int, int, Path]]:
-        """Each cached object: (mtime in ns, size, path)."""
-        found = []
-        for folder, _, names in os.walk(self.root / OBJECTS):
-            for name in names:
-                path = Path(folder, name)
-                with contextlib.suppress(OSError):
-                    st = path.stat()
-                    found.append((st.st_mtime_ns, st.st_size, path))
-        return found
+        path, pieces = self._object(name), [digest, b"\n", *body]
+        with contextlib.suppress(OSError):
+            self._budget.admit(
+                path, DIGEST + 2 + len(body[0]) + len(data), lambda: self._keep(path, pieces)
+            )
 
     def listing(self, cassette: str) -> dict[str, str] | None:
         """A cassette's last listing (file name -> ETag), or None when there is none."""
@@ -134,7 +107,7 @@ class ObjectCache:
     def drop(self, name: str) -> None:
         """Forget an object deleted from the store here."""
         with contextlib.suppress(OSError):
-            self._object(name).unlink()
+            self._budget.remove(self._object(name))
 
     def listed(self, cassette: str, name: str, etag: str | None) -> None:
         """Keep a cassette's cached listing in step with a write made here (`etag`, the

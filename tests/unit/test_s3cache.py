@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tapeproxy.store.s3cache import ObjectCache, cache_root
+from tapeproxy.store.s3cache import OBJECTS, ObjectCache, cache_root
+
+
+def entries(root: Path) -> list[Path]:
+    """The cached objects (the shared count of what they take sits beside them)."""
+    return [path for path in (root / OBJECTS).rglob("*") if path.is_file()]
 
 
 def test_an_object_comes_back_under_its_name_and_etag_only(tmp_path: Path) -> None:
@@ -25,7 +30,7 @@ def test_a_newer_version_of_an_object_takes_the_place_of_the_older(tmp_path: Pat
     for version in range(5):
         cache.put("default/a.json", f'"etag-{version}"', b"x" * 1000 + str(version).encode())
     cache.put("default/b.json", '"etag-0"', b"{}")
-    assert len([path for path in tmp_path.rglob("*") if path.is_file()]) == 2
+    assert len(entries(tmp_path)) == 2
     assert cache.get("default/a.json", '"etag-4"') == b"x" * 1000 + b"4"
     assert cache.get("default/a.json", '"etag-3"') is None
 
@@ -36,7 +41,7 @@ def test_an_entry_whose_content_does_not_match_its_digest_is_dropped(
 ) -> None:
     cache = ObjectCache(tmp_path)
     cache.put("default/a.json", "e", b'{"answer": "kept"}\n')
-    [entry] = [path for path in tmp_path.rglob("*") if path.is_file()]
+    [entry] = entries(tmp_path)
     raw = entry.read_bytes()
     entry.write_bytes(raw[:-3] + damage if damage else raw[:-3])
     assert cache.get("default/a.json", "e") is None
@@ -91,4 +96,4 @@ def test_a_dropped_object_leaves_no_entry(tmp_path: Path) -> None:
     cache.drop("default/a.json")
     cache.drop("default/never.json")
     assert cache.get("default/a.json", "e1") is None
-    assert not [path for path in tmp_path.rglob("*") if path.is_file()]
+    assert not entries(tmp_path)

@@ -19,6 +19,7 @@ BACKEND_MODULES = {
     "tapeproxy.store.state",
     "tapeproxy.store.s3",
     "tapeproxy.store.s3cache",
+    "tapeproxy.store.s3budget",
     "tapeproxy.store.s3client",
 }
 BACKEND_NAMES = {
@@ -29,6 +30,7 @@ BACKEND_NAMES = {
     "state",
     "s3",
     "s3cache",
+    "s3budget",
     "s3client",
 }  # from tapeproxy.store
 

@@ -86,7 +86,7 @@ def verify(
     --keep or [redact] keep, as recording kept it): `tapeproxy redact NAME` scrubs one.
     Leftover temporary files are reported too. Files of an older schema_version are read
     fine and listed; --upgrade rewrites them."""
-    from tapeproxy.store.files import FileStore
+    from tapeproxy.store import FOLDER, split_location
     from tapeproxy.tools.verify import misnamed
     from tapeproxy.tools.verifyall import verify_all
 
@@ -101,7 +101,7 @@ def verify(
         if not names and not skipped:
             raise ConfigError(f"no cassettes under {library.store.where()} to verify")
         keys = library_scrubber(config, keep=keep or ())
-        forkable = isinstance(library.store, FileStore)
+        forkable = split_location(library.store.where())[0] == FOLDER  # a folder: no client
         verdicts = verify_all(library.store, names, library.rules, upgrade, keys, forkable)
         verdicts += [misnamed(folder, why) for folder, why in skipped.items()]
     except TapeproxyError as exc:

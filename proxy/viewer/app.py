@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -18,7 +18,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -30,6 +30,7 @@ from tapeproxy.tools.driftreport import last as last_drift
 from tapeproxy.tools.prices import PriceTable
 from tapeproxy.viewer import pages
 from tapeproxy.viewer.conversation import IMAGE_TYPES, SVG, Image
+from tapeproxy.viewer.parts import BadPart
 
 CSP = b"content-security-policy"
 POLICY = [
@@ -106,12 +107,13 @@ def viewer_app(
         def endpoint(request: Request) -> Response:  # sync: starlette runs it in a thread
             try:
                 return handler(request)
-            except TapeproxyError as exc:
-                return render(request, "error.html", 404, message=exc.message)
+            except TapeproxyError as exc:  # a bad part or start: 400; nothing there: 404
+                status = 400 if isinstance(exc, BadPart) else 404
+                return render(request, "error.html", status, message=exc.message)
 
         return endpoint
 
-    routes = _routes(store, prices, live, render)
+    routes = _routes(store, prices, live, render, scrub)
     static = StaticFiles(directory=Path(__file__).parent / "static")
     app = Starlette(
         routes=[
@@ -127,6 +129,7 @@ def _routes(
     prices: PriceTable,
     live: Live | None,
     render: Callable[..., HTMLResponse],
+    scrub: Callable[[str], str],
 ) -> list[tuple[str, Callable[[Request], Response]]]:
     def library(request: Request) -> Response:
         summaries, skipped = pages.library(store, prices)
@@ -142,7 +145,14 @@ def _routes(
 
     def exchange(request: Request) -> Response:
         name, file = _given(request, "cassette"), _given(request, "file")
-        return render(request, "exchange.html", view=pages.exchange(store, name, file, prices))
+        start = request.query_params.get("start")
+        view = pages.exchange(store, name, file, prices, start, scrub)
+        return render(request, "exchange.html", view=view)
+
+    def text(request: Request) -> Response:
+        name, file = _given(request, "cassette"), _given(request, "file")
+        part = request.query_params.get("part")
+        return download(scrub(pages.whole(store, name, file, part)), f"{file[:12]}-{part}.txt")
 
     def image(request: Request) -> Response:
         name, file = _given(request, "cassette"), _given(request, "file")
@@ -164,6 +174,7 @@ def _routes(
         ("/cassette", cassette),
         ("/exchange", exchange),
         ("/image", image),
+        ("/text", text),
         ("/diff", diff),
         ("/misses", misses),
         ("/stamp", stamp),
@@ -180,6 +191,25 @@ def _picture(found: Image | None) -> Response:
         return Response(status_code=404)
     policy = {"content-security-policy": SVG_POLICY} if found.media_type == SVG else None
     return Response(data, media_type=found.media_type, headers=policy)
+
+
+PIECE = 1 << 20  # bytes of a whole text sent at a time
+
+
+def download(text: str, filename: str) -> Response:
+    """A part's whole text as a plain-text download, sent a piece at a time (from one
+    encoding of it: no copy per piece), never as an HTML page."""
+    data = memoryview(text.encode("utf-8", "surrogatepass"))
+
+    def pieces() -> Iterator[bytes]:
+        for at in range(0, len(data), PIECE):
+            yield bytes(data[at : at + PIECE])
+
+    headers = {
+        "content-length": str(len(data)),
+        "content-disposition": f'attachment; filename="{filename}"',
+    }
+    return StreamingResponse(pieces(), media_type="text/plain; charset=utf-8", headers=headers)
 
 
 def _shown(scrub: Callable[[str], str], value: Any) -> Any:

@@ -109,7 +109,7 @@ def viewer_app(
                 return handler(request)
             except TapeproxyError as exc:  # a bad part or start: 400; nothing there: 404
                 status = 400 if isinstance(exc, BadPart) else 404
-                return render(request, "error.html", status, message=exc.message)
+                return render(request, "error.html", status, message=exc.message, bad=status == 400)
 
         return endpoint
 
@@ -143,6 +143,35 @@ def _routes(
         page = pages.cassette(store, name, prices, max(start, 0))
         return render(request, "cassette.html", name=name, paged=page, rows=page.lines)
 
+    def diff(request: Request) -> Response:
+        a, b = _given(request, "a"), _given(request, "b")
+        return render(request, "diff.html", a=a, b=b, result=pages.difference(store, a, b, prices))
+
+    def misses(request: Request) -> Response:
+        found = live.misses() if live is not None else None
+        return render(request, "misses.html", misses=found)
+
+    def stamp(request: Request) -> Response:
+        return JSONResponse({"stamp": live.stamp() if live is not None else 0})
+
+    return [
+        ("/", library),
+        ("/cassette", cassette),
+        *_exchange_routes(store, prices, render, scrub),
+        ("/diff", diff),
+        ("/misses", misses),
+        ("/stamp", stamp),
+    ]
+
+
+def _exchange_routes(
+    store: CassetteStore,
+    prices: PriceTable,
+    render: Callable[..., HTMLResponse],
+    scrub: Callable[[str], str],
+) -> list[tuple[str, Callable[[Request], Response]]]:
+    """One exchange's page (in parts), the whole of one of its texts, one of its images."""
+
     def exchange(request: Request) -> Response:
         name, file = _given(request, "cassette"), _given(request, "file")
         start = request.query_params.get("start")
@@ -158,27 +187,7 @@ def _routes(
         name, file = _given(request, "cassette"), _given(request, "file")
         return _picture(pages.image(store, name, file, _number(request.query_params.get("n"))))
 
-    def diff(request: Request) -> Response:
-        a, b = _given(request, "a"), _given(request, "b")
-        return render(request, "diff.html", a=a, b=b, result=pages.difference(store, a, b, prices))
-
-    def misses(request: Request) -> Response:
-        found = live.misses() if live is not None else None
-        return render(request, "misses.html", misses=found)
-
-    def stamp(request: Request) -> Response:
-        return JSONResponse({"stamp": live.stamp() if live is not None else 0})
-
-    return [
-        ("/", library),
-        ("/cassette", cassette),
-        ("/exchange", exchange),
-        ("/image", image),
-        ("/text", text),
-        ("/diff", diff),
-        ("/misses", misses),
-        ("/stamp", stamp),
-    ]
+    return [("/exchange", exchange), ("/text", text), ("/image", image)]
 
 
 def _picture(found: Image | None) -> Response:

@@ -2,7 +2,8 @@
 many small frames, (b) a request holding ~60 MB of text in its messages, (c) a WebSocket
 session of many frames; `tapeproxy view` started as a user starts it (a fresh one for each
 page, so each peak is its own), each exchange page fetched, and its time, HTML size and the
-server's peak RSS (VmHWM) printed. `python bench/huge_exchange.py [--mb 60]`; run on demand."""
+server's peak RSS (VmHWM) printed; then its whole request body, as the page's link gives
+it. `python bench/huge_exchange.py [--mb 60]`; run on demand."""
 
 from __future__ import annotations
 
@@ -122,6 +123,15 @@ def measure(library: Path, name: str, file: str) -> None:
             f"{name:<28} file {size / 1e6:6.1f} MB  page {took:6.2f} s  "
             f"HTML {len(page.content) / 1e3:9.1f} kB  status {page.status_code}  "
             f"peak RSS {peak_mb(server.pid):6.0f} MB (at rest {at_rest:.0f} MB)"
+        )
+        started = time.perf_counter()  # then the whole request body, as its link downloads it
+        whole = f"{url}text?cassette={CASSETTE}&file={file}&part=request"
+        with httpx.stream("GET", whole, timeout=600) as answer:
+            got = sum(len(piece) for piece in answer.iter_bytes())
+        took = time.perf_counter() - started
+        print(
+            f"{'':<28} whole request body {got / 1e6:6.1f} MB in {took:5.2f} s, "
+            f"peak RSS since start {peak_mb(server.pid):6.0f} MB"
         )
     finally:
         server.terminate()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -46,6 +47,8 @@ POLICY = [
 SVG_POLICY = (
     "default-src 'none'; script-src 'none'; style-src 'unsafe-inline'; img-src data:; sandbox"
 )
+PIECE = 1 << 20  # bytes of a whole text sent at a time
+READERS = 2  # exchange pages (and their downloads, images) built at once
 
 
 class Policy:
@@ -170,24 +173,43 @@ def _exchange_routes(
     render: Callable[..., HTMLResponse],
     scrub: Callable[[str], str],
 ) -> list[tuple[str, Callable[[Request], Response]]]:
-    """One exchange's page (in parts), the whole of one of its texts, one of its images."""
+    """One exchange's page (in parts), the whole of one of its texts, one of its images.
+    At most READERS of them at once: each reads its exchange file whole (a 60 MB stream
+    takes about 1 GB for seconds), so a reader clicking on fast holds no more than that."""
+    readers = threading.BoundedSemaphore(READERS)
 
+    @_one_of(readers)
     def exchange(request: Request) -> Response:
         name, file = _given(request, "cassette"), _given(request, "file")
         start = request.query_params.get("start")
         view = pages.exchange(store, name, file, prices, start, scrub)
         return render(request, "exchange.html", view=view)
 
+    @_one_of(readers)
     def text(request: Request) -> Response:
         name, file = _given(request, "cassette"), _given(request, "file")
         part = request.query_params.get("part")
         return download(scrub(pages.whole(store, name, file, part)), f"{file[:12]}-{part}.txt")
 
+    @_one_of(readers)
     def image(request: Request) -> Response:
         name, file = _given(request, "cassette"), _given(request, "file")
         return _picture(pages.image(store, name, file, _number(request.query_params.get("n"))))
 
     return [("/exchange", exchange), ("/text", text), ("/image", image)]
+
+
+def _one_of(
+    readers: threading.BoundedSemaphore,
+) -> Callable[[Callable[[Request], Response]], Callable[[Request], Response]]:
+    def wrap(handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
+        def held(request: Request) -> Response:
+            with readers:
+                return handler(request)
+
+        return held
+
+    return wrap
 
 
 def _picture(found: Image | None) -> Response:
@@ -200,9 +222,6 @@ def _picture(found: Image | None) -> Response:
         return Response(status_code=404)
     policy = {"content-security-policy": SVG_POLICY} if found.media_type == SVG else None
     return Response(data, media_type=found.media_type, headers=policy)
-
-
-PIECE = 1 << 20  # bytes of a whole text sent at a time
 
 
 def download(text: str, filename: str) -> Response:

@@ -105,6 +105,8 @@ def start_of(value: str | None, total: int) -> int:
     if not (value.isascii() and value.isdigit()):
         raise BadPart(f"start must be a frame number (0 or more), not {value[:40]!r}")
     start = int(value) if len(value) <= 18 else 10**18
+    if start and not total:
+        raise BadPart(f"start {value[:40]}: this exchange has no frames to page through")
     if start and start >= total:
         raise BadPart(f"start {value[:40]} is past the last frame ({max(total - 1, 0)})")
     return start

@@ -170,6 +170,10 @@ def _whole_utf8(data: bytearray) -> int:
 def _sse_event(frame: str) -> tuple[str, str | None]:
     """An SSE frame's event type (`message` when it names none) and its data, or None when it
     has no data line (a comment, a keep-alive)."""
+    size = len(frame)
+    one_line = frame.startswith("data: ") and frame.endswith("\n\n") and "\r" not in frame
+    if one_line and frame.find("\n", 0, size - 2) < 0:  # most frames: read faster
+        return "message", frame[6 : size - 2]
     event, data = "message", []
     for line in _SSE_LINES.split(frame):
         name, _, value = line.partition(":")

@@ -68,7 +68,7 @@ class Row:
         )
 
 
-def row_of(exchange: Exchange, prices: PriceTable) -> Row:
+def row_of(exchange: Exchange, prices: PriceTable, decoded: list[Any] | None = None) -> Row:
     response, request = exchange.response, exchange.request
     session = exchange.session
     if session is not None:
@@ -77,7 +77,8 @@ def row_of(exchange: Exchange, prices: PriceTable) -> Row:
         kind = f"{response.dialect}: {len(response.frames)} frames"
     else:
         kind = next(iter(response.body or {"empty": None}))
-    decoded = answers.payloads(exchange)  # once: a stream's every frame is JSON to decode
+    if decoded is None:  # once: a stream's every frame is JSON to decode
+        decoded = answers.payloads(exchange)
     found = answers.tokens(exchange, decoded)
     tokens = found or Tokens()
     model = answers.model(exchange, decoded)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -18,7 +19,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -30,6 +31,7 @@ from tapeproxy.tools.driftreport import last as last_drift
 from tapeproxy.tools.prices import PriceTable
 from tapeproxy.viewer import pages
 from tapeproxy.viewer.conversation import IMAGE_TYPES, SVG, Image
+from tapeproxy.viewer.parts import BadPart
 
 CSP = b"content-security-policy"
 POLICY = [
@@ -45,6 +47,8 @@ POLICY = [
 SVG_POLICY = (
     "default-src 'none'; script-src 'none'; style-src 'unsafe-inline'; img-src data:; sandbox"
 )
+PIECE = 1 << 20  # bytes of a whole text sent at a time
+READERS = 2  # exchange pages (and their downloads, images) built at once
 
 
 class Policy:
@@ -106,12 +110,13 @@ def viewer_app(
         def endpoint(request: Request) -> Response:  # sync: starlette runs it in a thread
             try:
                 return handler(request)
-            except TapeproxyError as exc:
-                return render(request, "error.html", 404, message=exc.message)
+            except TapeproxyError as exc:  # a bad part or start: 400; nothing there: 404
+                status = 400 if isinstance(exc, BadPart) else 404
+                return render(request, "error.html", status, message=exc.message, bad=status == 400)
 
         return endpoint
 
-    routes = _routes(store, prices, live, render)
+    routes = _routes(store, prices, live, render, scrub)
     static = StaticFiles(directory=Path(__file__).parent / "static")
     app = Starlette(
         routes=[
@@ -127,6 +132,7 @@ def _routes(
     prices: PriceTable,
     live: Live | None,
     render: Callable[..., HTMLResponse],
+    scrub: Callable[[str], str],
 ) -> list[tuple[str, Callable[[Request], Response]]]:
     def library(request: Request) -> Response:
         shelf = pages.library(store, prices, max(_number(request.query_params.get("start")), 0))
@@ -137,14 +143,6 @@ def _routes(
         name, start = _given(request, "name"), _number(request.query_params.get("start"))
         page = pages.cassette(store, name, prices, max(start, 0))
         return render(request, "cassette.html", name=name, paged=page, rows=page.lines)
-
-    def exchange(request: Request) -> Response:
-        name, file = _given(request, "cassette"), _given(request, "file")
-        return render(request, "exchange.html", view=pages.exchange(store, name, file, prices))
-
-    def image(request: Request) -> Response:
-        name, file = _given(request, "cassette"), _given(request, "file")
-        return _picture(pages.image(store, name, file, _number(request.query_params.get("n"))))
 
     def diff(request: Request) -> Response:
         a, b = _given(request, "a"), _given(request, "b")
@@ -160,12 +158,56 @@ def _routes(
     return [
         ("/", library),
         ("/cassette", cassette),
-        ("/exchange", exchange),
-        ("/image", image),
+        *_exchange_routes(store, prices, render, scrub),
         ("/diff", diff),
         ("/misses", misses),
         ("/stamp", stamp),
     ]
+
+
+def _exchange_routes(
+    store: CassetteStore,
+    prices: PriceTable,
+    render: Callable[..., HTMLResponse],
+    scrub: Callable[[str], str],
+) -> list[tuple[str, Callable[[Request], Response]]]:
+    """One exchange's page (in parts), the whole of one of its texts, one of its images.
+    At most READERS of them at once: each reads its exchange file whole (a 60 MB stream
+    takes about 1 GB for seconds), so a reader clicking on fast holds no more than that."""
+    readers = threading.BoundedSemaphore(READERS)
+
+    @_one_of(readers)
+    def exchange(request: Request) -> Response:
+        name, file = _given(request, "cassette"), _given(request, "file")
+        start = request.query_params.get("start")
+        view = pages.exchange(store, name, file, prices, start, scrub)
+        return render(request, "exchange.html", view=view)
+
+    @_one_of(readers)
+    def text(request: Request) -> Response:
+        name, file = _given(request, "cassette"), _given(request, "file")
+        part = request.query_params.get("part")
+        return download(scrub(pages.whole(store, name, file, part)), f"{file[:12]}-{part}.txt")
+
+    @_one_of(readers)
+    def image(request: Request) -> Response:
+        name, file = _given(request, "cassette"), _given(request, "file")
+        return _picture(pages.image(store, name, file, _number(request.query_params.get("n"))))
+
+    return [("/exchange", exchange), ("/text", text), ("/image", image)]
+
+
+def _one_of(
+    readers: threading.BoundedSemaphore,
+) -> Callable[[Callable[[Request], Response]], Callable[[Request], Response]]:
+    def wrap(handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
+        def held(request: Request) -> Response:
+            with readers:
+                return handler(request)
+
+        return held
+
+    return wrap
 
 
 def _picture(found: Image | None) -> Response:
@@ -178,6 +220,22 @@ def _picture(found: Image | None) -> Response:
         return Response(status_code=404)
     policy = {"content-security-policy": SVG_POLICY} if found.media_type == SVG else None
     return Response(data, media_type=found.media_type, headers=policy)
+
+
+def download(text: str, filename: str) -> Response:
+    """A part's whole text as a plain-text download, sent a piece at a time (from one
+    encoding of it: no copy per piece), never as an HTML page."""
+    data = memoryview(text.encode("utf-8", "surrogatepass"))
+
+    def pieces() -> Iterator[bytes]:
+        for at in range(0, len(data), PIECE):
+            yield bytes(data[at : at + PIECE])
+
+    headers = {
+        "content-length": str(len(data)),
+        "content-disposition": f'attachment; filename="{filename}"',
+    }
+    return StreamingResponse(pieces(), media_type="text/plain; charset=utf-8", headers=headers)
 
 
 def _shown(scrub: Callable[[str], str], value: Any) -> Any:

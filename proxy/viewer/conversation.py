@@ -28,6 +28,8 @@ class Part:
     text: str = ""
     name: str = ""  # a tool's name, an image's media type
     image: int = -1  # for an inline image: its index among the exchange's images
+    size: int = -1  # where a page shows the text cut: the whole text's characters
+    whole: str = ""  # where cut: the part's name for the whole text (viewer/parts.py)
 
 
 @dataclass(frozen=True)
@@ -182,10 +184,13 @@ def _dumped(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 
-def answer_messages(exchange: Exchange, reader: Reader) -> list[Message]:
+def answer_messages(
+    exchange: Exchange, reader: Reader, decoded: list[Any] | None = None
+) -> list[Message]:
     """What the answer says as messages: a whole JSON answer's message, content or output;
-    a stream's text joined (its tool calls are in its frames)."""
-    payloads = answers.payloads(exchange)
+    a stream's text joined (its tool calls are in its frames). `decoded`: its payloads,
+    where the caller has them (a stream's frames are slow to decode twice)."""
+    payloads = answers.payloads(exchange) if decoded is None else decoded
     if exchange.response.frames is None and len(payloads) == 1:
         found = _answer_of(payloads[0], reader)
         if found:
@@ -195,10 +200,12 @@ def answer_messages(exchange: Exchange, reader: Reader) -> list[Message]:
     return [Message("assistant", parts)] if parts else []
 
 
-def mcp_tool_call(exchange: Exchange) -> tuple[list[Message], list[Message]] | None:
+def mcp_tool_call(
+    exchange: Exchange, decoded: list[Any] | None = None
+) -> tuple[list[Message], list[Message]] | None:
     """An MCP tool call as a conversation: the call (the tool's name and arguments), then the
     answer, its result; None for any other exchange."""
-    call = answers.tool_call(exchange)
+    call = answers.tool_call(exchange, decoded)
     if call is None:
         return None
     name = str(call["name"])

@@ -4,18 +4,19 @@ compared, the misses of a running server. Values only: app.py renders them."""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tapeproxy.errors import ConfigError
-from tapeproxy.exchange.answers import frame_text
-from tapeproxy.exchange.model import Exchange
+from tapeproxy.exchange import answers
+from tapeproxy.exchange.model import Exchange, Frame, SocketFrame
 from tapeproxy.store.protocol import CassetteStore, parse_exchange_file
 from tapeproxy.tools.diff import CassetteDiff, Side, body_view, compare
 from tapeproxy.tools.listing import Row, Summary, row_of
 from tapeproxy.tools.prices import PriceTable
 from tapeproxy.tools.summaries import cached_page, summarize
+from tapeproxy.viewer import parts
 from tapeproxy.viewer.conversation import (
     Image,
     Message,
@@ -23,29 +24,38 @@ from tapeproxy.viewer.conversation import (
     answer_messages,
     mcp_tool_call,
 )
-from tapeproxy.viewer.sessions import conversation_body, frame_line
+from tapeproxy.viewer.parts import Scrub, Shown
+from tapeproxy.viewer.sessions import conversation_body
 
 
 @dataclass(frozen=True)
 class Step:
-    """A stream frame on the timeline: its number, when it came, its text."""
+    """A frame on the timeline: its number, when it came, its text (cut: `shown.cut`)."""
 
     index: int
     ms: int
-    text: str
+    shown: Shown
 
 
 @dataclass(frozen=True)
 class ExchangeView:
+    """One exchange as its page shows it: every text cut to a bound, and one page of its
+    frames (`start` of `frames`; `previous` and `following` start the pages either side)."""
+
     cassette: str
     row: Row
     messages: list[Message]
+    more_messages: int  # messages of the request past those shown
     answer: list[Message]
     images: list[Image]
     steps: list[Step]
+    frames: int
+    start: int
+    previous: int | None
+    following: int | None
     total_ms: int
-    request_body: str
-    response_body: str | None
+    request_body: Shown
+    response_body: Shown | None
 
 
 SHELF = 200  # cassettes the library page lists
@@ -129,33 +139,89 @@ def read(store: CassetteStore, name: str, file: str) -> Exchange:
     return store.read(name, key, ordinal)
 
 
-def exchange(store: CassetteStore, name: str, file: str, prices: PriceTable) -> ExchangeView:
+def exchange(
+    store: CassetteStore,
+    name: str,
+    file: str,
+    prices: PriceTable,
+    start: str | None = None,
+    scrub: Scrub = str,
+) -> ExchangeView:
+    """An exchange's page: its texts cut to a bound, the page of its frames from `start`."""
     found = read(store, name, file)
-    reader = Reader()
-    request = body_view(found.request.body)
-    messages, answer = mcp_tool_call(found) or (
-        reader.messages(request),
-        answer_messages(found, reader),
-    )
-    frames = found.response.frames or []
-    steps = [Step(n, frame.ms, frame_text(frame)) for n, frame in enumerate(frames)]
-    response = None if found.response.frames is not None else body_view(found.response.body)
-    if found.session is not None:  # a WebSocket session: its turns, its frames both ways
-        messages = reader.messages(conversation_body(found.session))
-        frames_both = found.session.frames
-        steps = [Step(n, frame.ms, frame_line(frame)) for n, frame in enumerate(frames_both)]
-        response = None
+    decoded = answers.payloads(found)  # once, for the answer and the row
+    reader, messages, answer = _conversation(found, decoded)
+    frames = _frames(found)
+    first = parts.start_of(start, len(frames))
+    steps = [_step(found, n, scrub) for n in range(first, min(first + parts.FRAMES, len(frames)))]
+    page = parts.FRAMES
+    response = None
+    if found.response.frames is None and found.session is None:
+        response = parts.pretty(body_view(found.response.body), parts.CUT, scrub, "response")
     return ExchangeView(
         cassette=name,
-        row=row_of(found, prices),
-        messages=messages,
-        answer=answer,
+        row=row_of(found, prices, decoded),
+        messages=parts.cut_messages(messages, "message", scrub),
+        more_messages=max(0, len(messages) - parts.MESSAGES),
+        answer=parts.cut_messages(answer, "answer", scrub),
         images=reader.images,
         steps=steps,
-        total_ms=max((s.ms for s in steps), default=0),
-        request_body=_pretty(request),
-        response_body=None if response is None else _pretty(response),
+        frames=len(frames),
+        start=first,
+        previous=max(0, first - page) if first else None,
+        following=first + page if first + page < len(frames) else None,
+        total_ms=max((frame.ms for frame in frames), default=0),
+        request_body=parts.pretty(body_view(found.request.body), parts.CUT, scrub, "request"),
+        response_body=response,
     )
+
+
+def whole(store: CassetteStore, name: str, file: str, part: str | None) -> str:
+    """The whole text of one part of an exchange (as its page names it), unscrubbed."""
+    wanted = parts.named(part)
+    found = read(store, name, file)
+    text: str | None = None
+    if wanted.kind == "request":
+        text = parts.pretty_whole(body_view(found.request.body))
+    elif wanted.kind == "response" and found.response.frames is None and found.session is None:
+        text = parts.pretty_whole(body_view(found.response.body))
+    elif wanted.kind == "frame":
+        text = parts.frame_of(found, wanted.numbers[0])
+    elif wanted.kind in ("message", "answer"):
+        _, messages, answer = _conversation(found)
+        text = parts.part_of(messages if wanted.kind == "message" else answer, wanted.numbers)
+    if text is None:
+        raise ConfigError(f"exchange {file!r} has no part {part!r}")
+    return text
+
+
+def _conversation(
+    found: Exchange, decoded: list[Any] | None = None
+) -> tuple[Reader, list[Message], list[Message]]:
+    """The exchange's messages and answer (a session's: its client's turns), with the
+    reader that numbered their images."""
+    reader = Reader()
+    if found.session is not None:
+        messages = reader.messages(conversation_body(found.session))
+        return reader, messages, answer_messages(found, reader, decoded)
+    messages, answer = mcp_tool_call(found, decoded) or (
+        reader.messages(body_view(found.request.body)),
+        answer_messages(found, reader, decoded),
+    )
+    return reader, messages, answer
+
+
+def _frames(found: Exchange) -> Sequence[Frame | SocketFrame]:
+    if found.session is not None:
+        return found.session.frames
+    return found.response.frames or []
+
+
+def _step(found: Exchange, index: int, scrub: Scrub) -> Step:
+    text = parts.frame_of(found, index) or ""
+    limit = parts.SOCKET_CUT if found.session is not None else parts.FRAME_CUT
+    frame = _frames(found)[index]
+    return Step(index, frame.ms, parts.shown(text, limit, scrub, f"frame.{index}"))
 
 
 def image(store: CassetteStore, name: str, file: str, index: int) -> Image | None:
@@ -172,9 +238,3 @@ def difference(store: CassetteStore, a: str, b: str, prices: PriceTable) -> Cass
         if not store.entries(name):
             raise ConfigError(f"cassette {name!r} has no recordings under {store.where()}")
     return compare(Side(store, a), Side(store, b), prices)
-
-
-def _pretty(value: Any) -> str:
-    if value is None:
-        return "(empty)"
-    return value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)

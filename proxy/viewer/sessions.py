@@ -1,15 +1,12 @@
 """A WebSocket session as the viewer shows it: its client's turns as the conversation (what
 the client sent: Realtime's `conversation.item.create` items and `instructions`, Gemini's
-`setup` and `clientContent` turns), and every frame on a timeline. Pure."""
+`setup` and `clientContent` turns); its frames go on the timeline (viewer/parts.py). Pure."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tapeproxy.exchange.answers import socket_frame_text
-from tapeproxy.exchange.model import Session, SocketFrame
-
-MAX_SHOWN = 400  # characters of a frame on the timeline (an audio delta runs to many KB)
+from tapeproxy.exchange.model import Session
 
 
 def conversation_body(session: Session) -> dict[str, Any]:
@@ -29,11 +26,3 @@ def conversation_body(session: Session) -> dict[str, Any]:
         if isinstance(content, dict) and isinstance(content.get("turns"), list):
             body["contents"] += content["turns"]
     return {name: value for name, value in body.items() if value}
-
-
-def frame_line(frame: SocketFrame) -> str:
-    """One frame on the timeline: who sent it and what, cut short."""
-    shown = socket_frame_text(frame)
-    if len(shown) > MAX_SHOWN:
-        shown = shown[: MAX_SHOWN - 1] + "…"
-    return f"{frame.direction}: {shown}"

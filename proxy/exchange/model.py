@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 
 # How the file is laid out lives in exchangefile.py: named here too, for every reader.
 from tapeproxy.exchange.blobs import BLOBS_VERSION, INLINE_VERSION, Fetch, unpack
+from tapeproxy.exchange.blobstream import Blobber, Middle
 from tapeproxy.exchange.layout import (
     FRAME_INDENT,
     SCHEMA_VERSION,
@@ -245,11 +246,22 @@ def _no_blobs(digest: str) -> bytes:
     raise ValueError(f"it refers to blob {digest}, and no blobs were given to read it with")
 
 
-def dump_around(skeleton: Exchange, middle: Callable[[bool], Iterable[bytes]]) -> Iterator[bytes]:
-    """`render_around` of an exchange's Record (exchangefile.py), in version 1: its body is
-    written inline, piece by piece, so the file holds no blob reference; a WebSocket
-    session's frames are its middle."""
-    record = {**skeleton.record(), "schema_version": INLINE_VERSION}
+def dump_around(
+    skeleton: Exchange, middle: Middle, blobber: Blobber | None = None
+) -> Iterator[bytes]:
+    """`render_around` of an exchange's Record (layout.py), piece by piece; a WebSocket
+    session's frames are its middle. With no `blobber`, in version 1, every string inline;
+    with one, its large runs are put out as blobs as they are met, and the file is in
+    version 2 when it refers to one. A session's version comes before its frames: its
+    skeleton says it (`schema_version` 2: its tape saw a large run, `blobs.held`)."""
+    version = INLINE_VERSION
+    if blobber is not None and skeleton.session is not None:
+        version = min(skeleton.schema_version, BLOBS_VERSION)
+    record = {**skeleton.record(), "schema_version": version}
     if skeleton.session is not None:
         record["session"]["frames"] = [STREAMED]
-    return render_around(record, middle)
+
+    def written(ascii: bool) -> Iterable[bytes]:
+        return middle(ascii, blobber)
+
+    return render_around(record, written, lambda: blobber is not None and blobber.marked)

@@ -19,7 +19,7 @@ from tapeproxy.providers import default_rules
 from tapeproxy.redaction.formats import FORMATS
 from tapeproxy.redaction.percent import decoded
 from tapeproxy.redaction.scrubber import Scrubber
-from tapeproxy.store.blobs import BLOBS, checked
+from tapeproxy.store.blobs import BLOBS, checked, strings
 from tapeproxy.store.protocol import (
     LIKE_EXCHANGE_FILE,
     CassetteStore,
@@ -113,7 +113,7 @@ def _one(
         # The cause says what is wrong (a field by its JSON path); not where, nor to verify.
         verdict.flag(name, f"unreadable: {why_unreadable(exc)}")
         return set()
-    blobs, marked = held([exchange.request.body, exchange.response.body])
+    blobs, marked = held(strings(exchange))
     current = exchange.read_as >= (BLOBS_VERSION if marked else INLINE_VERSION)
     if not current:
         if upgrade and (exchange.key, exchange.ordinal) == parsed:

@@ -17,7 +17,7 @@ from typing import Any
 from tapeproxy.engine import jsonrpc
 from tapeproxy.engine.capture import Capture
 from tapeproxy.exchange import eventframes
-from tapeproxy.exchange.blobstream import Middle, frames_middle, text_json
+from tapeproxy.exchange.blobstream import Middle, frames_middle, mapped, text_json
 from tapeproxy.exchange.bodies import response_payload, textual
 from tapeproxy.exchange.framing import (
     Dialect,
@@ -128,8 +128,8 @@ def _scrubbed_middle(capture: Capture, scrubber: Scrubber, text: bool) -> Middle
         else:  # a window of frames at a time: a key split across two is matched whole
             frames = windowed(_frames(capture), partial(scrubber.frames, dialect=dialect))
         return partial(frames_middle, frames)
-    if text:  # (read twice when its large runs are blobs: scrubbed alike each time)
-        return partial(text_json, lambda: map(scrubber.text, _text_pieces(capture)))
+    if text:  # (read twice when its large runs are blobs: `mapped` scrubs a piece once)
+        return partial(text_json, mapped(scrubber.text, partial(_text_pieces, capture)))
     return partial(text_json, partial(_base64_pieces, capture))
 
 

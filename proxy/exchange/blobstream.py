@@ -49,6 +49,25 @@ def frames_middle(
     return frames_json(frames, ascii, None if blobber is None else blobber.value)
 
 
+def mapped(change: Callable[[str], str], source: Source) -> Source:
+    """`source` with `change` (a scrubbing) applied to each piece, for `text_json`, which
+    reads it twice: the second time only the pieces the first changed are changed again
+    (scrubbing 200 MB with the key formats takes seconds; most pieces hold no key)."""
+    changed: list[bool] = []
+
+    def pieces() -> Iterator[str]:
+        first = not changed
+        for index, piece in enumerate(source()):
+            if first:
+                out = change(piece)
+                changed.append(out != piece)
+                yield out
+            else:
+                yield change(piece) if changed[index] else piece
+
+    return pieces
+
+
 @dataclass(frozen=True)
 class Run:
     """A run of a long text between two double quotes, of BLOB_MIN bytes or more."""

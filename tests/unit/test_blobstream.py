@@ -9,8 +9,14 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tapeproxy.exchange.blobs import BLOB_MIN, held, pack, unpack
-from tapeproxy.exchange.blobstream import Blobber, frames_middle, large_runs, text_json
+from tapeproxy.exchange.blobs import BLOB_MIN, held, pack, pack_value, unpack
+from tapeproxy.exchange.blobstream import (
+    Blobber,
+    frames_middle,
+    large_runs,
+    mapped,
+    text_json,
+)
 from tapeproxy.exchange.layout import STREAMED, Record, render, render_around
 
 BIG = "QUJD" * (BLOB_MIN // 4)  # a run of exactly BLOB_MIN bytes
@@ -89,3 +95,19 @@ def test_only_a_runs_first_bytes_are_held_while_it_is_hashed() -> None:
     text = '{"b64_json": "' + BIG * 30 + '", "n": 1}'
     found, total = large_runs(lambda: [text[at : at + 4096] for at in range(0, len(text), 4096)])
     assert total == len(text) and [(run.start, run.size) for run in found] == [(14, 30 * BLOB_MIN)]
+
+
+def test_a_scrubbed_text_read_twice_is_scrubbed_alike_and_each_piece_once_unless_changed() -> None:
+    pieces = ["key sk-1 " + BIG, "plain " * 10, BIG + " sk-2"]
+    calls: list[str] = []
+
+    def scrub(piece: str) -> str:
+        calls.append(piece)
+        return piece.replace("sk-", "[redacted]-")
+
+    source = mapped(scrub, lambda: pieces)
+    blobs: dict[str, bytes] = {}
+    written = b"".join(text_json(source, False, stored(blobs)))
+    text = "".join(scrub(piece) for piece in pieces)
+    assert json.loads(written.replace(b"\n", b"")) == pack_value(text).record["value"]
+    assert len(calls) == 3 + 2 + 3, "pass 1: each piece; pass 2: the two it changed"

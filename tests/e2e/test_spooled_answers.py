@@ -53,10 +53,14 @@ def cycling(*sizes: int) -> Iterator[int]:
 
 def exchanges(cassettes: Path) -> list[dict[str, object]]:
     """Each exchange file's data, its blobs (a long body's runs) joined back."""
-    return [
-        unpack(json.loads(p.read_bytes()), lambda d, p=p: (p.parent / "blobs" / d).read_bytes())
-        for p in sorted(cassettes.rglob("[0-9a-f]*.json"))
-    ]
+    return [joined(path) for path in sorted(cassettes.rglob("[0-9a-f]*.json"))]
+
+
+def joined(path: Path) -> dict[str, object]:
+    def blob(digest: str) -> bytes:
+        return (path.parent / "blobs" / digest).read_bytes()
+
+    return unpack(json.loads(path.read_bytes()), blob)
 
 
 def every_file(cassettes: Path) -> list[Path]:

@@ -152,12 +152,19 @@ class Exchange(_Model):
     session: Session | None = None  # a WebSocket session (kind `websocket`)
     # A new exchange is as one read from a file with no blob (so the two compare equal).
     _read_as: int = PrivateAttr(default=INLINE_VERSION)
+    # The blobs the file it was loaded from refers to (None: not loaded from a file).
+    _refers: frozenset[str] | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _session_of_its_kind(self) -> Exchange:
         if (self.kind == "websocket") != (self.session is not None):
             raise ValueError("a websocket exchange holds a session, and only it does")
         return self
+
+    @property
+    def refers(self) -> frozenset[str] | None:
+        """The blobs the file it was loaded from refers to; None when it was not loaded."""
+        return self._refers
 
     @property
     def read_as(self) -> int:
@@ -235,10 +242,18 @@ def load_exchange(raw: bytes, fetch: Fetch | None = None) -> Exchange:
     if not isinstance(data, dict):
         raise ValueError("an exchange file holds one JSON object")
     read_as = schema_version(data)
+    refers: set[str] = set()
     if read_as >= BLOBS_VERSION and b'"$blob' in raw:
-        data = unpack(data, fetch or _no_blobs)
+        fetching = fetch or _no_blobs
+
+        def noting(digest: str) -> bytes:
+            refers.add(digest)
+            return fetching(digest)
+
+        data = unpack(data, noting)
     exchange = Exchange.model_validate(migrate(data))
     exchange._read_as = read_as
+    exchange._refers = frozenset(refers)
     return exchange
 
 

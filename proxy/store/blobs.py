@@ -65,8 +65,16 @@ def fetcher(read: Callable[[str], bytes | None]) -> Fetch:
 
 
 def used_by(exchange: Exchange) -> set[str]:
-    """The blobs an exchange's file refers to: those its large strings are written as (a
-    file tapeproxy wrote refers to no other)."""
+    """The blobs an exchange's file refers to: for one read from its file, those it was
+    read with (a file an earlier build wrote may cut its strings otherwise); else those its
+    large runs would be written as."""
+    if exchange.refers is not None:
+        return set(exchange.refers)
+    return written_as(exchange)
+
+
+def written_as(exchange: Exchange) -> set[str]:
+    """The blobs an exchange's large runs are written as now."""
     return held(strings(exchange))[0]
 
 

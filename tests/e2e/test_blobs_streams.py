@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -20,13 +21,17 @@ import pytest
 from typer.testing import CliRunner
 
 from tapeproxy.cli.main import app
+from tapeproxy.exchange.layout import render
+from tapeproxy.exchange.model import Exchange, StoredRequest, StoredResponse
 from tapeproxy.store.blobs import KEEP_UNUSED
+from tapeproxy.store.files import FileStore
 from tests.conftest import MakeProxy
 from tests.e2e.test_realtime_sdk import proxy as realtime_proxy
 from tests.fakes.images_wire import image
 from tests.fakes.realtime import FakeRealtime
 from tests.fakes.upstream import FakeUpstream
 from tests.support import SECRET_OPENAI, files_under
+from tests.support.exchanges import KEY_A
 
 runner = CliRunner()
 PROMPT = "a lighthouse at dusk"
@@ -201,3 +206,46 @@ def test_a_realtime_session_stores_each_large_audio_frame_once_and_replays(
         replayer.stop()
     code, out = cli("verify", "--cassettes", str(cassettes))
     assert code == 0 and "used by no recording" not in out, out
+
+
+def test_redact_inside_a_frames_blob_writes_a_new_blob_and_removes_the_old(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    recorder = make_proxy(mode="record", cassette="images")
+    generate(recorder.url, True, SMALL)
+    recorder.stop()
+    first, *others = images(True, SMALL)
+    code, out = cli(
+        "redact", "images", "--pattern", re.escape(first[:24]), "--cassettes", str(cassettes)
+    )
+    assert code == 0, out
+    folder = cassettes / "images" / "blobs"
+    held = {p.name for p in folder.iterdir()}
+    assert len(held) == 3 and digest(first) not in held, "a new blob, the old one gone"
+    assert {digest(one) for one in others} <= held, "the untouched frames' blobs stay"
+    assert not any(first[:24].encode() in data for data in files_under(cassettes).values())
+    code, out = cli("verify", "images", "--cassettes", str(cassettes))
+    assert code == 0 and "used by no recording" not in out, out
+
+
+def test_a_file_an_earlier_build_cut_otherwise_keeps_its_blob(cassettes: Path) -> None:
+    """A version-2 file that refers to a whole string holding double quotes (as the first
+    blobs were cut) is read as it is: verify finds its blob used, prune keeps it."""
+    text = 'say "hi" ' + "a" * 70_000
+    request = StoredRequest(method="POST", upstream="openai", path="/v1/x")
+    answer = StoredResponse(status=200, headers={}, body={"text": "-"})
+    exchange = Exchange(key=KEY_A, ordinal=1, seq=0, rules="r", request=request, response=answer)
+    record = exchange.record()
+    record["response"]["body"] = {"text": {"$blob": f"sha256:{digest(text)}", "size": len(text)}}
+    record["schema_version"] = 2
+    folder = cassettes / "old"
+    (folder / "blobs").mkdir(parents=True)
+    (folder / f"{KEY_A}.json").write_bytes(render(record))
+    (folder / "blobs" / digest(text)).write_text(text)
+    an_hour_ago = time.time() - KEEP_UNUSED
+    os.utime(folder / "blobs" / digest(text), (an_hour_ago, an_hour_ago))
+    _, out = cli("verify", "old", "--cassettes", str(cassettes))  # (its made-up key aside)
+    assert "blobs/" not in out and "1 file(s) checked" in out, out
+    _, out = cli("prune", "old", "--cassettes", str(cassettes))
+    assert "blob" not in out and (folder / "blobs" / digest(text)).exists(), out
+    assert FileStore(cassettes).read("old", KEY_A, 1).response.body == {"text": text}

@@ -152,8 +152,8 @@ class Exchange(_Model):
     session: Session | None = None  # a WebSocket session (kind `websocket`)
     # A new exchange is as one read from a file with no blob (so the two compare equal).
     _read_as: int = PrivateAttr(default=INLINE_VERSION)
-    # The blobs the file it was loaded from refers to (None: not loaded from a file).
-    _refers: frozenset[str] | None = PrivateAttr(default=None)
+    # The blobs the file it was loaded from refers to (none for a new one).
+    _refers: frozenset[str] = PrivateAttr(default=frozenset())
 
     @model_validator(mode="after")
     def _session_of_its_kind(self) -> Exchange:
@@ -162,8 +162,8 @@ class Exchange(_Model):
         return self
 
     @property
-    def refers(self) -> frozenset[str] | None:
-        """The blobs the file it was loaded from refers to; None when it was not loaded."""
+    def refers(self) -> frozenset[str]:
+        """The blobs the file it was loaded from refers to (none for a new exchange)."""
         return self._refers
 
     @property
@@ -253,7 +253,8 @@ def load_exchange(raw: bytes, fetch: Fetch | None = None) -> Exchange:
         data = unpack(data, noting)
     exchange = Exchange.model_validate(migrate(data))
     exchange._read_as = read_as
-    exchange._refers = frozenset(refers)
+    if refers:
+        exchange._refers = frozenset(refers)
     return exchange
 
 

@@ -65,12 +65,10 @@ def fetcher(read: Callable[[str], bytes | None]) -> Fetch:
 
 
 def used_by(exchange: Exchange) -> set[str]:
-    """The blobs an exchange's file refers to: for one read from its file, those it was
-    read with (a file an earlier build wrote may cut its strings otherwise); else those its
-    large runs would be written as."""
-    if exchange.refers is not None:
-        return set(exchange.refers)
-    return written_as(exchange)
+    """The blobs an exchange read from its file refers to: those it was read with, not
+    those it would be written as now (a file an earlier build wrote may cut its strings
+    otherwise, and a version-1 file refers to none)."""
+    return set(exchange.refers)
 
 
 def written_as(exchange: Exchange) -> set[str]:

@@ -9,7 +9,7 @@ import base64
 import codecs
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -17,6 +17,7 @@ from typing import Any
 from tapeproxy.engine import jsonrpc
 from tapeproxy.engine.capture import Capture
 from tapeproxy.exchange import eventframes
+from tapeproxy.exchange.blobstream import Middle, frames_middle, mapped, text_json
 from tapeproxy.exchange.bodies import response_payload, textual
 from tapeproxy.exchange.framing import (
     Dialect,
@@ -32,8 +33,6 @@ from tapeproxy.exchange.layout import (
     Outcome,
     Record,
     frame,
-    frames_json,
-    string_json,
 )
 from tapeproxy.exchange.model import Exchange
 from tapeproxy.providers.base import Provider
@@ -75,7 +74,7 @@ class Finished:
     large to hold) a skeleton with STREAMED where `middle` writes its body or frames."""
 
     exchange: Exchange
-    middle: Callable[[bool], Iterable[bytes]] | None = None
+    middle: Middle | None = None
 
 
 def settle(capture: Capture, cut: bool, scrubber: Scrubber, keep_failures: bool) -> Finished | str:
@@ -119,9 +118,7 @@ def _holds_no_key(exchange: Exchange) -> bool:
     return response.frames is None and not may_hold_key(response.model_dump_json())
 
 
-def _scrubbed_middle(
-    capture: Capture, scrubber: Scrubber, text: bool
-) -> Callable[[bool], Iterable[bytes]]:
+def _scrubbed_middle(capture: Capture, scrubber: Scrubber, text: bool) -> Middle:
     """A spooled answer's frames or body (`text`: kept as text) as `finish` writes them,
     each frame or piece scrubbed alone; a binary body as it is."""
     if capture.splitter is not None:
@@ -130,10 +127,10 @@ def _scrubbed_middle(
             frames = scrubber.each(_frames(capture), dialect)
         else:  # a window of frames at a time: a key split across two is matched whole
             frames = windowed(_frames(capture), partial(scrubber.frames, dialect=dialect))
-        return partial(frames_json, frames)
-    if text:
-        return partial(string_json, map(scrubber.text, _text_pieces(capture)))
-    return partial(string_json, _base64_pieces(capture))
+        return partial(frames_middle, frames)
+    if text:  # (read twice when its large runs are blobs: `mapped` scrubs a piece once)
+        return partial(text_json, mapped(scrubber.text, partial(_text_pieces, capture)))
+    return partial(text_json, partial(_base64_pieces, capture))
 
 
 def finish(capture: Capture, cut: bool, whole: bool = False) -> Finished:
@@ -169,8 +166,8 @@ def _finish_spooled(capture: Capture, cut: bool, truncated: bool, ms: int) -> Fi
     if capture.splitter is None:
         kind = "text" if textual(capture.content_type) and _utf8(capture) else "base64"
         skeleton = _record(capture, cut, False, False, [], ms, {kind: STREAMED}, None, None)
-        pieces = _text_pieces(capture) if kind == "text" else _base64_pieces(capture)
-        return Finished(skeleton, partial(string_json, pieces))
+        pieces = partial(_text_pieces if kind == "text" else _base64_pieces, capture)
+        return Finished(skeleton, partial(text_json, pieces))
     dialect = capture.splitter.dialect
     first, last = USAGE_FROM
     head: list[Any] = []
@@ -192,7 +189,7 @@ def _finish_spooled(capture: Capture, cut: bool, truncated: bool, ms: int) -> Fi
     payloads = [*head, *tail]
     marker = [frame(0, STREAMED)]
     skeleton = _record(capture, cut, error, truncated, payloads, ms, None, dialect, marker)
-    return Finished(skeleton, partial(frames_json, _frames(capture)))
+    return Finished(skeleton, partial(frames_middle, _frames(capture)))
 
 
 def _frames(capture: Capture) -> Iterator[Record]:

@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
 from tapeproxy.engine.rules import MatchRules, parse_path, without_path
+from tapeproxy.exchange.blobs import BLOB_MIN, held
+from tapeproxy.exchange.blobstream import Blobber
 from tapeproxy.exchange.bodies import Payload, payload_bytes, response_payload
 from tapeproxy.exchange.jsontext import indent2
 from tapeproxy.exchange.model import SocketFrame
@@ -24,6 +26,13 @@ FRAME_ITEM = b"\n" + b" " * 6  # a frame's lines sit at exchange -> session -> f
 # What a frame costs its file beyond its payload (direction, type, time), counted against
 # --max-record: a flood of empty frames is bounded too (each is held in memory on replay).
 FRAME_COST = 64
+
+
+def _may_mark(message: Message) -> bool:
+    """Whether a frame may hold a large run or an object like a blob reference (else it
+    surely holds none: not walked)."""
+    mark = "$blob" if isinstance(message, str) else b"$blob"
+    return len(message) >= BLOB_MIN // 4 or mark in message  # type: ignore[operator]
 
 
 def readable(message: Message) -> str | None:
@@ -115,6 +124,7 @@ class Tape:
         self.size = 0
         self.over = False
         self.count = 0
+        self.marked = False  # a frame holds a large run, or an object that looks like a blob's
         self._file: IO[bytes] | None = tempfile.TemporaryFile()  # noqa: SIM115 (kept open)
 
     def ms(self) -> int:
@@ -128,6 +138,8 @@ class Tape:
         if self.over or self._file is None:
             return
         record = frame_record(direction, message, self.ms(), self.scrubber)
+        # Known now: the file's version is written before its frames (a large run: 2).
+        self.marked = self.marked or (_may_mark(message) and held([record], False)[1])
         # ASCII: a JSON frame may hold a lone surrogate (`"\ud83d"`), which UTF-8 cannot.
         self._file.write(json.dumps(record).encode("ascii") + b"\n")
         event = record.get("json")
@@ -136,15 +148,17 @@ class Tape:
             if found is not None:
                 self.tokens = found if self.tokens is None else self.tokens + found
 
-    def pieces(self, ascii: bool) -> Iterator[bytes]:
+    def pieces(self, ascii: bool, blobber: Blobber | None = None) -> Iterator[bytes]:
         """The frames as their exchange file lays them out (the items of the session's
         `frames` list, exchange -> session -> frames), read back one at a time in a writer
-        thread as the file is written (`dump_around`)."""
+        thread as the file is written (`dump_around`), their large runs put out as blobs."""
         if self._file is None:
             return
         self._file.seek(0)
         for index, line in enumerate(self._file):
             record = json.loads(line)
+            if blobber is not None:
+                record = blobber.value(record)
             try:
                 text = indent2(record, ensure_ascii=ascii)
             except UnicodeEncodeError:  # a lone surrogate: valid JSON only escaped

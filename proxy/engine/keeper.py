@@ -17,6 +17,7 @@ from tapeproxy.engine.run import Run
 from tapeproxy.engine.stats import Counters
 from tapeproxy.exchange.model import Exchange, Outcome, dump_around
 from tapeproxy.redaction.scrubber import Scrubber
+from tapeproxy.store.blobs import blobber_for
 from tapeproxy.store.protocol import CassetteStore
 
 # Threads that write recordings. Many, since each mostly waits on its fsync: 32 clients
@@ -150,7 +151,7 @@ class Keeper:
         nothing is (False when another writer got there first)."""
         anew = not run.on_disk(exchange.key, exchange.ordinal)
         if finished.middle is not None:
-            pieces = dump_around(exchange, finished.middle)
+            pieces = dump_around(exchange, finished.middle, blobber_for(self.store, run.cassette))
             return self.store.write_pieces(
                 run.cassette, exchange.key, exchange.ordinal, pieces, create=anew
             )

@@ -167,6 +167,7 @@ class Relay:
         kept = kept_protocols([subprotocol] if subprotocol else [], self.p.scrubber)
         headers: dict[str, str | list[str]] = {"sec-websocket-protocol": kept[0]} if kept else {}
         skeleton = Exchange(
+            schema_version=2 if tape.marked else 1,  # its frames hold a blob: dump_around
             key=keyed.key,
             ordinal=1,
             seq=target.seq,

@@ -1,6 +1,8 @@
-"""Large strings of a body stored once per cassette: an exchange file's record split into
-what its file holds and its blobs (each named by the SHA-256 of its UTF-8 bytes), and joined
-back, so the exchange in memory is always whole (its key, its replayed bytes unchanged)."""
+"""Large strings of a body or a stream's frames stored once per cassette: an exchange file's
+record split into what its file holds and its blobs (each named by the SHA-256 of its UTF-8
+bytes), and joined back, so the exchange in memory is always whole (its key, its replayed
+bytes unchanged). A blob is a run of a string between two double quotes (or its ends): an
+image's base64 in an SSE frame's JSON, or in an answer kept as text, is a blob of its own."""
 
 from __future__ import annotations
 
@@ -21,6 +23,11 @@ REF, SIZE = "$blob", "size"  # {"$blob": "sha256:<hex>", "size": <bytes>} stands
 # A body's own object that has a `$blob` or `$blob-literal` member is written inside
 # {"$blob-literal": {...}}, so no recorded object is ever read as a reference.
 LITERAL = "$blob-literal"
+# {"$blob-join": [text, reference, text, ...]} stands for a string with a blob inside it.
+JOIN = "$blob-join"
+MARKS = (REF, LITERAL, JOIN)
+# Where blobs may be: each body, a stream's frames, a WebSocket session's frames.
+PLACES = (("request", "body"), ("response", "body"), ("response", "frames"), ("session", "frames"))
 DIGEST = re.compile(r"^[0-9a-f]{64}$")
 PREFIX = "sha256:"
 
@@ -44,28 +51,34 @@ def pack(record: Record) -> Packed:
     """`record` with each body's large strings put out as blobs (and its objects that look
     like a reference escaped), in the version that holds it."""
     packed = Packed(dict(record))
-    for side in ("request", "response"):
+    for side, name in PLACES:
         part = record.get(side)
-        if isinstance(part, dict) and part.get("body"):
-            packed.record[side] = {**part, "body": _out(part["body"], packed)}
+        if isinstance(part, dict) and part.get(name):
+            packed.record[side] = {**packed.record[side], name: _out(part[name], packed)}
     packed.record["schema_version"] = BLOBS_VERSION if packed.marked else INLINE_VERSION
     return packed
+
+
+def pack_value(value: Any) -> Packed:
+    """One value (a frame) as its file holds it, in `record["value"]`, and its blobs."""
+    packed = Packed({})
+    packed.record["value"] = _out(value, packed)
+    return packed
+
+
+def runs(value: str) -> list[str]:
+    """A string cut at its double quotes (the quotes left out)."""
+    return value.split('"')
 
 
 def _out(value: Any, packed: Packed) -> Any:
     if isinstance(value, str):
         if len(value) < BLOB_MIN // 4:  # 4 bytes a character at most: surely too short
             return value
-        data = value.encode("utf-8", "surrogatepass")
-        if len(data) < BLOB_MIN:
-            return value
-        digest = digest_of(data)
-        packed.blobs[digest] = data
-        packed.marked = True
-        return {REF: PREFIX + digest, SIZE: len(data)}
+        return _split(value, packed)
     if isinstance(value, dict):
         out = {name: _out(item, packed) for name, item in value.items()}
-        if REF in value or LITERAL in value:
+        if REF in value or LITERAL in value or JOIN in value:
             packed.marked = True
             return {LITERAL: out}
         return out
@@ -74,14 +87,40 @@ def _out(value: Any, packed: Packed) -> Any:
     return value
 
 
+def _split(value: str, packed: Packed) -> Any:
+    """A long string as its file holds it: itself (no run of BLOB_MIN bytes), a reference
+    (one run, the whole string), or a join of its texts and references."""
+    items: list[Any] = []
+    text: list[str] = []
+    for index, run in enumerate(runs(value)):
+        if index:
+            text.append('"')
+        data = run.encode("utf-8", "surrogatepass") if len(run) >= BLOB_MIN // 4 else b""
+        if len(data) < BLOB_MIN:
+            text.append(run)
+            continue
+        if text:
+            items.append("".join(text))
+            text = []
+        digest = digest_of(data)
+        packed.blobs[digest] = data
+        items.append({REF: PREFIX + digest, SIZE: len(data)})
+    if text:
+        items.append("".join(text))
+    if len(items) == 1 and isinstance(items[0], str):
+        return value
+    packed.marked = True
+    return items[0] if len(items) == 1 else {JOIN: items}
+
+
 def unpack(data: Record, fetch: Fetch) -> Record:
     """A version-2 file's data with each reference replaced by its blob's text (`fetch`
     reads and checks it) and each literal unescaped."""
     out = dict(data)
-    for side in ("request", "response"):
+    for side, name in PLACES:
         part = data.get(side)
-        if isinstance(part, dict) and part.get("body"):
-            out[side] = {**part, "body": _in(part["body"], fetch)}
+        if isinstance(part, dict) and part.get(name):
+            out[side] = {**out[side], name: _in(part[name], fetch)}
     return out
 
 
@@ -89,16 +128,31 @@ def _in(value: Any, fetch: Fetch) -> Any:
     if isinstance(value, dict):
         digest = reference(value)
         if digest is not None:
-            data = fetch(digest)
-            if len(data) != value[SIZE]:
-                raise ValueError(f"blob {digest} holds {len(data)} bytes, not {value[SIZE]}")
-            return data.decode("utf-8", "surrogatepass")
+            return _fetched(digest, value[SIZE], fetch)
+        if len(value) == 1 and isinstance(value.get(JOIN), list):
+            return "".join(_joined(item, fetch) for item in value[JOIN])
         if len(value) == 1 and isinstance(value.get(LITERAL), dict):
             return {name: _in(item, fetch) for name, item in value[LITERAL].items()}
         return {name: _in(item, fetch) for name, item in value.items()}
     if isinstance(value, list):
         return [_in(item, fetch) for item in value]
     return value
+
+
+def _fetched(digest: str, size: int, fetch: Fetch) -> str:
+    data = fetch(digest)
+    if len(data) != size:
+        raise ValueError(f"blob {digest} holds {len(data)} bytes, not {size}")
+    return data.decode("utf-8", "surrogatepass")
+
+
+def _joined(item: Any, fetch: Fetch) -> str:
+    if isinstance(item, str):
+        return item
+    digest = reference(item) if isinstance(item, dict) else None
+    if digest is None:
+        raise ValueError(f"a {JOIN} holds texts and blob references, not {type(item).__name__}")
+    return _fetched(digest, item[SIZE], fetch)
 
 
 def reference(value: dict[str, Any]) -> str | None:
@@ -114,23 +168,29 @@ def reference(value: dict[str, Any]) -> str | None:
     return digest
 
 
-def held(bodies: list[Any]) -> tuple[set[str], bool]:
-    """What `pack` would give of a record with these bodies, without building its file: the
-    digests of the blobs its large strings are, and whether it is written in version 2 (a
-    blob, or a literal). Walked by type alone: `verify` asks it of every file."""
+def held(values: list[Any], hashed: bool = True) -> tuple[set[str], bool]:
+    """What `pack` would give of a record with these bodies and frames, without building its
+    file: the digests of the blobs its large runs are, and whether it is written in version
+    2 (a blob, or a literal). Walked by type alone: `verify` asks it of every file. Without
+    `hashed`, no digest is worked out (whether it is marked is all that is asked)."""
     digests: set[str] = set()
     marked = False
-    stack = [body for body in bodies if body]
+    stack = [value for value in values if value]
     while stack:
         value = stack.pop()
         kind = type(value)
         if kind is dict:
-            marked = marked or REF in value or LITERAL in value
+            marked = marked or any(mark in value for mark in MARKS)
             stack.extend(value.values())
         elif kind is list:
             stack.extend(value)
         elif kind is str and len(value) >= BLOB_MIN // 4:
-            data = value.encode("utf-8", "surrogatepass")
-            if len(data) >= BLOB_MIN:
-                digests.add(digest_of(data))
+            for run in runs(value):
+                data = run.encode("utf-8", "surrogatepass") if len(run) >= BLOB_MIN // 4 else b""
+                if len(data) >= BLOB_MIN:
+                    marked = True
+                    if hashed:
+                        digests.add(digest_of(data))
+        if marked and not hashed:
+            break
     return digests, marked or bool(digests)

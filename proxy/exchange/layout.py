@@ -98,11 +98,17 @@ _BODY_MARK = json.dumps(STREAMED).encode()
 _BODY_INDENT = b"\n" + b" " * 6
 
 
-def render_around(skeleton: Record, middle: Callable[[bool], Iterable[bytes]]) -> Iterator[bytes]:
+def render_around(
+    skeleton: Record,
+    middle: Callable[[bool], Iterable[bytes]],
+    blobbed: Callable[[], bool] = lambda: False,
+) -> Iterator[bytes]:
     """`render` of an exchange too large to hold, piece by piece: `skeleton` holds STREAMED
     where its big value goes (a body's `text` or `base64`, or one frame standing for the
     whole list) and `middle(ascii)` yields that value's JSON (`frames_json`, `string_json`),
-    escaped to ASCII when the rest of the file had to be."""
+    escaped to ASCII when the rest of the file had to be. When `blobbed()` says, once the
+    middle is written, that it wrote a blob reference, the version that follows it (keys
+    are sorted: `schema_version` comes after `response`) is the one that holds them."""
     out, ascii = _render(skeleton)
     mark = json.dumps(STREAMED).encode()
     at = out.index(mark)
@@ -111,27 +117,43 @@ def render_around(skeleton: Record, middle: Callable[[bool], Iterable[bytes]]) -
         start, end = out.rindex(b"[", 0, at), out.index(b"]", end) + 1
     yield out[:start]
     yield from middle(ascii)
-    yield out[end:]
+    rest = out[end:]
+    if blobbed():
+        rest = rest.replace(b'\n  "schema_version": 1,', b'\n  "schema_version": 2,', 1)
+    yield rest
 
 
-def frames_json(frames: Iterable[Record], ascii: bool = False) -> Iterator[bytes]:
+def frames_json(
+    frames: Iterable[Record], ascii: bool = False, blobbed: Callable[[Any], Any] | None = None
+) -> Iterator[bytes]:
     """A frames list as `render` lays it out in an exchange file (sorted keys, two spaces a
-    level), written out by hand: a stream may hold a million frames."""
+    level), written out by hand: a stream may hold a million frames. `blobbed` (a
+    `Blobber.value`) puts each frame's large runs out as blobs."""
     first = True
     inner = FRAME_INDENT + "  "
     for one in frames:
+        if blobbed is not None:
+            one = blobbed(one)
         data = one.get("base64")
         if data is not None:
-            fields = f'{inner}"base64": {json.dumps(data)},\n{inner}"ms": {one["ms"]}'
+            fields = f'{inner}"base64": {_value(data, ascii, inner)},\n{inner}"ms": {one["ms"]}'
         else:
             fields = f'{inner}"ms": {one["ms"]}'
             text = one.get("text")
             if text is not None:
-                fields += f',\n{inner}"text": {json.dumps(text, ensure_ascii=ascii)}'
+                fields += f',\n{inner}"text": {_value(text, ascii, inner)}'
         lead = "[\n" if first else ",\n"
         first = False
         yield f"{lead}{FRAME_INDENT}{{\n{fields}\n{FRAME_INDENT}}}".encode()
     yield b"[]" if first else f"\n{FRAME_INDENT[:-2]}]".encode()
+
+
+def _value(value: Any, ascii: bool, indent: str) -> str:
+    """A frame's text or base64 as its line holds it: a string, or a blob reference or join."""
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=ascii)
+    out = indent2(value, ensure_ascii=ascii, sort_keys=True).decode("utf-8")
+    return out.replace("\n", "\n" + indent)
 
 
 def string_json(pieces: Iterable[str], ascii: bool = False) -> Iterator[bytes]:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 
 # How the file is laid out lives in exchangefile.py: named here too, for every reader.
 from tapeproxy.exchange.blobs import BLOBS_VERSION, INLINE_VERSION, Fetch, unpack
+from tapeproxy.exchange.blobstream import Blobber, Middle
 from tapeproxy.exchange.layout import (
     FRAME_INDENT,
     SCHEMA_VERSION,
@@ -151,12 +152,19 @@ class Exchange(_Model):
     session: Session | None = None  # a WebSocket session (kind `websocket`)
     # A new exchange is as one read from a file with no blob (so the two compare equal).
     _read_as: int = PrivateAttr(default=INLINE_VERSION)
+    # The blobs the file it was loaded from refers to (none for a new one).
+    _refers: frozenset[str] = PrivateAttr(default=frozenset())
 
     @model_validator(mode="after")
     def _session_of_its_kind(self) -> Exchange:
         if (self.kind == "websocket") != (self.session is not None):
             raise ValueError("a websocket exchange holds a session, and only it does")
         return self
+
+    @property
+    def refers(self) -> frozenset[str]:
+        """The blobs the file it was loaded from refers to (none for a new exchange)."""
+        return self._refers
 
     @property
     def read_as(self) -> int:
@@ -234,10 +242,19 @@ def load_exchange(raw: bytes, fetch: Fetch | None = None) -> Exchange:
     if not isinstance(data, dict):
         raise ValueError("an exchange file holds one JSON object")
     read_as = schema_version(data)
+    refers: set[str] = set()
     if read_as >= BLOBS_VERSION and b'"$blob' in raw:
-        data = unpack(data, fetch or _no_blobs)
+        fetching = fetch or _no_blobs
+
+        def noting(digest: str) -> bytes:
+            refers.add(digest)
+            return fetching(digest)
+
+        data = unpack(data, noting)
     exchange = Exchange.model_validate(migrate(data))
     exchange._read_as = read_as
+    if refers:
+        exchange._refers = frozenset(refers)
     return exchange
 
 
@@ -245,11 +262,22 @@ def _no_blobs(digest: str) -> bytes:
     raise ValueError(f"it refers to blob {digest}, and no blobs were given to read it with")
 
 
-def dump_around(skeleton: Exchange, middle: Callable[[bool], Iterable[bytes]]) -> Iterator[bytes]:
-    """`render_around` of an exchange's Record (exchangefile.py), in version 1: its body is
-    written inline, piece by piece, so the file holds no blob reference; a WebSocket
-    session's frames are its middle."""
-    record = {**skeleton.record(), "schema_version": INLINE_VERSION}
+def dump_around(
+    skeleton: Exchange, middle: Middle, blobber: Blobber | None = None
+) -> Iterator[bytes]:
+    """`render_around` of an exchange's Record (layout.py), piece by piece; a WebSocket
+    session's frames are its middle. With no `blobber`, in version 1, every string inline;
+    with one, its large runs are put out as blobs as they are met, and the file is in
+    version 2 when it refers to one. A session's version comes before its frames: its
+    skeleton says it (`schema_version` 2: its tape saw a large run, `blobs.held`)."""
+    version = INLINE_VERSION
+    if blobber is not None and skeleton.session is not None:
+        version = min(skeleton.schema_version, BLOBS_VERSION)
+    record = {**skeleton.record(), "schema_version": version}
     if skeleton.session is not None:
         record["session"]["frames"] = [STREAMED]
-    return render_around(record, middle)
+
+    def written(ascii: bool) -> Iterable[bytes]:
+        return middle(ascii, blobber)
+
+    return render_around(record, written, lambda: blobber is not None and blobber.marked)

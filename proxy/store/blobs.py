@@ -5,10 +5,15 @@ against its name, which blobs a cassette's recordings use."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from tapeproxy.exchange.blobs import DIGEST, Fetch, digest_of, pack
+from tapeproxy.exchange.blobs import DIGEST, Fetch, digest_of, held, pack
+from tapeproxy.exchange.blobstream import Blobber
 from tapeproxy.exchange.layout import render
 from tapeproxy.exchange.model import Exchange
+
+if TYPE_CHECKING:
+    from tapeproxy.store.protocol import CassetteStore
 
 BLOBS = "blobs"  # the folder (or prefix) beside a cassette's exchange files
 # A blob no recording uses is deleted (by `prune`) only this long after it was last put or
@@ -60,6 +65,28 @@ def fetcher(read: Callable[[str], bytes | None]) -> Fetch:
 
 
 def used_by(exchange: Exchange) -> set[str]:
-    """The blobs an exchange's file refers to: those its large strings are written as (a
-    file tapeproxy wrote refers to no other)."""
-    return set(pack(exchange.record()).blobs)
+    """The blobs an exchange read from its file refers to: those it was read with, not
+    those it would be written as now (a file an earlier build wrote may cut its strings
+    otherwise, and a version-1 file refers to none)."""
+    return set(exchange.refers)
+
+
+def written_as(exchange: Exchange) -> set[str]:
+    """The blobs an exchange's large runs are written as now."""
+    return held(strings(exchange))[0]
+
+
+def strings(exchange: Exchange) -> list[Any]:
+    """Where an exchange's blobs may be, for `blobs.held`: its bodies, and each frame's text
+    (an HTTP stream's, a WebSocket session's)."""
+    found: list[Any] = [exchange.request.body, exchange.response.body]
+    for one in exchange.response.frames or ():
+        found += (one.text, one.base64)
+    for frame in exchange.session.frames if exchange.session is not None else ():
+        found += (frame.json_, frame.text, frame.base64)
+    return found
+
+
+def blobber_for(store: CassetteStore, cassette: str) -> Blobber:
+    """A Blobber that puts a file's blobs in `cassette` as the file is written in pieces."""
+    return Blobber(lambda digest, size, pieces: store.write_blob(cassette, digest, size, pieces))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import logging
 import os
 import time
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 from tapeproxy.errors import CassetteCorrupt
 from tapeproxy.exchange.model import Exchange
 from tapeproxy.store import folders, state, upkeep
-from tapeproxy.store.blobs import BLOBS, checked, fetcher, is_blob, packed
+from tapeproxy.store.blobs import BLOBS, fetcher, is_blob, packed
 from tapeproxy.store.durable import create_atomic, fsync_folder, write_atomic
 from tapeproxy.store.lastrun import dump_last_run, read_note, unreadable_note
 from tapeproxy.store.names import check_folder_name, named_cassettes
@@ -157,15 +158,23 @@ class FileStore:
         return fetcher(lambda digest: self.read_blob(cassette, digest))
 
     def _put_blobs(self, cassette: str, blobs: dict[str, bytes]) -> None:
-        """Each blob written unless it is already there whole (its name is its content's)."""
-        folder = self._folder(cassette) / BLOBS
         for digest, data in blobs.items():
-            try:
-                checked(digest, self.read_blob(cassette, digest))
-                os.utime(folder / digest)  # in use again: young, so no prune deletes it now
-            except (ValueError, OSError):
-                folder.mkdir(parents=True, exist_ok=True)
-                write_atomic(folder / digest, data)
+            self.write_blob(cassette, digest, len(data), (data,))
+
+    def write_blob(self, cassette: str, digest: str, size: int, pieces: Iterable[bytes]) -> None:
+        """Written unless it is already there whole (its name is its content's: hashed as
+        it is read, in pieces, so a blob of any size is checked in bounded memory)."""
+        path = self._folder(cassette) / BLOBS / digest
+        try:
+            with path.open("rb") as held:
+                whole = os.fstat(held.fileno()).st_size == size
+                if whole and hashlib.file_digest(held, "sha256").hexdigest() == digest:
+                    os.utime(path)  # in use again: young, so no prune deletes it now
+                    return
+        except OSError:
+            pass
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, pieces)
 
     def write_pieces(
         self, cassette: str, key: str, ordinal: int, pieces: Iterable[bytes], create: bool = False

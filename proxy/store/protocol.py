@@ -199,6 +199,12 @@ class CassetteStore(Protocol):
         """A blob's bytes as stored (not checked: `blobs.checked` does); None when none."""
         ...
 
+    def write_blob(self, cassette: str, digest: str, size: int, pieces: Iterable[bytes]) -> None:
+        """Store one blob (`size` bytes, in pieces, named by their SHA-256) unless the store
+        holds it whole already (then the pieces may be left unread, and it is young again:
+        `blob_age`). A file written in pieces puts its blobs so, before the file is in place."""
+        ...
+
     def delete_blob(self, cassette: str, digest: str) -> None:
         """Remove one blob; none there is no error."""
         ...

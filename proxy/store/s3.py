@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import threading
 import uuid
 from collections.abc import Iterable
@@ -126,8 +127,13 @@ class S3Store(BlobsAndState):
         # record the same large answer in the same instant may both write it (whole, each).
         if create and self._exists(path):
             return False
-        try:  # a multipart upload past obstore's chunk size: memory stays bounded
-            obstore.put(self._client, path, iter(pieces))
+        # Written out first (making the pieces puts their blobs, which obstore cannot do
+        # inside its own put), then a multipart upload of the file: memory stays bounded.
+        try:
+            with tempfile.TemporaryFile() as scratch:
+                scratch.writelines(pieces)
+                scratch.seek(0)
+                obstore.put(self._client, path, scratch)
         except FAILED as exc:
             raise OSError(f"cannot write {self._url}/{path}: {why(exc)}") from exc
         with self._lock:

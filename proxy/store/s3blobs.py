@@ -5,6 +5,7 @@ stamps and local state the summary cache asks of it."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import obstore
@@ -80,23 +81,27 @@ class S3Blobs:
         return fetcher(read)
 
     def put(self, folder: str, blobs: dict[str, bytes]) -> None:
-        """Each blob put unless the store holds it (its name is its content's), put in the
-        last half of KEEP_UNUSED (an older one is put again: young, so no prune deletes it
-        while the file that uses it is written). Asked of the store, not the local cache:
-        another machine's prune may have deleted a blob this one still has cached."""
         for digest, data in blobs.items():
-            path = f"{folder}/{BLOBS}/{digest}"
-            try:
-                meta = obstore.head(self._client, path)
-                if meta["size"] == len(data) and _age(meta) < KEEP_UNUSED / 2:
-                    continue
-            except FAILED:  # missing (or the head failed): put it, which says why if it fails
-                pass
-            self._cache.drop(path)
-            try:
-                obstore.put(self._client, path, data)
-            except FAILED as exc:
-                raise OSError(f"cannot write {self._url}/{path}: {why(exc)}") from exc
+            self.write(folder, digest, len(data), (data,))
+
+    def write(self, folder: str, digest: str, size: int, pieces: Iterable[bytes]) -> None:
+        """Put unless the store holds it (its name is its content's), put in the last half
+        of KEEP_UNUSED (an older one is put again: young, so no prune deletes it while the
+        file that uses it is written). Asked of the store, not the local cache: another
+        machine's prune may have deleted a blob this one still has cached. A large blob
+        goes up as a multipart upload (obstore's, past its chunk size): bounded memory."""
+        path = f"{folder}/{BLOBS}/{digest}"
+        try:
+            meta = obstore.head(self._client, path)
+            if meta["size"] == size and _age(meta) < KEEP_UNUSED / 2:
+                return
+        except FAILED:  # missing (or the head failed): put it, which says why if it fails
+            pass
+        self._cache.drop(path)
+        try:
+            obstore.put(self._client, path, iter(pieces))
+        except FAILED as exc:
+            raise OSError(f"cannot write {self._url}/{path}: {why(exc)}") from exc
 
 
 def _age(meta: ObjectMeta) -> float:
@@ -128,6 +133,9 @@ class BlobsAndState:
 
     def read_blob(self, cassette: str, digest: str) -> bytes | None:
         return self._blobs.read(check_folder_name(cassette), digest)
+
+    def write_blob(self, cassette: str, digest: str, size: int, pieces: Iterable[bytes]) -> None:
+        self._blobs.write(check_folder_name(cassette), digest, size, pieces)
 
     def delete_blob(self, cassette: str, digest: str) -> None:
         self._blobs.delete(check_folder_name(cassette), digest)

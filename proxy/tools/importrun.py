@@ -14,6 +14,7 @@ from tapeproxy.engine.finish import Finished
 from tapeproxy.errors import TapeproxyError
 from tapeproxy.exchange.model import Exchange, dump_around
 from tapeproxy.problems import one_line
+from tapeproxy.store.blobs import blobber_for
 from tapeproxy.store.names import check_cassette_name
 from tapeproxy.store.protocol import CassetteStore, exchange_file
 from tapeproxy.tools.importing import Importer, Skip, Whole
@@ -81,7 +82,7 @@ def _place(store: CassetteStore, cassette: str, exchange: Exchange, finished: Fi
     """Write one recording only where nothing is yet (another writer's is never replaced)."""
     if finished.middle is None:
         return store.create(cassette, exchange)
-    pieces = dump_around(exchange, finished.middle)
+    pieces = dump_around(exchange, finished.middle, blobber_for(store, cassette))
     return store.write_pieces(cassette, exchange.key, exchange.ordinal, pieces, create=True)
 
 

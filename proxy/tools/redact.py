@@ -12,7 +12,7 @@ from typing import Any
 from tapeproxy.exchange import answers
 from tapeproxy.exchange.model import Exchange, SocketFrame
 from tapeproxy.redaction.scrubber import Scrubber
-from tapeproxy.store.blobs import used_by
+from tapeproxy.store.blobs import used_by, written_as
 from tapeproxy.store.protocol import CassetteStore, exchange_file
 from tapeproxy.tools.prune import unused_blobs
 from tapeproxy.tools.rekey import RekeyReport, RulesFor, rekey
@@ -81,7 +81,7 @@ def _scrubbed_noting(scrubber: Scrubber, replaced: set[str], exchange: Exchange)
     """`scrubbed`, noting the blobs of `exchange` its scrubbed copy no longer uses."""
     out = scrubbed(scrubber, exchange)
     if out is not exchange:
-        replaced |= used_by(exchange) - used_by(out)
+        replaced |= used_by(exchange) - written_as(out)
     return out
 
 

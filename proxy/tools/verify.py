@@ -19,7 +19,7 @@ from tapeproxy.providers import default_rules
 from tapeproxy.redaction.formats import FORMATS
 from tapeproxy.redaction.percent import decoded
 from tapeproxy.redaction.scrubber import Scrubber
-from tapeproxy.store.blobs import BLOBS, checked
+from tapeproxy.store.blobs import BLOBS, checked, strings, used_by, written_as
 from tapeproxy.store.protocol import (
     LIKE_EXCHANGE_FILE,
     CassetteStore,
@@ -113,15 +113,16 @@ def _one(
         # The cause says what is wrong (a field by its JSON path); not where, nor to verify.
         verdict.flag(name, f"unreadable: {why_unreadable(exc)}")
         return set()
-    blobs, marked = held([exchange.request.body, exchange.response.body])
+    marked = held(strings(exchange), hashed=False)[1]
+    blobs = used_by(exchange)  # those it was read with (none for an older file's)
     current = exchange.read_as >= (BLOBS_VERSION if marked else INLINE_VERSION)
     if not current:
         if upgrade and (exchange.key, exchange.ordinal) == parsed:
             store.write(cassette, exchange)  # a new stamp: checked again next time
             verdict.upgraded.append(name)
+            blobs = written_as(exchange)
         else:
             verdict.outdated.append(name)
-            blobs = set()  # its large strings are inline: it refers to no blob
     problem = _check_file(cassette, exchange, parsed, rules_for)
     problem = problem or (_key_held(cassette, exchange, keys) if keys else None)
     if problem:

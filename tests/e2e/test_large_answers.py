@@ -11,6 +11,8 @@ import httpx
 import openai
 
 from tapeproxy.engine.spool import SPOOL_AFTER
+from tapeproxy.exchange.blobs import unpack
+from tapeproxy.store.blobs import BLOBS
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import SECRET_OPENAI, library_files, wait_for
@@ -39,9 +41,11 @@ def chat_stream(frames: int, words: str = "the quick brown fox é ") -> str:
 
 
 def only_exchange(cassettes: Path) -> tuple[Path, dict[str, object]]:
-    files = library_files(cassettes)
+    """The one exchange file, and what it holds with its blobs (beside it) joined back."""
+    files = [path for path in library_files(cassettes) if path.parent.name != BLOBS]
     assert len(files) == 1, f"one exchange file and nothing else (the journal aside): {files}"
-    return files[0], json.loads(files[0].read_bytes())
+    blobs = files[0].parent / BLOBS
+    return files[0], unpack(json.loads(files[0].read_bytes()), lambda d: (blobs / d).read_bytes())
 
 
 def test_a_large_stream_is_spooled_and_replays_frame_for_frame(
@@ -157,5 +161,6 @@ def test_recording_a_large_answer_holds_no_copy_of_it_in_memory(
     received, growth = record_in_serve(fake, tmp_path, "/v1/big", reply)
     assert received == len(answer)
     path, _ = only_exchange(tmp_path / "cassettes")
-    assert path.stat().st_size > size
+    [blob] = (path.parent / BLOBS).iterdir()  # the answer, a run of no double quote: a blob
+    assert blob.stat().st_size == len(answer) and path.stat().st_size < 4096
     assert growth < 24, f"tapeproxy's peak RSS grew {growth:.0f} MB"

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tapeproxy.engine.spool import SPOOL_AFTER
+from tapeproxy.exchange.blobs import unpack
 from tests.conftest import MakeProxy
 from tests.fakes.raw import RawUpstream
 from tests.fakes.upstream import FakeUpstream, Reply
@@ -51,7 +52,15 @@ def cycling(*sizes: int) -> Iterator[int]:
 
 
 def exchanges(cassettes: Path) -> list[dict[str, object]]:
-    return [json.loads(p.read_bytes()) for p in sorted(cassettes.rglob("[0-9a-f]*.json"))]
+    """Each exchange file's data, its blobs (a long body's runs) joined back."""
+    return [joined(path) for path in sorted(cassettes.rglob("[0-9a-f]*.json"))]
+
+
+def joined(path: Path) -> dict[str, object]:
+    def blob(digest: str) -> bytes:
+        return (path.parent / "blobs" / digest).read_bytes()
+
+    return unpack(json.loads(path.read_bytes()), blob)
 
 
 def every_file(cassettes: Path) -> list[Path]:

@@ -98,6 +98,9 @@ class MemoryStore:
     def read_blob(self, cassette: str, digest: str) -> bytes | None:
         return self.blob_data.get(check_folder_name(cassette), {}).get(digest)
 
+    def write_blob(self, cassette: str, digest: str, size: int, pieces: Iterable[bytes]) -> None:
+        self._put_blobs(cassette, {digest: b"".join(pieces)})
+
     def delete_blob(self, cassette: str, digest: str) -> None:
         self.blob_data.get(check_folder_name(cassette), {}).pop(digest, None)
 

@@ -221,7 +221,9 @@ def realtime_answers(event: dict[str, Any], n: int, session: dict[str, Any]) -> 
     ]
     for word in words:
         if audio:
-            chunk = base64.b64encode(word.encode() * 40).decode()
+            # A response asked with instructions saying "long" sends ~200 KB an audio delta.
+            long = "long" in str((event.get("response") or {}).get("instructions", ""))
+            chunk = base64.b64encode(word.encode() * (40_000 if long else 40)).decode()
             out.append(
                 {
                     "type": "response.output_audio.delta",

@@ -13,7 +13,8 @@ Built-in routes (answers are byte-identical for identical requests; ids come
 from a hash of the request body, timestamps are constants):
 
 - ``POST /v1/chat/completions``, ``POST /v1/responses``, ``POST /v1/embeddings``,
-  ``GET /v1/models`` (OpenAI, see ``openai_wire``)
+  ``GET /v1/models`` (OpenAI, see ``openai_wire``); ``POST /v1/images/generations``
+  (OpenAI's images, streamed or not, see ``images_wire``)
 - ``POST /v1/messages`` (Anthropic, see ``anthropic_wire``)
 - ``POST /v1beta/models/{model}:generateContent`` / ``:streamGenerateContent``
   (Gemini, see ``gemini_wire``)
@@ -45,7 +46,7 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
-from . import anthropic_wire, bedrock_wire, gemini_wire, ollama_wire, openai_wire
+from . import anthropic_wire, bedrock_wire, gemini_wire, images_wire, ollama_wire, openai_wire
 from .sigv4 import SigV4Check
 from .wire import JsonOut, Out, StreamOut, WireRequest, dumps
 
@@ -56,6 +57,7 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("POST", "/v1/responses"): openai_wire.responses,
     ("POST", "/v1/embeddings"): openai_wire.embeddings,
     ("GET", "/v1/models"): openai_wire.models,
+    ("POST", "/v1/images/generations"): images_wire.generate,
     ("POST", "/v1/messages"): anthropic_wire.messages,
     ("POST", "/api/chat"): ollama_wire.chat,
     ("POST", "/api/generate"): ollama_wire.generate,

@@ -147,7 +147,9 @@ def test_a_record_too_large_to_hold_renders_piece_by_piece_as_whole() -> None:
     pieces = render_around(skeleton, lambda ascii: frames_json(frames, ascii))
     assert b"".join(pieces) == render(whole)
     model = Exchange.model_validate(skeleton)
-    assert b"".join(dump_around(model, lambda ascii: frames_json(frames, ascii))) == render(whole)
+    assert b"".join(
+        dump_around(model, lambda ascii, blobber: frames_json(frames, ascii))
+    ) == render(whole)
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])

@@ -102,3 +102,26 @@ def test_a_damaged_or_hostile_cache_is_never_trusted(tmp_path: Path) -> None:
     cache(root).write_bytes(hashlib.sha256(text).hexdigest().encode() + b"\n" + text)
     os.utime(root)  # the folder's stamp changes: what is kept for it is looked at again
     assert ls(root) == ["a", "b"]
+
+
+def test_a_hostile_cache_cannot_lead_the_walk_through_a_link(tmp_path: Path) -> None:
+    """A link to a folder is never walked into (os.walk does not), even when the cache says
+    it is a folder of the library with the stamp of the folder it leads to."""
+    root = tmp_path / "cassettes"
+    FileStore(root).write("a", exchange())
+    outside = tmp_path / "outside"
+    FileStore(outside).write("x", exchange())
+    (root / "out").symlink_to(outside, target_is_directory=True)
+    for _ in range(2):  # the first makes the state folder: a change to the root
+        settled(root)
+        assert ls(root) == ["a"]
+    body = json.loads(cache(root).read_bytes().partition(b"\n")[2])
+    kept = body["folders"]
+    root_stamp, there = kept[""][0], os.stat(outside)
+    kept[""] = [root_stamp, False, False, ["a", "out"]]
+    kept["out"] = [f"{there.st_ino}:{there.st_mtime_ns}:{there.st_ctime_ns}", False, False, ["x"]]
+    inner = os.stat(outside / "x")
+    kept["out/x"] = [f"{inner.st_ino}:{inner.st_mtime_ns}:{inner.st_ctime_ns}", True, False, []]
+    text = json.dumps(body).encode()
+    cache(root).write_bytes(hashlib.sha256(text).hexdigest().encode() + b"\n" + text)
+    assert ls(root) == ["a"]

@@ -67,8 +67,10 @@ def _adopt(job: Job) -> None:
     global _JOB
     _JOB = job
     # Ctrl-C reaches the whole process group: a worker just ends (no traceback of its own),
-    # and the parent stops as one process would.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # and the parent stops as one process would; unless it was started with Ctrl-C ignored
+    # (`verify &` in a script), which its workers ignore too.
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _one(name: str) -> Verdict:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -106,3 +108,35 @@ def test_a_small_library_is_checked_in_this_process(tmp_path: Path, count: int) 
     for n in range(count):
         store.write("a" if n % 2 else "b", exchange(key=f"{n:064x}"), fresh=True)
     assert _workers(store, store.cassettes()) == 1
+
+
+def _children(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: checked in one process")
+def test_an_ignored_ctrl_c_is_ignored_by_the_workers_too(tmp_path: Path) -> None:
+    """A verify started with Ctrl-C ignored (`verify &` in a script: the shell ignores SIGINT
+    for it) goes on when its process group gets one, as a verify in one process does."""
+    root = tmp_path / "cassettes"
+    keyed_library(root)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
+    process = subprocess.Popen(
+        [*TAPEPROXY, "verify", "--cassettes", str(root), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # as `sh` does for `&`
+    )
+    while process.poll() is None and not _children(process.pid):
+        time.sleep(0.01)  # polled: the workers start once the library is listed
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGINT)
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err
+    assert [v["cassette"] for v in json.loads(out)] == CASSETTES

@@ -116,10 +116,8 @@ def _one(
     blobs, marked = held([exchange.request.body, exchange.response.body])
     current = exchange.read_as >= (BLOBS_VERSION if marked else INLINE_VERSION)
     if not current:
-        if upgrade and (exchange.key, exchange.ordinal) == parsed:
-            store.write(cassette, exchange)  # a new stamp: checked again next time
-            verdict.upgraded.append(name)
-        else:
+        upgraded = upgrade and (exchange.key, exchange.ordinal) == parsed
+        if not (upgraded and _upgraded(store, cassette, exchange, name, verdict)):
             verdict.outdated.append(name)
             blobs = set()  # its large strings are inline: it refers to no blob
     problem = _check_file(cassette, exchange, parsed, rules_for)
@@ -129,6 +127,22 @@ def _one(
     elif current:
         before.sound(name, exchange.request.upstream, rules_for, blobs)
     return blobs
+
+
+def _upgraded(
+    store: CassetteStore, cassette: str, exchange: Exchange, name: str, verdict: Verdict
+) -> bool:
+    """The file written again in today's schema_version (a new stamp: checked again next
+    time); one that cannot be (a read-only library) is flagged, not a traceback."""
+    try:
+        store.write(cassette, exchange)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        where = f" ({exc.filename})" if exc.filename else ""
+        verdict.flag(name, f"cannot be rewritten in today's schema_version: {why}{where}")
+        return False
+    verdict.upgraded.append(name)
+    return True
 
 
 def _check_blobs(store: CassetteStore, cassette: str, used: set[str], verdict: Verdict) -> None:

@@ -12,6 +12,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from stat import S_ISLNK
 from typing import Any
 
 from tapeproxy.store import state
@@ -36,10 +37,12 @@ def walk(root: Path, unlistable: Callable[[OSError], None]) -> list[tuple[str, b
     while stack:
         name = stack.pop()
         folder = os.path.join(root, name) if name else str(root)
-        try:
-            st = os.stat(folder)
+        try:  # a link to a folder is not walked into (os.walk's way), whatever is kept
+            st = os.lstat(folder) if name else os.stat(folder)
         except OSError as exc:
             unlistable(exc)
+            continue
+        if S_ISLNK(st.st_mode):
             continue
         stamp = f"{st.st_ino}:{st.st_mtime_ns}:{st.st_ctime_ns}"
         entry = kept.get(name)

@@ -117,9 +117,8 @@ def _one(
     blobs = used_by(exchange)  # those it was read with (none for an older file's)
     current = exchange.read_as >= (BLOBS_VERSION if marked else INLINE_VERSION)
     if not current:
-        if upgrade and (exchange.key, exchange.ordinal) == parsed:
-            store.write(cassette, exchange)  # a new stamp: checked again next time
-            verdict.upgraded.append(name)
+        upgraded = upgrade and (exchange.key, exchange.ordinal) == parsed
+        if upgraded and _upgraded(store, cassette, exchange, name, verdict):
             blobs = written_as(exchange)
         else:
             verdict.outdated.append(name)
@@ -130,6 +129,22 @@ def _one(
     elif current:
         before.sound(name, exchange.request.upstream, rules_for, blobs)
     return blobs
+
+
+def _upgraded(
+    store: CassetteStore, cassette: str, exchange: Exchange, name: str, verdict: Verdict
+) -> bool:
+    """The file written again in today's schema_version (a new stamp: checked again next
+    time); one that cannot be (a read-only library) is flagged, not a traceback."""
+    try:
+        store.write(cassette, exchange)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        where = f" ({exc.filename})" if exc.filename else ""
+        verdict.flag(name, f"cannot be rewritten in today's schema_version: {why}{where}")
+        return False
+    verdict.upgraded.append(name)
+    return True
 
 
 def _check_blobs(store: CassetteStore, cassette: str, used: set[str], verdict: Verdict) -> None:

@@ -5,9 +5,11 @@ checks are Python: one process uses one core, and a cold library is read file by
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
 import sys
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -66,9 +68,21 @@ def _workers(store: CassetteStore, names: list[str]) -> int:
 def _adopt(job: Job) -> None:
     global _JOB
     _JOB = job
+    # A parent killed alone (a CI job's timeout, the OOM killer) would leave its workers
+    # waiting for work for ever, holding its output open: each ends once it is gone.
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_orphaned, args=(parent.sentinel,), daemon=True).start()
     # Ctrl-C reaches the whole process group: a worker just ends (no traceback of its own),
-    # and the parent stops as one process would.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # and the parent stops as one process would; unless it was started with Ctrl-C ignored
+    # (`verify &` in a script), which its workers ignore too.
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _orphaned(sentinel: int) -> None:
+    multiprocessing.connection.wait([sentinel])  # readable once the parent has ended
+    os._exit(1)
 
 
 def _one(name: str) -> Verdict:

@@ -104,7 +104,9 @@ def viewer_app(
 
     def render(request: Request, page: str, status: int = 200, **values: Any) -> HTMLResponse:
         text = templates.get_template(page).render(live=live is not None, **values)
-        return HTMLResponse(text, status_code=status)
+        # A name in no encoding (a folder's, as the system gives it) is shown escaped: it
+        # cannot be UTF-8, and the page must still answer.
+        return HTMLResponse(text.encode("utf-8", "backslashreplace"), status_code=status)
 
     def guarded(handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
         def endpoint(request: Request) -> Response:  # sync: starlette runs it in a thread

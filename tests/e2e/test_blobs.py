@@ -199,6 +199,30 @@ def test_verify_upgrade_rewrites_a_version_1_file_with_a_large_string_with_its_b
     assert converse(make_proxy(mode="replay", cassette="vision").url, turns=1) == said
 
 
+def test_verify_upgrade_of_a_cassette_it_cannot_write_says_so_per_file(
+    make_proxy: MakeProxy, cassettes: Path
+) -> None:
+    """A cassette verify cannot write into (a read-only mount; here its `blobs` is a file):
+    --upgrade flags the file it could not rewrite (no traceback) and checks the rest."""
+    recorder = make_proxy(mode="record", cassette="vision")
+    converse(recorder.url, turns=1)
+    recorder.stop()
+    folder = cassettes / "vision"
+    [path] = folder.glob("*.json")
+    key = path.name.removesuffix(".json")
+    whole = dump_exchange(FileStore(cassettes).read("vision", key, 1))  # as version 1 held it
+    path.write_bytes(whole)
+    shutil.rmtree(folder / "blobs")
+    (folder / "blobs").write_bytes(b"")
+    code, out = cli("verify", "vision", "--cassettes", str(cassettes), "--upgrade", "--json")
+    assert code == 1, out
+    [verdict] = json.loads(out)
+    assert verdict["outdated"] == [path.name] and verdict["upgraded"] == []
+    [problem] = verdict["problems"]
+    assert problem["file"] == path.name and "cannot be rewritten" in problem["problem"]
+    assert path.read_bytes() == whole
+
+
 def test_an_s3_blob_another_machine_deleted_is_put_again_not_taken_from_the_cache(
     s3_library: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

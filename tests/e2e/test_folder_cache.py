@@ -85,20 +85,59 @@ def test_a_damaged_or_hostile_cache_is_never_trusted(tmp_path: Path) -> None:
     store.write("b", exchange())
     outside = tmp_path / "outside"
     FileStore(outside).write("x", exchange())
-    settled(root)
-    assert ls(root) == ["a", "b"]
+    for _ in range(2):  # the first makes the state folder: a change to the root
+        settled(root)
+        assert ls(root) == ["a", "b"]
     good = cache(root).read_bytes()
     body = json.loads(good.partition(b"\n")[2])
     cache(root).write_bytes(good[:-9] + b"garbage!}")
     assert ls(root) == ["a", "b"], "its digest does not match"
     stamp = body["folders"][""][0]
-    for inner in (["../outside/x"], [".."], ["/etc"], ["a", 7], "a"):
+    for inner in (["../outside/x"], [".."], [str(outside)], ["a", 7], "a"):
         hostile = {**body, "folders": {**body["folders"], "": [stamp, False, False, inner]}}
         text = json.dumps(hostile).encode()
         cache(root).write_bytes(hashlib.sha256(text).hexdigest().encode() + b"\n" + text)
+        # What a walk outside found would be skipped (no cassette's name), not listed.
+        skipped: dict[str, str] = {}
+        assert store.cassettes(skipped) == ["a", "b"] and not skipped, inner
         assert ls(root) == ["a", "b"], inner
     lying = {**body, "folders": {**body["folders"], "": [stamp, False, False, []]}}
     text = json.dumps(lying).encode()
     cache(root).write_bytes(hashlib.sha256(text).hexdigest().encode() + b"\n" + text)
     os.utime(root)  # the folder's stamp changes: what is kept for it is looked at again
     assert ls(root) == ["a", "b"]
+
+
+def test_a_hostile_cache_cannot_lead_the_walk_through_a_link(tmp_path: Path) -> None:
+    """A link to a folder is never walked into (os.walk does not), even when the cache says
+    it is a folder of the library with the stamp of the folder it leads to."""
+    root = tmp_path / "cassettes"
+    FileStore(root).write("a", exchange())
+    outside = tmp_path / "outside"
+    FileStore(outside).write("x", exchange())
+    (root / "out").symlink_to(outside, target_is_directory=True)
+    for _ in range(2):  # the first makes the state folder: a change to the root
+        settled(root)
+        assert ls(root) == ["a"]
+    body = json.loads(cache(root).read_bytes().partition(b"\n")[2])
+    kept = body["folders"]
+    root_stamp, there = kept[""][0], os.stat(outside)
+    kept[""] = [root_stamp, False, False, ["a", "out"]]
+    kept["out"] = [f"{there.st_ino}:{there.st_mtime_ns}:{there.st_ctime_ns}", False, False, ["x"]]
+    inner = os.stat(outside / "x")
+    kept["out/x"] = [f"{inner.st_ino}:{inner.st_mtime_ns}:{inner.st_ctime_ns}", True, False, []]
+    text = json.dumps(body).encode()
+    cache(root).write_bytes(hashlib.sha256(text).hexdigest().encode() + b"\n" + text)
+    assert ls(root) == ["a"]
+
+
+def test_a_folder_changed_in_the_last_seconds_is_not_kept(tmp_path: Path) -> None:
+    """A folder changed within RACY could change again within its mtime's tick (a second on
+    some file systems) keeping its stamp: what was found in it is looked at again next time."""
+    root = tmp_path / "cassettes"
+    FileStore(root).write("old", exchange())
+    settled(root)
+    FileStore(root).write("fresh", exchange())
+    assert ls(root) == ["fresh", "old"]
+    kept = json.loads(cache(root).read_bytes().partition(b"\n")[2])["folders"]
+    assert "old" in kept and "fresh" not in kept and "" not in kept

@@ -5,9 +5,12 @@ workers."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -106,3 +109,74 @@ def test_a_small_library_is_checked_in_this_process(tmp_path: Path, count: int) 
     for n in range(count):
         store.write("a" if n % 2 else "b", exchange(key=f"{n:064x}"), fresh=True)
     assert _workers(store, store.cassettes()) == 1
+
+
+def _children(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: checked in one process")
+def test_an_ignored_ctrl_c_is_ignored_by_the_workers_too(tmp_path: Path) -> None:
+    """A verify started with Ctrl-C ignored (`verify &` in a script: the shell ignores SIGINT
+    for it) goes on when its process group gets one, as a verify in one process does."""
+    root = tmp_path / "cassettes"
+    keyed_library(root)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
+    process = subprocess.Popen(
+        [*TAPEPROXY, "verify", "--cassettes", str(root), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # as `sh` does for `&`
+    )
+    while process.poll() is None and not _children(process.pid):
+        time.sleep(0.01)  # polled: the workers start once the library is listed
+    assert process.poll() is None, "a library this size is checked by worker processes"
+    os.killpg(process.pid, signal.SIGINT)
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err
+    assert [v["cassette"] for v in json.loads(out)] == CASSETTES
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: checked in one process")
+def test_the_workers_of_a_killed_verify_end_too(tmp_path: Path) -> None:
+    """A verify killed as a CI job's timeout or the OOM killer kills (its process alone) leaves
+    no worker behind holding its output open (its reader would wait for ever)."""
+    root = tmp_path / "cassettes"
+    keyed_library(root)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
+    process = subprocess.Popen(
+        [*TAPEPROXY, "verify", "--cassettes", str(root), "--json"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    workers: list[str] = []
+    while process.poll() is None and not workers:
+        workers = _children(process.pid)
+        time.sleep(0.01)  # polled: the workers start once the library is listed
+    assert workers, "a library this size is checked by worker processes"
+    process.kill()
+    try:
+        process.communicate(timeout=30)  # ends once no worker holds the output open
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while [pid for pid in workers if _running(pid)] and time.monotonic() < deadline:
+        time.sleep(0.01)  # polled: a worker that closed its output is ending
+    assert not [pid for pid in workers if _running(pid)]
+
+
+def _running(pid: str) -> bool:
+    """Whether the process is there and not ended (a zombie not yet reaped has ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] not in "ZX"
+    except OSError:
+        return False

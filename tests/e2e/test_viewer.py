@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import http.server
 import json
+import os
 import shutil
 import subprocess
 import threading
@@ -153,6 +154,21 @@ def test_an_unreadable_file_is_a_row_saying_why_not_made_up_numbers(tmp_path: Pa
     row = next(line for line in page.split("<tr") if edited.name in line)
     assert "unreadable: response.status: Input should be a valid integer" in row
     assert ">-1<" not in row and "0/0" not in row
+
+
+def test_a_folder_named_in_no_encoding_is_shown_skipped_not_a_failed_page(tmp_path: Path) -> None:
+    """A folder whose name is no UTF-8 (unzipped from an old archive): the library page
+    still answers, naming it skipped, escaped."""
+    library = tmp_path / "cassettes"
+    shutil.copytree(ROOT / "cassettes" / "example", library / "example")
+    shutil.copytree(ROOT / "cassettes" / "example", library / os.fsdecode(b"caf\xe9"))
+    view = View(library, tmp_path)
+    try:
+        answer = httpx.get(view.url)
+    finally:
+        view.stop()
+    assert answer.status_code == 200
+    assert "<code>caf\\udce9</code>" in answer.text.split('id="skipped"')[1]
 
 
 def test_view_refuses_a_missing_library_in_one_line(tmp_path: Path) -> None:

@@ -226,7 +226,7 @@ def _decoded(text: str | None) -> Any:
             pass
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past orjson's 1024 levels: no JSON, no crash
         return None
 
 

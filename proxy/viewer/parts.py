@@ -53,7 +53,19 @@ class Shown:
 def shown(text: str, limit: int, scrub: Scrub, whole: str = "") -> Shown:
     if len(text) <= limit:
         return Shown(text, len(text), whole)
-    return Shown(scrub(text[: limit + MARGIN])[:limit], len(text), whole)
+    return Shown(_head(lambda n: text[:n], len(text), limit, scrub), len(text), whole)
+
+
+def _head(first: Callable[[int], str], size: int, limit: int, scrub: Scrub) -> str:
+    """The first `limit` characters of a text of `size`, scrubbed from a head of it that holds
+    MARGIN more once scrubbed: keys masked shorten the head, and what then came into view
+    could end in half a key (which no key format matches). Longer heads only where it did."""
+    n = limit + MARGIN
+    while True:
+        kept = scrub(first(n))
+        if len(kept) >= limit + MARGIN or n >= size:
+            return kept[:limit]
+        n *= 2
 
 
 def pretty(value: Any, limit: int, scrub: Scrub, whole: str) -> Shown:
@@ -61,17 +73,26 @@ def pretty(value: Any, limit: int, scrub: Scrub, whole: str) -> Shown:
     (the rest counted), so a 60 MB body is never one more 60 MB string."""
     if value is None or isinstance(value, str):
         return shown("(empty)" if value is None else value, limit, scrub, whole)
+    text, size = _encoded(value, limit + MARGIN)
+    if size <= limit:
+        return Shown(text, size, whole)
+
+    def first(n: int) -> str:
+        return text[:n] if n <= len(text) else _encoded(value, n)[0]
+
+    return Shown(_head(first, size, limit, scrub), size, whole)
+
+
+def _encoded(value: Any, keep: int) -> tuple[str, int]:
+    """The first `keep` characters of a value's pretty JSON, and the whole's length."""
     kept: list[str] = []
     size = held = 0
     for piece in json.JSONEncoder(indent=2, ensure_ascii=False).iterencode(value):
         size += len(piece)
-        if held < limit + MARGIN:
-            kept.append(piece[: limit + MARGIN - held])
+        if held < keep:
+            kept.append(piece[: keep - held])
             held += len(kept[-1])
-    text = "".join(kept)
-    if size <= limit:
-        return Shown(text, size, whole)
-    return Shown(scrub(text)[:limit], size, whole)
+    return "".join(kept), size
 
 
 def pretty_whole(value: Any) -> str:

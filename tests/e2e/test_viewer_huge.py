@@ -22,7 +22,7 @@ from tapeproxy.exchange.model import (
     StoredResponse,
 )
 from tapeproxy.store.files import FileStore
-from tapeproxy.viewer.parts import CUT
+from tapeproxy.viewer.parts import CUT, MARGIN
 from tests.support.viewer import View
 
 KEY = "sk-proj-HugeExchange0123456789abcdefghijklmnopqrstuv"
@@ -146,6 +146,32 @@ def test_a_bad_part_or_start_is_a_one_line_400(tmp_path: Path) -> None:
         for part in ("frame.999999", "message.5.0", "response"):  # well formed, not there
             answer = httpx.get(text + part, timeout=60)
             assert answer.status_code == 404 and "has no part" in answer.text, part
+    finally:
+        code, err = view.stop()
+    assert code == 0, err
+
+
+def test_keys_masked_before_the_cut_never_bring_half_a_key_into_view(tmp_path: Path) -> None:
+    # 200 keys masked shorten the text's head by 8,000 characters: what lay past the scrubbed
+    # margin (a second key, cut in half there) would be shown, and half a key matches no format
+    other = "sk-proj-SecondSecretKey0123456789abcdefghijklmnopqr"
+    head = (KEY + " ") * 200
+    end = CUT + MARGIN
+    message = head + "x" * (end - len(head) - 20) + " " + other + " tail" * 10_000
+    before = len('{\n  "note": "')  # the pretty answer's characters before its note
+    answer = {"note": head + "y" * (end - len(head) - 20 - before) + " " + other + " z" * 9_000}
+    exchange = huge_stream().model_copy(update={"key": "f" * 64, "ordinal": 1, "seq": 2})
+    exchange.request.body["json"]["messages"][0]["content"] = message  # type: ignore[index]
+    response = StoredResponse(status=200, body={"json": answer})
+    FileStore(tmp_path / "cassettes").write(
+        "keys", exchange.model_copy(update={"response": response}), fresh=True
+    )
+    view = View(tmp_path / "cassettes", tmp_path)
+    try:
+        url = f"{view.url}exchange?cassette=keys&file={'f' * 64}.json"
+        html = httpx.get(url, timeout=60).text
+        assert html.count("Shown: the first 20,000 of") == 3, "the message, its body, the answer"
+        assert other[:12] not in html and KEY[:12] not in html
     finally:
         code, err = view.stop()
     assert code == 0, err

@@ -5,6 +5,7 @@ one-line 400, never a 500."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -172,6 +173,42 @@ def test_keys_masked_before_the_cut_never_bring_half_a_key_into_view(tmp_path: P
         html = httpx.get(url, timeout=60).text
         assert html.count("Shown: the first 20,000 of") == 3, "the message, its body, the answer"
         assert other[:12] not in html and KEY[:12] not in html
+    finally:
+        code, err = view.stop()
+    assert code == 0, err
+
+
+def test_clicks_queued_on_a_huge_exchange_hold_no_other_page(tmp_path: Path) -> None:
+    """48 pages of a slow exchange asked at once: two are built, the others wait for their
+    turn without a thread (starlette has 40 for every sync page), so the library answers."""
+    store = FileStore(tmp_path / "cassettes")
+    slow = huge_stream()
+    piece = "data: " + json.dumps({"choices": [{"delta": {"content": "word "}}]}) + "\n\n"
+    frames = [Frame(ms=n, text=piece) for n in range(60_000)]
+    store.write(
+        "huge",
+        slow.model_copy(update={"response": slow.response.model_copy(update={"frames": frames})}),
+        fresh=True,
+    )
+    view = View(tmp_path / "cassettes", tmp_path)
+    done: list[int] = []
+
+    async def clicks() -> None:
+        async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=100)) as c:
+
+            async def page(n: int) -> None:
+                await c.get(f"{view.url}exchange?cassette=huge&file={STREAM}&start={n}")
+                done.append(n)
+
+            pages = [asyncio.create_task(page(n)) for n in range(48)]
+            await asyncio.sleep(0.5)  # for the 48 to reach the server: no answer is awaited
+            library = await c.get(view.url)
+            assert library.status_code == 200 and len(done) < 5, f"{len(done)} pages first"
+            for task in pages:
+                task.cancel()
+
+    try:
+        asyncio.run(clicks())
     finally:
         code, err = view.stop()
     assert code == 0, err

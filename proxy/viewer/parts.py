@@ -124,13 +124,19 @@ def start_of(value: str | None, total: int) -> int:
     if value is None:
         return 0
     if not (value.isascii() and value.isdigit()):
-        raise BadPart(f"start must be a frame number (0 or more), not {value[:40]!r}")
+        raise BadPart(f"start must be a frame number (0 or more), not {_quoted(value)}")
     start = int(value) if len(value) <= 18 else 10**18
     if start and not total:
         raise BadPart(f"start {value[:40]}: this exchange has no frames to page through")
     if start and start >= total:
         raise BadPart(f"start {value[:40]} is past the last frame ({max(total - 1, 0)})")
     return start
+
+
+def _quoted(value: str) -> str:
+    """A value given, quoted whole (the page's scrub sees a key in it whole) or, long, not at
+    all: cut, a key's head matches no key format and would be shown."""
+    return repr(value) if len(value) <= 40 else f"a text of {len(value):,} characters"
 
 
 @dataclass(frozen=True)
@@ -144,9 +150,9 @@ class Named:
 def named(value: str | None) -> Named:
     found = _PART.fullmatch(value or "")
     if found is None:
-        text = (value or "")[:40]
+        text = _quoted(value or "")
         raise BadPart(
-            f"part must be request, response, message.I.J, answer.I.J or frame.N, not {text!r}"
+            f"part must be request, response, message.I.J, answer.I.J or frame.N, not {text}"
         )
     if found[1]:
         return Named(found[1], ())

@@ -212,3 +212,18 @@ def test_clicks_queued_on_a_huge_exchange_hold_no_other_page(tmp_path: Path) -> 
     finally:
         code, err = view.stop()
     assert code == 0, err
+
+
+def test_a_key_given_as_part_or_start_is_not_quoted_in_half(tmp_path: Path) -> None:
+    # quoted cut to 40 characters, 27 of an Anthropic key's were shown: too few for its format
+    key = "sk-ant-api03-" + "Ab1_" * 23 + "AA"
+    view, _ = started(tmp_path)
+    try:
+        for asked in (f"exchange?cassette=huge&file={STREAM}&start={key}", f"text?part={key}"):
+            answer = httpx.get(f"{view.url}{asked}&cassette=huge&file={STREAM}", timeout=60)
+            assert answer.status_code == 400 and key[:16] not in answer.text, asked[:8]
+            said = re.search(r'<p class="error">(.*?)</p>', answer.text)
+            assert said is not None and "characters" in said[1], said
+    finally:
+        code, err = view.stop()
+    assert code == 0, err

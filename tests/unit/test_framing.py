@@ -347,6 +347,7 @@ def test_a_union_of_signs_holds_where_one_of_them_does() -> None:
         (b'[{"a":1},\r\n{"b":2}', None),
         (b'[{"a":1},\r\n', None),
         (b"", None),
+        (b"[" * 5_000 + b"]" * 5_000, None),  # past json's recursion limit: no crash
     ],
 )
 def test_json_document_is_the_items_of_a_whole_document_only(

@@ -226,7 +226,7 @@ def _decoded(text: str | None) -> Any:
             pass
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past orjson's 1024 levels: no JSON, no crash
         return None
 
 
@@ -275,6 +275,6 @@ def json_document(body: bytes) -> list[Any] | None:
     one value), else None: the `json` dialect's payloads, and its end."""
     try:
         value = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the parser's depth: no document
         return None
     return value if isinstance(value, list) else [value]

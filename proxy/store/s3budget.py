@@ -12,7 +12,8 @@ and the count's update, an older tapeproxy that does not count, entries deleted 
 
 Readers take no lock: an entry is renamed into place whole and checked by its digest, so a
 reader sees the old entry, the new one or none. A put waits LOCK_WAIT at most for the lock,
-then keeps nothing (its object is read from the store again next time).
+then keeps nothing (its object is read from the store again next time); for HURRIED after
+that, puts take the lock only if it is free at once.
 
 Where `fcntl` is missing (Windows) the lock is no lock: puts made at the same instant may lose
 one another's counting, so the cache may pass its limit by what they lost until the next walk
@@ -34,6 +35,9 @@ except ImportError:  # Windows
 LOW_WATER = 0.8  # eviction leaves at most this share of the limit (with room for the put)
 RECOUNT_AFTER = 600.0  # seconds: a count older than this is checked against a walk
 LOCK_WAIT = 10.0  # seconds: the longest a put waits for another's (an eviction walks the folder)
+# Seconds after a put waited LOCK_WAIT in vain in which puts take the lock only if it is free at
+# once: a stopped holder costs a server opening a cassette of N objects one wait, not N.
+HURRIED = 60.0
 COUNT = b"tapeproxy-cache-count 1"  # the count file's first word and version
 
 
@@ -43,6 +47,7 @@ class Budget:
 
     def __init__(self, folder: Path, count_file: Path, limit: int) -> None:
         self.folder, self.count_file, self.limit = folder, count_file, limit
+        self._hurried_until = 0.0  # time.monotonic() until which the lock is not waited for
 
     def admit(self, path: Path, size: int, write: Callable[[], object]) -> None:
         """Make room for a file of about `size` bytes at `path` (the least recently used out,
@@ -113,27 +118,32 @@ class Budget:
             self.count_file.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.count_file, flags, 0o666)
         try:
-            _lock(fd)
+            try:
+                _lock(fd, LOCK_WAIT if time.monotonic() >= self._hurried_until else 0.0)
+            except TimeoutError:
+                self._hurried_until = time.monotonic() + HURRIED
+                raise
+            self._hurried_until = 0.0
             yield fd
         finally:
             os.close(fd)
 
 
-def _lock(fd: int) -> None:
-    """Wait for the lock, LOCK_WAIT at most: a holder stopped (SIGSTOP) or a hung mount must
+def _lock(fd: int, wait: float) -> None:
+    """Wait for the lock, `wait` seconds at most: a holder stopped (SIGSTOP) or a hung mount must
     not hang a server, so then TimeoutError (an OSError: the caller keeps or drops nothing,
     as for a cache it cannot write). A file system that takes no locks (some FUSE mounts)
     answers another OSError: counted without the lock then, as where there is no fcntl."""
     if fcntl is None:
         return
-    deadline, pause = time.monotonic() + LOCK_WAIT, 0.001
+    deadline, pause = time.monotonic() + wait, 0.001
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return
         except BlockingIOError:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the S3 cache's lock was held over {LOCK_WAIT:.0f} s") from None
+                raise TimeoutError(f"the S3 cache's lock was held over {wait:.0f} s") from None
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
         except OSError:

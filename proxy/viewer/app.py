@@ -6,10 +6,10 @@ server mounts it at /__tapeproxy/ui/ with its misses."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -18,6 +18,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
@@ -49,6 +50,7 @@ SVG_POLICY = (
 )
 PIECE = 1 << 20  # bytes of a whole text sent at a time
 READERS = 2  # exchange pages (and their downloads, images) built at once
+HEAVY = ("/exchange", "/text", "/image")  # the routes that read an exchange file whole
 
 
 class Policy:
@@ -120,9 +122,15 @@ def viewer_app(
 
     routes = _routes(store, prices, live, render, scrub)
     static = StaticFiles(directory=Path(__file__).parent / "static")
+    readers = asyncio.Semaphore(READERS)
     app = Starlette(
         routes=[
-            *(Route(path, guarded(handler)) for path, handler in routes),
+            *(
+                Route(
+                    path, _one_of(readers, guarded(handler)) if path in HEAVY else guarded(handler)
+                )
+                for path, handler in routes
+            ),
             Mount("/static", app=static),
         ]
     )
@@ -173,25 +181,20 @@ def _exchange_routes(
     render: Callable[..., HTMLResponse],
     scrub: Callable[[str], str],
 ) -> list[tuple[str, Callable[[Request], Response]]]:
-    """One exchange's page (in parts), the whole of one of its texts, one of its images.
-    At most READERS of them at once: each reads its exchange file whole (a 60 MB stream
-    takes about 1 GB for seconds), so a reader clicking on fast holds no more than that."""
-    readers = threading.BoundedSemaphore(READERS)
+    """One exchange's page (in parts), the whole of one of its texts, one of its images
+    (HEAVY: at most READERS of them at once, `_one_of`)."""
 
-    @_one_of(readers)
     def exchange(request: Request) -> Response:
         name, file = _given(request, "cassette"), _given(request, "file")
         start = request.query_params.get("start")
         view = pages.exchange(store, name, file, prices, start, scrub)
         return render(request, "exchange.html", view=view)
 
-    @_one_of(readers)
     def text(request: Request) -> Response:
         name, file = _given(request, "cassette"), _given(request, "file")
         part = request.query_params.get("part")
         return download(scrub(pages.whole(store, name, file, part)), f"{file[:12]}-{part}.txt")
 
-    @_one_of(readers)
     def image(request: Request) -> Response:
         name, file = _given(request, "cassette"), _given(request, "file")
         return _picture(pages.image(store, name, file, _number(request.query_params.get("n"))))
@@ -200,16 +203,20 @@ def _exchange_routes(
 
 
 def _one_of(
-    readers: threading.BoundedSemaphore,
-) -> Callable[[Callable[[Request], Response]], Callable[[Request], Response]]:
-    def wrap(handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
-        def held(request: Request) -> Response:
-            with readers:
-                return handler(request)
+    readers: asyncio.Semaphore, handler: Callable[[Request], Response]
+) -> Callable[[Request], Awaitable[Response]]:
+    """`handler` in a thread once one of READERS is free: each reads its exchange file whole
+    (a 60 MB stream takes about 1 GB for seconds), so a reader clicking on fast holds no more
+    than that. Waited for on the loop, not in a thread: starlette has 40, and 40 clicks waiting
+    in them held every other page. A reader gone before its turn costs no build."""
 
-        return held
+    async def held(request: Request) -> Response:
+        async with readers:
+            if await request.is_disconnected():
+                return Response(status_code=499)  # no one to read it
+            return await run_in_threadpool(handler, request)
 
-    return wrap
+    return held
 
 
 def _picture(found: Image | None) -> Response:

@@ -53,7 +53,19 @@ class Shown:
 def shown(text: str, limit: int, scrub: Scrub, whole: str = "") -> Shown:
     if len(text) <= limit:
         return Shown(text, len(text), whole)
-    return Shown(scrub(text[: limit + MARGIN])[:limit], len(text), whole)
+    return Shown(_head(lambda n: text[:n], len(text), limit, scrub), len(text), whole)
+
+
+def _head(first: Callable[[int], str], size: int, limit: int, scrub: Scrub) -> str:
+    """The first `limit` characters of a text of `size`, scrubbed from a head of it that holds
+    MARGIN more once scrubbed: keys masked shorten the head, and what then came into view
+    could end in half a key (which no key format matches). Longer heads only where it did."""
+    n = limit + MARGIN
+    while True:
+        kept = scrub(first(n))
+        if len(kept) >= limit + MARGIN or n >= size:
+            return kept[:limit]
+        n *= 2
 
 
 def pretty(value: Any, limit: int, scrub: Scrub, whole: str) -> Shown:
@@ -61,17 +73,26 @@ def pretty(value: Any, limit: int, scrub: Scrub, whole: str) -> Shown:
     (the rest counted), so a 60 MB body is never one more 60 MB string."""
     if value is None or isinstance(value, str):
         return shown("(empty)" if value is None else value, limit, scrub, whole)
+    text, size = _encoded(value, limit + MARGIN)
+    if size <= limit:
+        return Shown(text, size, whole)
+
+    def first(n: int) -> str:
+        return text[:n] if n <= len(text) else _encoded(value, n)[0]
+
+    return Shown(_head(first, size, limit, scrub), size, whole)
+
+
+def _encoded(value: Any, keep: int) -> tuple[str, int]:
+    """The first `keep` characters of a value's pretty JSON, and the whole's length."""
     kept: list[str] = []
     size = held = 0
     for piece in json.JSONEncoder(indent=2, ensure_ascii=False).iterencode(value):
         size += len(piece)
-        if held < limit + MARGIN:
-            kept.append(piece[: limit + MARGIN - held])
+        if held < keep:
+            kept.append(piece[: keep - held])
             held += len(kept[-1])
-    text = "".join(kept)
-    if size <= limit:
-        return Shown(text, size, whole)
-    return Shown(scrub(text)[:limit], size, whole)
+    return "".join(kept), size
 
 
 def pretty_whole(value: Any) -> str:
@@ -103,13 +124,19 @@ def start_of(value: str | None, total: int) -> int:
     if value is None:
         return 0
     if not (value.isascii() and value.isdigit()):
-        raise BadPart(f"start must be a frame number (0 or more), not {value[:40]!r}")
+        raise BadPart(f"start must be a frame number (0 or more), not {_quoted(value)}")
     start = int(value) if len(value) <= 18 else 10**18
     if start and not total:
         raise BadPart(f"start {value[:40]}: this exchange has no frames to page through")
     if start and start >= total:
         raise BadPart(f"start {value[:40]} is past the last frame ({max(total - 1, 0)})")
     return start
+
+
+def _quoted(value: str) -> str:
+    """A value given, quoted whole (the page's scrub sees a key in it whole) or, long, not at
+    all: cut, a key's head matches no key format and would be shown."""
+    return repr(value) if len(value) <= 40 else f"a text of {len(value):,} characters"
 
 
 @dataclass(frozen=True)
@@ -123,9 +150,9 @@ class Named:
 def named(value: str | None) -> Named:
     found = _PART.fullmatch(value or "")
     if found is None:
-        text = (value or "")[:40]
+        text = _quoted(value or "")
         raise BadPart(
-            f"part must be request, response, message.I.J, answer.I.J or frame.N, not {text!r}"
+            f"part must be request, response, message.I.J, answer.I.J or frame.N, not {text}"
         )
     if found[1]:
         return Named(found[1], ())

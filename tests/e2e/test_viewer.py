@@ -290,6 +290,10 @@ def test_off_loopback_the_page_follows_the_admin_token_rules(tmp_path: Path) -> 
     assert guarded.get("/__tapeproxy/ui/misses").status_code == 401
     allowed = guarded.get("/__tapeproxy/ui/misses", headers={"Authorization": f"Bearer {TOKEN}"})
     assert allowed.status_code == 200 and "Last misses" in allowed.text
+    whole = f"/__tapeproxy/ui/text?cassette=example&file={OPENAI}&part=request"
+    assert guarded.get(whole).status_code == 401, "a download follows the page's rules"
+    allowed = guarded.get(whole, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert allowed.status_code == 200 and '"model"' in allowed.text
 
 
 def test_an_mcp_tool_call_is_shown_as_a_tool_call_with_its_result(view: View) -> None:

@@ -5,6 +5,7 @@ one-line 400, never a 500."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -22,7 +23,7 @@ from tapeproxy.exchange.model import (
     StoredResponse,
 )
 from tapeproxy.store.files import FileStore
-from tapeproxy.viewer.parts import CUT
+from tapeproxy.viewer.parts import CUT, MARGIN
 from tests.support.viewer import View
 
 KEY = "sk-proj-HugeExchange0123456789abcdefghijklmnopqrstuv"
@@ -146,6 +147,83 @@ def test_a_bad_part_or_start_is_a_one_line_400(tmp_path: Path) -> None:
         for part in ("frame.999999", "message.5.0", "response"):  # well formed, not there
             answer = httpx.get(text + part, timeout=60)
             assert answer.status_code == 404 and "has no part" in answer.text, part
+    finally:
+        code, err = view.stop()
+    assert code == 0, err
+
+
+def test_keys_masked_before_the_cut_never_bring_half_a_key_into_view(tmp_path: Path) -> None:
+    # 200 keys masked shorten the text's head by 8,000 characters: what lay past the scrubbed
+    # margin (a second key, cut in half there) would be shown, and half a key matches no format
+    other = "sk-proj-SecondSecretKey0123456789abcdefghijklmnopqr"
+    head = (KEY + " ") * 200
+    end = CUT + MARGIN
+    message = head + "x" * (end - len(head) - 20) + " " + other + " tail" * 10_000
+    before = len('{\n  "note": "')  # the pretty answer's characters before its note
+    answer = {"note": head + "y" * (end - len(head) - 20 - before) + " " + other + " z" * 9_000}
+    exchange = huge_stream().model_copy(update={"key": "f" * 64, "ordinal": 1, "seq": 2})
+    exchange.request.body["json"]["messages"][0]["content"] = message  # type: ignore[index]
+    response = StoredResponse(status=200, body={"json": answer})
+    FileStore(tmp_path / "cassettes").write(
+        "keys", exchange.model_copy(update={"response": response}), fresh=True
+    )
+    view = View(tmp_path / "cassettes", tmp_path)
+    try:
+        url = f"{view.url}exchange?cassette=keys&file={'f' * 64}.json"
+        html = httpx.get(url, timeout=60).text
+        assert html.count("Shown: the first 20,000 of") == 3, "the message, its body, the answer"
+        assert other[:12] not in html and KEY[:12] not in html
+    finally:
+        code, err = view.stop()
+    assert code == 0, err
+
+
+def test_clicks_queued_on_a_huge_exchange_hold_no_other_page(tmp_path: Path) -> None:
+    """48 pages of a slow exchange asked at once: two are built, the others wait for their
+    turn without a thread (starlette has 40 for every sync page), so the library answers."""
+    store = FileStore(tmp_path / "cassettes")
+    slow = huge_stream()
+    piece = "data: " + json.dumps({"choices": [{"delta": {"content": "word "}}]}) + "\n\n"
+    frames = [Frame(ms=n, text=piece) for n in range(60_000)]
+    store.write(
+        "huge",
+        slow.model_copy(update={"response": slow.response.model_copy(update={"frames": frames})}),
+        fresh=True,
+    )
+    view = View(tmp_path / "cassettes", tmp_path)
+    done: list[int] = []
+
+    async def clicks() -> None:
+        async with httpx.AsyncClient(timeout=120, limits=httpx.Limits(max_connections=100)) as c:
+
+            async def page(n: int) -> None:
+                await c.get(f"{view.url}exchange?cassette=huge&file={STREAM}&start={n}")
+                done.append(n)
+
+            pages = [asyncio.create_task(page(n)) for n in range(48)]
+            await asyncio.sleep(0.5)  # for the 48 to reach the server: no answer is awaited
+            library = await c.get(view.url)
+            assert library.status_code == 200 and len(done) < 5, f"{len(done)} pages first"
+            for task in pages:
+                task.cancel()
+
+    try:
+        asyncio.run(clicks())
+    finally:
+        code, err = view.stop()
+    assert code == 0, err
+
+
+def test_a_key_given_as_part_or_start_is_not_quoted_in_half(tmp_path: Path) -> None:
+    # quoted cut to 40 characters, 27 of an Anthropic key's were shown: too few for its format
+    key = "sk-ant-api03-" + "Ab1_" * 23 + "AA"
+    view, _ = started(tmp_path)
+    try:
+        for asked in (f"exchange?cassette=huge&file={STREAM}&start={key}", f"text?part={key}"):
+            answer = httpx.get(f"{view.url}{asked}&cassette=huge&file={STREAM}", timeout=60)
+            assert answer.status_code == 400 and key[:16] not in answer.text, asked[:8]
+            said = re.search(r'<p class="error">(.*?)</p>', answer.text)
+            assert said is not None and "characters" in said[1], said
     finally:
         code, err = view.stop()
     assert code == 0, err

@@ -347,6 +347,7 @@ def test_a_union_of_signs_holds_where_one_of_them_does() -> None:
         (b'[{"a":1},\r\n{"b":2}', None),
         (b'[{"a":1},\r\n', None),
         (b"", None),
+        (b"[" * 5_000 + b"]" * 5_000, None),  # past json's recursion limit: no crash
     ],
 )
 def test_json_document_is_the_items_of_a_whole_document_only(
@@ -409,3 +410,35 @@ def test_json_items_reads_an_array_in_any_pieces(
 def test_json_items_stops_at_a_cut_and_reads_no_plain_value() -> None:
     assert list(json_items([b'[{"a": 1}, {"b": ', b"2"])) == [{"a": 1}]
     assert list(json_items([b'{"a": 1}'])) == []
+
+
+@pytest.mark.parametrize("depth", [1000, 1024, 1025, 5000])
+def test_a_frame_nested_past_any_parsers_limit_reads_as_no_json_and_raises_nothing(
+    depth: int,
+) -> None:
+    # orjson stops at 1024 levels, json at the interpreter's recursion limit (RecursionError,
+    # not a ValueError): an upstream's hostile frame must not stop its stream's recording
+    deep = "[" * depth + "]" * depth
+    payload = frame_payload("sse", f"data: {deep}\n\n")
+    levels = 0
+    while isinstance(payload, list) and payload:
+        payload, levels = payload[0], levels + 1
+    assert payload is None or (payload == [] and levels == depth - 1)
+
+
+_NUMBER = st.from_regex(r"\A-?(0|[1-9][0-9]{0,24})(\.[0-9]{1,24})?([eE][+-]?[0-9]{1,3})?\Z")
+_TEXT = st.recursive(
+    _NUMBER | st.sampled_from(['"\\ud800"', '"\\u00e9\\n"', "NaN", "-0", "1E5", '"a"', "true"]),
+    lambda kids: (
+        st.lists(kids, max_size=3).map(lambda v: "[" + ", ".join(v) + "]")
+        | st.lists(kids, max_size=3).map(lambda v: "{" + ",".join(f'"k":{x}' for x in v) + "}")
+    ),
+    max_leaves=12,
+)
+
+
+@given(_TEXT)
+@example('{"a": 1, "a": -0.0, "b": 12345678901234567890}')
+def test_a_frames_json_is_the_value_json_reads(text: str) -> None:
+    # orjson is tried first for speed: its value must be json's, to the type and the sign
+    assert repr(frame_payload("sse", f"data: {text}\n\n")) == repr(json.loads(text))

@@ -144,3 +144,22 @@ def test_a_lock_held_too_long_skips_the_put_and_never_hangs(
     cache.put("c/b.json", "e", b"kept now")
     assert cache.get("c/b.json", "e") == b"kept now"
     assert counted(tmp_path) == held(tmp_path)
+
+
+def test_a_stopped_holder_costs_one_wait_not_one_per_object(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server opening a cassette of a hundred objects, the lock held by a stopped process:
+    the first put waits LOCK_WAIT, the others find the lock busy at once and keep nothing;
+    once it is free again, a put keeps its object."""
+    monkeypatch.setattr(s3budget, "LOCK_WAIT", 0.5)
+    cache = ObjectCache(tmp_path, LIMIT)
+    began = time.monotonic()
+    with (tmp_path / f"{OBJECTS}.count").open("a+b") as held_by_another:
+        fcntl.flock(held_by_another, fcntl.LOCK_EX)
+        for n in range(20):
+            cache.put(f"c/{n}.json", "e", b"not kept")
+    assert time.monotonic() - began < 5.0, "20 puts waited 0.5 s each (10 s)"
+    assert held(tmp_path) == 0
+    cache.put("c/a.json", "e", b"kept")
+    assert cache.get("c/a.json", "e") == b"kept"

@@ -256,5 +256,5 @@ def _frame_text(frame: Frame) -> str:
 def _decoded(data: str) -> Any:
     try:
         return json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past json's depth: no JSON, no crash
         return None

@@ -360,3 +360,11 @@ def test_a_stream_of_many_small_frames_is_shaped_in_bounded_memory() -> None:
     finally:
         tracemalloc.stop()
     assert shape.events == ("message",) and peak < 1_000_000, peak
+
+
+def test_a_frame_nested_past_the_json_parsers_depth_has_a_shape_and_no_crash() -> None:
+    """A live answer (drift sends requests again) may hold a frame nested 5,000 deep: json
+    raises RecursionError there, which is no ValueError."""
+    deep = "[" * 5000 + "]" * 5000
+    shape = shape_of(sse((None, deep), (None, {"type": "done"})), SIGNS)
+    assert shape.status == 200

@@ -46,7 +46,7 @@ def readable(message: Message) -> str | None:
     try:
         text = message.decode("utf-8")
         json.loads(text)
-    except ValueError:  # UnicodeDecodeError too
+    except (ValueError, RecursionError):  # UnicodeDecodeError too
         return None
     return text
 
@@ -89,7 +89,7 @@ def decoded(message: Message) -> Any:
         return {"base64": base64.b64encode(message).decode("ascii")}
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text
 
 

@@ -184,7 +184,7 @@ def _swapped_frames(
     whole = b"".join(data for _, data in frames)
     try:
         value = json.loads(whole)
-    except ValueError:
+    except (ValueError, RecursionError):
         return frames
     return ((0, _dumps(_renumbered(value, swap))),)
 
@@ -197,7 +197,7 @@ def _swapped_event(data: bytes, swap: dict[str, Any]) -> bytes:
         return data
     try:
         value = json.loads(payload)
-    except ValueError:
+    except (ValueError, RecursionError):
         return data
     new = _renumbered(value, swap)
     if new is value:

@@ -48,7 +48,7 @@ def payloads(exchange: Exchange) -> list[Any]:
     elif isinstance(body.get("text"), str):
         try:
             value = json.loads(body["text"])
-        except ValueError:
+        except (ValueError, RecursionError):
             return []
     else:
         return []

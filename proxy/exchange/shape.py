@@ -131,7 +131,7 @@ def _body_shape(status: int, kind: str, body: dict[str, Any], enum_fields: froze
     elif isinstance(body.get("text"), str):
         try:
             value = json.loads(body["text"])
-        except ValueError:
+        except (ValueError, RecursionError):
             return Shape(status, kind, "text")
     else:
         return Shape(status, kind, "binary" if "base64" in body else "empty")

@@ -119,7 +119,7 @@ def body_view(body: dict[str, Any] | None) -> Any:
     if "text" in body:
         try:
             return json.loads(body["text"])
-        except ValueError:
+        except (ValueError, RecursionError):
             return body["text"]
     return {"base64": body.get("base64")}
 

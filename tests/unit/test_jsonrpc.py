@@ -3,6 +3,7 @@ answer's ids swapped for the incoming request's, a miss as a JSON-RPC error."""
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -109,3 +110,19 @@ def test_a_miss_on_a_batch_is_one_json_rpc_error_per_request() -> None:
     assert {m["error"]["code"] for m in refused.body} == {jsonrpc.MISS_CODE}
     assert refused.body[0]["error"]["message"].startswith('tool call add({"a": 1})')
     assert jsonrpc.refusal(Payload("json", {"model": "m"}), {"message": "m"}) is None
+
+
+def test_json_nested_past_the_parsers_depth_is_no_json_and_no_crash() -> None:
+    """A hostile client's or upstream's frame 5,000 deep: json raises RecursionError, which is
+    no ValueError; each reader takes it as text, as any other frame that is no JSON."""
+    from tapeproxy.engine.frames import decoded
+
+    deep = "[" * 5000 + "]" * 5000
+    assert decoded(deep) == deep
+    assert decoded(b"{" + deep.encode() + b"}") == {
+        "base64": base64.b64encode(b"{" + deep.encode() + b"}").decode()
+    }
+    frames = ((0, deep.encode()),)
+    assert jsonrpc._swapped_frames(frames, {"1": 2}, sse=False) == frames
+    event = f"data: {deep}\n\n".encode()
+    assert jsonrpc._swapped_frames(((0, event),), {"1": 2}, sse=True) == ((0, event),)

@@ -1,0 +1,43 @@
+"""Blobs of an exchange whose answer is spooled (past SPOOL_AFTER, written piece by piece),
+through the real server and raw HTTP: its request's large strings are blobs too, and its
+request's own objects that look like blob references are kept as they were sent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+
+from tapeproxy.engine.spool import SPOOL_AFTER
+from tapeproxy.store.files import FileStore
+from tests.conftest import MakeProxy
+from tests.fakes.upstream import FakeUpstream, Reply
+
+IMAGE = "QUJD" * 40_000  # 160 KB of base64: a blob
+PATH = "/openai/v1/chat/completions"
+
+
+def test_a_spooled_answers_request_stores_its_image_once_and_keeps_its_own_objects(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    answer = '{"data": "' + "z" * (2 * SPOOL_AFTER) + '"}'
+    fake.script("/v1/chat/completions", Reply(body=answer, headers={"content-type": "text/plain"}))
+    asked = {
+        "model": "gpt-4o",
+        "image": IMAGE,
+        "meta": {"$blob-join": ["a"]},  # an object of the request's own: escaped
+        "ref": {"$blob": "sha256:" + "0" * 64, "size": 3},
+    }
+    recorder = make_proxy(mode="record", cassette="c")
+    assert httpx.post(recorder.url + PATH, json=asked, timeout=60).text == answer
+    recorder.stop()
+    [file] = (cassettes / "c").glob("*.json")
+    assert file.stat().st_size < 8 * 1024, "the request's image is a blob, not inline"
+    assert json.loads(file.read_text())["schema_version"] == 2
+    key, ordinal = file.stem.split(".")[0], 1
+    exchange = FileStore(cassettes).read("c", key, ordinal)
+    assert exchange.request.body == {"json": asked}, "read back as it was sent"
+    fake.stop()
+    player = make_proxy(mode="replay", cassette="c")
+    assert httpx.post(player.url + PATH, json=asked, timeout=60).text == answer

@@ -1,6 +1,7 @@
 """Blobs of an exchange whose answer is spooled (past SPOOL_AFTER, written piece by piece),
 through the real server and raw HTTP: its request's large strings are blobs too, and its
-request's own objects that look like blob references are kept as they were sent."""
+request's own objects that look like blob references are kept as they were sent; a key
+split across two of the spool's read pieces is scrubbed all the same."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from pathlib import Path
 
 import httpx
 
-from tapeproxy.engine.spool import SPOOL_AFTER
+from tapeproxy.engine.spool import READ_PIECE, SPOOL_AFTER
 from tapeproxy.store.files import FileStore
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream, Reply
+from tests.support import SECRET_OPENAI, files_under
 
 IMAGE = "QUJD" * 40_000  # 160 KB of base64: a blob
 PATH = "/openai/v1/chat/completions"
@@ -41,3 +43,16 @@ def test_a_spooled_answers_request_stores_its_image_once_and_keeps_its_own_objec
     fake.stop()
     player = make_proxy(mode="replay", cassette="c")
     assert httpx.post(player.url + PATH, json=asked, timeout=60).text == answer
+
+
+def test_a_key_across_two_read_pieces_of_a_spooled_text_answer_is_scrubbed(
+    make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
+) -> None:
+    head = "x" * (READ_PIECE - len(SECRET_OPENAI) // 2) + " "
+    answer = head + SECRET_OPENAI + " " + "y" * (2 * SPOOL_AFTER)  # a key across 1 MiB
+    fake.script("/v1/files/f/content", Reply(body=answer, headers={"content-type": "text/plain"}))
+    recorder = make_proxy(mode="record", cassette="c")
+    assert httpx.get(recorder.url + "/openai/v1/files/f/content", timeout=60).text == answer
+    recorder.stop()
+    kept = b"".join(files_under(cassettes).values())
+    assert SECRET_OPENAI[-12:].encode() not in kept and b"[redacted]" in kept

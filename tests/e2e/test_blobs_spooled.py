@@ -48,8 +48,10 @@ def test_a_spooled_answers_request_stores_its_image_once_and_keeps_its_own_objec
 def test_a_key_across_two_read_pieces_of_a_spooled_text_answer_is_scrubbed(
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
 ) -> None:
-    head = "x" * (READ_PIECE - len(SECRET_OPENAI) // 2) + " "
-    answer = head + SECRET_OPENAI + " " + "y" * (2 * SPOOL_AFTER)  # a key across 1 MiB
+    line = "x" * 999 + "\n"
+    head = line * (READ_PIECE // 1000 - 1)
+    head += "x" * (READ_PIECE - len(head) - len(SECRET_OPENAI) // 2 - 7) + " key: "
+    answer = head + SECRET_OPENAI + "\n" + line * (2 * SPOOL_AFTER // 1000)  # across 1 MiB
     fake.script("/v1/files/f/content", Reply(body=answer, headers={"content-type": "text/plain"}))
     recorder = make_proxy(mode="record", cassette="c")
     assert httpx.get(recorder.url + "/openai/v1/files/f/content", timeout=60).text == answer

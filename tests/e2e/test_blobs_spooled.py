@@ -20,17 +20,20 @@ IMAGE = "QUJD" * 40_000  # 160 KB of base64: a blob
 PATH = "/openai/v1/chat/completions"
 
 
+ANSWER = '{"data": "' + "z" * (2 * SPOOL_AFTER) + '"}'
+ASKED = {
+    "model": "gpt-4o",
+    "image": IMAGE,
+    "meta": {"$blob-join": ["a"]},  # objects of the request's own: escaped
+    "ref": {"$blob": "sha256:" + "0" * 64, "size": 3},
+}
+
+
 def test_a_spooled_answers_request_stores_its_image_once_and_keeps_its_own_objects(
     make_proxy: MakeProxy, fake: FakeUpstream, cassettes: Path
 ) -> None:
-    answer = '{"data": "' + "z" * (2 * SPOOL_AFTER) + '"}'
+    answer, asked = ANSWER, ASKED
     fake.script("/v1/chat/completions", Reply(body=answer, headers={"content-type": "text/plain"}))
-    asked = {
-        "model": "gpt-4o",
-        "image": IMAGE,
-        "meta": {"$blob-join": ["a"]},  # an object of the request's own: escaped
-        "ref": {"$blob": "sha256:" + "0" * 64, "size": 3},
-    }
     recorder = make_proxy(mode="record", cassette="c")
     assert httpx.post(recorder.url + PATH, json=asked, timeout=60).text == answer
     recorder.stop()
@@ -43,6 +46,18 @@ def test_a_spooled_answers_request_stores_its_image_once_and_keeps_its_own_objec
     fake.stop()
     player = make_proxy(mode="replay", cassette="c")
     assert httpx.post(player.url + PATH, json=asked, timeout=60).text == answer
+
+
+def test_the_s3_store_keeps_a_spooled_answers_request_as_it_was_sent(
+    make_proxy: MakeProxy, fake: FakeUpstream, s3_library: str
+) -> None:
+    fake.script("/v1/chat/completions", Reply(body=ANSWER, headers={"content-type": "text/plain"}))
+    recorder = make_proxy(mode="record", cassette="c", cassettes=s3_library)
+    assert httpx.post(recorder.url + PATH, json=ASKED, timeout=60).text == ANSWER
+    recorder.stop()
+    fake.stop()
+    player = make_proxy(mode="replay", cassette="c", cassettes=s3_library)
+    assert httpx.post(player.url + PATH, json=ASKED, timeout=60).text == ANSWER
 
 
 def test_a_key_across_two_read_pieces_of_a_spooled_text_answer_is_scrubbed(

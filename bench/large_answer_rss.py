@@ -1,7 +1,9 @@
 """Peak RSS of `tapeproxy serve` recording one large answer (issue 45's blobs): a JSON
-answer holding one huge base64 string (`images.generate(response_format="b64_json")`), or an
-SSE stream of 2 MB `image_generation.partial_image` frames. Prints the server's peak RSS
-(VmHWM) before and after the request, the time, and what the cassette holds.
+answer holding one huge base64 string (`images.generate(response_format="b64_json")`), an
+SSE stream of 2 MB `image_generation.partial_image` frames, or JSON lines of many short
+strings (a batch's output file: a double quote every few bytes, no blob). Prints the
+server's peak RSS (VmHWM) before and after the request, the time (to the answer's last
+byte, and to the server stopped: its recording written), and what the cassette holds.
 
     python -m bench.large_answer_rss --mb 200 --kind json
     python -m bench.large_answer_rss --mb 200 --kind sse --pythonpath /tmp/older-build
@@ -29,6 +31,9 @@ FRAME = 2 * 1024 * 1024  # base64 bytes an SSE frame's image
 
 def answer(kind: str, size: int) -> tuple[bytes, str]:
     """The answer's bytes (about `size`), and its content type."""
+    if kind == "jsonl":
+        line = json.dumps({"id": "batch_req_1", "custom_id": "r", "words": ["ab", "cd"] * 20})
+        return ((line + "\n") * (size // (len(line) + 1))).encode(), "text/plain"
     raw = os.urandom(size * 3 // 4)
     if kind == "json":
         image = base64.b64encode(raw).decode()
@@ -46,7 +51,7 @@ def answer(kind: str, size: int) -> tuple[bytes, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=200)
-    parser.add_argument("--kind", choices=["json", "sse"], default="json")
+    parser.add_argument("--kind", choices=["json", "sse", "jsonl"], default="json")
     parser.add_argument("--pythonpath", default="")
     args = parser.parse_args()
     body, content_type = answer(args.kind, args.mb * 1024 * 1024)
@@ -65,14 +70,15 @@ def main() -> None:
             peak = peak_rss_mb(server.process.pid)
         finally:
             server.stop()
+        written = time.monotonic() - started
         files = [p for p in cassettes.rglob("*") if p.is_file()]
         blobs = [p for p in files if p.parent.name == "blobs"]
         exchange = max((p.stat().st_size for p in files if p not in blobs), default=0)
         stored = sum(p.stat().st_size for p in blobs)
     print(
         f"{args.kind} answer {received / 2**20:.0f} MB: peak RSS {before:.0f} -> {peak:.0f} MB "
-        f"(+{peak - before:.0f}), {took:.1f} s; exchange file {exchange / 1024:.1f} KB, "
-        f"{len(blobs)} blob(s) {stored / 2**20:.0f} MB"
+        f"(+{peak - before:.0f}), {took:.1f} s ({written:.1f} s written); exchange file "
+        f"{exchange / 1024:.1f} KB, {len(blobs)} blob(s) {stored / 2**20:.0f} MB"
     )
 
 

@@ -39,7 +39,7 @@ from tapeproxy.providers.base import Provider
 from tapeproxy.redaction.formats import may_hold_key
 from tapeproxy.redaction.scrubber import Scrubber
 from tapeproxy.redaction.secrets import is_secret_header
-from tapeproxy.redaction.streams import windowed
+from tapeproxy.redaction.streams import spaced, windowed
 from tapeproxy.upstream.hopheaders import answer_headers
 
 # A larger frame is not parsed for its meaning: one json.loads of it would hold the GIL,
@@ -128,8 +128,9 @@ def _scrubbed_middle(capture: Capture, scrubber: Scrubber, text: bool) -> Middle
         else:  # a window of frames at a time: a key split across two is matched whole
             frames = windowed(_frames(capture), partial(scrubber.frames, dialect=dialect))
         return partial(frames_middle, frames)
-    if text:  # (read twice when its large runs are blobs: `mapped` scrubs a piece once)
-        return partial(text_json, mapped(scrubber.text, partial(_text_pieces, capture)))
+    if text:  # (read twice when its large runs are blobs: `mapped` scrubs a piece once;
+        # cut after a space, so a key across two read pieces is whole in one)
+        return partial(text_json, mapped(scrubber.text, lambda: spaced(_text_pieces(capture))))
     return partial(text_json, partial(_base64_pieces, capture))
 
 

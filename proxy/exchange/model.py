@@ -269,15 +269,21 @@ def dump_around(
     session's frames are its middle. With no `blobber`, in version 1, every string inline;
     with one, its large runs are put out as blobs as they are met, and the file is in
     version 2 when it refers to one. A session's version comes before its frames: its
-    skeleton says it (`schema_version` 2: its tape saw a large run, `blobs.held`)."""
+    skeleton says it (`schema_version` 2: its tape saw a large run, `blobs.held`). Its
+    request, held whole, is packed too (its blobs put as the file starts to be written)."""
+    record = skeleton.record()
+    request = record["request"]
+    if blobber is not None and request.get("body"):  # held whole: packed as `pack` does
+        record["request"] = {**request, "body": blobber.value(request["body"])}
     version = INLINE_VERSION
     if blobber is not None and skeleton.session is not None:
-        version = min(skeleton.schema_version, BLOBS_VERSION)
-    record = {**skeleton.record(), "schema_version": version}
+        marked = blobber.marked or skeleton.schema_version >= BLOBS_VERSION
+        version = BLOBS_VERSION if marked else INLINE_VERSION
+    record["schema_version"] = version
     if skeleton.session is not None:
         record["session"]["frames"] = [STREAMED]
 
     def written(ascii: bool) -> Iterable[bytes]:
         return middle(ascii, blobber)
 
-    return render_around(record, written, lambda: blobber is not None and blobber.marked)
+    yield from render_around(record, written, lambda: blobber is not None and blobber.marked)

@@ -278,3 +278,20 @@ def windowed(
 
 def _size(frame: Record) -> int:
     return len(frame.get("text") or frame.get("base64") or "")
+
+
+def spaced(pieces: Iterable[str], most: int = WINDOW_BYTES) -> Iterator[str]:
+    """A long text's pieces cut again just after their last line end or comma (no key
+    format's match holds one: a space or a quote may be in one, `"x-amz-security-token":
+    "..."`), so a key split across two pieces is whole in one when each is scrubbed alone;
+    a stretch of over `most` characters with none is cut where it is."""
+    rest = ""
+    for piece in pieces:
+        text = rest + piece
+        cut = max(text.rfind(end) for end in "\n\r,") + 1
+        if len(text) - cut > most:
+            cut = len(text)
+        if cut:
+            yield text[:cut]
+        rest = text[cut:]
+    yield rest

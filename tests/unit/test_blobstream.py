@@ -4,6 +4,7 @@ very bytes and blobs that packing the whole record gives (exchange/blobs.py): a 
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 from hypothesis import HealthCheck, given, settings
@@ -89,6 +90,43 @@ def test_a_streams_frames_written_one_at_a_time_are_its_whole_record_packed(
     assert written == render(whole.record)
     assert blobs == whole.blobs
     assert unpack(json.loads(written), blobs.__getitem__)["response"]["frames"] == frames
+
+
+@settings(max_examples=80, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(
+    parts=st.lists(st.one_of(PARTS, st.sampled_from(['"ab"', ",", '"' * 5])), max_size=12),
+    cut=st.integers(1, 70_000),
+)
+def test_the_large_runs_of_a_text_in_pieces_are_those_its_split_at_quotes_gives(
+    parts: list[str], cut: int
+) -> None:
+    """Short runs are skipped BLOB_MIN bytes at a time, across pieces too."""
+    data = "".join(parts).encode()
+    want, at = [], 0
+    for run in data.split(b'"'):
+        if len(run) >= BLOB_MIN:
+            want.append((at, len(run), hashlib.sha256(run).hexdigest()))
+        at += len(run) + 1
+    text = data.decode()
+    found, total = large_runs(lambda: [text[i : i + cut] for i in range(0, len(text), cut)])
+    assert [(run.start, run.size, run.digest) for run in found] == want and total == len(data)
+
+
+EMOJI = "\U0001f600" * (BLOB_MIN // 4)  # BLOB_MIN bytes in as few characters as can be
+
+
+@settings(max_examples=80, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(parts=st.lists(st.sampled_from(['"', "a", EMOJI, EMOJI[1:], BIG, BIG[1:]]), max_size=7))
+def test_a_strings_blobs_are_the_runs_its_split_at_quotes_gives(parts: list[str]) -> None:
+    """Short runs are skipped BLOB_MIN // 4 characters at a time: a run of BLOB_MIN bytes
+    in that many characters is found all the same."""
+    text = "".join(parts)
+    runs = [run.encode() for run in text.split('"')]
+    want = {hashlib.sha256(run).hexdigest() for run in runs if len(run) >= BLOB_MIN}
+    packed = pack_value(text)
+    assert set(packed.blobs) == want == held([text])[0] and packed.marked == bool(want)
+    record = {"request": {"body": {"text": packed.record["value"]}}}
+    assert unpack(record, packed.blobs.__getitem__)["request"]["body"]["text"] == text
 
 
 def test_only_a_runs_first_bytes_are_held_while_it_is_hashed() -> None:

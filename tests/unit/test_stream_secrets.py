@@ -482,3 +482,18 @@ def test_a_percent_encoded_key_split_over_two_frames_is_scrubbed(dialect: Dialec
     encoded = SECRET.replace("-", "%2D")
     for cut in range(1, len(encoded)):
         check_split(dialect, DEFAULTS, encoded, (cut,), "see ", " ok")
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    pieces=st.lists(st.text(alphabet="ab \n,-", max_size=40), max_size=8),
+    most=st.integers(1, 30),
+)
+def test_a_long_texts_pieces_cut_again_after_a_space_join_to_it_and_stay_bounded(
+    pieces: list[str], most: int
+) -> None:
+    cut = list(streams.spaced(pieces, most))
+    assert "".join(cut) == "".join(pieces)
+    longest = max(map(len, pieces), default=0)
+    assert all(len(piece) <= longest + most + 1 for piece in cut)
+    assert all(piece[-1] in "\n," or len(piece) > most for piece in cut[:-1] if piece)

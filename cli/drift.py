@@ -46,7 +46,8 @@ MaxCostOption = Annotated[
     float,
     typer.Option(
         help="Spend at most this many USD, estimated from each recording's usage and the price "
-        "table before it is sent (an exchange with no usage recorded counts as free).",
+        "table before it is sent (one whose cost is unknown, no usage recorded or no price, "
+        "is sent and counted as unpriced: bound those with --max-requests).",
         metavar="USD",
         min=0.0,
     ),

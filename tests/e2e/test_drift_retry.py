@@ -69,13 +69,19 @@ def drift(library: Path, fake: FakeUpstream, *args: str) -> tuple[int, Any]:
         raise AssertionError(result.output) from None
 
 
-def limited(retry_after: str | None = "1", status: int = 429) -> Reply:
+def limited(
+    retry_after: str | None = "1", status: int = 429, headers: dict[str, str] | None = None
+) -> Reply:
     """OpenAI's rate-limit answer; its body carries a usage block that, were it counted,
     would cost dollars (a 429 costs nothing)."""
     error = {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}
     usage = {"prompt_tokens": 10_000_000, "completion_tokens": 10_000_000, "total_tokens": 2}
-    headers = {} if retry_after is None else {"retry-after": retry_after}
-    return Reply(status, {"error": error, "usage": usage}, headers)
+    given = {} if retry_after is None else {"retry-after": retry_after}
+    return Reply(status, {"error": error, "usage": usage}, {**given, **(headers or {})})
+
+
+# OpenAI's own hint, without Retry-After: the requests' limit used up, reset in 3 s.
+RESET = {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "3s"}
 
 
 def spent_once(library: Path) -> float:
@@ -87,17 +93,18 @@ def spent_once(library: Path) -> float:
     return spent
 
 
-def test_a_rate_limit_then_an_answer_is_retried_after_retry_after_and_compared(
-    library: Path,
+@pytest.mark.parametrize("asked", [limited("3"), limited(None, headers=RESET)])
+def test_a_rate_limit_then_an_answer_is_retried_after_the_wait_asked_and_compared(
+    asked: Reply, library: Path
 ) -> None:
     once = spent_once(library)
     with FakeUpstream() as fake:
-        fake.script(CHAT, limited("3"))  # (longer than the first backoff could be: 2 s)
+        fake.script(CHAT, asked)  # 3 s: longer than the first backoff could be (2 s)
         code, report = drift(library, fake, "six", "--max-requests", "1")
     assert code == 0 and report["findings"] == [] and report["failed"] == [], report
     assert report["checked"] == 1
     first, second = fake.hits
-    assert second.at - first.at >= 3.0  # not before its Retry-After, by the fake's clock
+    assert second.at - first.at >= 3.0  # not before the wait asked, by the fake's clock
     assert 0 < report["spent_usd"] == once and report["unpriced"] == 0  # the 429: nothing
 
 

@@ -4,6 +4,7 @@ answers in the recorded shape (tapeproxy.tools.drift)."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -28,6 +29,7 @@ from tapeproxy.settings import Settings
 from tapeproxy.store.protocol import CassetteStore
 from tapeproxy.tools.drift import DriftReport
 from tapeproxy.tools.driftplan import Budget, Target
+from tapeproxy.tools.driftretry import Retry
 from tapeproxy.tools.prices import PriceTable
 
 NamesArgument = Annotated[
@@ -44,13 +46,33 @@ MaxCostOption = Annotated[
     float,
     typer.Option(
         help="Spend at most this many USD, estimated from each recording's usage and the price "
-        "table before it is sent (an exchange with no usage recorded counts as free).",
+        "table before it is sent (one whose cost is unknown, no usage recorded or no price, "
+        "is sent and counted as unpriced: bound those with --max-requests).",
         metavar="USD",
         min=0.0,
     ),
 ]
 MaxRequestsOption = Annotated[
     int | None, typer.Option(help="Send at most N requests.", metavar="N", min=0)
+]
+RetriesOption = Annotated[
+    int,
+    typer.Option(
+        help="Send a request again up to N times when the live upstream answers 429, 503 or "
+        "529 where the recording did not (after its Retry-After, else a backoff); 0: never.",
+        metavar="N",
+        min=0,
+        max=10,
+    ),
+]
+MaxWaitOption = Annotated[
+    float,
+    typer.Option(
+        help="Wait at most this many seconds in all, over the run, before such retries (one "
+        "wait: 60 s at most).",
+        metavar="SECONDS",
+        min=0.0,
+    ),
 ]
 ConcurrencyOption = Annotated[
     int, typer.Option(help="Requests under way at once.", metavar="N", min=1, max=64)
@@ -79,6 +101,14 @@ JunitOption = Annotated[
 RecordFailuresOption = Annotated[bool | None, option("record_failures", "--no-record-failures")]
 
 
+@dataclass(frozen=True)
+class Pace:
+    """How fast the run sends: requests under way at once, and how a rate limit is retried."""
+
+    concurrency: int
+    retry: Retry
+
+
 def drift(
     names: NamesArgument = None,
     cassettes: CassettesOption = None,
@@ -88,6 +118,8 @@ def drift(
     max_cost: MaxCostOption = 1.0,
     max_requests: MaxRequestsOption = None,
     concurrency: ConcurrencyOption = 1,
+    retries: RetriesOption = 2,
+    max_wait: MaxWaitOption = 300.0,
     call_tools: CallToolsOption = False,
     update: UpdateOption = False,
     record_failures: RecordFailuresOption = None,
@@ -108,8 +140,6 @@ def drift(
     Nothing is written in the cassettes unless --update; the last report is kept in the
     state folder (<library>/.tapeproxy/drift.json) for `tapeproxy report`. Exit 0 with no
     error finding, 1 with one, 2 when it could not run."""
-    from tapeproxy.tools.driftreport import junit as junit_xml
-    from tapeproxy.tools.driftreport import markdown as markdown_text
     from tapeproxy.tools.driftreport import summary
 
     try:
@@ -117,11 +147,9 @@ def drift(
         _writable(markdown, junit)
         budget = Budget(max_cost, max_requests, call_tools)
         table = price_table(prices, config)
-        report = _run(settings, names or [], sample, budget, concurrency, update, table)
-        if markdown is not None:
-            _write(markdown, markdown_text(report).encode())
-        if junit is not None:
-            _write(junit, junit_xml(report))
+        pace = Pace(concurrency, Retry(attempts=retries + 1, total=max_wait))
+        report = _run(settings, names or [], sample, budget, pace, update, table)
+        _reports(report, markdown, junit)
     except TapeproxyError as exc:
         raise fail(exc, as_json) from exc
     if as_json:
@@ -159,7 +187,7 @@ def _run(
     names: list[str],
     sample: int | None,
     budget: Budget,
-    concurrency: int,
+    pace: Pace,
     update: bool,
     prices: PriceTable,
 ) -> DriftReport:
@@ -193,7 +221,7 @@ def _run(
     unsendable = unsendable_keys(upstreams)
     if unsendable:
         raise unsendable_key(unsendable[0])
-    report = asyncio.run(_drift(settings, store, chosen, (budget, concurrency, update), prices))
+    report = asyncio.run(_drift(settings, store, chosen, (budget, pace, update), prices))
     report.failed += unreadable  # (`tapeproxy verify` says more of each)
     problem = keep_last(store, report, datetime.now(UTC))
     if problem is not None:
@@ -205,26 +233,28 @@ async def _drift(
     settings: Settings,
     store: CassetteStore,
     chosen: list[Target],
-    how: tuple[Budget, int, bool],
+    how: tuple[Budget, Pace, bool],
     prices: PriceTable,
 ) -> DriftReport:
     """The run, with the server's upstream client (made in this loop, closed after)."""
     from tapeproxy.providers import Rulebook, provider_table
     from tapeproxy.redaction.scrubber import Scrubber
     from tapeproxy.tools.drift import Drift
+    from tapeproxy.tools.driftretry import Pacer
     from tapeproxy.tools.driftsend import Sender, key_patterns
     from tapeproxy.upstream.client import AiohttpUpstream
 
-    budget, concurrency, update = how
+    budget, pace, update = how
     providers = provider_table(settings.upstream)
     patterns = (*settings.redact_pattern, *key_patterns())
     scrubber = Scrubber.build(settings.redact_field, patterns, settings.redact_keep)
     rules = Rulebook.build(providers, settings.ignore)
     client = AiohttpUpstream(settings.connect_timeout, settings.read_timeout)
     try:
-        sender = Sender(client, providers, rules, scrubber, settings.max_record)
+        pacer = Pacer(pace.retry)
+        sender = Sender(client, providers, rules, scrubber, settings.max_record, pacer=pacer)
         run = Drift(store, sender, prices, update, settings.record_failures)
-        return await run.run(chosen, budget, concurrency)
+        return await run.run(chosen, budget, pace.concurrency)
     finally:
         await client.close()
 
@@ -234,6 +264,16 @@ def _writable(*paths: Path | None) -> None:
     for path in paths:
         if path is not None and (path.is_dir() or not path.parent.is_dir()):
             raise ConfigError(f"cannot write {path}: no such folder, or a folder itself")
+
+
+def _reports(report: DriftReport, markdown: Path | None, junit: Path | None) -> None:
+    from tapeproxy.tools.driftreport import junit as junit_xml
+    from tapeproxy.tools.driftreport import markdown as markdown_text
+
+    if markdown is not None:
+        _write(markdown, markdown_text(report).encode())
+    if junit is not None:
+        _write(junit, junit_xml(report))
 
 
 def _write(path: Path, data: bytes) -> None:

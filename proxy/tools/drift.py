@@ -113,14 +113,14 @@ class Drift:
             recorded = await asyncio.to_thread(
                 self.store.read, target.cassette, target.key, target.ordinal
             )
-            live = await self.sender.send(recorded, target.cassette)
+            live, retried = await self.sender.send(recorded, target.cassette)
         except TapeproxyError as exc:
             self.report.failed.append(_why(left, exc.message))
             return
         except OSError as exc:  # a scratch file for the answer that could not be written
             self.report.failed.append(_why(left, f"its answer could not be kept: {exc}"))
             return
-        refused = _refused(recorded, live)
+        refused = _refused(recorded, live, retried)
         if refused is not None:
             self.report.failed.append(_why(left, refused))
             return
@@ -178,16 +178,20 @@ class Drift:
         self.report.updated.append(_why(left, "re-recorded"))
 
 
-def _refused(recorded: Exchange, live: Exchange) -> str | None:
+def _refused(recorded: Exchange, live: Exchange, retried: str = "") -> str | None:
     """Why a live answer says nothing of the provider's shape, where the recording was not
     so: the key was refused (a revoked key would flag, and with --update overwrite, every
     exchange), or the request was rate limited, met a server error or failed mid-stream (a
-    passing state). Not compared: the run is not whole (exit 2), and says why."""
+    passing state; `retried`: how often it was sent again, and why not more). Not compared:
+    the run is not whole (exit 2), and says why."""
     was, status = recorded.response.status, live.response.status
     if status in (401, 403) and status != was:
         return f"the live upstream refused the key ({status}): check its variable"
     if is_failure_status(status) and status != was:
-        return f"the live upstream answered {status} (rate limited or failing): try again later"
+        how = f", {retried}" if retried else ""
+        return (
+            f"the live upstream answered {status} (rate limited or failing){how}: try again later"
+        )
     if live.outcome is Outcome.STREAM_ERROR and recorded.outcome is not Outcome.STREAM_ERROR:
         return "the live answer failed mid-stream (stream_error, an error event): try again later"
     return None

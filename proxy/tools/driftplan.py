@@ -54,7 +54,13 @@ class Budget:
 
 
 def estimate(exchange: Exchange, prices: PriceTable) -> float | None:
-    """What sending it again may cost: its recorded usage at its model's price."""
+    """What an answer costs: its usage at its model's price; nothing for an error answer (a
+    provider bills no refused request) or an MCP server's (no tokens); None, unpriced, when
+    its usage or its model's price is unknown (an OpenAI stream asked without
+    `stream_options.include_usage` has no usage block), never $0 as if free."""
+    mcp = jsonrpc.messages((exchange.request.body or {}).get("json"))
+    if exchange.response.status >= 400 or mcp:
+        return 0.0
     return prices.cost(answers.model(exchange), answers.tokens(exchange))
 
 

@@ -38,15 +38,21 @@ def summary(report: DriftReport) -> str:
     lines += [
         f"not updated: {s.cassette} {s.exchange} ({s.request}): {s.why}" for s in report.not_updated
     ]
-    unpriced = f" ({report.unpriced} unpriced)" if report.unpriced else ""
     lines.append(
         f"{len(report.checked)} exchange(s) checked: {counts['error']} error(s), "
         f"{counts['warn']} warning(s), {counts['info']} info; ${report.spent:.4f} spent"
-        f"{unpriced}; {len(report.skipped)} skipped by the budget"
+        f"{unpriced(report)}; {len(report.skipped)} skipped by the budget"
         + (f"; {len(report.failed)} not sent" if report.failed else "")
         + (f"; {len(report.updated)} re-recorded" if report.updated else "")
     )
     return "\n".join(lines) + "\n"
+
+
+def unpriced(report: DriftReport) -> str:
+    """The answers whose cost is unknown, which the sum spent leaves out (never as free)."""
+    if not report.unpriced:
+        return ""
+    return f" and {report.unpriced} unpriced (cost unknown: no usage, or no price)"
 
 
 def markdown(report: DriftReport) -> str:
@@ -55,8 +61,8 @@ def markdown(report: DriftReport) -> str:
         "# tapeproxy drift",
         "",
         f"{len(report.checked)} exchange(s) checked: **{counts['error']} error(s)**, "
-        f"{counts['warn']} warning(s), {counts['info']} info; ${report.spent:.4f} spent; "
-        f"{len(report.skipped)} skipped by the budget.",
+        f"{counts['warn']} warning(s), {counts['info']} info; ${report.spent:.4f} spent"
+        f"{unpriced(report)}; {len(report.skipped)} skipped by the budget.",
         "",
     ]
     if report.findings:

@@ -25,6 +25,7 @@ from tapeproxy.providers import Rulebook
 from tapeproxy.providers.base import Provider
 from tapeproxy.redaction.scrubber import Scrubber
 from tapeproxy.redaction.secrets import is_secret_header
+from tapeproxy.tools.driftretry import Pacer
 from tapeproxy.upstream.protocol import Outbound, Upstream, UpstreamResponse
 
 # Each built-in's key, as its SDKs read it from the environment: the variables (the first
@@ -139,7 +140,7 @@ class Unsent(TapeproxyError):
 @dataclass(frozen=True)
 class Sender:
     """What sends and keeps: the upstream client, each upstream's URL and rules, the
-    scrubbing recording does, and --max-record."""
+    scrubbing recording does, --max-record, and how a rate limit is retried."""
 
     upstream: Upstream
     providers: Mapping[str, Provider]
@@ -149,10 +150,12 @@ class Sender:
     # An MCP server's session, per cassette and upstream: the id its last answer minted (a
     # legacy session's `initialize` is sent first, in recorded order), carried by the next.
     sessions: dict[tuple[str, str], str] = field(default_factory=dict)
+    pacer: Pacer = field(default_factory=Pacer)
 
-    async def send(self, recorded: Exchange, scope: str = "") -> Exchange:
+    async def send(self, recorded: Exchange, scope: str = "") -> tuple[Exchange, str]:
         """The recorded request sent live; its answer as the exchange recording would keep
-        (at the recorded ordinal and seq). UpstreamError when it cannot be sent or read.
+        (at the recorded ordinal and seq), and, when it is still a rate limit, how often it
+        was retried and why not more. UpstreamError when it cannot be sent or read.
         `scope` (its cassette) holds the MCP session its requests carry on."""
         request = recorded.request
         provider = self.providers.get(request.upstream)
@@ -167,9 +170,8 @@ class Sender:
             headers.append((jsonrpc.SESSION_HEADER, session))
         url = provider.base_url + request.path + (f"?{query}" if query else "")
         raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
-        answer = await self.upstream.open(
-            Outbound.of(provider.name, request.method, url, raw, body)
-        )
+        outbound = Outbound.of(provider.name, request.method, url, raw, body)
+        answer, retried = await self.pacer.open(self.upstream, outbound, recorded.response.status)
         for name, value in answer.headers:
             if name == jsonrpc.SESSION_HEADER:
                 self.sessions[place] = value
@@ -190,7 +192,7 @@ class Sender:
             spool=Spool(tempfile.TemporaryFile),
             limit=self.max_record,
         )
-        return await self._taken(answer, capture, recorded.ordinal)
+        return await self._taken(answer, capture, recorded.ordinal), retried
 
     async def _taken(self, answer: UpstreamResponse, capture: Capture, ordinal: int) -> Exchange:
         """The answer read into its capture, as the recorder reads it, and finished; its

@@ -114,10 +114,11 @@ def test_an_upstream_that_is_down_is_one_line_per_exchange(library: Path) -> Non
 def refused(status: int, reason: str) -> Any:
     """OpenAI's answer to a key it does not take, or to too many requests."""
     body = json.dumps({"error": {"message": reason, "type": "invalid_request_error"}}).encode()
+    wait = "retry-after: 0\r\n" if status == 429 else ""  # (retried at once, then said)
 
     def answer(conn: socket.socket) -> None:
         conn.sendall(
-            f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n".encode()
+            f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n{wait}".encode()
             + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
             + body
         )
@@ -127,7 +128,10 @@ def refused(status: int, reason: str) -> Any:
 
 @pytest.mark.parametrize(
     ("status", "reason", "why"),
-    [(401, "Unauthorized", "refused the key (401)"), (429, "Too Many Requests", "answered 429")],
+    [
+        (401, "Unauthorized", "refused the key (401)"),
+        (429, "Too Many Requests", "answered 429 (rate limited or failing), retried 2 times"),
+    ],
 )
 def test_update_never_writes_a_refused_key_over_a_recording(
     status: int, reason: str, why: str, library: Path, tmp_path: Path

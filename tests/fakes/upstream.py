@@ -84,6 +84,7 @@ class Hit:
     query: dict[str, str]
     headers: dict[str, str]
     body: bytes
+    at: float = field(default_factory=time.monotonic)  # when it came (the fake's own clock)
 
     def json(self) -> Any:
         """The body parsed as JSON (``None`` for an empty body)."""

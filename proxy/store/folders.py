@@ -6,8 +6,6 @@ nor does it change what is found)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import time
 from collections.abc import Callable
@@ -15,6 +13,7 @@ from pathlib import Path
 from stat import S_ISLNK
 from typing import Any
 
+from tapeproxy.sealed import seal, unseal
 from tapeproxy.store import state
 from tapeproxy.store.protocol import EXCHANGE_FILE, is_leftover
 
@@ -87,18 +86,10 @@ def _looked(folder: str, unlistable: Callable[[OSError], None]) -> Found | None:
 
 
 def _load(raw: bytes | None) -> dict[str, list[Any]]:
-    """The kept findings; {} when none, or damaged (its digest, over the rest, does not
-    match), of another version or of another shape: never trusted, looked at again."""
-    if raw is None:
-        return {}
-    digest, _, body = raw.partition(b"\n")
-    if digest.decode("ascii", "replace") != hashlib.sha256(body).hexdigest():
-        return {}
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return {}
-    if not isinstance(data, dict) or data.get("version") != VERSION:
+    """The kept findings; {} when none, or damaged, of another version or of another
+    shape: never trusted, looked at again."""
+    data = unseal(raw)
+    if data is None or data.get("version") != VERSION:
         return {}
     folders = data.get("folders")
     if not isinstance(folders, dict):
@@ -125,5 +116,4 @@ def _plain(name: str) -> bool:
 
 
 def _dump(folders: dict[str, list[Any]]) -> bytes:
-    body = json.dumps({"version": VERSION, "folders": folders}).encode()
-    return hashlib.sha256(body).hexdigest().encode() + b"\n" + body
+    return seal({"version": VERSION, "folders": folders})

@@ -6,12 +6,12 @@ that changed since it last looked."""
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import asdict, astuple, fields
 from typing import Any
 
 from tapeproxy.exchange.model import Exchange
 from tapeproxy.exchange.tokens import Tokens
+from tapeproxy.sealed import seal, unseal
 from tapeproxy.store.protocol import CassetteStore, parse_exchange_file
 from tapeproxy.tools.listing import Row, Summary, Tick, listed, no_tick, summary_of
 from tapeproxy.tools.prices import NO_PRICES, PriceTable
@@ -131,10 +131,8 @@ def summarize(
             tick()
         return total
     summary = summary_of(cassette, cached_rows(store, cassette, prices, tick, stamps))
-    body = json.dumps({"cassette": cassette, "sign": sign, "summary": asdict(summary)}).encode()
-    store.write_state(
-        total_name(cassette), hashlib.sha256(body).hexdigest().encode() + b"\n" + body
-    )
+    sealed = seal({"cassette": cassette, "sign": sign, "summary": asdict(summary)})
+    store.write_state(total_name(cassette), sealed)
     return summary
 
 
@@ -162,20 +160,17 @@ def _priced(prices: PriceTable) -> str:
 def _total(raw: bytes | None, cassette: str, sign: str) -> Summary | None:
     """The summary kept for exactly these files and prices; None when there is none, it is
     for others, or it is damaged (never trusted)."""
-    if raw is None:
-        return None
-    digest, _, body = raw.partition(b"\n")
-    if digest.decode("ascii", "replace") != hashlib.sha256(body).hexdigest():
+    data = unseal(raw)
+    if data is None:
         return None
     try:
-        data = json.loads(body)
         if data["cassette"] != cassette or data["sign"] != sign:
             return None
         summed = data["summary"]
         if not _typed(summed, _SUMMED) or len(summed) != len(_SUMMED):
             return None  # a value of another type (a hostile file): never trusted
         return Summary(**summed)
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, AttributeError):  # a summary of another shape
         return None
 
 
@@ -234,16 +229,8 @@ def _texts(values: list[Any]) -> bool:
 def load(raw: bytes | None, cassette: str) -> dict[str, Entry]:
     """A cache file's entries; {} when there is none, or it is damaged (its digest, over the
     rest, does not match), of another version or another cassette: it is rebuilt."""
-    if raw is None:
-        return {}
-    digest, _, body = raw.partition(b"\n")
-    if digest.decode("ascii", "replace") != hashlib.sha256(body).hexdigest():
-        return {}
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return {}
-    if not isinstance(data, dict) or data.get("version") != VERSION:
+    data = unseal(raw)
+    if data is None or data.get("version") != VERSION:
         return {}
     entries = data.get("entries")
     if data.get("cassette") != cassette or not isinstance(entries, dict):
@@ -252,5 +239,4 @@ def load(raw: bytes | None, cassette: str) -> dict[str, Entry]:
 
 
 def dump(entries: dict[str, Entry], cassette: str) -> bytes:
-    body = json.dumps({"version": VERSION, "cassette": cassette, "entries": entries}).encode()
-    return hashlib.sha256(body).hexdigest().encode() + b"\n" + body
+    return seal({"version": VERSION, "cassette": cassette, "entries": entries})

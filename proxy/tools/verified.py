@@ -5,12 +5,12 @@ with these key formats) and the blobs it uses: a file unchanged since is not rea
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any
 
 from tapeproxy import __version__
 from tapeproxy.engine.rules import MatchRules
 from tapeproxy.redaction.scrubber import Scrubber
+from tapeproxy.sealed import seal, unseal
 from tapeproxy.store.protocol import CassetteStore
 
 VERSION = 1
@@ -50,9 +50,8 @@ class Verified:
 
     def save(self) -> None:
         if self.found != self.kept:
-            body = json.dumps({"cassette": self.cassette, "sign": self.sign, "ok": self.found})
-            digest = hashlib.sha256(body.encode()).hexdigest()
-            self.store.write_state(state_name(self.cassette), f"{digest}\n{body}".encode())
+            sealed = seal({"cassette": self.cassette, "sign": self.sign, "ok": self.found})
+            self.store.write_state(state_name(self.cassette), sealed)
 
     def _print(self, upstream: str, rules_for: Any) -> str:
         if upstream not in self._prints:
@@ -64,13 +63,10 @@ class Verified:
 def _load(raw: bytes | None, cassette: str, sign: str) -> dict[str, Entry]:
     """The entries kept; {} when none, damaged (its digest does not match), or made by
     another tapeproxy or with other key formats: never trusted, checked again."""
-    if raw is None:
-        return {}
-    digest, _, body = raw.partition(b"\n")
-    if digest.decode("ascii", "replace") != hashlib.sha256(body).hexdigest():
+    data = unseal(raw)
+    if data is None:
         return {}
     try:
-        data = json.loads(body)
         if data["cassette"] != cassette or data["sign"] != sign:
             return {}
         return {k: v for k, v in data["ok"].items() if isinstance(v, list)}

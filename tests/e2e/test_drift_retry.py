@@ -179,3 +179,19 @@ def test_a_stream_without_a_usage_block_is_unpriced_never_free(
     assert result.exit_code == 0, result.output
     said = "$0.0000 spent and 1 unpriced (cost unknown: no usage, or no price)"
     assert said in result.output and said in page.read_text()
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    ["99999999999999999999 Jan 0 00:00", "Nov 0 19:00:30 2026 99999999999999999999 Nov"],
+)
+def test_a_retry_after_no_date_can_hold_is_a_backoff_never_a_crash(
+    hostile: str, library: Path
+) -> None:
+    """A Retry-After that parses as a date of a year past any integer (the email parser
+    overflows on it) says nothing: backed off and sent again, as with no hint."""
+    with FakeUpstream() as fake:
+        fake.script(CHAT, limited(hostile))
+        code, report = drift(library, fake, "six", "--max-requests", "1")
+    assert code == 0 and report["checked"] == 1 and report["failed"] == [], report
+    assert fake.count() == 2

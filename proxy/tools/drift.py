@@ -124,7 +124,8 @@ class Drift:
         if refused is not None:
             self.report.failed.append(_why(left, refused))
             return
-        cost = estimate(live, self.prices)
+        # An MCP session's requests cost nothing, its DELETE (no JSON-RPC body) included.
+        cost = 0.0 if target.session else estimate(live, self.prices)
         self.report.unpriced += cost is None
         self.report.spent += cost if cost is not None else target.estimate or 0.0
         provider = self.sender.providers[target.upstream]  # (send said so, were it not there)

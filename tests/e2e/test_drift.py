@@ -440,3 +440,16 @@ def test_mcp_tool_calls_are_not_sent_again_unless_asked(
         report["checked"]
         == len(files_under(recorded / "mcp")) + len(files_under(recorded / "mcp-legacy")) - 2
     )
+
+
+@pytest.mark.usefixtures("keys")
+def test_error_and_mcp_answers_cost_nothing_and_are_not_unpriced(
+    recorded: Path, fakes: tuple[DriftingUpstream, ToolServer]
+) -> None:
+    """An error answer is not billed and an MCP server's has no tokens: both are free, known
+    to be, so not counted among the answers whose cost is unknown."""
+    fake, tools = fakes
+    fake.mutation = None
+    code, report = drift(recorded, fake, tools.url, "errors", "mcp", "mcp-legacy")
+    assert code == 0 and report["failed"] == [] and report["checked"] >= 6, report
+    assert report["spent_usd"] == 0 and report["unpriced"] == 0, report

@@ -7,6 +7,10 @@ stream without a usage block) is unpriced, never free."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +23,7 @@ from tapeproxy.cli.main import app
 from tapeproxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import ProxyServer
+from tests.support.serve import ROOT, TAPEPROXY
 
 KEY = "sk-test-drift-retry-0123456789"
 CHAT = "/v1/chat/completions"
@@ -195,3 +200,32 @@ def test_a_retry_after_no_date_can_hold_is_a_backoff_never_a_crash(
         code, report = drift(library, fake, "six", "--max-requests", "1")
     assert code == 0 and report["checked"] == 1 and report["failed"] == [], report
     assert fake.count() == 2
+
+
+def limits(fake: FakeUpstream) -> list[str]:
+    return [f"--upstream=openai={fake.url}", "--max-requests", "1"]
+
+
+def test_ctrl_c_during_a_wait_stops_at_once_in_one_line(library: Path) -> None:
+    """A Ctrl-C while drift waits out a 30 s Retry-After ends it at once: exit 130, one line
+    on stderr saying so, no traceback, nothing more sent."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
+    with FakeUpstream() as fake:
+        fake.script(CHAT, limited("30"))
+        process = subprocess.Popen(
+            [*TAPEPROXY, "drift", "six", "--cassettes", str(library), *limits(fake)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**environ, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": KEY},
+            start_new_session=True,
+        )
+        while process.poll() is None and fake.count() == 0:
+            time.sleep(0.01)  # polled: the 429 comes once drift has read the library
+        time.sleep(0.2)  # (into the wait)
+        os.killpg(process.pid, signal.SIGINT)
+        out, err = process.communicate(timeout=10)  # not the 30 s asked
+        assert fake.count() == 1
+    assert process.returncode == 130 and out == "", (out, err)
+    assert err.strip() and len(err.strip().splitlines()) == 1, err
+    assert "interrupted" in err and "Traceback" not in err

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from typer.testing import CliRunner
@@ -24,6 +25,7 @@ from tapeproxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import ProxyServer
 from tests.support.serve import ROOT, TAPEPROXY
+from tests.support.viewer import View
 
 KEY = "sk-test-drift-retry-0123456789"
 CHAT = "/v1/chat/completions"
@@ -229,3 +231,21 @@ def test_ctrl_c_during_a_wait_stops_at_once_in_one_line(library: Path) -> None:
     assert process.returncode == 130 and out == "", (out, err)
     assert err.strip() and len(err.strip().splitlines()) == 1, err
     assert "interrupted" in err and "Traceback" not in err
+
+
+def test_the_last_report_says_what_was_not_sent(library: Path, tmp_path: Path) -> None:
+    """A run whose exchange stayed rate limited (exit 2) is not shown by `tapeproxy report`
+    and the viewer as a clean one: they say how many were not sent."""
+    with FakeUpstream() as fake:
+        fake.script(CHAT, *(limited("0") for _ in range(3)))
+        code, report = drift(library, fake, "six", "--max-requests", "1")
+    assert code == 2 and len(report["failed"]) == 1, report
+    shown = CliRunner().invoke(app, ["report", "--cassettes", str(library)])
+    assert shown.exit_code == 0 and "## Last drift" in shown.output, shown.output
+    assert "; 1 not sent." in shown.output, shown.output
+    viewer = View(library, tmp_path)
+    try:
+        page = httpx.get(viewer.url, timeout=30).text
+    finally:
+        viewer.stop()
+    assert 'id="drift"' in page and "; 1 not sent." in page

@@ -152,6 +152,8 @@ def drift(
         _reports(report, markdown, junit)
     except TapeproxyError as exc:
         raise fail(exc, as_json) from exc
+    except KeyboardInterrupt:  # (in a wait for a rate limit, say): said, not silent
+        raise fail("drift interrupted: nothing more sent, no report kept", as_json, 130) from None
     if as_json:
         print_json(report.to_dict())
     else:

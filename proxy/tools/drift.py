@@ -77,6 +77,12 @@ class DriftReport:
         }
 
 
+# An MCP session's requests after one not answered would go without the session its
+# `initialize` opens (or after a step missed): the server's refusals, compared, would be
+# errors, and --update would write them over the recordings.
+AFTER = "an earlier request of its MCP session was not answered: try again later"
+
+
 @dataclass
 class Drift:
     """One drift run over a library: sends, compares, and (with `update`) re-records."""
@@ -96,8 +102,10 @@ class Drift:
 
         async def one(unit: list[Target]) -> None:
             async with gate:
-                for target in unit:
-                    await self.check(target)
+                for n, target in enumerate(unit):
+                    if not await self.check(target):
+                        self.report.failed += [_why(_left(t), AFTER) for t in unit[n + 1 :]]
+                        return
 
         await asyncio.gather(*(one(unit) for unit in units(sent)))
         self.report.findings.sort(key=_order)
@@ -106,9 +114,10 @@ class Drift:
             listed.sort(key=lambda left: (left.cassette, left.exchange))
         return self.report
 
-    async def check(self, target: Target) -> None:
-        """One exchange: read, sent live, its shape compared; re-recorded if asked and broken."""
-        left = Left(target.cassette, target.exchange, target.request, "")
+    async def check(self, target: Target) -> bool:
+        """One exchange: read, sent live, its shape compared; re-recorded if asked and broken.
+        False when it could not be sent, or its answer says nothing of the shape."""
+        left = _left(target)
         try:
             recorded = await asyncio.to_thread(
                 self.store.read, target.cassette, target.key, target.ordinal
@@ -116,15 +125,16 @@ class Drift:
             live, retried = await self.sender.send(recorded, target.cassette)
         except TapeproxyError as exc:
             self.report.failed.append(_why(left, exc.message))
-            return
+            return False
         except OSError as exc:  # a scratch file for the answer that could not be written
             self.report.failed.append(_why(left, f"its answer could not be kept: {exc}"))
-            return
+            return False
         refused = _refused(recorded, live, retried)
         if refused is not None:
             self.report.failed.append(_why(left, refused))
-            return
-        cost = estimate(live, self.prices)
+            return False
+        # An MCP session's requests cost nothing, its DELETE (no JSON-RPC body) included.
+        cost = 0.0 if target.session else estimate(live, self.prices)
         self.report.unpriced += cost is None
         self.report.spent += cost if cost is not None else target.estimate or 0.0
         provider = self.sender.providers[target.upstream]  # (send said so, were it not there)
@@ -136,6 +146,7 @@ class Drift:
         self.report.checked.append(_why(left, LEVELS[worst] if worst >= 0 else "same"))
         if self.update and worst == LEVELS.index("error"):
             await self.rerecord(target, live, left)
+        return True
 
     def findings(
         self, recorded: Exchange, live: Exchange, provider: Provider, left: Left
@@ -195,6 +206,10 @@ def _refused(recorded: Exchange, live: Exchange, retried: str = "") -> str | Non
     if live.outcome is Outcome.STREAM_ERROR and recorded.outcome is not Outcome.STREAM_ERROR:
         return "the live answer failed mid-stream (stream_error, an error event): try again later"
     return None
+
+
+def _left(target: Target) -> Left:
+    return Left(target.cassette, target.exchange, target.request, "")
 
 
 def _why(left: Left, why: str) -> Left:

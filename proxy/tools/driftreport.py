@@ -155,7 +155,8 @@ def last(store: CassetteStore) -> dict[str, Any] | None:
     if not isinstance(saved, dict) or not isinstance(saved.get("counts"), dict):
         return None
     # Written by another version, or by hand: what the report and the viewer read, of its kind.
-    lists = all(isinstance(saved.get(name, []), list) for name in ("findings", "skipped"))
+    named = ("findings", "skipped", "failed")
+    lists = all(isinstance(saved.get(name, []), list) for name in named)
     return saved if lists else None
 
 
@@ -168,7 +169,8 @@ def last_markdown(saved: dict[str, Any]) -> str:
         "",
         f"{saved.get('checked', 0)} exchange(s) checked: **{counts.get('error', 0)} error(s)**, "
         f"{counts.get('warn', 0)} warning(s), {counts.get('info', 0)} info; "
-        f"{len(saved.get('skipped') or [])} skipped by the budget.",
+        f"{len(saved.get('skipped') or [])} skipped by the budget"
+        + (f"; {len(saved['failed'])} not sent." if saved.get("failed") else "."),
         "",
     ]
     for f in saved.get("findings") or []:

@@ -50,7 +50,7 @@ def retry_after(value: str, now: datetime) -> float | None:
         pass
     try:
         when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):  # (a year of 20 digits)
         return None
     if when.tzinfo is None:  # an HTTP date is GMT (RFC 9110)
         when = when.replace(tzinfo=UTC)

@@ -29,6 +29,7 @@ from tests.e2e.test_ci_workflow import WORKFLOWS, without_expressions
 from tests.e2e.test_guide_recipes import recipe
 from tests.fakes.drifting import MUTATIONS, DriftingUpstream
 from tests.fakes.mcp_server import ToolServer
+from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import ProxyServer, check_jsonschema, files_under
 from tests.support.viewer import View
 
@@ -440,3 +441,41 @@ def test_mcp_tool_calls_are_not_sent_again_unless_asked(
         report["checked"]
         == len(files_under(recorded / "mcp")) + len(files_under(recorded / "mcp-legacy")) - 2
     )
+
+
+@pytest.mark.usefixtures("keys")
+def test_error_and_mcp_answers_cost_nothing_and_are_not_unpriced(
+    recorded: Path, fakes: tuple[DriftingUpstream, ToolServer]
+) -> None:
+    """An error answer is not billed and an MCP server's has no tokens: both are free, known
+    to be, so not counted among the answers whose cost is unknown."""
+    fake, tools = fakes
+    fake.mutation = None
+    code, report = drift(recorded, fake, tools.url, "errors", "mcp", "mcp-legacy")
+    assert code == 0 and report["failed"] == [] and report["checked"] >= 6, report
+    assert report["spent_usd"] == 0 and report["unpriced"] == 0, report
+
+
+@pytest.mark.usefixtures("keys")
+def test_an_mcp_session_whose_initialize_stays_limited_is_not_sent_on_nor_updated(
+    recorded: Path, fakes: tuple[DriftingUpstream, ToolServer], tmp_path: Path
+) -> None:
+    """Its `initialize` rate limited past the retries: the requests after it would go with
+    no session, and an MCP server refuses them (400, no session id). They say nothing of
+    the server's shape, so they are not compared, and --update never writes those 400s over
+    the recordings: they are listed as not sent, and nothing is sent after the initialize."""
+    fake, _ = fakes
+    library = tmp_path / "cassettes"
+    shutil.copytree(recorded, library)
+    before = files_under(library)
+    limited = Reply(429, {"error": {"message": "slow down"}}, {"retry-after": "0"})
+    missing = {"code": -32600, "message": "Bad Request: Missing session ID"}
+    refused = Reply(400, {"jsonrpc": "2.0", "id": "server-error", "error": missing})
+    with FakeUpstream() as server:
+        server.script("/mcp", *[limited] * 3, *[refused] * 4)
+        code, report = drift(library, fake, server.url, "mcp-legacy", "--update")
+        sent = server.count()
+    assert code == 2 and report["updated"] == [] and report["findings"] == [], report
+    assert len(report["failed"]) == 5, report["failed"]
+    assert files_under(library) == before
+    assert sent == 3

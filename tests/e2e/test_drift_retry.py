@@ -7,10 +7,15 @@ stream without a usage block) is unpriced, never free."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from typer.testing import CliRunner
@@ -19,6 +24,8 @@ from tapeproxy.cli.main import app
 from tapeproxy.settings import Settings
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.support import ProxyServer
+from tests.support.serve import ROOT, TAPEPROXY
+from tests.support.viewer import View
 
 KEY = "sk-test-drift-retry-0123456789"
 CHAT = "/v1/chat/completions"
@@ -179,3 +186,66 @@ def test_a_stream_without_a_usage_block_is_unpriced_never_free(
     assert result.exit_code == 0, result.output
     said = "$0.0000 spent and 1 unpriced (cost unknown: no usage, or no price)"
     assert said in result.output and said in page.read_text()
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    ["99999999999999999999 Jan 0 00:00", "Nov 0 19:00:30 2026 99999999999999999999 Nov"],
+)
+def test_a_retry_after_no_date_can_hold_is_a_backoff_never_a_crash(
+    hostile: str, library: Path
+) -> None:
+    """A Retry-After that parses as a date of a year past any integer (the email parser
+    overflows on it) says nothing: backed off and sent again, as with no hint."""
+    with FakeUpstream() as fake:
+        fake.script(CHAT, limited(hostile))
+        code, report = drift(library, fake, "six", "--max-requests", "1")
+    assert code == 0 and report["checked"] == 1 and report["failed"] == [], report
+    assert fake.count() == 2
+
+
+def limits(fake: FakeUpstream) -> list[str]:
+    return [f"--upstream=openai={fake.url}", "--max-requests", "1"]
+
+
+def test_ctrl_c_during_a_wait_stops_at_once_in_one_line(library: Path) -> None:
+    """A Ctrl-C while drift waits out a 30 s Retry-After ends it at once: exit 130, one line
+    on stderr saying so, no traceback, nothing more sent."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TAPEPROXY_")}
+    with FakeUpstream() as fake:
+        fake.script(CHAT, limited("30"))
+        process = subprocess.Popen(
+            [*TAPEPROXY, "drift", "six", "--cassettes", str(library), *limits(fake)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**environ, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": KEY},
+            start_new_session=True,
+        )
+        while process.poll() is None and fake.count() == 0:
+            time.sleep(0.01)  # polled: the 429 comes once drift has read the library
+        time.sleep(0.2)  # (into the wait)
+        os.killpg(process.pid, signal.SIGINT)
+        out, err = process.communicate(timeout=10)  # not the 30 s asked
+        assert fake.count() == 1
+    assert process.returncode == 130 and out == "", (out, err)
+    assert err.strip() and len(err.strip().splitlines()) == 1, err
+    assert "interrupted" in err and "Traceback" not in err
+
+
+def test_the_last_report_says_what_was_not_sent(library: Path, tmp_path: Path) -> None:
+    """A run whose exchange stayed rate limited (exit 2) is not shown by `tapeproxy report`
+    and the viewer as a clean one: they say how many were not sent."""
+    with FakeUpstream() as fake:
+        fake.script(CHAT, *(limited("0") for _ in range(3)))
+        code, report = drift(library, fake, "six", "--max-requests", "1")
+    assert code == 2 and len(report["failed"]) == 1, report
+    shown = CliRunner().invoke(app, ["report", "--cassettes", str(library)])
+    assert shown.exit_code == 0 and "## Last drift" in shown.output, shown.output
+    assert "; 1 not sent." in shown.output, shown.output
+    viewer = View(library, tmp_path)
+    try:
+        page = httpx.get(viewer.url, timeout=30).text
+    finally:
+        viewer.stop()
+    assert 'id="drift"' in page and "; 1 not sent." in page

@@ -20,7 +20,8 @@ import yaml
 from typer.testing import CliRunner
 
 from tapeproxy.cli.main import app
-from tapeproxy.exchange.model import load_exchange
+from tapeproxy.store.files import FileStore
+from tapeproxy.store.protocol import parse_exchange_file
 from tests.conftest import MakeProxy
 from tests.fakes.upstream import FakeUpstream
 from tests.support import SECRET_OPENAI, files_under
@@ -34,7 +35,10 @@ def run(*args: str) -> tuple[int, str]:
 
 
 def exchanges(folder: Path) -> list[dict[str, Any]]:
-    return [load_exchange(data).record() for _, data in sorted(files_under(folder).items())]
+    """A cassette's recordings as their files hold them, large strings joined from blobs."""
+    store = FileStore(folder.parent)
+    names = [parse_exchange_file(path.name) for path in sorted(folder.glob("*.json"))]
+    return [store.read(folder.name, *name).record() for name in names if name]
 
 
 def interaction(uri: str, body: object, answer: object, **headers: list[str]) -> dict[str, Any]:
